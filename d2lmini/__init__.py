@@ -1,0 +1,23 @@
+"""d2lmini: the code behind *The Transformer Block*, a small d2l-style library.
+
+Every chapter of the book imports from here: the block and its parts
+(:class:`RMSNorm`, :class:`MultiHeadAttention`, :class:`FeedForward`,
+:class:`TransformerBlock`) and the functions that run each chapter's experiment.
+"""
+
+from .attention import MultiHeadAttention, valid_lens_mask
+from .block import PLACEMENTS, AddNorm, TransformerBlock
+from .ffn import ACTS, FeedForward, default_ffn_num_hiddens
+from .norms import NORMS, RMSNorm, make_norm
+from .notebook import glue
+from .probes import DepthProbe, depth_table, init_linear_weights_, probe_depth, stream_rms, token_spread
+from .widgets import DepthExplorer, depth_explorer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ACTS", "NORMS", "PLACEMENTS",
+    "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "MultiHeadAttention", "RMSNorm", "TransformerBlock",
+    "default_ffn_num_hiddens", "depth_explorer", "depth_table", "glue", "init_linear_weights_", "make_norm", "probe_depth",
+    "stream_rms", "token_spread", "valid_lens_mask",
+]

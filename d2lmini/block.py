@@ -1,0 +1,162 @@
+"""The Transformer block: two sublayers on one residual stream, norms placed by a flag.
+
+Introduced in the chapter "Anatomy"; the placements are the subject of "Where the
+norm goes". Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ._checks import check_choice, check_positive_int, check_probability, check_sequence_tensor
+from .attention import MultiHeadAttention
+from .ffn import FeedForward
+from .norms import NORMS, make_norm
+
+#: Where the norm goes, with the update each placement applies to the stream x
+#: for a sublayer F:
+#:
+#: * ``'post'``: ``x <- Norm(x + F(x))`` -- Vaswani et al. 2017, BERT.
+#: * ``'pre'``: ``x <- x + F(Norm(x))`` -- GPT-2 onward, Llama, Qwen3.
+#: * ``'post_sublayer'``: ``x <- x + Norm(F(x))`` -- OLMo 2.
+#: * ``'sandwich'``: ``x <- x + Norm_out(F(Norm_in(x)))`` -- CogView, Gemma 2/3, Peri-LN.
+PLACEMENTS = ("post", "pre", "post_sublayer", "sandwich")
+
+#: Placements that normalize the sublayer's output (where ``sublayer_norm_gain`` applies).
+SUBLAYER_NORM_PLACEMENTS = ("post_sublayer", "sandwich")
+
+
+class AddNorm(nn.Module):
+    """One residual connection with its norms placed as ``placement`` says.
+
+    Generalizes d2l's ``AddNorm`` (which is the ``'post'`` case) to every
+    placement in :data:`PLACEMENTS`. It holds up to two norms:
+    ``norm_in`` (on the sublayer's input: ``'pre'``, ``'sandwich'``),
+    ``norm_out`` (on the sublayer's output, inside the residual branch:
+    ``'post_sublayer'``, ``'sandwich'``) or ``norm_post`` (on the stream after the
+    addition: ``'post'``); absent ones are ``None``.
+
+    Args:
+        num_hiddens: width ``d`` of the stream.
+        placement: one of :data:`PLACEMENTS`.
+        norm: ``'layer'`` or ``'rms'`` (see :func:`d2lmini.norms.make_norm`).
+        eps: the norms' epsilon (``None``: the norm type's default).
+        dropout: dropout on the branch output before it is added, in [0, 1).
+        sublayer_norm_gain: initial gain of ``norm_out`` (e.g. ``1/sqrt(L)`` for
+            a depth-scaled sandwich); only for :data:`SUBLAYER_NORM_PLACEMENTS`.
+
+    Shape:
+        ``forward(X, branch)``: ``X`` is ``(b, n, d)``; ``branch`` is a callable
+        mapping ``(b, n, d)`` to ``(b, n, d)`` (the sublayer). Returns ``(b, n, d)``.
+
+    Raises:
+        ValueError: unknown ``placement``/``norm`` (the message lists the allowed
+            names), or ``sublayer_norm_gain`` given for a placement without a
+            sublayer-output norm.
+    """
+
+    def __init__(self, num_hiddens: int, placement: str = "pre", norm: str = "rms",
+                 eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None):
+        super().__init__()
+        self.placement = check_choice("placement", placement, PLACEMENTS)
+        check_choice("norm", norm, NORMS)
+        if sublayer_norm_gain is not None and placement not in SUBLAYER_NORM_PLACEMENTS:
+            raise ValueError(
+                f"sublayer_norm_gain applies only to placements {SUBLAYER_NORM_PLACEMENTS}, "
+                f"got placement={placement!r}"
+            )
+        gain = 1.0 if sublayer_norm_gain is None else sublayer_norm_gain
+        self.norm_in = make_norm(norm, num_hiddens, eps) if placement in ("pre", "sandwich") else None
+        self.norm_out = make_norm(norm, num_hiddens, eps, gain) if placement in SUBLAYER_NORM_PLACEMENTS else None
+        self.norm_post = make_norm(norm, num_hiddens, eps) if placement == "post" else None
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+
+    def forward(self, X: torch.Tensor, branch: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        Y = branch(X if self.norm_in is None else self.norm_in(X))
+        if self.norm_out is not None:
+            Y = self.norm_out(Y)
+        X = X + self.dropout(Y)
+        return X if self.norm_post is None else self.norm_post(X)
+
+
+class TransformerBlock(nn.Module):
+    r"""A Transformer block: self-attention, then an FFN, each added to the stream.
+
+    One constructor covers the designs from the 2017 Transformer to 2026 decoders:
+    ``TransformerBlock(d, h, norm='layer', act='relu', placement='post', bias=True)``
+    is Vaswani et al. (2017); the defaults (RMSNorm, SwiGLU, pre-LN, no biases) are
+    the Llama-style block. Every block owns its parameters; input and output
+    have the same shape, which is what makes blocks stackable.
+
+    Args:
+        num_hiddens: width ``d`` of the residual stream.
+        num_heads: attention heads; must divide ``num_hiddens``.
+        dropout: dropout on attention weights, FFN hidden units and each branch
+            output before it is added (training only), in [0, 1).
+        norm: ``'layer'`` (LayerNorm) or ``'rms'`` (RMSNorm).
+        act: FFN activation, one of :data:`d2lmini.ffn.ACTS`.
+        placement: where the norms go, one of :data:`PLACEMENTS`.
+        bias: whether the attention and FFN linear layers have biases.
+        num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
+        ffn_num_hiddens: FFN hidden width (default ``4d``, or ``round(8d/3)`` gated).
+        eps: epsilon of every norm (default: 1e-5 for LayerNorm, 1e-6 for RMSNorm).
+        causal: whether self-attention is causal (decoder-only language models).
+        sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
+            ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
+        attn_factory: zero-argument callable returning the attention module, called as
+            ``attn(X, X, X, valid_lens)``; default a :class:`MultiHeadAttention` built
+            from the arguments above.
+        ffn_factory: zero-argument callable returning the FFN module, called as
+            ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`.
+
+    Attributes:
+        attention, ffn: the two sublayers.
+        addnorm1, addnorm2: their residual connections and norms (:class:`AddNorm`).
+
+    Shape:
+        ``forward(X, valid_lens=None)``: ``X`` ``(b, n, d)``; ``valid_lens`` ``None``,
+        ``(b,)`` or ``(b, n)`` (keys at positions >= valid length are masked).
+        Returns ``(b, n, d)``.
+
+    Raises:
+        ValueError: an unknown ``norm``, ``act`` or ``placement`` (the message lists
+            the allowed names), ``num_hiddens`` not divisible by ``num_heads``,
+            ``num_heads`` not divisible by ``num_kv_heads``, negative dropout; at
+            call time an input that is not ``(b, n, d)`` or bad ``valid_lens``.
+        TypeError: arguments or inputs of the wrong type.
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, norm: str = "rms",
+                 act: str = "swiglu", placement: str = "pre", bias: bool = False,
+                 num_kv_heads: int | None = None, ffn_num_hiddens: int | None = None,
+                 eps: float | None = None, causal: bool = False,
+                 sublayer_norm_gain: float | None = None,
+                 attn_factory: Callable[[], nn.Module] | None = None,
+                 ffn_factory: Callable[[], nn.Module] | None = None):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.placement = check_choice("placement", placement, PLACEMENTS)
+        self.norm = check_choice("norm", norm, NORMS)
+        for name, factory in (("attn_factory", attn_factory), ("ffn_factory", ffn_factory)):
+            if factory is not None and not callable(factory):
+                raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
+        self.attention = (attn_factory() if attn_factory is not None else
+                          MultiHeadAttention(num_hiddens, num_heads, dropout, bias, num_kv_heads, causal))
+        self.ffn = (ffn_factory() if ffn_factory is not None else
+                    FeedForward(num_hiddens, ffn_num_hiddens, act, bias, dropout))
+        for name, module in (("attn_factory", self.attention), ("ffn_factory", self.ffn)):
+            if not isinstance(module, nn.Module):
+                raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
+        self.addnorm1 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain)
+        self.addnorm2 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain)
+
+    def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        check_sequence_tensor("X", X, self.num_hiddens)
+        X = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
+        return self.addnorm2(X, self.ffn)
+
+    def extra_repr(self) -> str:
+        return f"placement={self.placement!r}, norm={self.norm!r}"

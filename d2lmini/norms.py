@@ -1,0 +1,94 @@
+"""Normalization layers: RMSNorm and the factory every block uses to make its norms.
+
+Introduced in the chapters "Where the norm goes" (placement) and "RMSNorm".
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._checks import check_choice, check_positive_float, check_positive_int
+
+#: Names accepted by :func:`make_norm` (and by ``TransformerBlock(norm=...)``).
+NORMS = ("layer", "rms")
+
+#: Default epsilon of each norm: PyTorch's LayerNorm default, and the RMSNorm
+#: value used by Llama, Qwen3 and OLMo 2.
+DEFAULT_EPS = {"layer": 1e-5, "rms": 1e-6}
+
+
+class RMSNorm(nn.Module):
+    r"""Root-mean-square layer normalization (Zhang & Sennrich, 2019).
+
+    Computes ``y = x / sqrt(mean(x**2, dim=-1) + eps) * weight``: no mean is
+    subtracted and there is no bias, so one statistic per token replaces
+    LayerNorm's two. The statistic and the division are computed in float32
+    even for bfloat16/float16 inputs (the "fp32 upcast" of Llama and OLMo 2):
+    summing thousands of squares in half precision loses digits or overflows.
+    The result is cast back to the input's dtype before the gain is applied, as
+    in Llama: a module in the input's dtype returns that dtype.
+
+    Args:
+        num_hiddens: size of the normalized (last) dimension, ``d``.
+        eps: added to the mean square before the square root; must be > 0.
+            Default 1e-6 as in Llama 3, Qwen3 and OLMo 2. (``torch.nn.RMSNorm``
+            uses the dtype's machine epsilon when its ``eps`` is ``None``.)
+        gain: initial value of every entry of ``weight`` (default 1.0).
+
+    Shape:
+        input ``(*, num_hiddens)``, output the same shape; its dtype is the
+        promotion of the input's and the weight's dtypes.
+
+    Raises:
+        TypeError / ValueError: if ``num_hiddens`` is not a positive int, or
+            ``eps`` is not a positive number; at call time if the input's last
+            dimension is not ``num_hiddens``.
+    """
+
+    def __init__(self, num_hiddens: int, eps: float = 1e-6, gain: float = 1.0):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.eps = check_positive_float("eps", eps)
+        self.weight = nn.Parameter(torch.full((self.num_hiddens,), float(gain)))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
+            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+            raise ValueError(f"RMSNorm input must have last dimension {self.num_hiddens}, got {shape}")
+        X32 = X.float()
+        Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return Y.to(X.dtype) * self.weight
+
+    def extra_repr(self) -> str:
+        return f"{self.num_hiddens}, eps={self.eps}"
+
+
+def make_norm(norm: str, num_hiddens: int, eps: float | None = None, gain: float = 1.0) -> nn.Module:
+    """Return a freshly initialized normalization layer.
+
+    Args:
+        norm: ``'layer'`` for ``torch.nn.LayerNorm`` (Ba, Kiros & Hinton, 2016;
+            mean and variance over the features, with gain and bias) or
+            ``'rms'`` for :class:`RMSNorm` (Zhang & Sennrich, 2019).
+        num_hiddens: size of the normalized last dimension.
+        eps: the norm's epsilon; ``None`` takes :data:`DEFAULT_EPS` for ``norm``.
+        gain: initial value of the norm's gain (weight) entries.
+
+    Returns:
+        An ``nn.Module`` mapping ``(*, num_hiddens)`` to the same shape.
+
+    Raises:
+        ValueError: if ``norm`` is not one of :data:`NORMS` (the message lists them),
+            or ``num_hiddens``/``eps`` are out of range.
+        TypeError: if an argument has the wrong type.
+    """
+    check_choice("norm", norm, NORMS)
+    num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+    eps = DEFAULT_EPS[norm] if eps is None else check_positive_float("eps", eps)
+    if norm == "rms":
+        return RMSNorm(num_hiddens, eps=eps, gain=gain)
+    layer = nn.LayerNorm(num_hiddens, eps=eps)
+    with torch.no_grad():
+        layer.weight.fill_(float(gain))
+    return layer

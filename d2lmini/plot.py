@@ -1,0 +1,127 @@
+"""One house style for every figure of the book.
+
+Figures are ``matplotlib.figure.Figure`` objects made without ``pyplot``: they are
+never registered with pyplot's figure manager, so redrawing one inside a widget
+never opens a second figure and never triggers the "too many figures" warning.
+Every figure has an opaque white background so it stays legible in the book's
+dark mode.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+from matplotlib.figure import Figure
+
+#: One colour per norm placement, used by every figure and widget.
+PLACEMENT_COLORS = {
+    "post": "#c0392b",
+    "pre": "#2471a3",
+    "post_sublayer": "#7d3c98",
+    "sandwich": "#229954",
+    "sandwich_scaled": "#d68910",
+}
+#: Human-readable names of the placements, for legends and dropdowns.
+PLACEMENT_LABELS = {
+    "post": "post-LN (2017)",
+    "pre": "pre-LN (GPT-2)",
+    "post_sublayer": "post-sublayer (OLMo 2)",
+    "sandwich": "sandwich (Gemma 2/3)",
+    "sandwich_scaled": "depth-scaled sandwich",
+}
+#: One colour per attention weight, for gradient plots.
+WEIGHT_COLORS = {"W_q": "#1f77b4", "W_k": "#17becf", "W_v": "#d62728", "W_o": "#ff7f0e"}
+
+STYLE = {
+    "font.size": 10,
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "legend.fontsize": 8.5,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.facecolor": "white",
+    "savefig.facecolor": "white",
+    "axes.facecolor": "white",
+    "lines.linewidth": 1.8,
+}
+
+
+def use_svg_display() -> None:
+    """Show figures as SVG in Jupyter (crisp at any zoom), as d2l does. No-op outside IPython."""
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # pragma: no cover - matplotlib-inline ships with ipykernel
+        return
+    set_matplotlib_formats("svg")
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 9.0, height: float = 3.0, **subplot_kw):
+    """A house-style figure with an ``nrows x ncols`` grid of axes.
+
+    Args:
+        ncols, nrows: the grid of axes.
+        width, height: figure size in inches.
+        **subplot_kw: passed to ``Figure.subplots``.
+
+    Returns:
+        ``(fig, axes)``: a pyplot-free ``matplotlib.figure.Figure`` with constrained
+        layout, and the axes (a single ``Axes`` when the grid is 1 x 1, else an array).
+    """
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(width, height), layout="constrained")
+        axes = fig.subplots(nrows, ncols, **subplot_kw)
+    # rc_context only holds while artists are created; store the style on the figure.
+    fig.set_facecolor("white")
+    return fig, axes
+
+
+def figure_png(fig: Figure, dpi: int = 100) -> bytes:
+    """Render ``fig`` to PNG bytes (for image widgets and static twins)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, facecolor="white")
+    return buffer.getvalue()
+
+
+def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int | None = None):
+    """Draw stream RMS, token spread and the q,k / v,o gradient ratio against depth.
+
+    Args:
+        probes: iterable of :class:`d2lmini.probes.DepthProbe`.
+        labels: legend label per probe (default: its placement's label).
+        fig, axes: draw into these (three axes) instead of a new figure.
+        mark_depth: if given, a dashed vertical line at that depth.
+
+    Returns:
+        The figure (a new one from :func:`new_figure` unless ``fig`` was given).
+    """
+    probes = list(probes)
+    if fig is None:
+        with matplotlib.rc_context(STYLE):
+            fig, axes = new_figure(3, width=10.5, height=3.2)
+    labels = labels or [PLACEMENT_LABELS.get(p.config["placement"], p.config["placement"]) for p in probes]
+    with matplotlib.rc_context(STYLE):
+        for probe, label in zip(probes, labels):
+            key = probe.config["placement"]
+            if key == "sandwich" and probe.config.get("sublayer_norm_gain") is not None:
+                key = "sandwich_scaled"
+            color = PLACEMENT_COLORS.get(key)
+            ks = range(probe.depth + 1)
+            axes[0].plot(ks, probe.stream_rms, color=color, label=label)
+            axes[1].semilogy(ks, probe.token_spread, color=color, label=label)
+            blocks = range(1, probe.depth + 1)
+            axes[2].semilogy(blocks, [probe.qk_vo_ratio(k) for k in blocks], color=color, label=label)
+        axes[0].set(xlabel="depth k (blocks)", ylabel="stream RMS", title="Size of the residual stream")
+        axes[1].set(xlabel="depth k (blocks)", ylabel=r"$\|X-\bar{X}\|_F / \|X\|_F$",
+                    title="Token spread (1 = distinct, 0 = collapsed)")
+        axes[2].set(xlabel="block k", ylabel=r"$\sqrt{g_q g_k}\,/\,\sqrt{g_v g_o}$",
+                    title="Gradient to W_q, W_k vs W_v, W_o")
+        for ax in axes:
+            ax.set_xlim(left=0)
+            if mark_depth is not None:
+                ax.axvline(mark_depth, color="0.4", linestyle="--", linewidth=1)
+        axes[0].set_ylim(bottom=0)
+        axes[0].legend(loc="upper left")
+    return fig

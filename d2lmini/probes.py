@@ -1,0 +1,247 @@
+"""Depth measurements at initialization: what a stack of fresh blocks does to a sequence.
+
+Introduced in the chapter "Where the norm goes". One deterministic forward and
+backward pass through ``depth`` freshly initialized blocks records, after every
+block, how large the residual stream is, how different its tokens still are,
+and how much gradient each block's weights receive.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ._checks import check_choice, check_positive_int
+from .block import TransformerBlock
+from .norms import make_norm
+
+#: Initializations accepted by :func:`probe_depth`: Xavier/Glorot uniform for every
+#: linear weight (the 2017 Transformer's choice), or PyTorch's default ``nn.Linear`` init.
+INITS = ("xavier_uniform", "torch_default")
+
+#: Weight matrices whose gradient norms :func:`probe_depth` records, per block.
+ATTENTION_WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
+
+
+def token_spread(X: torch.Tensor) -> float:
+    r"""How different the tokens of one sequence are: ``||X - mean_tokens(X)||_F / ||X||_F``.
+
+    1 means the tokens have zero mean (no shared component); 0 means every
+    token is the same vector ("rank collapse", Dong, Cordonnier & Loukas, 2021).
+
+    Args:
+        X: ``(num_steps, num_hiddens)`` or ``(1, num_steps, num_hiddens)``.
+
+    Returns:
+        A Python float in [0, 1].
+
+    Raises:
+        ValueError: if ``X`` is not one sequence of shape ``(n, d)`` or ``(1, n, d)``.
+    """
+    if X.dim() == 3 and X.shape[0] == 1:
+        X = X[0]
+    if X.dim() != 2:
+        raise ValueError(f"X must have shape (num_steps, num_hiddens) or (1, num_steps, num_hiddens), got {tuple(X.shape)}")
+    X = X.double()
+    return float((X - X.mean(dim=0, keepdim=True)).norm() / X.norm())
+
+
+def stream_rms(X: torch.Tensor) -> float:
+    """Root mean square of all entries of ``X``: ``sqrt(mean(X**2))``, as a Python float."""
+    return float(X.double().pow(2).mean().sqrt())
+
+
+@dataclass
+class DepthProbe:
+    """The measurements of one :func:`probe_depth` run.
+
+    Attributes:
+        config: the arguments of the run (placement, norm, depth, sizes, seed, ...).
+        stream_rms: ``depth + 1`` floats; entry ``k`` is the RMS of the stream after
+            block ``k`` (entry 0 is the input sequence).
+        token_spread: ``depth + 1`` floats; entry ``k`` is :func:`token_spread` of the
+            stream after block ``k``.
+        grad_norms: weight name -> ``depth`` floats; entry ``k - 1`` is the Frobenius
+            norm of the loss gradient with respect to that weight of block ``k``.
+            Names: ``W_q``, ``W_k``, ``W_v``, ``W_o`` (attention) and ``W_1``, ``W_2``
+            (FFN; plus ``W_g`` for gated activations).
+    """
+
+    config: dict
+    stream_rms: list[float]
+    token_spread: list[float]
+    grad_norms: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def depth(self) -> int:
+        """Number of blocks in the probed stack."""
+        return len(self.stream_rms) - 1
+
+    def qk_vo_ratio(self, k: int) -> float:
+        """Gradient ratio of block ``k``: ``sqrt(|g_Wq| |g_Wk|) / sqrt(|g_Wv| |g_Wo|)``.
+
+        Near 1 when queries and keys are learning as fast as values and outputs;
+        tiny when the attention pattern no longer depends on W_q and W_k.
+
+        Raises:
+            ValueError: if ``k`` is not in ``[1, depth]``.
+        """
+        if not 1 <= k <= self.depth:
+            raise ValueError(f"k must be a block index in [1, {self.depth}], got {k}")
+        g = {name: self.grad_norms[name][k - 1] for name in ATTENTION_WEIGHTS}
+        return math.sqrt(g["W_q"] * g["W_k"]) / math.sqrt(g["W_v"] * g["W_o"])
+
+    def at(self, k: int) -> dict:
+        """All measurements at depth ``k`` (after block ``k``) as one flat dict.
+
+        Raises:
+            ValueError: if ``k`` is not in ``[1, depth]``.
+        """
+        if not 1 <= k <= self.depth:
+            raise ValueError(f"k must be a block index in [1, {self.depth}], got {k}")
+        row = {"placement": self.config["placement"], "norm": self.config["norm"], "k": k,
+               "stream_rms": self.stream_rms[k], "token_spread": self.token_spread[k]}
+        row.update({f"grad_{name}": values[k - 1] for name, values in self.grad_norms.items()})
+        row["qk_vo_ratio"] = self.qk_vo_ratio(k)
+        return row
+
+
+def init_linear_weights_(module: nn.Module, init: str = "xavier_uniform") -> nn.Module:
+    """Re-initialize every ``nn.Linear`` in ``module`` in place; biases become zero.
+
+    Args:
+        module: any module; its ``nn.Linear`` submodules are re-initialized.
+        init: ``'xavier_uniform'`` (Glorot & Bengio 2010; U(-a, a) with
+            ``a = sqrt(6 / (fan_in + fan_out))``) or ``'torch_default'`` (leave
+            PyTorch's own initialization).
+
+    Returns:
+        ``module``, for chaining. Uses the global torch RNG: seed it first.
+
+    Raises:
+        ValueError: if ``init`` is not one of :data:`INITS`.
+    """
+    check_choice("init", init, INITS)
+    if init == "xavier_uniform":
+        for layer in module.modules():
+            if isinstance(layer, nn.Linear):
+                nn.init.xavier_uniform_(layer.weight)
+                if layer.bias is not None:
+                    nn.init.zeros_(layer.bias)
+    return module
+
+
+def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, num_hiddens: int = 128,
+                num_heads: int = 4, num_steps: int = 64, act: str = "relu", init: str = "xavier_uniform",
+                sublayer_norm_gain: float | None = None, seed: int = 0,
+                dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> DepthProbe:
+    r"""Push one random sequence through ``depth`` fresh blocks and measure every depth.
+
+    The stack is ``depth`` :class:`~d2lmini.block.TransformerBlock` s (bidirectional
+    self-attention, no dropout, no biases) with the given placement, norm and
+    activation, every linear weight drawn by ``init``. The input is one sequence
+    ``X_0`` of ``num_steps`` tokens with i.i.d. standard normal entries. After every
+    block it records the stream RMS and the token spread. Then it backpropagates
+    the scalar loss
+
+    .. math:: \ell = \frac{1}{\sqrt{n d}} \sum_{i,j} Y_{ij} R_{ij},
+
+    a fixed random linear read-out (``R`` standard normal) of the stack's output
+    ``Y``: ``Y = X_L`` for ``'post'``, whose stream is already normalized, and
+    ``Y = Norm(X_L)`` with one final norm for the other placements, as GPT-2-style
+    models do. It records the gradient norm of every block's attention and FFN
+    weights. Everything is drawn from ``seed``, so the same seed gives the same
+    numbers; the global RNG state is restored afterwards.
+
+    This is the experiment behind the post-LN/pre-LN comparison of Xiong et al.
+    (2020) and the rank-collapse analysis of Dong, Cordonnier & Loukas (2021).
+
+    Args:
+        placement: ``'post'``, ``'pre'``, ``'post_sublayer'`` or ``'sandwich'``.
+        norm: ``'layer'`` or ``'rms'``.
+        depth: number of blocks ``L`` (>= 1).
+        num_hiddens, num_heads, num_steps: model width ``d``, heads, sequence length ``n``.
+        act: FFN activation (default ``'relu'``, as in 2017).
+        init: one of :data:`INITS`.
+        sublayer_norm_gain: initial gain of the sublayer-output norms
+            (``'post_sublayer'``/``'sandwich'`` only), e.g. ``1/sqrt(depth)``.
+        seed: seeds the weights, the input and the read-out.
+        dtype, device: where the computation runs (results are returned as floats).
+
+    Returns:
+        A :class:`DepthProbe` with ``depth + 1`` stream measurements and ``depth``
+        gradient norms per weight.
+
+    Raises:
+        ValueError / TypeError: for any invalid argument (unknown names are listed
+            with the allowed ones).
+    """
+    depth = check_positive_int("depth", depth)
+    num_steps = check_positive_int("num_steps", num_steps)
+    check_choice("init", init, INITS)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    config = dict(placement=placement, norm=norm, depth=depth, num_hiddens=num_hiddens, num_heads=num_heads,
+                  num_steps=num_steps, act=act, init=init, sublayer_norm_gain=sublayer_norm_gain, seed=seed,
+                  dtype=str(dtype).replace("torch.", ""))
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        blocks = nn.ModuleList(
+            init_linear_weights_(
+                TransformerBlock(num_hiddens, num_heads, norm=norm, act=act, placement=placement,
+                                 sublayer_norm_gain=sublayer_norm_gain), init)
+            for _ in range(depth)
+        )
+        final_norm = None if placement == "post" else make_norm(norm, num_hiddens)
+        X = torch.randn(1, num_steps, num_hiddens)
+        R = torch.randn(1, num_steps, num_hiddens)
+    blocks.to(device=device, dtype=dtype)
+    if final_norm is not None:
+        final_norm.to(device=device, dtype=dtype)
+    X, R = X.to(device=device, dtype=dtype), R.to(device=device, dtype=dtype)
+
+    rms, spread = [stream_rms(X)], [token_spread(X)]
+    for block in blocks:
+        X = block(X)
+        rms.append(stream_rms(X.detach()))
+        spread.append(token_spread(X.detach()))
+    Y = X if final_norm is None else final_norm(X)
+    loss = (Y * R).sum() / math.sqrt(Y.numel())
+    loss.backward()
+
+    def grads(get):
+        return [float(get(block).weight.grad.norm()) for block in blocks]
+
+    grad_norms = {name: grads(lambda b, n=name: getattr(b.attention, n)) for name in ATTENTION_WEIGHTS}
+    for name in ("W_1", "W_g", "W_2"):
+        if getattr(blocks[0].ffn, name, None) is not None:
+            grad_norms[name] = grads(lambda b, n=name: getattr(b.ffn, n))
+    return DepthProbe(config=config, stream_rms=rms, token_spread=spread, grad_norms=grad_norms)
+
+
+def depth_table(probes, ks=(8, 16, 32)):
+    """A pandas DataFrame of the measurements of several probes at depths ``ks``.
+
+    Args:
+        probes: iterable of :class:`DepthProbe`.
+        ks: depths (block indices) to report; each must be <= every probe's depth.
+
+    Returns:
+        ``pandas.DataFrame`` indexed by (placement, k) with columns stream RMS,
+        token spread, the four attention gradient norms and the q,k/v,o ratio.
+
+    Raises:
+        ValueError: if a ``k`` exceeds a probe's depth.
+    """
+    import pandas as pd  # the book has pandas; the package itself does not need it
+
+    columns = {"stream_rms": "stream RMS", "token_spread": "token spread",
+               "grad_W_q": "|∇W_q|", "grad_W_k": "|∇W_k|", "grad_W_v": "|∇W_v|", "grad_W_o": "|∇W_o|",
+               "qk_vo_ratio": "q,k / v,o"}
+    rows = [probe.at(k) for probe in probes for k in ks]
+    frame = pd.DataFrame(rows).set_index(["placement", "k"])
+    return frame[list(columns)].rename(columns=columns)

@@ -1,0 +1,154 @@
+"""The built book: every page, the chapter's executed table, figure, glued numbers and citations.
+
+Also proves the build can fail: a tiny book made with this repository's own
+``_config.yml`` and one notebook cell that raises must make the build exit non-zero.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import nbformat
+import pytest
+import torch
+import yaml
+from bs4 import BeautifulSoup
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+import d2lmini
+from conftest import ROOT, toc_files
+
+JUPYTER_BOOK = str(Path(sys.executable).with_name("jupyter-book"))
+BUILD_FLAGS = ["-W", "--keep-going"]  # as in the README's build command
+
+
+def build(source: Path, output: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([JUPYTER_BOOK, "build", str(source), "--path-output", str(output), *BUILD_FLAGS],
+                          capture_output=True, text=True, timeout=1800)
+
+
+@pytest.fixture(scope="session")
+def html(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("book")
+    proc = build(ROOT, out)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    return out / "_build" / "html"
+
+
+def page(html: Path, name: str) -> BeautifulSoup:
+    return BeautifulSoup((html / f"{name}.html").read_text(encoding="utf-8"), "html.parser")
+
+
+def text_of(soup: BeautifulSoup, separator: str = " ") -> str:
+    return re.sub(r"\s+", " ", soup.get_text(separator))
+
+
+def test_every_toc_page_is_built(html):
+    assert (html / "index.html").exists()
+    for name in toc_files():
+        assert (html / f"{name}.html").exists(), name
+
+
+def test_internal_links_and_images_resolve(html):
+    for path in html.rglob("*.html"):
+        soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+        anchors = {tag.get("id") for tag in soup.find_all(id=True)}
+        for tag, attr in (("a", "href"), ("img", "src")):
+            for element in soup.find_all(tag):
+                link = element.get(attr)
+                if not link or urlparse(link).scheme or link.startswith(("mailto:", "//")):
+                    continue
+                target_path, _, fragment = link.partition("#")
+                target = (path.parent / unquote(target_path)).resolve() if target_path else path
+                assert target.exists(), f"{path.name}: broken {attr} {link}"
+                if fragment and target == path:
+                    assert fragment in anchors, f"{path.name}: missing anchor #{fragment}"
+
+
+def test_chapter_holds_its_executed_table_and_figure(html):
+    soup = page(html, "chapters/04_norm_placement")
+    tables = [t for t in soup.find_all("table") if "token spread" in t.get_text()]
+    assert len(tables) == 1
+    assert len(tables[0].find("tbody").find_all("tr")) == 6  # 2 placements x k = 8, 16, 32
+    figure = soup.find(id="fig-ch4-depth")
+    assert figure is not None
+    image = figure.find("img")
+    assert image is not None
+    image_file = (html / "chapters" / image["src"]).resolve()
+    assert image_file.exists() and image_file.stat().st_size > 10_000
+    assert "Thirty-two freshly initialized blocks" in figure.get_text()
+
+
+def test_glued_numbers_are_the_numbers_this_code_computes(html):
+    text = text_of(page(html, "chapters/04_norm_placement"))
+    assert "glue:" not in text and "{glue" not in text
+    probes = {p: d2lmini.probe_depth(p, norm="layer", depth=32, dtype=torch.float64, seed=0) for p in ("post", "pre")}
+    pre, post = probes["pre"], probes["post"]
+    expected = [
+        f"RMS grows from {pre.stream_rms[8]:.2f} at",
+        f"{pre.stream_rms[32]:.2f} at",
+        f"{post.token_spread[32]:.1e} at",
+        f"to {pre.token_spread[32]:.2f} at",
+    ]
+    for snippet in expected:
+        assert snippet in text, snippet
+    assert f"{post.qk_vo_ratio(32):.1e}" in text
+    assert f"{pre.qk_vo_ratio(32):.1e}" in text
+
+
+def test_citations_render_and_link_to_the_bibliography(html):
+    chapter = page(html, "chapters/04_norm_placement")
+    text = text_of(chapter, separator="")
+    for author in ("Xiong et al., 2020", "Dong et al.", "Vaswani et al., 2017"):
+        assert author in text, author
+    bibliography = text_of(page(html, "chapters/references"))
+    assert "On layer normalization in the Transformer architecture" in bibliography
+    assert "pure attention loses rank doubly exponentially with depth" in bibliography
+    citation_links = [a["href"] for a in chapter.find_all("a", href=True) if "references.html#id" in a["href"]]
+    assert citation_links
+
+
+def test_colab_launch_button_opens_this_chapter_on_main(html):
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repo = urlparse(config["repository"]["url"]).path.strip("/")
+    soup = page(html, "chapters/04_norm_placement")
+    links = [a["href"] for a in soup.find_all("a", href=True) if "colab.research.google.com" in a["href"]]
+    assert f"https://colab.research.google.com/github/{repo}/blob/main/chapters/04_norm_placement.ipynb" in links
+    assert (ROOT / "chapters" / "04_norm_placement.ipynb").exists()
+
+
+def test_no_dead_widget_in_the_static_page(html):
+    raw = (html / "chapters" / "04_norm_placement.html").read_text(encoding="utf-8")
+    assert "application/vnd.jupyter.widget-view+json" not in raw
+    assert "widget-view" not in raw and "jupyter-widgets" not in raw
+    text = text_of(BeautifulSoup(raw, "html.parser"), separator="")
+    assert "d2lmini.depth_explorer(" in text  # the code is shown, the slider is not
+
+
+def _fixture_book(tmp_path: Path, cell_source: str) -> Path:
+    book = tmp_path / "book"
+    book.mkdir()
+    shutil.copy(ROOT / "_config.yml", book / "_config.yml")
+    shutil.copy(ROOT / "references.bib", book / "references.bib")
+    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n")
+    (book / "intro.md").write_text("# Fixture\n\nA book with one chapter.\n")
+    nb = new_notebook(cells=[new_markdown_cell("# Chapter"), new_code_cell(cell_source)])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nbformat.write(nb, book / "chapter.ipynb")
+    return book
+
+
+def test_a_cell_that_raises_fails_the_build(tmp_path):
+    proc = build(_fixture_book(tmp_path, 'raise RuntimeError("this chapter is broken")'), tmp_path / "out")
+    assert proc.returncode != 0
+    assert "this chapter is broken" in proc.stdout + proc.stderr
+
+
+def test_the_same_fixture_builds_when_the_cell_is_fine(tmp_path):
+    proc = build(_fixture_book(tmp_path, 'print("this chapter is fine")'), tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -1,0 +1,288 @@
+"""d2lmini: shapes, every placement and flag, numerics against torch's layers, bad input."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import d2lmini
+from d2lmini import FeedForward, MultiHeadAttention, RMSNorm, TransformerBlock
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize("placement,norm,act", list(itertools.product(d2lmini.PLACEMENTS, d2lmini.NORMS, d2lmini.ACTS)))
+def test_block_keeps_shape_for_every_flag_combination(placement, norm, act):
+    block = TransformerBlock(32, 4, norm=norm, act=act, placement=placement)
+    X = torch.randn(2, 7, 32)
+    Y = block(X, valid_lens=torch.tensor([7, 3]))
+    assert Y.shape == X.shape
+    assert torch.isfinite(Y).all()
+
+
+def test_block_is_differentiable_and_trains_in_train_mode_with_dropout():
+    block = TransformerBlock(16, 2, dropout=0.1, bias=True, causal=True)
+    block.train()
+    X = torch.randn(3, 5, 16, requires_grad=True)
+    block(X).pow(2).mean().backward()
+    assert X.grad is not None and torch.isfinite(X.grad).all()
+    assert all(p.grad is not None for p in block.parameters())
+
+
+def test_placements_put_the_norms_where_the_literature_says():
+    X = torch.randn(2, 6, 16)
+    branch = nn.Linear(16, 16)
+    for placement in d2lmini.PLACEMENTS:
+        add = d2lmini.AddNorm(16, placement, "layer")
+        ln = nn.LayerNorm(16)
+        expected = {
+            "post": ln(X + branch(X)),
+            "pre": X + branch(ln(X)),
+            "post_sublayer": X + ln(branch(X)),
+            "sandwich": X + ln(branch(ln(X))),
+        }[placement]
+        torch.testing.assert_close(add(X, branch), expected)
+
+
+def test_sublayer_norm_gain_scales_the_branch_output():
+    add = d2lmini.AddNorm(16, "sandwich", "rms", sublayer_norm_gain=0.25)
+    torch.testing.assert_close(add.norm_out.weight, torch.full((16,), 0.25))
+    assert torch.equal(add.norm_in.weight, torch.ones(16))
+
+
+def test_ffn_widths_and_gated_parameter_budget():
+    d = 96
+    assert FeedForward(d, act="gelu").ffn_num_hiddens == 4 * d
+    assert FeedForward(d, act="swiglu").ffn_num_hiddens == 256  # round(8 * 96 / 3)
+    assert FeedForward(d, ffn_num_hiddens=100, act="swiglu").ffn_num_hiddens == 100
+    plain = sum(p.numel() for p in FeedForward(d, act="gelu").parameters())
+    gated = sum(p.numel() for p in FeedForward(d, act="swiglu").parameters())
+    assert abs(gated - plain) / plain < 1e-3
+
+
+def test_ffn_acts_compute_their_formulas():
+    X = torch.randn(4, 8)
+    relu = FeedForward(8, act="relu")
+    torch.testing.assert_close(relu(X), relu.W_2(torch.relu(relu.W_1(X))))
+    swiglu = FeedForward(8, act="swiglu")
+    torch.testing.assert_close(swiglu(X), swiglu.W_2(nn.functional.silu(swiglu.W_g(X)) * swiglu.W_1(X)))
+
+
+# --------------------------------------------------------------------------- numerics
+
+
+def test_rmsnorm_matches_torch_rmsnorm_at_equal_eps():
+    X = torch.randn(4, 9, 64)
+    ours, ref = RMSNorm(64, eps=1e-6), nn.RMSNorm(64, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5)
+        ref.weight.copy_(ours.weight)
+    torch.testing.assert_close(ours(X), ref(X), atol=1e-6, rtol=1e-6)
+
+
+def test_rmsnorm_upcasts_half_precision_inputs():
+    X = (torch.randn(2, 4096) * 300).to(torch.float16)  # squares overflow float16's 65504
+    Y = RMSNorm(4096).half()(X)
+    assert Y.dtype == torch.float16
+    assert torch.isfinite(Y).all()
+    expected = X.float() * torch.rsqrt(X.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(Y.float(), expected, atol=2e-3, rtol=2e-3)
+
+
+def test_attention_matches_torch_multihead_attention():
+    d, h = 32, 4
+    ours = MultiHeadAttention(d, h, bias=True)
+    ref = nn.MultiheadAttention(d, h, bias=True, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+        ref.out_proj.weight.copy_(ours.W_o.weight)
+        ref.out_proj.bias.copy_(ours.W_o.bias)
+    Q, K = torch.randn(2, 5, d), torch.randn(2, 8, d)
+    valid_lens = torch.tensor([8, 3])
+    padding = torch.arange(8)[None, :] >= valid_lens[:, None]
+    expected, _ = ref(Q, K, K, key_padding_mask=padding, need_weights=False)
+    torch.testing.assert_close(ours(Q, K, K, valid_lens), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_keys_do_not_change_the_output():
+    mha = MultiHeadAttention(16, 2)
+    X = torch.randn(1, 6, 16)
+    Y1 = mha(X, X, X, torch.tensor([4]))
+    X2 = X.clone()
+    X2[:, 4:] = torch.randn(1, 2, 16) * 100  # change only the padded positions
+    Y2 = mha(X2, X2, X2, torch.tensor([4]))
+    torch.testing.assert_close(Y1[:, :4], Y2[:, :4])
+
+
+def test_per_query_valid_lens_and_causal_mask_agree():
+    mha = MultiHeadAttention(16, 4)
+    X = torch.randn(2, 5, 16)
+    per_query = torch.arange(1, 6).repeat(2, 1)  # query i sees keys 0..i
+    causal = MultiHeadAttention(16, 4, causal=True)
+    causal.load_state_dict(mha.state_dict())
+    torch.testing.assert_close(mha(X, X, X, per_query), causal(X, X, X))
+
+
+def test_grouped_query_attention_reads_shared_key_value_heads():
+    gqa = MultiHeadAttention(32, 4, num_kv_heads=2)
+    assert gqa.W_k.out_features == gqa.W_v.out_features == 16
+    mha = MultiHeadAttention(32, 4)
+    with torch.no_grad():
+        mha.W_q.weight.copy_(gqa.W_q.weight)
+        mha.W_o.weight.copy_(gqa.W_o.weight)
+        # head i of the full model reads kv head i // 2 of the grouped one
+        for W_full, W_grouped in ((mha.W_k, gqa.W_k), (mha.W_v, gqa.W_v)):
+            heads = W_grouped.weight.view(2, 8, 32)
+            W_full.weight.copy_(heads.repeat_interleave(2, dim=0).reshape(32, 32))
+    X = torch.randn(2, 5, 32)
+    torch.testing.assert_close(gqa(X, X, X), mha(X, X, X))
+
+
+def test_post_ln_block_matches_torch_encoder_layer():
+    d, h = 32, 4
+    ours = TransformerBlock(d, h, norm="layer", act="relu", placement="post", bias=True)
+    ref = nn.TransformerEncoderLayer(d, h, dim_feedforward=4 * d, dropout=0.0, batch_first=True)
+    with torch.no_grad():
+        a = ours.attention
+        ref.self_attn.in_proj_weight.copy_(torch.cat([a.W_q.weight, a.W_k.weight, a.W_v.weight]))
+        ref.self_attn.in_proj_bias.copy_(torch.cat([a.W_q.bias, a.W_k.bias, a.W_v.bias]))
+        ref.self_attn.out_proj.load_state_dict(a.W_o.state_dict())
+        ref.linear1.load_state_dict(ours.ffn.W_1.state_dict())
+        ref.linear2.load_state_dict(ours.ffn.W_2.state_dict())
+        ref.norm1.load_state_dict(ours.addnorm1.norm_post.state_dict())
+        ref.norm2.load_state_dict(ours.addnorm2.norm_post.state_dict())
+    ours.eval(), ref.eval()
+    X = torch.randn(2, 16, d, requires_grad=True)
+    valid_lens = torch.tensor([16, 11])
+    padding = torch.arange(16)[None, :] >= valid_lens[:, None]
+    expected = ref(X, src_key_padding_mask=padding)  # X requires grad: no fused fast path
+    torch.testing.assert_close(ours(X, valid_lens), expected, atol=1e-5, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- depth probe
+
+
+@pytest.fixture(scope="module")
+def probes():
+    return {p: d2lmini.probe_depth(p, norm="layer", depth=32, seed=0) for p in ("post", "pre")}
+
+
+def test_post_ln_stream_rms_is_one_at_every_depth(probes):
+    post = probes["post"]
+    assert len(post.stream_rms) == 33
+    for k, rms in enumerate(post.stream_rms[1:], start=1):
+        assert abs(rms - 1.0) < 1e-5, (k, rms)
+
+
+def test_pre_ln_keeps_tokens_apart_and_post_ln_collapses(probes):
+    assert probes["pre"].token_spread[32] > 100 * probes["post"].token_spread[32]
+    assert probes["pre"].stream_rms[32] > probes["pre"].stream_rms[8] > 1.5
+
+
+def test_post_ln_starves_queries_and_keys_of_gradient(probes):
+    assert probes["post"].qk_vo_ratio(32) < 1e-4
+    assert probes["pre"].qk_vo_ratio(32) > 1e-3
+    assert set(probes["pre"].grad_norms) == {"W_q", "W_k", "W_v", "W_o", "W_1", "W_2"}
+    assert all(len(v) == 32 for v in probes["pre"].grad_norms.values())
+
+
+def test_probe_is_deterministic_and_seed_dependent():
+    a = d2lmini.probe_depth("pre", depth=4, num_hiddens=16, num_heads=2, num_steps=8, seed=3)
+    b = d2lmini.probe_depth("pre", depth=4, num_hiddens=16, num_heads=2, num_steps=8, seed=3)
+    c = d2lmini.probe_depth("pre", depth=4, num_hiddens=16, num_heads=2, num_steps=8, seed=4)
+    assert a == b
+    assert a.token_spread != c.token_spread
+
+
+def test_probe_does_not_disturb_the_global_rng():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    d2lmini.probe_depth("post", depth=2, num_hiddens=16, num_heads=2, num_steps=4)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_depth_table_has_one_row_per_placement_and_depth(probes):
+    table = d2lmini.depth_table(probes.values(), ks=(8, 16, 32))
+    assert table.shape == (6, 7)
+    assert table.loc[("post", 32), "stream RMS"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_token_spread_of_identical_tokens_is_zero():
+    assert d2lmini.token_spread(torch.ones(5, 3)) == 0.0
+    X = torch.randn(6, 4)
+    assert d2lmini.token_spread(X - X.mean(0)) == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- bad input
+
+BAD_CALLS = {
+    "num_hiddens not divisible by num_heads": (lambda: TransformerBlock(30, 4), ValueError, "divisible by num_heads"),
+    "num_heads not divisible by num_kv_heads": (lambda: MultiHeadAttention(32, 4, num_kv_heads=3), ValueError, "num_kv_heads"),
+    "unknown norm": (lambda: TransformerBlock(32, 4, norm="batch"), ValueError, "('layer', 'rms')"),
+    "unknown act": (lambda: TransformerBlock(32, 4, act="tanh"), ValueError, "swiglu"),
+    "unknown placement": (lambda: TransformerBlock(32, 4, placement="middle"), ValueError, "post_sublayer"),
+    "negative dropout": (lambda: TransformerBlock(32, 4, dropout=-0.1), ValueError, "dropout"),
+    "dropout of type str": (lambda: TransformerBlock(32, 4, dropout="0.1"), TypeError, "dropout"),
+    "num_heads zero": (lambda: MultiHeadAttention(32, 0), ValueError, "num_heads"),
+    "gain on pre-LN": (lambda: TransformerBlock(32, 4, placement="pre", sublayer_norm_gain=0.1), ValueError, "sublayer_norm_gain"),
+    "eps zero": (lambda: RMSNorm(8, eps=0.0), ValueError, "eps"),
+    "unknown init": (lambda: d2lmini.probe_depth(init="he"), ValueError, "xavier_uniform"),
+    "depth zero": (lambda: d2lmini.probe_depth(depth=0), ValueError, "depth"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_bad_arguments_raise_clear_errors(case):
+    make, error, fragment = BAD_CALLS[case]
+    with pytest.raises(error, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        make()
+
+
+BAD_INPUTS = {
+    "rank 2 input": (lambda b: b(torch.randn(5, 32)), ValueError, "num_steps"),
+    "wrong last dimension": (lambda b: b(torch.randn(2, 5, 16)), ValueError, "num_hiddens=32"),
+    "integer input": (lambda b: b(torch.ones(2, 5, 32, dtype=torch.long)), TypeError, "floating"),
+    "valid_lens wrong shape": (lambda b: b(torch.randn(2, 5, 32), torch.tensor([5, 5, 5])), ValueError, "valid_lens must have shape"),
+    "valid_lens float": (lambda b: b(torch.randn(2, 5, 32), torch.tensor([5.0, 2.0])), TypeError, "integer dtype"),
+    "valid_lens too long": (lambda b: b(torch.randn(2, 5, 32), torch.tensor([6, 2])), ValueError, r"\[1, 5\]"),
+    "valid_lens zero": (lambda b: b(torch.randn(2, 5, 32), torch.tensor([0, 2])), ValueError, r"\[1, 5\]"),
+    "valid_lens list": (lambda b: b(torch.randn(2, 5, 32), [5, 2]), TypeError, "valid_lens"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_inputs_raise_clear_errors(case):
+    call, error, pattern = BAD_INPUTS[case]
+    with pytest.raises(error, match=pattern):
+        call(TransformerBlock(32, 4))
+
+
+def test_mismatched_keys_and_values_are_rejected():
+    mha = MultiHeadAttention(16, 2)
+    with pytest.raises(ValueError, match="keys and values must have the same shape"):
+        mha(torch.randn(1, 3, 16), torch.randn(1, 4, 16), torch.randn(1, 5, 16))
+
+
+def test_errors_survive_python_dash_O():
+    code = (
+        "import d2lmini\n"
+        "try:\n"
+        "    d2lmini.TransformerBlock(30, 4)\n"
+        "except ValueError as e:\n"
+        "    print('raised:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
+    assert "raised: num_hiddens=30 must be divisible by num_heads=4" in out.stdout

@@ -1,0 +1,59 @@
+"""The repository's promises: the README's two commands, CI running the same, pinned requirements."""
+
+from __future__ import annotations
+
+import re
+
+import d2lmini
+from conftest import ROOT
+
+BUILD = "pip install -r requirements.txt && jupyter-book build . -W --keep-going"
+TEST = "pip install -r requirements.txt && pytest"
+
+
+def readme_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S)]
+
+
+def test_readme_gives_exactly_the_build_and_test_commands():
+    assert readme_commands() == [BUILD, TEST]
+
+
+def test_ci_runs_the_readme_test_command_in_a_fresh_venv():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3 -m venv" in ci and "mktemp -d" in ci
+    assert TEST in ci.splitlines()
+
+
+def test_requirements_pin_the_build_set_and_install_d2lmini_from_the_repo():
+    lines = [line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert "torch==2.13.0" in lines
+    assert "-e ." in lines
+    assert any(re.fullmatch(r"jupyter-book==1\.[\d.a-z]+", line) for line in lines)
+    pinned = [line for line in lines if line != "-e ."]
+    assert all("==" in line for line in pinned), "every requirement is pinned"
+
+
+def test_package_requirement_on_torch_stays_loose_for_colab():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '"torch>=2.4"' in pyproject
+    assert 'requires-python = ">=3.10"' in pyproject
+
+
+def test_glue_falls_back_to_display_outside_the_book_build(monkeypatch, capsys):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_myst_nb(name, *args, **kwargs):
+        if name.startswith("myst_nb"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_myst_nb)
+    d2lmini.glue("x", 0.125, display=False)
+    assert capsys.readouterr().out == ""
+    d2lmini.glue("x", 0.125)
+    assert "0.125" in capsys.readouterr().out
