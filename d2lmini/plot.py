@@ -34,10 +34,12 @@ PLACEMENT_LABELS = {
 WEIGHT_COLORS = {"W_q": "#1f77b4", "W_k": "#17becf", "W_v": "#d62728", "W_o": "#ff7f0e"}
 
 STYLE = {
-    "font.size": 10,
-    "axes.titlesize": 10,
-    "axes.labelsize": 10,
-    "legend.fontsize": 8.5,
+    "font.size": 11,
+    "axes.titlesize": 11,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
     "axes.grid": True,
     "grid.alpha": 0.3,
     "axes.spines.top": False,
@@ -100,7 +102,7 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
     probes = list(probes)
     if fig is None:
         with matplotlib.rc_context(STYLE):
-            fig, axes = new_figure(3, width=10.5, height=3.2)
+            fig, axes = new_figure(3, width=9.5, height=3.4)
     labels = labels or [PLACEMENT_LABELS.get(p.config["placement"], p.config["placement"]) for p in probes]
     with matplotlib.rc_context(STYLE):
         for probe, label in zip(probes, labels):
@@ -113,11 +115,11 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
             axes[1].semilogy(ks, probe.token_spread, color=color, label=label)
             blocks = range(1, probe.depth + 1)
             axes[2].semilogy(blocks, [probe.qk_vo_ratio(k) for k in blocks], color=color, label=label)
-        axes[0].set(xlabel="depth k (blocks)", ylabel="stream RMS", title="Size of the residual stream")
-        axes[1].set(xlabel="depth k (blocks)", ylabel=r"$\|X-\bar{X}\|_F / \|X\|_F$",
-                    title="Token spread (1 = distinct, 0 = collapsed)")
+        axes[0].set(xlabel="depth k (blocks)", ylabel="stream RMS", title="Stream RMS")
+        axes[1].set(xlabel="depth k (blocks)", ylabel=r"$\|X-\bar{X}\|_F \,/\, \|X\|_F$",
+                    title="Token spread")
         axes[2].set(xlabel="block k", ylabel=r"$\sqrt{g_q g_k}\,/\,\sqrt{g_v g_o}$",
-                    title="Gradient to W_q, W_k vs W_v, W_o")
+                    title=r"Gradient ratio $W_{q,k}$ : $W_{v,o}$")
         for ax in axes:
             ax.set_xlim(left=0)
             if mark_depth is not None:
