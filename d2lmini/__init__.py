@@ -5,8 +5,8 @@ Every chapter of the book imports from here: the block and its parts
 :class:`TransformerBlock`) and the functions that run each chapter's experiment.
 """
 
-from .attention import MultiHeadAttention, valid_lens_mask
-from .block import PLACEMENTS, AddNorm, TransformerBlock
+from .attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin, valid_lens_mask
+from .block import PLACEMENTS, AddNorm, TransformerBlock, TransformerDecoderBlock
 from .ffn import ACTS, FeedForward, default_ffn_num_hiddens
 from .norms import NORMS, RMSNorm, make_norm
 from .notebook import glue
@@ -16,8 +16,8 @@ from .widgets import DepthExplorer, depth_explorer
 __version__ = "0.1.0"
 
 __all__ = [
-    "ACTS", "NORMS", "PLACEMENTS",
-    "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "MultiHeadAttention", "RMSNorm", "TransformerBlock",
+    "ACTS", "NORMS", "PLACEMENTS", "QK_NORMS",
+    "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "MultiHeadAttention", "RMSNorm", "TransformerBlock", "TransformerDecoderBlock", "apply_rotary", "rotary_cos_sin",
     "default_ffn_num_hiddens", "depth_explorer", "depth_table", "glue", "init_linear_weights_", "make_norm", "probe_depth",
     "stream_rms", "token_spread", "valid_lens_mask",
 ]

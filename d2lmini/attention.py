@@ -10,7 +10,94 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_bool, check_positive_int, check_probability, check_sequence_tensor
+from ._checks import (check_bool, check_choice, check_positive_float, check_positive_int, check_probability,
+                      check_sequence_tensor)
+from .norms import DEFAULT_EPS, RMSNorm
+
+#: QK-norm variants accepted by ``MultiHeadAttention(qk_norm=...)``; all are RMSNorms
+#: applied to queries and keys right before the dot product, and before RoPE.
+#:
+#: * ``'per_head'``: over each head's ``head_dim`` features, one gain vector shared by
+#:   all heads (separate for q and k) -- Qwen3, Gemma 3.
+#: * ``'projection'``: over the whole projection (all heads' features at once), before
+#:   it is split into heads -- OLMo 2.
+#: * ``'per_head_distinct'``: over each head's features, a distinct gain vector for every
+#:   head -- MiniMax-M2.
+QK_NORMS = ("per_head", "projection", "per_head_distinct")
+
+# torch >= 2.5 lets SDPA share key/value heads itself (grouped-query attention).
+_SDPA_HAS_GQA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
+def rotary_cos_sin(num_steps: int, head_dim: int, theta: float = 10000.0, device=None, dtype=torch.float32):
+    """Cosines and sines of rotary position embeddings (RoPE; Su et al., 2021).
+
+    Position ``p`` and frequency ``i`` get the angle ``p * theta**(-2i / head_dim)``,
+    ``i = 0 .. head_dim/2 - 1``; each angle is repeated for the two halves of the
+    head (the "half-split" layout used by Llama, Qwen3, OLMo 2 and Gemma in
+    Hugging Face ``transformers``). Angles are computed in float32, then cast.
+
+    Args:
+        num_steps: sequence length ``n``.
+        head_dim: features per head; must be even.
+        theta: the RoPE base (10,000 in RoFormer and Llama 2; 500,000 in Llama 3).
+        device, dtype: of the returned tensors.
+
+    Returns:
+        ``(cos, sin)``, each of shape ``(num_steps, head_dim)``.
+
+    Raises:
+        ValueError: if ``head_dim`` is odd or ``theta`` is not positive.
+    """
+    if head_dim % 2:
+        raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+    check_positive_float("theta", theta)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    angles = torch.arange(num_steps, dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate query or key features by their positions' angles (half-split RoPE).
+
+    Feature ``j`` in the first half is paired with feature ``j + head_dim/2``; each
+    pair is rotated by its angle: ``X * cos + rotate_half(X) * sin`` with
+    ``rotate_half([x1, x2]) = [-x2, x1]``.
+
+    Args:
+        X: ``(batch, heads, num_steps, head_dim)``.
+        cos, sin: ``(num_steps, head_dim)`` from :func:`rotary_cos_sin`.
+
+    Returns:
+        A tensor shaped like ``X``.
+    """
+    half = X.shape[-1] // 2
+    rotated = torch.cat((-X[..., half:], X[..., :half]), dim=-1)
+    return X * cos + rotated * sin
+
+
+class HeadwiseRMSNorm(nn.Module):
+    """RMSNorm over each head's features with a distinct gain per head (MiniMax-M2's QK-norm).
+
+    Args:
+        num_heads: heads ``h``; head_dim: features per head.
+        eps: added to the mean square (default 1e-6).
+
+    Shape:
+        input ``(batch, num_steps, num_heads, head_dim)``, output the same.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = check_positive_float("eps", eps)
+        self.weight = nn.Parameter(torch.ones(check_positive_int("num_heads", num_heads),
+                                              check_positive_int("head_dim", head_dim)))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        X32 = X.float()
+        Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return Y.to(X.dtype) * self.weight
 
 
 def valid_lens_mask(valid_lens, batch_size: int, num_queries: int, num_keys: int, device=None) -> torch.Tensor | None:
@@ -60,38 +147,62 @@ def valid_lens_mask(valid_lens, batch_size: int, num_queries: int, num_keys: int
 
 
 class MultiHeadAttention(nn.Module):
-    r"""Multi-head attention (Vaswani et al., 2017), with grouped-query key/value heads.
+    r"""Multi-head attention (Vaswani et al., 2017) with GQA, QK-norm and RoPE options.
 
-    Queries, keys and values are projected by ``W_q``, ``W_k``, ``W_v``, split
-    into heads, combined by ``torch.nn.functional.scaled_dot_product_attention``
-    (softmax of ``q k^T / sqrt(head_dim)``), concatenated and projected by ``W_o``.
-    With ``num_kv_heads < num_heads`` it is grouped-query attention (Ainslie et
-    al., 2023): query head ``i`` reads key/value head ``i // (num_heads // num_kv_heads)``.
+    Queries, keys and values are projected by ``W_q``, ``W_k``, ``W_v`` and split
+    into heads; optionally normalized (QK-norm) and rotated (RoPE), in that order;
+    combined by ``torch.nn.functional.scaled_dot_product_attention`` (softmax of
+    ``scale * q k^T``); concatenated and projected back by ``W_o``.
+
+    * Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads <
+      num_heads``, query head ``i`` reads key/value head
+      ``i // (num_heads // num_kv_heads)``.
+    * QK-norm (Dehghani et al., 2023; Wortsman et al., 2023): see :data:`QK_NORMS`.
+      It is applied before RoPE, as in Qwen3, OLMo 2 and Gemma 3.
+    * RoPE (Su et al., 2021): half-split layout, base ``rope_theta``, positions
+      ``0 .. n-1`` for queries and keys (self-attention).
 
     Args:
         num_hiddens: model width ``d`` (last dimension of inputs and output).
-        num_heads: number of query heads; must divide ``num_hiddens``.
-        dropout: dropout probability on the attention weights (training only), in [0, 1).
+        num_heads: number of query heads ``h``.
+        dropout: dropout on the attention weights (training only), in [0, 1).
         bias: whether the four projections have biases (2017, BERT, GPT-2: yes; Llama: no).
-        num_kv_heads: number of key/value heads (default ``num_heads``); must divide ``num_heads``.
+        num_kv_heads: key/value heads (default ``num_heads``); must divide ``num_heads``.
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
+        head_dim: features per head (default ``num_hiddens // num_heads``, which then
+            must divide exactly); Qwen3 and Gemma 3 set it independently of ``d / h``.
+        qk_norm: ``None`` or one of :data:`QK_NORMS`.
+        qk_norm_eps: epsilon of the QK-norms (default 1e-6).
+        rope_theta: RoPE base; ``None`` (default) for no rotary embedding.
+        scale: the logit scale; default ``1 / sqrt(head_dim)`` (Gemma 3 uses
+            ``query_pre_attn_scalar ** -0.5``).
+
+    Attributes:
+        W_q, W_k, W_v, W_o: the projections (``nn.Linear``).
+        q_norm, k_norm: the QK-norms, or ``None``.
 
     Shape:
         ``forward(queries, keys, values, valid_lens=None)`` with queries
         ``(batch, num_queries, num_hiddens)``, keys and values
         ``(batch, num_keys, num_hiddens)``, ``valid_lens`` ``None``, ``(batch,)``
-        or ``(batch, num_queries)``; returns ``(batch, num_queries, num_hiddens)``.
+        or ``(batch, num_queries)`` (keys at positions >= the valid length are
+        masked); returns ``(batch, num_queries, num_hiddens)``.
 
     Raises:
-        ValueError: ``num_hiddens`` not divisible by ``num_heads``, ``num_heads``
-            not divisible by ``num_kv_heads``, dropout outside [0, 1); at call time,
-            inputs of the wrong rank or width, keys/values of different shapes,
-            or bad ``valid_lens`` (see :func:`valid_lens_mask`).
+        ValueError: ``num_hiddens`` not divisible by ``num_heads`` (without an explicit
+            ``head_dim``), ``num_heads`` not divisible by ``num_kv_heads``, an unknown
+            ``qk_norm`` (the message lists the allowed ones), an odd ``head_dim`` with
+            RoPE, dropout outside [0, 1); at call time, inputs of the wrong rank or
+            width, keys and values of different shapes, RoPE or causal attention with
+            different query and key lengths, or bad ``valid_lens`` (see
+            :func:`valid_lens_mask`).
         TypeError: arguments of the wrong type.
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
-                 num_kv_heads: int | None = None, causal: bool = False):
+                 num_kv_heads: int | None = None, causal: bool = False, head_dim: int | None = None,
+                 qk_norm: str | None = None, qk_norm_eps: float | None = None,
+                 rope_theta: float | None = None, scale: float | None = None):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
@@ -99,20 +210,54 @@ class MultiHeadAttention(nn.Module):
         self.dropout = check_probability("dropout", dropout)
         self.causal = check_bool("causal", causal)
         check_bool("bias", bias)
-        if self.num_hiddens % self.num_heads:
-            raise ValueError(f"num_hiddens={num_hiddens} must be divisible by num_heads={num_heads}")
+        if head_dim is None:
+            if self.num_hiddens % self.num_heads:
+                raise ValueError(f"num_hiddens={num_hiddens} must be divisible by num_heads={num_heads} "
+                                 "(or pass head_dim explicitly)")
+            head_dim = self.num_hiddens // self.num_heads
+        self.head_dim = check_positive_int("head_dim", head_dim)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}")
-        self.head_dim = self.num_hiddens // self.num_heads
-        kv_hiddens = self.num_kv_heads * self.head_dim
-        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS)
+        self.rope_theta = None if rope_theta is None else check_positive_float("rope_theta", rope_theta)
+        if self.rope_theta is not None and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
+        self.scale = None if scale is None else check_positive_float("scale", scale)
+
+        q_hiddens, kv_hiddens = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.W_q = nn.Linear(num_hiddens, q_hiddens, bias=bias)
         self.W_k = nn.Linear(num_hiddens, kv_hiddens, bias=bias)
         self.W_v = nn.Linear(num_hiddens, kv_hiddens, bias=bias)
-        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias)
 
-    def _split_heads(self, X: torch.Tensor, num_heads: int) -> torch.Tensor:
-        # (batch, steps, heads * head_dim) -> (batch, heads, steps, head_dim)
-        return X.unflatten(-1, (num_heads, self.head_dim)).transpose(1, 2)
+        eps = DEFAULT_EPS["rms"] if qk_norm_eps is None else check_positive_float("qk_norm_eps", qk_norm_eps)
+        if self.qk_norm == "per_head":
+            self.q_norm, self.k_norm = RMSNorm(self.head_dim, eps), RMSNorm(self.head_dim, eps)
+        elif self.qk_norm == "projection":
+            self.q_norm, self.k_norm = RMSNorm(q_hiddens, eps), RMSNorm(kv_hiddens, eps)
+        elif self.qk_norm == "per_head_distinct":
+            self.q_norm = HeadwiseRMSNorm(self.num_heads, self.head_dim, eps)
+            self.k_norm = HeadwiseRMSNorm(self.num_kv_heads, self.head_dim, eps)
+        else:
+            self.q_norm = self.k_norm = None
+        self._rotary_cache: dict = {}
+
+    def _rotary(self, num_steps: int, like: torch.Tensor):
+        key = (num_steps, like.device, like.dtype)
+        if key not in self._rotary_cache:
+            self._rotary_cache = {key: rotary_cos_sin(num_steps, self.head_dim, self.rope_theta,
+                                                      like.device, like.dtype)}
+        return self._rotary_cache[key]
+
+    def _project(self, X: torch.Tensor, W: nn.Linear, norm: nn.Module | None, num_heads: int) -> torch.Tensor:
+        """Project, QK-normalize, split into heads: (b, n, d) -> (b, heads, n, head_dim)."""
+        Y = W(X)
+        if norm is not None and self.qk_norm == "projection":
+            Y = norm(Y)
+        Y = Y.unflatten(-1, (num_heads, self.head_dim))  # (b, n, heads, head_dim)
+        if norm is not None and self.qk_norm != "projection":
+            Y = norm(Y)
+        return Y.transpose(1, 2)
 
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
         check_sequence_tensor("queries", queries, self.num_hiddens)
@@ -124,25 +269,33 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"queries and keys must have the same batch size, got {queries.shape[0]} and {keys.shape[0]}")
         batch_size, num_queries, _ = queries.shape
         num_keys = keys.shape[1]
-        if self.causal and num_queries != num_keys:
-            raise ValueError(f"causal attention needs as many queries as keys, got {num_queries} and {num_keys}")
+        if (self.causal or self.rope_theta is not None) and num_queries != num_keys:
+            raise ValueError("causal attention and RoPE need as many queries as keys (self-attention), "
+                             f"got {num_queries} queries and {num_keys} keys")
         mask = valid_lens_mask(valid_lens, batch_size, num_queries, num_keys, device=queries.device)
         if self.causal:
+            # An explicit mask, not SDPA's is_causal: on CPU its masked kernel is the faster one.
             causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=queries.device).tril()
             mask = causal if mask is None else mask & causal
 
-        q = self._split_heads(self.W_q(queries), self.num_heads)
-        k = self._split_heads(self.W_k(keys), self.num_kv_heads)
-        v = self._split_heads(self.W_v(values), self.num_kv_heads)
+        q = self._project(queries, self.W_q, self.q_norm, self.num_heads)
+        k = self._project(keys, self.W_k, self.k_norm, self.num_kv_heads)
+        v = self.W_v(values).unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        if self.rope_theta is not None:
+            cos, sin = self._rotary(num_queries, q)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        extra = {}
         if self.num_kv_heads != self.num_heads:
-            group = self.num_heads // self.num_kv_heads
-            k = k.repeat_interleave(group, dim=1)
-            v = v.repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
-        )
+            if _SDPA_HAS_GQA:  # SDPA reads the shared heads in place: no copies saved for backward
+                extra["enable_gqa"] = True
+            else:
+                group = self.num_heads // self.num_kv_heads
+                k = k.repeat_interleave(group, dim=1)
+                v = v.repeat_interleave(group, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
+                                             dropout_p=self.dropout if self.training else 0.0, **extra)
         return self.W_o(out.transpose(1, 2).flatten(-2))
 
     def extra_repr(self) -> str:
-        return (f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}, "
-                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, causal={self.causal}")
+        return (f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+                f"causal={self.causal}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}")

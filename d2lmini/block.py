@@ -104,6 +104,9 @@ class TransformerBlock(nn.Module):
         ffn_num_hiddens: FFN hidden width (default ``4d``, or ``round(8d/3)`` gated).
         eps: epsilon of every norm (default: 1e-5 for LayerNorm, 1e-6 for RMSNorm).
         causal: whether self-attention is causal (decoder-only language models).
+        head_dim, qk_norm, qk_norm_eps, rope_theta: passed to :class:`MultiHeadAttention`
+            (features per head; QK-norm variant; its epsilon; RoPE base or ``None``).
+        attn_scale: attention logit scale (default ``1/sqrt(head_dim)``).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
         attn_factory: zero-argument callable returning the attention module, called as
@@ -134,6 +137,8 @@ class TransformerBlock(nn.Module):
                  num_kv_heads: int | None = None, ffn_num_hiddens: int | None = None,
                  eps: float | None = None, causal: bool = False,
                  sublayer_norm_gain: float | None = None,
+                 head_dim: int | None = None, qk_norm: str | None = None, qk_norm_eps: float | None = None,
+                 rope_theta: float | None = None, attn_scale: float | None = None,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
         super().__init__()
@@ -144,7 +149,8 @@ class TransformerBlock(nn.Module):
             if factory is not None and not callable(factory):
                 raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
         self.attention = (attn_factory() if attn_factory is not None else
-                          MultiHeadAttention(num_hiddens, num_heads, dropout, bias, num_kv_heads, causal))
+                          MultiHeadAttention(num_hiddens, num_heads, dropout, bias, num_kv_heads, causal,
+                                             head_dim, qk_norm, qk_norm_eps, rope_theta, attn_scale))
         self.ffn = (ffn_factory() if ffn_factory is not None else
                     FeedForward(num_hiddens, ffn_num_hiddens, act, bias, dropout))
         for name, module in (("attn_factory", self.attention), ("ffn_factory", self.ffn)):
@@ -152,6 +158,10 @@ class TransformerBlock(nn.Module):
                 raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
         self.addnorm1 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain)
         self.addnorm2 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain)
+        # Kept for subclasses that add sublayers with the same settings.
+        self._settings = dict(num_hiddens=num_hiddens, num_heads=num_heads, dropout=dropout, bias=bias,
+                              num_kv_heads=num_kv_heads, head_dim=head_dim, placement=placement, norm=norm,
+                              eps=eps, sublayer_norm_gain=sublayer_norm_gain)
 
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         check_sequence_tensor("X", X, self.num_hiddens)
@@ -160,3 +170,46 @@ class TransformerBlock(nn.Module):
 
     def extra_repr(self) -> str:
         return f"placement={self.placement!r}, norm={self.norm!r}"
+
+
+class TransformerDecoderBlock(TransformerBlock):
+    r"""The decoder block of an encoder-decoder Transformer: three sublayers on one stream.
+
+    Causal self-attention, then cross-attention (queries from the decoder's stream,
+    keys and values from the encoder's outputs), then the FFN, each with its own
+    residual connection and norms placed as ``placement`` says (Vaswani et al., 2017,
+    Section 3.1). It takes every argument of :class:`TransformerBlock`; ``causal``
+    defaults to ``True``. The cross-attention is a plain :class:`MultiHeadAttention`
+    (same heads, ``head_dim`` and bias; no RoPE, no QK-norm).
+
+    Attributes:
+        attention, cross_attention, ffn: the three sublayers.
+        addnorm1, addnorm2, addnorm3: their residual connections (self-attention,
+            cross-attention, FFN).
+
+    Shape:
+        ``forward(X, enc_outputs, enc_valid_lens=None, valid_lens=None)``: ``X``
+        ``(b, n, d)``; ``enc_outputs`` ``(b, m, d)``; ``enc_valid_lens`` ``None`` or
+        ``(b,)`` (encoder padding); ``valid_lens`` ``None``, ``(b,)`` or ``(b, n)``
+        (decoder padding, combined with the causal mask). Returns ``(b, n, d)``.
+
+    Raises:
+        ValueError / TypeError: as :class:`TransformerBlock`; at call time also for
+            ``enc_outputs`` that is not ``(b, m, d)`` or bad ``enc_valid_lens``.
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, causal: bool = True, **kwargs):
+        super().__init__(num_hiddens, num_heads, causal=causal, **kwargs)
+        st = self._settings
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, st["dropout"], st["bias"],
+                                                  st["num_kv_heads"], head_dim=st["head_dim"])
+        self.addnorm3 = AddNorm(num_hiddens, st["placement"], st["norm"], st["eps"], st["dropout"],
+                                st["sublayer_norm_gain"])
+
+    def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
+                valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        check_sequence_tensor("X", X, self.num_hiddens)
+        check_sequence_tensor("enc_outputs", enc_outputs, self.num_hiddens)
+        X = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
+        X = self.addnorm2(X, lambda Y: self.cross_attention(Y, enc_outputs, enc_outputs, enc_valid_lens))
+        return self.addnorm3(X, self.ffn)

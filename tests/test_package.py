@@ -286,3 +286,96 @@ def test_errors_survive_python_dash_O():
     )
     out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
     assert "raised: num_hiddens=30 must be divisible by num_heads=4" in out.stdout
+
+
+# --------------------------------------------------------------------------- QK-norm, RoPE, head_dim, scale
+
+
+def test_qk_norm_variants_normalize_where_the_models_do():
+    X = torch.randn(2, 6, 32)
+    for variant in d2lmini.QK_NORMS:
+        mha = MultiHeadAttention(32, 4, num_kv_heads=2, qk_norm=variant)
+        q = mha._project(X, mha.W_q, mha.q_norm, 4)  # (b, heads, n, head_dim)
+        if variant == "projection":  # RMS 1 over all heads' features of a token
+            rms = q.transpose(1, 2).flatten(-2).pow(2).mean(-1).sqrt()
+        else:  # RMS 1 within every head
+            rms = q.pow(2).mean(-1).sqrt()
+        torch.testing.assert_close(rms, torch.ones_like(rms), atol=1e-4, rtol=0)
+    distinct = MultiHeadAttention(32, 4, num_kv_heads=2, qk_norm="per_head_distinct")
+    assert distinct.q_norm.weight.shape == (4, 8) and distinct.k_norm.weight.shape == (2, 8)
+    shared = MultiHeadAttention(32, 4, qk_norm="per_head")
+    assert shared.q_norm.weight.shape == (8,)
+
+
+def test_qk_norm_makes_attention_invariant_to_the_scale_of_w_q_and_w_k():
+    mha = MultiHeadAttention(32, 4, qk_norm="per_head")
+    X = torch.randn(2, 6, 32)
+    before = mha(X, X, X)
+    with torch.no_grad():
+        mha.W_q.weight.mul_(50.0)
+        mha.W_k.weight.mul_(50.0)
+    torch.testing.assert_close(mha(X, X, X), before, atol=1e-4, rtol=1e-4)
+
+
+def test_rope_scores_depend_only_on_relative_position():
+    cos, sin = d2lmini.rotary_cos_sin(12, 8, theta=100.0)
+    q, k = torch.randn(8), torch.randn(8)
+    Q = d2lmini.apply_rotary(q.expand(1, 1, 12, 8), cos, sin)[0, 0]
+    K = d2lmini.apply_rotary(k.expand(1, 1, 12, 8), cos, sin)[0, 0]
+    scores = Q @ K.T  # scores[i, j] = <R_i q, R_j k> depends only on j - i
+    for offset in (-3, 0, 2):
+        diagonal = torch.diagonal(scores, offset)
+        torch.testing.assert_close(diagonal, diagonal[0].expand_as(diagonal), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(Q.norm(dim=-1), q.norm().expand(12))  # a rotation keeps lengths
+
+
+def test_rope_is_applied_after_qk_norm():
+    """QK-norm after RoPE would normalize rotated pairs -- a known bug class."""
+    mha = MultiHeadAttention(32, 2, qk_norm="per_head", rope_theta=10000.0)
+    with torch.no_grad():
+        mha.q_norm.weight.uniform_(0.5, 2.0)
+    X = torch.randn(1, 5, 32)
+    q = mha._project(X, mha.W_q, mha.q_norm, 2)
+    cos, sin = d2lmini.rotary_cos_sin(5, 16, 10000.0)
+    expected = d2lmini.apply_rotary(q, cos, sin)  # norm first, then rotate
+    wrong = mha.q_norm(d2lmini.apply_rotary(mha.W_q(X).unflatten(-1, (2, 16)).transpose(1, 2), cos, sin)
+                       .transpose(1, 2)).transpose(1, 2)
+    assert not torch.allclose(expected, wrong, atol=1e-3)
+
+
+def test_head_dim_and_scale_override():
+    mha = MultiHeadAttention(48, 4, head_dim=16, scale=0.05)  # 4 * 16 != 48 is allowed
+    assert mha.W_q.out_features == 64 and mha.W_o.in_features == 64
+    X = torch.randn(1, 3, 48)
+    q = mha.W_q(X).unflatten(-1, (4, 16)).transpose(1, 2)
+    k = mha.W_k(X).unflatten(-1, (4, 16)).transpose(1, 2)
+    v = mha.W_v(X).unflatten(-1, (4, 16)).transpose(1, 2)
+    weights = torch.softmax(0.05 * q @ k.transpose(-1, -2), dim=-1)
+    expected = mha.W_o((weights @ v).transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(mha(X, X, X), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_bad_qk_norm_and_rope_arguments():
+    with pytest.raises(ValueError, match="per_head"):
+        MultiHeadAttention(32, 4, qk_norm="after_rope")
+    with pytest.raises(ValueError, match="even head_dim"):
+        MultiHeadAttention(30, 2, rope_theta=10000.0)
+    with pytest.raises(ValueError, match="as many queries as keys"):
+        MultiHeadAttention(32, 4, rope_theta=10000.0)(torch.randn(1, 3, 32), torch.randn(1, 5, 32), torch.randn(1, 5, 32))
+
+
+def test_every_catalogued_misuse_raises_a_clear_error():
+    from d2lmini.misuse import MISUSES, misuse_table
+
+    rows = misuse_table()
+    assert len(rows) == len(MISUSES)
+    for row in rows:
+        assert row["error"] in ("ValueError", "TypeError"), row
+        assert len(row["message"]) > 20, row
+
+
+def test_catalogued_misuses_raise_under_python_dash_O():
+    code = ("from d2lmini.misuse import misuse_table\n"
+            "print(sorted({row['error'] for row in misuse_table()}))\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['TypeError', 'ValueError']"
