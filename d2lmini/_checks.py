@@ -74,3 +74,14 @@ def check_sequence_tensor(name: str, X, num_hiddens: int) -> torch.Tensor:
             f"{name} must have last dimension num_hiddens={num_hiddens}, got shape {tuple(X.shape)}"
         )
     return X
+
+
+def check_dtype_matches(name: str, X: torch.Tensor, module: torch.nn.Module) -> None:
+    """Raise a clear TypeError when ``X``'s dtype differs from ``module``'s weights (outside autocast)."""
+    weight = next(module.parameters(), None)
+    if weight is None or X.dtype == weight.dtype or torch.is_autocast_enabled(X.device.type):
+        return
+    raise TypeError(
+        f"{name} has dtype {X.dtype} but the module's weights are {weight.dtype}; "
+        f"convert one of them, e.g. module.to({X.dtype}) or {name}.to({weight.dtype})"
+    )

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import (check_bool, check_choice, check_positive_float, check_positive_int, check_probability,
-                      check_sequence_tensor)
+from ._checks import (check_bool, check_choice, check_dtype_matches, check_positive_float, check_positive_int,
+                      check_probability, check_sequence_tensor)
 from .norms import DEFAULT_EPS, RMSNorm
 
 #: QK-norm variants accepted by ``MultiHeadAttention(qk_norm=...)``; all are RMSNorms
@@ -260,7 +260,13 @@ class MultiHeadAttention(nn.Module):
         return Y.transpose(1, 2)
 
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
+        """Attend from ``queries`` (b, q, d) to ``keys``/``values`` (b, k, d); returns (b, q, d).
+
+        ``valid_lens``: ``None``, ``(b,)`` or ``(b, q)`` integer lengths in ``[1, k]``;
+        keys at positions >= the length are masked. See the class docstring for errors.
+        """
         check_sequence_tensor("queries", queries, self.num_hiddens)
+        check_dtype_matches("queries", queries, self)
         check_sequence_tensor("keys", keys, self.num_hiddens)
         check_sequence_tensor("values", values, self.num_hiddens)
         if keys.shape != values.shape:

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_positive_int, check_probability, check_sequence_tensor
+from ._checks import check_choice, check_dtype_matches, check_positive_int, check_probability, check_sequence_tensor
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
 from .norms import NORMS, make_norm
@@ -74,7 +74,8 @@ class AddNorm(nn.Module):
         self.norm_post = make_norm(norm, num_hiddens, eps) if placement == "post" else None
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
-    def forward(self, X: torch.Tensor, branch: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def forward(self, X: torch.Tensor,
+                branch: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         Y = branch(X if self.norm_in is None else self.norm_in(X))
         if self.norm_out is not None:
             Y = self.norm_out(Y)
@@ -97,8 +98,9 @@ class TransformerBlock(nn.Module):
         dropout: dropout on attention weights, FFN hidden units and each branch
             output before it is added (training only), in [0, 1).
         norm: ``'layer'`` (LayerNorm) or ``'rms'`` (RMSNorm).
-        act: FFN activation, one of :data:`d2lmini.ffn.ACTS`.
-        placement: where the norms go, one of :data:`PLACEMENTS`.
+        act: FFN activation: ``'relu'``, ``'gelu'``, ``'gelu_tanh'``, ``'swiglu'`` or ``'geglu'``.
+        placement: where the norms go: ``'post'``, ``'pre'``, ``'post_sublayer'`` or
+            ``'sandwich'`` (see :data:`PLACEMENTS`).
         bias: whether the attention and FFN linear layers have biases.
         num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
         ffn_num_hiddens: FFN hidden width (default ``4d``, or ``round(8d/3)`` gated).
@@ -127,9 +129,10 @@ class TransformerBlock(nn.Module):
     Raises:
         ValueError: an unknown ``norm``, ``act`` or ``placement`` (the message lists
             the allowed names), ``num_hiddens`` not divisible by ``num_heads``,
-            ``num_heads`` not divisible by ``num_kv_heads``, negative dropout; at
+            ``num_heads`` not divisible by ``num_kv_heads``, dropout outside [0, 1); at
             call time an input that is not ``(b, n, d)`` or bad ``valid_lens``.
-        TypeError: arguments or inputs of the wrong type.
+        TypeError: arguments or inputs of the wrong type, or an input whose dtype
+            differs from the block's weights.
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, norm: str = "rms",
@@ -164,7 +167,13 @@ class TransformerBlock(nn.Module):
                               eps=eps, sublayer_norm_gain=sublayer_norm_gain)
 
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        """Apply the block to ``X`` (b, n, d); ``valid_lens`` ``None``, (b,) or (b, n). Returns (b, n, d).
+
+        Raises ``ValueError``/``TypeError`` for an input that is not a floating
+        (b, n, d) tensor of the block's dtype, or bad ``valid_lens``.
+        """
         check_sequence_tensor("X", X, self.num_hiddens)
+        check_dtype_matches("X", X, self)
         X = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
         return self.addnorm2(X, self.ffn)
 
@@ -208,7 +217,9 @@ class TransformerDecoderBlock(TransformerBlock):
 
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        """Self-attend (causally), cross-attend to ``enc_outputs`` (b, m, d), then the FFN; returns (b, n, d)."""
         check_sequence_tensor("X", X, self.num_hiddens)
+        check_dtype_matches("X", X, self)
         check_sequence_tensor("enc_outputs", enc_outputs, self.num_hiddens)
         X = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
         X = self.addnorm2(X, lambda Y: self.cross_attention(Y, enc_outputs, enc_outputs, enc_valid_lens))

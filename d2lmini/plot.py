@@ -30,8 +30,9 @@ PLACEMENT_LABELS = {
     "sandwich": "sandwich (Gemma 2/3)",
     "sandwich_scaled": "depth-scaled sandwich",
 }
-#: One colour per attention weight, for gradient plots.
-WEIGHT_COLORS = {"W_q": "#1f77b4", "W_k": "#17becf", "W_v": "#d62728", "W_o": "#ff7f0e"}
+#: Colours of the attention weights in gradient plots: queries/keys blue, values/outputs red
+#: (the second of each pair is drawn dashed).
+WEIGHT_COLORS = {"W_q": "#1f5fa8", "W_k": "#1f5fa8", "W_v": "#c0392b", "W_o": "#c0392b"}
 
 STYLE = {
     "font.size": 11,
@@ -102,7 +103,7 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
     probes = list(probes)
     if fig is None:
         with matplotlib.rc_context(STYLE):
-            fig, axes = new_figure(3, width=9.5, height=3.4)
+            fig, axes = new_figure(3, width=8.0, height=3.1)
     labels = labels or [PLACEMENT_LABELS.get(p.config["placement"], p.config["placement"]) for p in probes]
     with matplotlib.rc_context(STYLE):
         for probe, label in zip(probes, labels):

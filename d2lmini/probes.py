@@ -140,8 +140,9 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> DepthProbe:
     r"""Push one random sequence through ``depth`` fresh blocks and measure every depth.
 
-    The stack is ``depth`` :class:`~d2lmini.block.TransformerBlock` s (bidirectional
-    self-attention, no dropout, no biases) with the given placement, norm and
+    The stack is ``depth`` blocks (:class:`~d2lmini.block.TransformerBlock`;
+    bidirectional self-attention, no dropout, no biases -- at initialization biases
+    are zero, so leaving them out changes nothing) with the given placement, norm and
     activation, every linear weight drawn by ``init``. The input is one sequence
     ``X_0`` of ``num_steps`` tokens with i.i.d. standard normal entries. After every
     block it records the stream RMS and the token spread. Then it backpropagates
@@ -163,13 +164,15 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
         placement: ``'post'``, ``'pre'``, ``'post_sublayer'`` or ``'sandwich'``.
         norm: ``'layer'`` or ``'rms'``.
         depth: number of blocks ``L`` (>= 1).
-        num_hiddens, num_heads, num_steps: model width ``d``, heads, sequence length ``n``.
+        num_hiddens, num_heads, num_steps: model width ``d``, heads, sequence length ``n`` (>= 2).
         act: FFN activation (default ``'relu'``, as in 2017).
         init: one of :data:`INITS`.
         sublayer_norm_gain: initial gain of the sublayer-output norms
             (``'post_sublayer'``/``'sandwich'`` only), e.g. ``1/sqrt(depth)``.
         seed: seeds the weights, the input and the read-out.
-        dtype, device: where the computation runs (results are returned as floats).
+        dtype: floating-point type of weights and activations (float64 shows values
+            below float32's resolution; results are returned as Python floats).
+        device: where the computation runs.
 
     Returns:
         A :class:`DepthProbe` with ``depth + 1`` stream measurements and ``depth``
@@ -181,6 +184,8 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
     """
     depth = check_positive_int("depth", depth)
     num_steps = check_positive_int("num_steps", num_steps)
+    if num_steps < 2:
+        raise ValueError(f"num_steps must be >= 2 (token spread compares tokens), got {num_steps}")
     check_choice("init", init, INITS)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
@@ -232,7 +237,8 @@ def depth_table(probes, ks=(8, 16, 32)):
 
     Returns:
         ``pandas.DataFrame`` indexed by (placement, k) with columns stream RMS,
-        token spread, the four attention gradient norms and the q,k/v,o ratio.
+        token spread, the gradient norms of block k's ``W_q`` and ``W_v`` and its
+        q,k : v,o ratio (:meth:`DepthProbe.qk_vo_ratio`, which uses all four).
 
     Raises:
         ValueError: if a ``k`` exceeds a probe's depth.
@@ -240,8 +246,7 @@ def depth_table(probes, ks=(8, 16, 32)):
     import pandas as pd  # the book has pandas; the package itself does not need it
 
     columns = {"stream_rms": "stream RMS", "token_spread": "token spread",
-               "grad_W_q": "|∇W_q|", "grad_W_k": "|∇W_k|", "grad_W_v": "|∇W_v|", "grad_W_o": "|∇W_o|",
-               "qk_vo_ratio": "q,k / v,o"}
+               "grad_W_q": "‖∇W_q‖", "grad_W_v": "‖∇W_v‖", "qk_vo_ratio": "q,k : v,o"}
     rows = [probe.at(k) for probe in probes for k in ks]
     frame = pd.DataFrame(rows).set_index(["placement", "k"])
     return frame[list(columns)].rename(columns=columns)

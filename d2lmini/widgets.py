@@ -22,8 +22,8 @@ class DepthExplorer:
     Controls: a depth slider ``L`` (1 to ``max_depth``), a placement dropdown and
     a norm toggle. For the chosen stack it shows, per depth, the stream RMS, the
     token spread and the gradient norms of every block's ``W_q, W_k, W_v, W_o``
-    (:func:`d2lmini.probes.probe_depth`). Each (placement, norm, depth) is probed
-    once and cached.
+    (:func:`d2lmini.probes.probe_depth`). Each (placement, norm, depth) is probed and
+    drawn once; moving back to it shows the cached picture.
 
     Args:
         max_depth: largest depth on the slider (default 64).
@@ -40,21 +40,31 @@ class DepthExplorer:
 
     Raises:
         ValueError: for an initial value outside the allowed ones.
+        TypeError: for a keyword that :func:`~d2lmini.probes.probe_depth` does not take.
     """
 
     def __init__(self, max_depth: int = 64, depth: int = 32, placement: str = "post", norm: str = "layer",
                  **probe_kwargs):
+        import inspect
+
         import ipywidgets as widgets
 
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+            raise ValueError(f"max_depth must be an int >= 1, got {max_depth!r}")
         if not 1 <= depth <= max_depth:
             raise ValueError(f"depth must be in [1, max_depth={max_depth}], got {depth}")
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        allowed = set(inspect.signature(probe_depth).parameters) - {"placement", "norm", "depth"}
+        unknown = sorted(set(probe_kwargs) - allowed)
+        if unknown:
+            raise TypeError(f"unknown probe_depth arguments {unknown}; allowed: {sorted(allowed)}")
         self.max_depth = max_depth
         self.probe_kwargs = probe_kwargs
-        self._cache = {}
+        self._cache = {}   # (placement, norm, depth) -> DepthProbe
+        self._frames = {}  # (placement, norm, depth) -> PNG bytes
         self.depth_slider = widgets.IntSlider(value=depth, min=1, max=max_depth, description="depth L",
                                               continuous_update=False)
         self.placement_dropdown = widgets.Dropdown(
@@ -62,7 +72,7 @@ class DepthExplorer:
         self.norm_toggle = widgets.ToggleButtons(options=[("LayerNorm", "layer"), ("RMSNorm", "rms")],
                                                  value=norm, description="norm")
         self.image = widgets.Image(format="png")
-        self.fig, self.axes = new_figure(3, width=10.5, height=3.2)
+        self.fig, self.axes = new_figure(3, width=10.0, height=3.4)
         for control in (self.depth_slider, self.placement_dropdown, self.norm_toggle):
             control.observe(self._on_change, names="value")
         self.widget = widgets.VBox([widgets.HBox([self.placement_dropdown, self.depth_slider]),
@@ -79,12 +89,22 @@ class DepthExplorer:
     def _on_change(self, change) -> None:
         self.update()
 
+    def frame(self, placement: str, norm: str, depth: int) -> bytes:
+        """The PNG picture of one configuration, drawn once and then cached."""
+        key = (placement, norm, depth)
+        if key not in self._frames:
+            self._draw(placement, norm, depth)
+            self._frames[key] = figure_png(self.fig)
+        return self._frames[key]
+
     def update(self) -> None:
-        """Redraw the figure for the controls' current values."""
+        """Show the picture for the controls' current values."""
+        self.image.value = self.frame(self.placement_dropdown.value, self.norm_toggle.value,
+                                      self.depth_slider.value)
+
+    def _draw(self, placement: str, norm: str, depth: int) -> None:
         import matplotlib
 
-        placement, norm = self.placement_dropdown.value, self.norm_toggle.value
-        depth = self.depth_slider.value
         result = self.probe(placement, norm, depth)
         color = PLACEMENT_COLORS[placement]
         ks = range(depth + 1)
@@ -92,22 +112,24 @@ class DepthExplorer:
         with matplotlib.rc_context(STYLE):
             for ax in self.axes:
                 ax.clear()
-            self.axes[0].plot(ks, result.stream_rms, color=color)
-            self.axes[0].set(xlabel="depth k", ylabel="stream RMS", title="Size of the stream", ylim=(0, None))
-            self.axes[1].semilogy(ks, result.token_spread, color=color)
-            self.axes[1].set(xlabel="depth k", ylabel="token spread", title="Token spread")
+            rms, spread, grads = self.axes
+            rms.plot(ks, result.stream_rms, color=color)
+            rms.set(xlabel="depth k", ylabel="stream RMS", title="Size of the stream",
+                    ylim=(0, max(1.5, 1.15 * max(result.stream_rms))))
+            spread.semilogy(ks, result.token_spread, color=color)
+            spread.set(xlabel="depth k", ylabel="token spread", title="Token spread", ylim=(1e-6, 2.0))
             for name in ATTENTION_WEIGHTS:
-                self.axes[2].semilogy(blocks, result.grad_norms[name], color=WEIGHT_COLORS[name], label=name,
-                                      marker="." if depth < 16 else None)
-            self.axes[2].set(xlabel="block k", ylabel="gradient norm", title="Gradient per block")
-            self.axes[2].legend(loc="lower left", ncol=2)
+                grads.semilogy(blocks, result.grad_norms[name], color=WEIGHT_COLORS[name], label=name,
+                               linestyle="--" if name in ("W_k", "W_o") else "-",
+                               marker="." if depth < 16 else None)
+            grads.set(xlabel="depth k", ylabel="gradient norm", title="Gradient per block")
+            grads.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
             for ax in self.axes:
                 ax.set_xlim(0, self.max_depth)
                 ax.grid(True, alpha=0.3)
             self.fig.suptitle(f"{PLACEMENT_LABELS[placement]}, {'LayerNorm' if norm == 'layer' else 'RMSNorm'}, "
                               f"L = {depth}: RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
                               f"top-block q,k/v,o gradient ratio {result.qk_vo_ratio(depth):.1e}", fontsize=10)
-        self.image.value = figure_png(self.fig)
 
     def _ipython_display_(self):
         from IPython.display import display

@@ -216,7 +216,7 @@ def test_probe_does_not_disturb_the_global_rng():
 
 def test_depth_table_has_one_row_per_placement_and_depth(probes):
     table = d2lmini.depth_table(probes.values(), ks=(8, 16, 32))
-    assert table.shape == (6, 7)
+    assert table.shape == (6, 5)
     assert table.loc[("post", 32), "stream RMS"] == pytest.approx(1.0, abs=1e-5)
 
 
