@@ -30,6 +30,7 @@ MISUSES = (
     ("valid_lens longer than the sequence", "block(X, valid_lens=torch.tensor([6, 2]))"),
     ("valid_lens of zero (a query that sees no key)", "block(X, valid_lens=torch.tensor([5, 0]))"),
     ("valid_lens as a Python list", "block(X, valid_lens=[5, 2])"),
+    ("float64 input to a float32 block", "block(X.double())"),
     ("keys and values of different shapes", "mha(X, torch.randn(2, 4, 32), torch.randn(2, 6, 32))"),
     ("sublayer_norm_gain on a placement without a sublayer-output norm",
      "TransformerBlock(32, 4, placement='pre', sublayer_norm_gain=0.1)"),

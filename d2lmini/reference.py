@@ -163,6 +163,13 @@ def from_bert_layer(layer, config) -> TransformerBlock:
 
     Post-LN, LayerNorm with ``config.layer_norm_eps`` (1e-12 in BERT), exact GELU,
     biases everywhere, bidirectional attention.
+    
+    Args:
+        layer: the Hugging Face layer (its weights are copied, not shared).
+        config: the layer's configuration object.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
     """
     attn = layer.attention.self
     block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="layer",
@@ -186,6 +193,13 @@ def from_gpt2_block(layer, config) -> TransformerBlock:
     Pre-LN, LayerNorm (eps 1e-5), tanh-approximated GELU, biases, causal attention.
     GPT-2 stores its projections as ``Conv1D`` with weights of shape (in, out):
     they are transposed into ``nn.Linear``'s (out, in).
+
+    Args:
+        layer: the Hugging Face layer (its weights are copied, not shared).
+        config: the layer's configuration object.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
 
     Raises:
         ValueError: for GPT-2 options d2lmini does not implement
@@ -255,6 +269,13 @@ def from_llama_layer(layer, config) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``LlamaDecoderLayer`` (Llama 3).
 
     Pre-LN with RMSNorm, grouped-query attention, RoPE (``rope_theta``), SwiGLU, no biases.
+    
+    Args:
+        layer: the Hugging Face layer (its weights are copied, not shared).
+        config: the layer's configuration object.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
     """
     block = _gated_decoder(layer, config, "pre", None)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
@@ -267,6 +288,13 @@ def from_qwen3_layer(layer, config) -> TransformerBlock:
 
     As Llama, plus QK-norm per head with one gain shared by all heads, and a
     ``head_dim`` set independently of ``hidden_size / num_attention_heads``.
+
+    Args:
+        layer: the Hugging Face layer (its weights are copied, not shared).
+        config: the layer's configuration object.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
 
     Raises:
         ValueError: for a sliding-window layer (d2lmini has no sliding window).
@@ -285,6 +313,13 @@ def from_olmo2_layer(layer, config) -> TransformerBlock:
     RMSNorm on each sublayer's *output* inside the residual branch
     (``placement='post_sublayer'``), QK-norm over the whole q and k projections
     before the head split, RoPE, SwiGLU.
+    
+    Args:
+        layer: the Hugging Face layer (its weights are copied, not shared).
+        config: the layer's configuration object.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
     """
     block = _gated_decoder(layer, config, "post_sublayer", "projection")
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
@@ -299,6 +334,13 @@ def from_gemma3_layer(layer, config) -> TransformerBlock:
     ``1 + w``, QK-norm per head (shared gain), logit scale
     ``query_pre_attn_scalar ** -0.5``, GeGLU with tanh GELU, RoPE with the global
     layers' base.
+
+    Args:
+        layer: the Hugging Face layer (its weights are copied, not shared).
+        config: the layer's configuration object.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
 
     Raises:
         ValueError: for a sliding-window (local) layer, or logit soft-capping.
