@@ -163,7 +163,7 @@ def from_bert_layer(layer, config) -> TransformerBlock:
 
     Post-LN, LayerNorm with ``config.layer_norm_eps`` (1e-12 in BERT), exact GELU,
     biases everywhere, bidirectional attention.
-    
+
     Args:
         layer: the Hugging Face layer (its weights are copied, not shared).
         config: the layer's configuration object.
@@ -269,7 +269,7 @@ def from_llama_layer(layer, config) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``LlamaDecoderLayer`` (Llama 3).
 
     Pre-LN with RMSNorm, grouped-query attention, RoPE (``rope_theta``), SwiGLU, no biases.
-    
+
     Args:
         layer: the Hugging Face layer (its weights are copied, not shared).
         config: the layer's configuration object.
@@ -313,7 +313,7 @@ def from_olmo2_layer(layer, config) -> TransformerBlock:
     RMSNorm on each sublayer's *output* inside the residual branch
     (``placement='post_sublayer'``), QK-norm over the whole q and k projections
     before the head split, RoPE, SwiGLU.
-    
+
     Args:
         layer: the Hugging Face layer (its weights are copied, not shared).
         config: the layer's configuration object.
