@@ -10,14 +10,15 @@ from .block import PLACEMENTS, AddNorm, TransformerBlock, TransformerDecoderBloc
 from .ffn import ACTS, FeedForward, default_ffn_num_hiddens
 from .norms import NORMS, RMSNorm, make_norm
 from .notebook import glue
-from .probes import DepthProbe, depth_table, init_linear_weights_, probe_depth, stream_rms, token_spread
+from .probes import (PROBED_PLACEMENTS, DepthProbe, depth_table, init_linear_weights_, probe_depth, probe_placements,
+                     stream_rms, token_spread)
 from .widgets import DepthExplorer, depth_explorer
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ACTS", "NORMS", "PLACEMENTS", "QK_NORMS",
+    "ACTS", "NORMS", "PLACEMENTS", "PROBED_PLACEMENTS", "QK_NORMS",
     "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "MultiHeadAttention", "RMSNorm", "TransformerBlock", "TransformerDecoderBlock", "apply_rotary", "rotary_cos_sin",
-    "default_ffn_num_hiddens", "depth_explorer", "depth_table", "glue", "init_linear_weights_", "make_norm", "probe_depth",
+    "default_ffn_num_hiddens", "depth_explorer", "depth_table", "glue", "init_linear_weights_", "make_norm", "probe_depth", "probe_placements",
     "stream_rms", "token_spread", "valid_lens_mask",
 ]

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_dtype_matches, check_positive_int, check_probability, check_sequence_tensor
+from ._checks import check_bool, check_choice, check_dtype_matches, check_positive_int, check_probability, check_sequence_tensor
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
 from .norms import NORMS, make_norm
@@ -47,6 +47,9 @@ class AddNorm(nn.Module):
         dropout: dropout on the branch output before it is added, in [0, 1).
         sublayer_norm_gain: initial gain of ``norm_out`` (e.g. ``1/sqrt(L)`` for
             a depth-scaled sandwich); only for :data:`SUBLAYER_NORM_PLACEMENTS`.
+        residual: ``True`` adds the branch to the stream; ``False`` *replaces* the stream
+            by the branch (no skip connection; for the experiments of the chapter
+            "Residual connections", He et al. 2016).
 
     Shape:
         ``forward(X, branch)``: ``X`` is ``(b, n, d)``; ``branch`` is a callable
@@ -59,9 +62,11 @@ class AddNorm(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, placement: str = "pre", norm: str = "rms",
-                 eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None):
+                 eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None,
+                 residual: bool = True):
         super().__init__()
         self.placement = check_choice("placement", placement, PLACEMENTS)
+        self.residual = check_bool("residual", residual)
         check_choice("norm", norm, NORMS)
         if sublayer_norm_gain is not None and placement not in SUBLAYER_NORM_PLACEMENTS:
             raise ValueError(
@@ -79,7 +84,7 @@ class AddNorm(nn.Module):
         Y = branch(X if self.norm_in is None else self.norm_in(X))
         if self.norm_out is not None:
             Y = self.norm_out(Y)
-        X = X + self.dropout(Y)
+        X = X + self.dropout(Y) if self.residual else self.dropout(Y)
         return X if self.norm_post is None else self.norm_post(X)
 
 
@@ -109,6 +114,7 @@ class TransformerBlock(nn.Module):
         head_dim, qk_norm, qk_norm_eps, rope_theta: passed to :class:`MultiHeadAttention`
             (features per head; QK-norm variant; its epsilon; RoPE base or ``None``).
         attn_scale: attention logit scale (default ``1/sqrt(head_dim)``).
+        residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
         attn_factory: zero-argument callable returning the attention module, called as
@@ -141,7 +147,7 @@ class TransformerBlock(nn.Module):
                  eps: float | None = None, causal: bool = False,
                  sublayer_norm_gain: float | None = None,
                  head_dim: int | None = None, qk_norm: str | None = None, qk_norm_eps: float | None = None,
-                 rope_theta: float | None = None, attn_scale: float | None = None,
+                 rope_theta: float | None = None, attn_scale: float | None = None, residual: bool = True,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
         super().__init__()
@@ -159,12 +165,12 @@ class TransformerBlock(nn.Module):
         for name, module in (("attn_factory", self.attention), ("ffn_factory", self.ffn)):
             if not isinstance(module, nn.Module):
                 raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
-        self.addnorm1 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain)
-        self.addnorm2 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain)
+        self.addnorm1 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain, residual)
+        self.addnorm2 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain, residual)
         # Kept for subclasses that add sublayers with the same settings.
         self._settings = dict(num_hiddens=num_hiddens, num_heads=num_heads, dropout=dropout, bias=bias,
                               num_kv_heads=num_kv_heads, head_dim=head_dim, placement=placement, norm=norm,
-                              eps=eps, sublayer_norm_gain=sublayer_norm_gain)
+                              eps=eps, sublayer_norm_gain=sublayer_norm_gain, residual=residual)
 
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the block to ``X`` (b, n, d); ``valid_lens`` ``None``, (b,) or (b, n). Returns (b, n, d).
@@ -213,7 +219,7 @@ class TransformerDecoderBlock(TransformerBlock):
         self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, st["dropout"], st["bias"],
                                                   st["num_kv_heads"], head_dim=st["head_dim"])
         self.addnorm3 = AddNorm(num_hiddens, st["placement"], st["norm"], st["eps"], st["dropout"],
-                                st["sublayer_norm_gain"])
+                                st["sublayer_norm_gain"], st["residual"])
 
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:

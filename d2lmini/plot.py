@@ -104,13 +104,10 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
     if fig is None:
         with matplotlib.rc_context(STYLE):
             fig, axes = new_figure(3, width=8.0, height=3.1)
-    labels = labels or [PLACEMENT_LABELS.get(p.config["placement"], p.config["placement"]) for p in probes]
+    labels = labels or [PLACEMENT_LABELS.get(p.key, p.key) for p in probes]
     with matplotlib.rc_context(STYLE):
         for probe, label in zip(probes, labels):
-            key = probe.config["placement"]
-            if key == "sandwich" and probe.config.get("sublayer_norm_gain") is not None:
-                key = "sandwich_scaled"
-            color = PLACEMENT_COLORS.get(key)
+            color = PLACEMENT_COLORS.get(probe.key)
             ks = range(probe.depth + 1)
             axes[0].plot(ks, probe.stream_rms, color=color, label=label)
             axes[1].semilogy(ks, probe.token_spread, color=color, label=label)
@@ -126,5 +123,120 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
             if mark_depth is not None:
                 ax.axvline(mark_depth, color="0.4", linestyle="--", linewidth=1)
         axes[0].set_ylim(bottom=0)
-        axes[0].legend(loc="upper left")
+        if len(probes) <= 2:
+            axes[0].legend(loc="upper left")
+        else:  # many curves: one legend above the panels
+            fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center",
+                       ncol=min(len(probes), 3), frameon=False)
+    return fig
+
+
+def plot_loss_curves(results: dict, window: int = 20, fig=None, ax=None, title: str | None = None,
+                     colors: dict | None = None):
+    """Training-loss curves (moving average over ``window`` steps) of several runs on one axis.
+
+    Args:
+        results: ``{label: TrainResult}`` (see :mod:`d2lmini.train`).
+        window: moving-average window in steps.
+        fig, ax: draw into this axis instead of a new figure.
+        title: the axis title.
+        colors: optional ``{label: colour}``.
+
+    Returns:
+        The figure. Runs that diverged end where their loss stopped being finite.
+    """
+    if fig is None:
+        fig, ax = new_figure(1, width=6.5, height=3.2)
+    with matplotlib.rc_context(STYLE):
+        for label, result in results.items():
+            curve = result.smoothed(window)
+            ax.plot(range(1, len(curve) + 1), curve, label=label, color=(colors or {}).get(label))
+        ax.set(xlabel="training step", ylabel=f"training loss (nats/char, {window}-step mean)")
+        if title:
+            ax.set_title(title)
+        ax.legend(loc="upper right")
+    return fig
+
+
+#: The update each placement applies, as printed under its diagram.
+PLACEMENT_FORMULAS = {
+    "post": r"$x \leftarrow \mathrm{N}(x + F(x))$",
+    "pre": r"$x \leftarrow x + F(\mathrm{N}(x))$",
+    "post_sublayer": r"$x \leftarrow x + \mathrm{N}(F(x))$",
+    "sandwich": r"$x \leftarrow x + \mathrm{N}(F(\mathrm{N}(x)))$",
+    "sandwich_scaled": r"$x \leftarrow x + \mathrm{N}_{\gamma_0}(F(\mathrm{N}(x)))$",
+}
+
+
+def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwich", "sandwich_scaled")):
+    """Block diagrams of one residual sublayer for each norm placement, side by side.
+
+    Each panel draws the residual stream as a vertical arrow (input at the bottom),
+    the branch through the sublayer ``F`` on the right, the addition ``+`` where the
+    branch rejoins the stream, and a norm box ``N`` wherever the placement puts one:
+    on the stream after the addition (post-LN), before ``F`` (pre-LN), after ``F``
+    inside the branch (OLMo 2), or both (sandwich). The depth-scaled sandwich marks
+    its output norm's small initial gain ``gamma_0``.
+
+    Args:
+        placements: keys of :data:`PLACEMENT_FORMULAS`, one panel each.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: for an unknown placement name.
+    """
+    from matplotlib.patches import FancyBboxPatch
+
+    for p in placements:
+        if p not in PLACEMENT_FORMULAS:
+            raise ValueError(f"placements must be among {tuple(PLACEMENT_FORMULAS)}, got {p!r}")
+    fig, axes = new_figure(len(placements), width=1.75 * len(placements), height=3.4)
+    axes = [axes] if len(placements) == 1 else list(axes)
+    stream_x, branch_x, add_y = 0.3, 0.72, 0.72
+
+    def box(ax, x, y, text, color, width=0.34, height=0.1):
+        ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                    boxstyle="round,pad=0.01,rounding_size=0.02",
+                                    facecolor=color, edgecolor="0.2", linewidth=1.0, zorder=3))
+        ax.text(x, y, text, ha="center", va="center", fontsize=10, zorder=4,
+                color="white" if color != "0.92" else "black")
+
+    def arrow(ax, start, end):
+        ax.annotate("", xy=end, xytext=start, zorder=2,
+                    arrowprops=dict(arrowstyle="-|>", color="0.25", linewidth=1.2, shrinkA=0, shrinkB=0))
+
+    with matplotlib.rc_context(STYLE):
+        for ax, placement in zip(axes, placements):
+            color = PLACEMENT_COLORS[placement]
+            has_in = placement in ("pre", "sandwich", "sandwich_scaled")
+            has_out = placement in ("post_sublayer", "sandwich", "sandwich_scaled")
+            top = 0.97 if placement != "post" else 0.81
+            arrow(ax, (stream_x, 0.04), (stream_x, add_y - 0.03))
+            arrow(ax, (stream_x, add_y + 0.03), (stream_x, top))
+            if placement == "post":
+                box(ax, stream_x, 0.86, "N", color, width=0.3)
+                arrow(ax, (stream_x, 0.91), (stream_x, 0.99))
+            # the branch: out of the stream, up through its boxes, back into the addition
+            ax.plot([stream_x, branch_x], [0.14, 0.14], color="0.25", linewidth=1.2, zorder=2)
+            stages = (["N"] if has_in else []) + ["F"] + (["N_out"] if has_out else [])
+            ys = {1: [0.43], 2: [0.31, 0.53], 3: [0.26, 0.43, 0.60]}[len(stages)]
+            previous = 0.14
+            for stage, y in zip(stages, ys):
+                arrow(ax, (branch_x, previous), (branch_x, y - 0.05))
+                label = "F" if stage == "F" else ("N$_{\\gamma_0}$" if stage == "N_out" and placement == "sandwich_scaled"
+                                                  else "N")
+                box(ax, branch_x, y, label, "0.92" if stage == "F" else color)
+                previous = y + 0.05
+            ax.plot([branch_x, branch_x], [previous, add_y], color="0.25", linewidth=1.2, zorder=2)
+            arrow(ax, (branch_x, add_y), (stream_x + 0.06, add_y))
+            ax.text(stream_x, add_y, "+", ha="center", va="center", fontsize=11, zorder=4,
+                    bbox=dict(boxstyle="circle,pad=0.15", facecolor="white", edgecolor="0.2"))
+            ax.text(0.5, -0.06, PLACEMENT_LABELS[placement], ha="center", va="top", fontsize=9.5,
+                    color=color, fontweight="bold", transform=ax.transAxes)
+            ax.text(0.5, -0.16, PLACEMENT_FORMULAS[placement], ha="center", va="top", fontsize=9,
+                    transform=ax.transAxes)
+            ax.set(xlim=(0, 1), ylim=(0, 1))
+            ax.axis("off")
     return fig

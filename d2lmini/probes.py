@@ -76,6 +76,14 @@ class DepthProbe:
     grad_norms: dict[str, list[float]] = field(default_factory=dict)
 
     @property
+    def key(self) -> str:
+        """The placement's name, or ``'sandwich_scaled'`` for a sandwich with a sublayer-norm gain."""
+        placement = self.config["placement"]
+        if placement == "sandwich" and self.config.get("sublayer_norm_gain") is not None:
+            return "sandwich_scaled"
+        return placement
+
+    @property
     def depth(self) -> int:
         """Number of blocks in the probed stack."""
         return len(self.stream_rms) - 1
@@ -102,7 +110,7 @@ class DepthProbe:
         """
         if not 1 <= k <= self.depth:
             raise ValueError(f"k must be a block index in [1, {self.depth}], got {k}")
-        row = {"placement": self.config["placement"], "norm": self.config["norm"], "k": k,
+        row = {"placement": self.key, "norm": self.config["norm"], "k": k,
                "stream_rms": self.stream_rms[k], "token_spread": self.token_spread[k]}
         row.update({f"grad_{name}": values[k - 1] for name, values in self.grad_norms.items()})
         row["qk_vo_ratio"] = self.qk_vo_ratio(k)
@@ -136,7 +144,7 @@ def init_linear_weights_(module: nn.Module, init: str = "xavier_uniform") -> nn.
 
 def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, num_hiddens: int = 128,
                 num_heads: int = 4, num_steps: int = 64, act: str = "relu", init: str = "xavier_uniform",
-                sublayer_norm_gain: float | None = None, seed: int = 0,
+                sublayer_norm_gain: float | None = None, residual: bool = True, seed: int = 0,
                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> DepthProbe:
     r"""Push one random sequence through ``depth`` fresh blocks and measure every depth.
 
@@ -169,6 +177,7 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
         init: one of :data:`INITS`.
         sublayer_norm_gain: initial gain of the sublayer-output norms
             (``'post_sublayer'``/``'sandwich'`` only), e.g. ``1/sqrt(depth)``.
+        residual: ``False`` removes the skip connections (chapter "Residual connections").
         seed: seeds the weights, the input and the read-out.
         dtype: floating-point type of weights and activations (float64 shows values
             below float32's resolution; results are returned as Python floats).
@@ -190,7 +199,8 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     config = dict(placement=placement, norm=norm, depth=depth, num_hiddens=num_hiddens, num_heads=num_heads,
-                  num_steps=num_steps, act=act, init=init, sublayer_norm_gain=sublayer_norm_gain, seed=seed,
+                  num_steps=num_steps, act=act, init=init, sublayer_norm_gain=sublayer_norm_gain,
+                  residual=residual, seed=seed,
                   dtype=str(dtype).replace("torch.", ""))
 
     with torch.random.fork_rng(devices=[]):
@@ -198,7 +208,7 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
         blocks = nn.ModuleList(
             init_linear_weights_(
                 TransformerBlock(num_hiddens, num_heads, norm=norm, act=act, placement=placement,
-                                 sublayer_norm_gain=sublayer_norm_gain), init)
+                                 sublayer_norm_gain=sublayer_norm_gain, residual=residual), init)
             for _ in range(depth)
         )
         final_norm = None if placement == "post" else make_norm(norm, num_hiddens)
@@ -226,6 +236,38 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
         if getattr(blocks[0].ffn, name, None) is not None:
             grad_norms[name] = grads(lambda b, n=name: getattr(b.ffn, n))
     return DepthProbe(config=config, stream_rms=rms, token_spread=spread, grad_norms=grad_norms)
+
+
+#: The placements compared in the chapter "Where the norm goes", in the order shown.
+PROBED_PLACEMENTS = ("post", "pre", "post_sublayer", "sandwich", "sandwich_scaled")
+
+
+def probe_placements(depth: int = 32, placements=PROBED_PLACEMENTS, **kwargs) -> dict[str, DepthProbe]:
+    """:func:`probe_depth` for several placements with everything else equal.
+
+    ``'sandwich_scaled'`` is the depth-scaled sandwich: ``'sandwich'`` whose
+    sublayer-output norms start with gain ``1/sqrt(depth)``.
+
+    Args:
+        depth: blocks in every stack.
+        placements: names from :data:`PROBED_PLACEMENTS`.
+        **kwargs: passed to :func:`probe_depth` (``norm``, ``seed``, ``dtype``, sizes).
+
+    Returns:
+        ``{placement: DepthProbe}`` in the order given.
+
+    Raises:
+        ValueError: for an unknown placement name.
+    """
+    probes = {}
+    for name in placements:
+        if name not in PROBED_PLACEMENTS:
+            raise ValueError(f"placements must be among {PROBED_PLACEMENTS}, got {name!r}")
+        if name == "sandwich_scaled":
+            probes[name] = probe_depth("sandwich", depth=depth, sublayer_norm_gain=1 / math.sqrt(depth), **kwargs)
+        else:
+            probes[name] = probe_depth(name, depth=depth, **kwargs)
+    return probes
 
 
 def depth_table(probes, ks=(8, 16, 32)):

@@ -10,10 +10,9 @@ and 8.x. ``ipywidgets`` is imported only when an explorer is made.
 
 from __future__ import annotations
 
-from .block import PLACEMENTS
 from .norms import NORMS
 from .plot import PLACEMENT_COLORS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS, figure_png, new_figure
-from .probes import ATTENTION_WEIGHTS, probe_depth
+from .probes import ATTENTION_WEIGHTS, PROBED_PLACEMENTS, probe_depth, probe_placements
 
 
 class DepthExplorer:
@@ -28,7 +27,8 @@ class DepthExplorer:
     Args:
         max_depth: largest depth on the slider (default 64).
         depth: initial depth (default 32).
-        placement: initial placement, one of :data:`d2lmini.block.PLACEMENTS`.
+        placement: initial placement, one of :data:`d2lmini.probes.PROBED_PLACEMENTS`
+            (the four placements and ``'sandwich_scaled'``, the depth-scaled sandwich).
         norm: initial norm, ``'layer'`` or ``'rms'``.
         **probe_kwargs: passed to :func:`~d2lmini.probes.probe_depth` (sizes, seed, dtype, ...).
 
@@ -53,11 +53,11 @@ class DepthExplorer:
             raise ValueError(f"max_depth must be an int >= 1, got {max_depth!r}")
         if not 1 <= depth <= max_depth:
             raise ValueError(f"depth must be in [1, max_depth={max_depth}], got {depth}")
-        if placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if placement not in PROBED_PLACEMENTS:
+            raise ValueError(f"placement must be one of {PROBED_PLACEMENTS}, got {placement!r}")
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
-        allowed = set(inspect.signature(probe_depth).parameters) - {"placement", "norm", "depth"}
+        allowed = set(inspect.signature(probe_depth).parameters) - {"placement", "norm", "depth", "sublayer_norm_gain"}
         unknown = sorted(set(probe_kwargs) - allowed)
         if unknown:
             raise TypeError(f"unknown probe_depth arguments {unknown}; allowed: {sorted(allowed)}")
@@ -68,7 +68,8 @@ class DepthExplorer:
         self.depth_slider = widgets.IntSlider(value=depth, min=1, max=max_depth, description="depth L",
                                               continuous_update=False)
         self.placement_dropdown = widgets.Dropdown(
-            options=[(PLACEMENT_LABELS[p], p) for p in PLACEMENTS], value=placement, description="placement")
+            options=[(PLACEMENT_LABELS[p], p) for p in PROBED_PLACEMENTS], value=placement,
+            description="placement")
         self.norm_toggle = widgets.ToggleButtons(options=[("LayerNorm", "layer"), ("RMSNorm", "rms")],
                                                  value=norm, description="norm")
         self.image = widgets.Image(format="png")
@@ -83,7 +84,7 @@ class DepthExplorer:
         """The (cached) :class:`~d2lmini.probes.DepthProbe` for one configuration."""
         key = (placement, norm, depth)
         if key not in self._cache:
-            self._cache[key] = probe_depth(placement, norm, depth, **self.probe_kwargs)
+            self._cache[key] = probe_placements(depth, (placement,), norm=norm, **self.probe_kwargs)[placement]
         return self._cache[key]
 
     def _on_change(self, change) -> None:

@@ -73,8 +73,11 @@ def test_internal_links_and_images_resolve(html):
 def test_chapter_holds_its_executed_table_and_figure(html):
     soup = page(html, "chapters/04_norm_placement")
     tables = [t for t in soup.find_all("table") if "token spread" in t.get_text()]
-    assert len(tables) == 1
-    assert len(tables[0].find("tbody").find_all("tr")) == 6  # 2 placements x k = 8, 16, 32
+    assert len(tables) == 2
+    assert len(tables[0].find("tbody").find_all("tr")) == 6  # post/pre x k = 8, 16, 32
+    assert len(tables[1].find("tbody").find_all("tr")) == 5  # five placements at k = 32
+    for figure_id in ("fig-ch4-diagrams", "fig-ch4-all", "fig-ch4-warmup"):
+        assert soup.find(id=figure_id) is not None, figure_id
     figure = soup.find(id="fig-ch4-depth")
     assert figure is not None
     image = figure.find("img")

@@ -38,8 +38,8 @@ def test_depth_explorer_redraws_its_one_figure_in_place():
 def test_depth_explorer_caches_each_configuration():
     explorer = d2lmini.depth_explorer(max_depth=16, depth=16, placement="pre", **SMALL)
     calls = []
-    original = d2lmini.widgets.probe_depth
-    d2lmini.widgets.probe_depth = lambda *a, **k: calls.append(a) or original(*a, **k)
+    original = d2lmini.widgets.probe_placements
+    d2lmini.widgets.probe_placements = lambda *a, **k: calls.append((a, k["norm"])) or original(*a, **k)
     try:
         explorer.depth_slider.value = 15
         explorer.depth_slider.value = 16
@@ -47,9 +47,15 @@ def test_depth_explorer_caches_each_configuration():
         explorer.depth_slider.value = 15
         cached_redraw = time.perf_counter() - start
     finally:
-        d2lmini.widgets.probe_depth = original
-    assert calls == [("pre", "layer", 15)]
+        d2lmini.widgets.probe_placements = original
+    assert calls == [((15, ("pre",)), "layer")]
     assert cached_redraw < 5.0  # a sanity bound only; latency is measured in benchmarks/
+
+
+def test_depth_scaled_sandwich_is_one_of_the_placements():
+    explorer = d2lmini.depth_explorer(max_depth=4, depth=4, placement="sandwich_scaled", **SMALL)
+    probe = explorer.probe("sandwich_scaled", "layer", 4)
+    assert probe.config["placement"] == "sandwich" and probe.config["sublayer_norm_gain"] == pytest.approx(0.5)
 
 
 def test_depth_explorer_rejects_bad_initial_values():

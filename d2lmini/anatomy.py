@@ -1,0 +1,654 @@
+"""The anatomy of a Transformer block: shapes, where tokens meet, parameters, the residual stream.
+
+Introduced in the chapter "Anatomy: two sublayers on one residual stream". Four
+measurements on :class:`~d2lmini.block.TransformerBlock`:
+
+* :func:`stack_anatomy` -- blocks map ``(b, n, d)`` to ``(b, n, d)`` and so stack,
+  each with parameters of its own;
+* :func:`position_mixing` -- attention is the only sublayer in which positions
+  interact;
+* :func:`count_parameters`, :func:`parameter_counts` -- where a block's parameters
+  are, counted from the modules themselves;
+* :func:`record_contributions`, :func:`residual_sum` -- the residual stream as a
+  running sum of the sublayers' outputs.
+
+Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
+from .block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
+from .plot import STYLE, new_figure
+from .probes import INITS, init_linear_weights_, stream_rms
+
+#: The two sublayers of a block, in the order they act on the stream.
+SUBLAYERS = ("attention", "ffn")
+
+#: Colours of the two sublayers in this chapter's figures.
+SUBLAYER_COLORS = {"attention": "#1f5fa8", "ffn": "#d68910"}
+
+#: Block shapes whose parameters :func:`parameter_counts` counts by default: name ->
+#: keyword arguments of :class:`~d2lmini.block.TransformerBlock`.
+#:
+#: * The 2017 Transformer's base model (Vaswani et al., 2017): d = 512, 8 heads,
+#:   ReLU FFN of width 4d = 2048, LayerNorm after each addition, biases everywhere.
+#: * Llama 3 8B (Grattafiori et al., 2024): d = 4096, 32 query heads sharing 8
+#:   key/value heads (grouped-query attention), SwiGLU FFN of width 14336,
+#:   RMSNorm before each sublayer, no biases, RoPE (which has no parameters).
+BLOCK_SHAPES = {
+    "Transformer 2017, d = 512": dict(num_hiddens=512, num_heads=8, norm="layer", act="relu",
+                                      placement="post", bias=True),
+    "Llama 3 8B, d = 4096": dict(num_hiddens=4096, num_heads=32, num_kv_heads=8, ffn_num_hiddens=14336,
+                                 norm="rms", act="swiglu", placement="pre", bias=False,
+                                 causal=True, rope_theta=500000.0),
+}
+
+#: The parts :func:`count_parameters` reports, in order.
+PARTS = ("attention", "ffn", "norms")
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    return seed
+
+
+def sublayer_labels(depth: int) -> list[str]:
+    """Names of the ``2 * depth`` sublayers of a stack, bottom to top: ``'1 attn'``, ``'1 FFN'``, ...
+
+    Raises:
+        TypeError / ValueError: if ``depth`` is not an int >= 1.
+    """
+    depth = check_positive_int("depth", depth)
+    return [f"{k} {name}" for k in range(1, depth + 1) for name in ("attn", "FFN")]
+
+
+def make_stack(depth: int, num_hiddens: int = 64, num_heads: int = 4, seed: int = 0,
+               init: str = "torch_default", **block_kwargs) -> nn.Sequential:
+    """A stack of ``depth`` freshly initialized blocks, each with its own parameters.
+
+    Args:
+        depth: number of blocks ``L`` (>= 1).
+        num_hiddens, num_heads: width ``d`` and heads of every block.
+        seed: seeds every block's weights (the global RNG is left untouched).
+        init: ``'torch_default'`` (PyTorch's ``nn.Linear`` initialization) or
+            ``'xavier_uniform'`` (see :func:`d2lmini.probes.init_linear_weights_`).
+        **block_kwargs: passed to :class:`~d2lmini.block.TransformerBlock`
+            (``norm``, ``act``, ``placement``, ...).
+
+    Returns:
+        ``nn.Sequential`` of ``depth`` :class:`~d2lmini.block.TransformerBlock`;
+        it maps ``(b, n, d)`` to ``(b, n, d)``.
+
+    Raises:
+        ValueError / TypeError: for a bad ``depth``, ``seed`` or ``init``, or any
+            argument :class:`~d2lmini.block.TransformerBlock` rejects.
+    """
+    depth = check_positive_int("depth", depth)
+    _check_seed(seed)
+    check_choice("init", init, INITS)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(*(init_linear_weights_(TransformerBlock(num_hiddens, num_heads, **block_kwargs), init)
+                               for _ in range(depth)))
+
+
+# --------------------------------------------------------------------------- stacking
+
+
+@dataclass
+class StackAnatomy:
+    """What :func:`stack_anatomy` found about a stack of blocks.
+
+    Attributes:
+        config: the arguments of the run.
+        shapes: per block, ``(input shape, output shape)`` as tuples.
+        parameter_shapes: parameter name -> shape, for block 1 (e.g.
+            ``'attention.W_q.weight'``).
+        same_parameter_shapes: whether every block has exactly these names and shapes.
+        num_parameters: per block, its number of parameters.
+        shared_tensors: how many parameter tensors share memory with a tensor of
+            another block (0: every block owns its parameters).
+        w_q_gap: per block ``k``, ``max |W_q^(k) - W_q^(1)|`` (0 for block 1; above 0:
+            same shape, different values).
+    """
+
+    config: dict
+    shapes: list[tuple[tuple[int, ...], tuple[int, ...]]]
+    parameter_shapes: dict[str, tuple[int, ...]]
+    same_parameter_shapes: bool
+    num_parameters: list[int]
+    shared_tensors: int
+    w_q_gap: list[float]
+
+    @property
+    def depth(self) -> int:
+        """Number of blocks in the stack."""
+        return len(self.shapes)
+
+    def rows(self) -> list[dict]:
+        """One dict per block (for a table): block, in/out shapes, parameter tensors, parameters, W_q gap."""
+        return [{"block": k + 1, "input shape": str(shape_in), "output shape": str(shape_out),
+                 "parameter tensors": len(self.parameter_shapes), "parameters": self.num_parameters[k],
+                 "max |W_q − W_q of block 1|": self.w_q_gap[k]}
+                for k, (shape_in, shape_out) in enumerate(self.shapes)]
+
+
+def shared_parameters(blocks) -> int:
+    """How many parameter tensors of ``blocks`` share memory with a parameter of another block.
+
+    A stack built by calling a block constructor ``L`` times gives 0; listing the
+    same block object twice (weight tying across depth) gives the number of its
+    parameter tensors.
+
+    Args:
+        blocks: an iterable of ``nn.Module`` (e.g. an ``nn.Sequential`` of blocks).
+
+    Returns:
+        The number of parameter tensors, counted over blocks 2, 3, ..., whose storage
+        already belongs to an earlier block.
+
+    Raises:
+        TypeError: if an element of ``blocks`` is not an ``nn.Module``.
+        ValueError: if a parameter is on the ``meta`` device (it has no storage).
+    """
+    owner: dict[int, int] = {}
+    shared = 0
+    for k, block in enumerate(blocks):
+        if not isinstance(block, nn.Module):
+            raise TypeError(f"blocks[{k}] must be an nn.Module, got {type(block).__name__}")
+        for p in block.parameters():
+            if p.is_meta:
+                raise ValueError("shared_parameters needs real tensors; meta tensors have no storage")
+            if owner.setdefault(p.untyped_storage().data_ptr(), k) != k:
+                shared += 1
+    return shared
+
+
+def stack_anatomy(depth: int = 4, num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10,
+                  batch_size: int = 2, seed: int = 0, **block_kwargs) -> StackAnatomy:
+    """Push a batch through a stack of blocks and take the stack apart.
+
+    Builds :func:`make_stack` ``(depth, num_hiddens, num_heads, seed)``, feeds it a
+    standard normal batch ``(batch_size, num_steps, num_hiddens)`` block by block,
+    and records every block's input and output shapes, its parameters' names and
+    shapes, whether any parameter tensor is shared between blocks (by storage), and
+    how far each block's ``W_q`` is from block 1's.
+
+    Args:
+        depth: number of blocks (>= 2, so that blocks can be compared).
+        num_hiddens, num_heads, num_steps, batch_size: ``d``, heads, ``n``, ``b``.
+        seed: seeds weights and input; the global RNG is left untouched.
+        **block_kwargs: passed to :class:`~d2lmini.block.TransformerBlock`.
+
+    Returns:
+        A :class:`StackAnatomy`.
+
+    Raises:
+        ValueError / TypeError: for a bad size or seed (``depth`` < 2 included), or
+            any argument :class:`~d2lmini.block.TransformerBlock` rejects.
+    """
+    depth = check_positive_int("depth", depth)
+    if depth < 2:
+        raise ValueError(f"depth must be >= 2 to compare blocks, got {depth}")
+    num_steps = check_positive_int("num_steps", num_steps)
+    batch_size = check_positive_int("batch_size", batch_size)
+    stack = make_stack(depth, num_hiddens, num_heads, seed, **block_kwargs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        X = torch.randn(batch_size, num_steps, num_hiddens)
+    shapes = []
+    with torch.no_grad():
+        for block in stack:
+            Y = block(X)
+            shapes.append((tuple(X.shape), tuple(Y.shape)))
+            X = Y
+    first = {name: tuple(p.shape) for name, p in stack[0].named_parameters()}
+    same = all({name: tuple(p.shape) for name, p in block.named_parameters()} == first for block in stack)
+    w_q = [block.attention.W_q.weight.detach() for block in stack]
+    gaps = [float((w - w_q[0]).abs().max()) for w in w_q]
+    config = dict(depth=depth, num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps,
+                  batch_size=batch_size, seed=seed, **block_kwargs)
+    return StackAnatomy(config=config, shapes=shapes, parameter_shapes=first, same_parameter_shapes=same,
+                        num_parameters=[sum(p.numel() for p in block.parameters()) for block in stack],
+                        shared_tensors=shared_parameters(stack), w_q_gap=gaps)
+
+
+# --------------------------------------------------------------------------- positions
+
+
+@dataclass
+class PositionMixing:
+    """The measurements of :func:`position_mixing`; every entry is a max |difference|.
+
+    Attributes:
+        config: the arguments of the run.
+        permutation: the permutation of the ``num_steps`` positions that was applied.
+        block_permuted: ``max |block(P X) - P block(X)|`` for a block without
+            positional information (no RoPE, bidirectional): ~0, it commutes with P.
+        ffn_alone: ``max_i max |FFN(x_i) - FFN(X)_i|``: ~0, the FFN sees one token at a time.
+        attention_alone: ``max_i max |Attn(x_i) - Attn(X)_i|``: order 1, a token's
+            attention output depends on the other tokens.
+        attention_alone_relative: ``max_i ||Attn(x_i) - Attn(X)_i|| / ||Attn(X)_i||``
+            (Euclidean norms of rows).
+        attention_scale: ``max |Attn(X)|``, the size of what is being compared.
+        block_permuted_causal: as ``block_permuted``, same weights, causal mask.
+        block_permuted_rope: as ``block_permuted``, same weights, with RoPE.
+    """
+
+    config: dict
+    permutation: list[int]
+    block_permuted: float
+    ffn_alone: float
+    attention_alone: float
+    attention_alone_relative: float
+    attention_scale: float
+    block_permuted_causal: float
+    block_permuted_rope: float
+
+
+def position_mixing(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 12, seed: int = 0,
+                    rope_theta: float = 10000.0, **block_kwargs) -> PositionMixing:
+    """Show that attention is the only sublayer in which positions interact.
+
+    A block :class:`~d2lmini.block.TransformerBlock` ``(num_hiddens, num_heads)``
+    without positional information (no RoPE, not causal) and one standard normal
+    sequence ``X`` of ``num_steps`` tokens. Three checks, each a max absolute
+    difference (float32, so ~1e-7 means "equal"):
+
+    1. Permutation: ``block(P X)`` against ``P block(X)`` for a random permutation
+       ``P`` of the positions (not the identity). Attention without positions is a
+       function of the *set* of tokens, so the block commutes with ``P``.
+    2. The FFN on one token alone, ``FFN(x_i)``, against row ``i`` of ``FFN(X)``.
+    3. Attention on one token alone, ``Attn(x_i)`` (it can attend only to itself),
+       against row ``i`` of ``Attn(X)`` (it attends to every token).
+
+    For contrast, the permutation check is repeated with the same weights and a
+    causal mask, and with RoPE (Su et al., 2021): both give attention a sense of
+    position, so both break the symmetry.
+
+    Args:
+        num_hiddens, num_heads, num_steps: ``d``, heads, ``n`` (>= 2).
+        seed: seeds weights, input and permutation; the global RNG is left untouched.
+        rope_theta: RoPE base of the contrast block.
+        **block_kwargs: passed to :class:`~d2lmini.block.TransformerBlock` (e.g.
+            ``norm``, ``act``, ``placement``); ``causal`` and ``rope_theta`` are set here.
+
+    Returns:
+        A :class:`PositionMixing`.
+
+    Raises:
+        ValueError / TypeError: for bad sizes (``num_steps`` < 2 included), a bad
+            seed, ``causal``/``rope_theta`` in ``block_kwargs``, or any argument
+            :class:`~d2lmini.block.TransformerBlock` rejects.
+    """
+    num_steps = check_positive_int("num_steps", num_steps)
+    if num_steps < 2:
+        raise ValueError(f"num_steps must be >= 2 to permute positions, got {num_steps}")
+    _check_seed(seed)
+    for name in ("causal", "rope_theta"):
+        if name in block_kwargs:
+            raise ValueError(f"position_mixing sets {name} itself; do not pass it in block_kwargs")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        block = TransformerBlock(num_hiddens, num_heads, **block_kwargs)
+        X = torch.randn(1, num_steps, num_hiddens)
+        perm = torch.randperm(num_steps)
+    if torch.equal(perm, torch.arange(num_steps)):
+        perm = perm.flip(0)
+    causal_block = TransformerBlock(num_hiddens, num_heads, causal=True, **block_kwargs)
+    rope_block = TransformerBlock(num_hiddens, num_heads, rope_theta=rope_theta, **block_kwargs)
+    causal_block.load_state_dict(block.state_dict())
+    rope_block.load_state_dict(block.state_dict())
+    for b in (block, causal_block, rope_block):
+        b.eval()
+
+    def permuted_gap(b: TransformerBlock) -> float:
+        return float((b(X[:, perm]) - b(X)[:, perm]).abs().max())
+
+    def attend(Z):
+        return block.attention(Z, Z, Z)
+
+    with torch.no_grad():
+        ffn_all, attn_all = block.ffn(X), attend(X)
+        ffn_gap = attn_gap = attn_rel = 0.0
+        for i in range(num_steps):
+            x_i = X[:, i:i + 1]
+            ffn_gap = max(ffn_gap, float((block.ffn(x_i) - ffn_all[:, i:i + 1]).abs().max()))
+            diff = attend(x_i) - attn_all[:, i:i + 1]
+            attn_gap = max(attn_gap, float(diff.abs().max()))
+            attn_rel = max(attn_rel, float(diff.norm() / attn_all[:, i].norm()))
+        result = PositionMixing(
+            config=dict(num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps, seed=seed,
+                        rope_theta=rope_theta, **block_kwargs),
+            permutation=perm.tolist(), block_permuted=permuted_gap(block), ffn_alone=ffn_gap,
+            attention_alone=attn_gap, attention_alone_relative=attn_rel,
+            attention_scale=float(attn_all.abs().max()),
+            block_permuted_causal=permuted_gap(causal_block), block_permuted_rope=permuted_gap(rope_block))
+    return result
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def count_parameters(block: nn.Module) -> dict[str, int]:
+    """Count a block's parameters per part, from the module itself.
+
+    Every parameter is assigned by the submodule that holds it: ``attention`` (and a
+    decoder block's ``cross_attention``; QK-norm gains included) -> ``'attention'``;
+    ``ffn`` -> ``'ffn'``; the residual connections' norms (``addnorm1``, ``addnorm2``,
+    ...) -> ``'norms'``. Works on the ``meta`` device (only shapes are read).
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock` (or decoder block).
+
+    Returns:
+        ``{'attention': int, 'ffn': int, 'norms': int, 'total': int}``; ``total`` is
+        the block's whole parameter count and equals the sum of the three parts.
+
+    Raises:
+        TypeError: if ``block`` is not a :class:`~d2lmini.block.TransformerBlock`.
+        ValueError: if the block holds a parameter outside those submodules.
+    """
+    if not isinstance(block, TransformerBlock):
+        raise TypeError(f"block must be a d2lmini TransformerBlock, got {type(block).__name__}")
+    counts = dict.fromkeys(PARTS, 0)
+    for name, p in block.named_parameters():
+        top = name.split(".", 1)[0]
+        if top in ("attention", "cross_attention"):
+            part = "attention"
+        elif top == "ffn":
+            part = "ffn"
+        elif top.startswith("addnorm"):
+            part = "norms"
+        else:
+            raise ValueError(f"parameter {name!r} belongs to none of attention, ffn, addnorm*")
+        counts[part] += p.numel()
+    counts["total"] = sum(p.numel() for p in block.parameters())
+    return counts
+
+
+def parameter_counts(shapes: dict[str, dict] | None = None, device: str | torch.device = "meta") -> list[dict]:
+    """Build one block per named shape and count its parameters per part.
+
+    Args:
+        shapes: name -> keyword arguments of :class:`~d2lmini.block.TransformerBlock`;
+            default :data:`BLOCK_SHAPES` (the 2017 Transformer at d = 512 and Llama 3 8B).
+        device: where the blocks are built; the default ``'meta'`` allocates no
+            memory (a Llama 3 8B block would need 0.9 GB in float32), and counting
+            needs only shapes.
+
+    Returns:
+        One dict per shape: ``model`` (the name), ``num_hiddens`` (``d``) and
+        ``counts`` (:func:`count_parameters` of the block).
+
+    Raises:
+        TypeError: if ``shapes`` is not a dict of dicts.
+        ValueError / TypeError: for any argument the block rejects.
+    """
+    shapes = BLOCK_SHAPES if shapes is None else shapes
+    if not isinstance(shapes, dict) or not all(isinstance(v, dict) for v in shapes.values()):
+        raise TypeError(f"shapes must be a dict mapping names to dicts of block arguments, got {shapes!r}")
+    rows = []
+    for name, kwargs in shapes.items():
+        with torch.device(device):
+            block = TransformerBlock(**kwargs)
+        rows.append({"model": name, "num_hiddens": block.num_hiddens, "counts": count_parameters(block)})
+    return rows
+
+
+def parameter_table(rows: list[dict], formatted: bool = False):
+    """A pandas DataFrame of :func:`parameter_counts` rows: parts, totals, ``/ d^2`` and shares.
+
+    Args:
+        rows: the list :func:`parameter_counts` returns.
+        formatted: if ``True``, the cells are strings for display: counts with
+            thousands separators, ``÷ d²`` to four and shares (in percent) to three
+            significant digits.
+
+    Returns:
+        ``pandas.DataFrame`` indexed by (model, part) with ``part`` in attention, FFN,
+        norms, block, and columns ``parameters``, ``÷ d²`` and ``share of block``.
+
+    Raises:
+        TypeError: if ``formatted`` is not a bool.
+    """
+    check_bool("formatted", formatted)
+    import pandas as pd  # the book has pandas; the package itself does not need it
+
+    labels = {"attention": "attention", "ffn": "FFN", "norms": "norms", "total": "block"}
+    records = []
+    for row in rows:
+        counts, d2 = row["counts"], row["num_hiddens"] ** 2
+        for part, label in labels.items():
+            records.append({"model": row["model"], "part": label, "parameters": counts[part],
+                            "÷ d²": counts[part] / d2, "share of block": counts[part] / counts["total"]})
+    table = pd.DataFrame(records).set_index(["model", "part"])
+    if formatted:
+        formats = {"parameters": "{:,}".format, "÷ d²": "{:.4g}".format,
+                   "share of block": lambda share: f"{100 * share:.3g}%"}
+        table = pd.DataFrame({column: table[column].map(fmt) for column, fmt in formats.items()})
+    return table
+
+
+# --------------------------------------------------------------------------- residual stream
+
+
+def record_contributions(blocks, X: torch.Tensor, valid_lens: torch.Tensor | None = None):
+    r"""Run ``X`` through ``blocks`` and record what every sublayer adds to the stream.
+
+    Performs the operations of :meth:`d2lmini.block.AddNorm.forward` itself, in its
+    order, for each block's attention sublayer and then its FFN sublayer:
+    ``Y = F(Norm_in(X))`` (if the placement has ``norm_in``), ``Y = Norm_out(Y)`` (if
+    it has ``norm_out``), ``Y = dropout(Y)``; records ``Y``; then ``X = X + Y``
+    and ``X = Norm_post(X)`` (if it has ``norm_post``). The recorded ``Y`` is the
+    branch output that is added to the stream. For placements that leave the
+    identity path untouched (``'pre'``, ``'post_sublayer'``, ``'sandwich'``) the output
+    is then exactly ``X_0 + sum(contributions)``; for ``'post'`` it is not.
+
+    Args:
+        blocks: an iterable of :class:`~d2lmini.block.TransformerBlock` (e.g. an
+            ``nn.Sequential`` from :func:`make_stack`); decoder blocks are not accepted.
+        X: the stream entering the first block, ``(b, n, d)``.
+        valid_lens: passed to every attention sublayer, as in ``block(X, valid_lens)``.
+
+    Returns:
+        ``(Y, contributions)``: the stream after the last block, ``(b, n, d)``, equal
+        to ``blocks(X)`` in eval mode; and a list of ``2 L`` tensors ``(b, n, d)``,
+        bottom to top (block 1 attention, block 1 FFN, block 2 attention, ...).
+
+    Raises:
+        TypeError: if an element of ``blocks`` is not a plain
+            :class:`~d2lmini.block.TransformerBlock`, or ``X`` is not a floating tensor.
+        ValueError: if ``X`` is not ``(b, n, d)`` with the blocks' ``d``.
+    """
+    blocks = list(blocks)
+    for k, block in enumerate(blocks):
+        if not isinstance(block, TransformerBlock) or isinstance(block, TransformerDecoderBlock):
+            raise TypeError(f"blocks[{k}] must be a d2lmini TransformerBlock (not a decoder block), "
+                            f"got {type(block).__name__}")
+    if blocks:
+        check_sequence_tensor("X", X, blocks[0].num_hiddens)
+    contributions = []
+    for block in blocks:
+        def attend(Z, block=block):
+            return block.attention(Z, Z, Z, valid_lens)
+
+        sublayers = ((block.addnorm1, attend), (block.addnorm2, block.ffn))
+        for addnorm, branch in sublayers:
+            Y = branch(X if addnorm.norm_in is None else addnorm.norm_in(X))
+            if addnorm.norm_out is not None:
+                Y = addnorm.norm_out(Y)
+            Y = addnorm.dropout(Y)
+            contributions.append(Y)  # C_j: what this sublayer adds
+            # residual=False (a block without skip connection) replaces X.
+            X = X + Y if getattr(addnorm, "residual", True) else Y
+            if addnorm.norm_post is not None:
+                X = addnorm.norm_post(X)
+    return X, contributions
+
+
+@dataclass
+class ResidualSum:
+    """The measurements of one :func:`residual_sum` run.
+
+    Attributes:
+        config: the arguments of the run.
+        labels: the ``2 L`` sublayer names (:func:`sublayer_labels`).
+        input_rms: RMS of the input stream ``X_0``.
+        contribution_rms: ``2 L`` floats, the RMS of what each sublayer added.
+        stream_rms: ``2 L + 1`` floats, the RMS of the stream after each sublayer
+            (entry 0 is ``X_0``).
+        output_rms: RMS of the stack's output ``X_L``.
+        recorded_vs_block: ``max |X_L(recorded) - stack(X_0)|``: the recording
+            reproduces the blocks' own forward pass.
+        sum_vs_output: ``max |X_0 + sum(contributions) - X_L|``: ~1e-6 in float32
+            when the identity path is untouched; order 1 for post-LN.
+    """
+
+    config: dict
+    labels: list[str]
+    input_rms: float
+    contribution_rms: list[float]
+    stream_rms: list[float]
+    output_rms: float
+    recorded_vs_block: float
+    sum_vs_output: float = field(default=float("nan"))
+
+    @property
+    def depth(self) -> int:
+        """Number of blocks in the stack."""
+        return len(self.contribution_rms) // 2
+
+    def sublayer_rms(self, sublayer: str) -> list[float]:
+        """The ``L`` contribution RMS values of ``'attention'`` or ``'ffn'``, bottom to top.
+
+        Raises:
+            ValueError: if ``sublayer`` is not one of :data:`SUBLAYERS`.
+        """
+        check_choice("sublayer", sublayer, SUBLAYERS)
+        return self.contribution_rms[SUBLAYERS.index(sublayer)::2]
+
+
+def residual_sum(placement: str = "pre", depth: int = 6, num_hiddens: int = 64, num_heads: int = 4,
+                 num_steps: int = 16, norm: str = "rms", act: str = "swiglu", init: str = "xavier_uniform",
+                 seed: int = 0, dtype: torch.dtype = torch.float32) -> ResidualSum:
+    r"""Check that a stack's output is its input plus everything its sublayers added.
+
+    Builds ``depth`` fresh blocks (:func:`make_stack`; bidirectional, no dropout,
+    no biases), feeds them one standard normal sequence ``X_0`` of ``num_steps``
+    tokens, records every sublayer's contribution with :func:`record_contributions`
+    and compares
+
+    .. math:: X_L \quad\text{with}\quad X_0 + \sum_{i=1}^{2L} C_i.
+
+    With ``placement='pre'`` (x <- x + F(Norm(x)), GPT-2 onward) the two agree to
+    rounding; with ``'post'`` (x <- Norm(x + F(x)), Vaswani et al. 2017) every norm
+    rescales the whole running sum and they do not.
+
+    Args:
+        placement: one of :data:`d2lmini.block.PLACEMENTS`.
+        depth: number of blocks ``L`` (>= 1).
+        num_hiddens, num_heads, num_steps: ``d``, heads, ``n``.
+        norm, act: the blocks' norm (``'layer'``/``'rms'``) and FFN activation; the
+            defaults are those of a Llama-style block.
+        init: ``'xavier_uniform'`` (default, as in the chapter "Where the norm goes")
+            or ``'torch_default'``.
+        seed: seeds weights and input; the global RNG is left untouched.
+        dtype: floating-point type of the computation.
+
+    Returns:
+        A :class:`ResidualSum`.
+
+    Raises:
+        ValueError / TypeError: for any invalid argument (unknown names are listed
+            with the allowed ones).
+    """
+    check_choice("placement", placement, PLACEMENTS)
+    depth = check_positive_int("depth", depth)
+    num_steps = check_positive_int("num_steps", num_steps)
+    _check_seed(seed)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    stack = make_stack(depth, num_hiddens, num_heads, seed, init, norm=norm, act=act, placement=placement)
+    stack.to(dtype).eval()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        X0 = torch.randn(1, num_steps, num_hiddens).to(dtype)
+    with torch.no_grad():
+        Y, contributions = record_contributions(stack, X0)
+        reference = stack(X0)
+        total = X0 + torch.stack(contributions).sum(dim=0)
+        streams = [X0]
+        for C in contributions:  # the running sum itself, sublayer by sublayer
+            streams.append(streams[-1] + C)
+    config = dict(placement=placement, depth=depth, num_hiddens=num_hiddens, num_heads=num_heads,
+                  num_steps=num_steps, norm=norm, act=act, init=init, seed=seed,
+                  dtype=str(dtype).replace("torch.", ""))
+    return ResidualSum(config=config, labels=sublayer_labels(depth), input_rms=stream_rms(X0),
+                       contribution_rms=[stream_rms(C) for C in contributions],
+                       stream_rms=[stream_rms(S) for S in streams], output_rms=stream_rms(Y),
+                       recorded_vs_block=float((Y - reference).abs().max()),
+                       sum_vs_output=float((total - Y).abs().max()))
+
+
+def plot_residual_sum(result: ResidualSum, width: float = 8.0, height: float = 3.0):
+    """Draw every sublayer's contribution RMS and the running sum's RMS.
+
+    Left: one bar per sublayer, grouped by block (attention and FFN coloured by
+    :data:`SUBLAYER_COLORS`), the input's RMS as a dashed line. Right: the RMS of the running sum
+    ``X_0 + C_1 + ... + C_j`` after each sublayer ``j``, next to
+    ``sqrt(rms(X_0)^2 + sum_i rms(C_i)^2)``, what it would be if the contributions
+    were orthogonal to each other and to ``X_0``.
+
+    Args:
+        result: a :class:`ResidualSum`.
+        width, height: figure size in inches.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure`` (:func:`d2lmini.plot.new_figure`).
+    """
+    import matplotlib
+
+    fig, axes = new_figure(2, width=width, height=height)
+    n, depth = len(result.contribution_rms), result.depth
+    with matplotlib.rc_context(STYLE):
+        ax = axes[0]
+        for offset, sublayer in enumerate(SUBLAYERS):
+            blocks = [k + (offset - 0.5) * 0.4 for k in range(1, depth + 1)]
+            ax.bar(blocks, result.sublayer_rms(sublayer), color=SUBLAYER_COLORS[sublayer], width=0.4,
+                   label="attention" if sublayer == "attention" else "FFN")
+        ax.axhline(result.input_rms, color="0.3", linestyle="--", linewidth=1, label=r"input $X_0$")
+        ax.set_xticks(range(1, depth + 1))
+        ax.set(xlabel="block", ylabel="RMS of contribution", title="What each sublayer adds")
+        top = max(result.input_rms, *result.contribution_rms)
+        ax.set_ylim(0, 1.3 * top)
+        ax.legend(loc="upper left", ncol=3, fontsize=9, columnspacing=1.0, handlelength=1.5)
+        ax = axes[1]
+        j = list(range(n + 1))
+        squares = [result.input_rms ** 2]
+        for r in result.contribution_rms:
+            squares.append(squares[-1] + r ** 2)
+        ax.plot(j, result.stream_rms, color="#2471a3", marker="o", markersize=3, label="running sum (measured)")
+        ax.plot(j, [math.sqrt(s) for s in squares], color="0.4", linestyle="--",
+                label="if contributions were orthogonal")
+        ax.set(xlabel="sublayers added, j", ylabel="stream RMS", title=r"$X_0 + C_1 + \dots + C_j$")
+        ax.set_xlim(0, n)
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="lower right", fontsize=9)
+    return fig
+
+
+__all__ = [
+    "BLOCK_SHAPES", "PARTS", "SUBLAYERS", "SUBLAYER_COLORS", "PositionMixing", "ResidualSum", "StackAnatomy",
+    "count_parameters", "make_stack", "parameter_counts", "parameter_table", "plot_residual_sum",
+    "position_mixing", "record_contributions", "residual_sum", "shared_parameters", "stack_anatomy",
+    "sublayer_labels",
+]

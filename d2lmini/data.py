@@ -1,0 +1,110 @@
+"""The book's training data: English prose that ships with Python, as characters.
+
+Introduced in the chapter "Where the norm goes" (warm-up demo) and used again in
+"The feed-forward network" (GELU vs SwiGLU). No download: the text is the Python
+language reference's topic help (``pydoc_data.topics``, the text ``help('if')``
+prints), which is part of the standard library on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+
+from ._checks import check_positive_int
+
+
+def python_reference_text() -> str:
+    """The Python language reference's help topics, concatenated in sorted topic order.
+
+    About 465,000 characters of English technical prose on CPython 3.11; the exact
+    text (and so its size and checksum) differs between Python versions.
+
+    Returns:
+        The text as one ``str``.
+    """
+    from pydoc_data.topics import topics
+
+    return "".join(topics[key] for key in sorted(topics))
+
+
+@dataclass
+class CharCorpus:
+    """A character-level corpus: vocabulary, encoded text and a train/validation split.
+
+    Build it with :meth:`from_text`. The last ``val_fraction`` of the text is held out
+    for validation, so the two splits never share a window.
+
+    Attributes:
+        text: the raw text.
+        vocab: the sorted distinct characters; token id ``i`` is ``vocab[i]``.
+        train, val: 1-D ``torch.long`` tensors of token ids.
+        sha256: hex SHA-256 of the UTF-8 text (to state exactly what was trained on).
+    """
+
+    text: str
+    vocab: list[str]
+    train: torch.Tensor
+    val: torch.Tensor
+    sha256: str = field(repr=False)
+
+    @classmethod
+    def from_text(cls, text: str, val_fraction: float = 0.1) -> "CharCorpus":
+        """Encode ``text`` character by character and split it.
+
+        Raises:
+            ValueError: if ``text`` is too short or ``val_fraction`` is not in (0, 0.5].
+        """
+        if not isinstance(text, str) or len(text) < 1000:
+            raise ValueError(f"text must be a str of at least 1000 characters, got {len(text) if isinstance(text, str) else type(text).__name__}")
+        if not 0.0 < val_fraction <= 0.5:
+            raise ValueError(f"val_fraction must be in (0, 0.5], got {val_fraction}")
+        vocab = sorted(set(text))
+        index = {ch: i for i, ch in enumerate(vocab)}
+        ids = torch.tensor([index[ch] for ch in text], dtype=torch.long)
+        split = int(len(ids) * (1 - val_fraction))
+        return cls(text, vocab, ids[:split], ids[split:], hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of distinct characters."""
+        return len(self.vocab)
+
+    def decode(self, ids) -> str:
+        """Token ids (any iterable of ints) back to text."""
+        return "".join(self.vocab[int(i)] for i in ids)
+
+    def random_batch(self, batch_size: int, num_steps: int, generator: torch.Generator,
+                     split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+        """Random windows of ``num_steps`` characters and their next characters.
+
+        Args:
+            batch_size, num_steps: the batch's shape ``(b, n)``.
+            generator: a seeded ``torch.Generator`` (makes the batches reproducible).
+            split: ``'train'`` or ``'val'``.
+
+        Returns:
+            ``(X, Y)``, each ``(batch_size, num_steps)`` of token ids; ``Y`` is ``X``
+            shifted left by one position.
+
+        Raises:
+            ValueError: for an unknown split or windows longer than the split.
+        """
+        batch_size = check_positive_int("batch_size", batch_size)
+        num_steps = check_positive_int("num_steps", num_steps)
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        data = self.train if split == "train" else self.val
+        if num_steps + 1 > len(data):
+            raise ValueError(f"num_steps={num_steps} is longer than the {split} split ({len(data)} characters)")
+        starts = torch.randint(0, len(data) - num_steps, (batch_size,), generator=generator)
+        offsets = torch.arange(num_steps + 1)
+        windows = data[starts[:, None] + offsets[None, :]]
+        return windows[:, :-1], windows[:, 1:]
+
+
+def python_reference_corpus(val_fraction: float = 0.1) -> CharCorpus:
+    """:class:`CharCorpus` of :func:`python_reference_text` (the book's training data)."""
+    return CharCorpus.from_text(python_reference_text(), val_fraction)
