@@ -1,0 +1,904 @@
+"""BatchNorm and LayerNorm side by side: the same formula reduced over different axes.
+
+Introduced in the chapter "Normalization: why LayerNorm, not BatchNorm". Both
+norms compute ``(x - mean) / sqrt(var + eps)``, then a per-feature gain and bias.
+Batch normalization (Ioffe & Szegedy, 2015) takes ``mean`` and ``var`` of each
+feature over every position in the batch; layer normalization (Ba, Kiros &
+Hinton, 2016) takes them over the features of each token. This module holds both
+written by hand, a BatchNorm that accepts the book's ``(batch, num_steps,
+num_hiddens)`` tensors, synthetic padded batches of "token embeddings", and the
+chapter's measurements: the error padding causes in BatchNorm's statistics, how
+BatchNorm's output depends on the rest of the batch, the train/eval mismatch and
+the batch of one token at generation time.
+
+Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+
+import matplotlib
+import torch
+from matplotlib.patches import Rectangle
+from torch import nn
+
+from ._checks import check_positive_float, check_positive_int, check_probability, check_sequence_tensor
+from .block import TransformerBlock
+from .plot import STYLE, new_figure
+
+#: One colour per norm in this chapter's figures.
+NORM_COLORS = {"batch": "#d35400", "layer": "#2471a3"}
+
+#: Default epsilon of both norms (PyTorch's ``nn.LayerNorm`` and ``nn.BatchNorm1d`` default).
+EPS = 1e-5
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    return int(seed)
+
+
+def _check_float_tensor(name: str, X) -> torch.Tensor:
+    if not isinstance(X, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(X).__name__}")
+    if not X.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {X.dtype}")
+    if X.dim() < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions (..., num_hiddens), got shape {tuple(X.shape)}")
+    return X
+
+
+def _affine(Y: torch.Tensor, weight, bias) -> torch.Tensor:
+    d = Y.shape[-1]
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None and (not isinstance(value, torch.Tensor) or tuple(value.shape) != (d,)):
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"{name} must be None or a tensor of shape ({d},), got {shape}")
+    if weight is not None:
+        Y = Y * weight
+    if bias is not None:
+        Y = Y + bias
+    return Y
+
+
+def valid_mask(valid_lens: torch.Tensor, num_steps: int) -> torch.Tensor:
+    """Boolean mask of the real (non-padding) positions of a padded batch.
+
+    Args:
+        valid_lens: ``(b,)`` integer tensor, the length of every sequence
+            (each in ``[0, num_steps]``).
+        num_steps: ``n``, the padded length.
+
+    Returns:
+        ``(b, n)`` bool tensor, ``True`` where ``t < valid_lens[b]``.
+
+    Raises:
+        TypeError: if ``valid_lens`` is not an integer tensor.
+        ValueError: if it is not one-dimensional or a length lies outside ``[0, num_steps]``.
+    """
+    if not isinstance(valid_lens, torch.Tensor) or valid_lens.is_floating_point() or valid_lens.dtype == torch.bool:
+        kind = valid_lens.dtype if isinstance(valid_lens, torch.Tensor) else type(valid_lens).__name__
+        raise TypeError(f"valid_lens must be an integer torch.Tensor, got {kind}")
+    if valid_lens.dim() != 1:
+        raise ValueError(f"valid_lens must have shape (batch,), got {tuple(valid_lens.shape)}")
+    if valid_lens.numel() and (int(valid_lens.min()) < 0 or int(valid_lens.max()) > num_steps):
+        raise ValueError(f"valid_lens values must lie in [0, {num_steps}], got min {int(valid_lens.min())} "
+                         f"and max {int(valid_lens.max())}")
+    return torch.arange(num_steps, device=valid_lens.device)[None, :] < valid_lens[:, None]
+
+
+def layer_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                       eps: float = EPS) -> torch.Tensor:
+    r"""Layer normalization written out: statistics over the features of each token.
+
+    For every token ``x`` (a row of length ``d``):
+    ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias`` with the biased
+    variance ``var(x) = mean((x - mean(x))**2)``, as in Ba, Kiros & Hinton (2016)
+    and ``torch.nn.LayerNorm``.
+
+    Args:
+        X: ``(*, d)``, any number of leading dimensions (e.g. ``(b, n, d)``).
+        weight, bias: ``(d,)`` gain and bias, or ``None`` (gain 1, bias 0).
+        eps: added to the variance, > 0.
+
+    Returns:
+        A tensor of ``X``'s shape.
+
+    Raises:
+        TypeError / ValueError: for a non-float ``X``, fewer than 2 dimensions,
+            a gain/bias of the wrong shape or a non-positive ``eps``.
+    """
+    _check_float_tensor("X", X)
+    eps = check_positive_float("eps", eps)
+    mean = X.mean(dim=-1, keepdim=True)
+    var = (X - mean).pow(2).mean(dim=-1, keepdim=True)
+    return _affine((X - mean) / torch.sqrt(var + eps), weight, bias)
+
+
+def batch_norm_stats(X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """BatchNorm's per-feature mean and biased variance over the positions of a batch.
+
+    Args:
+        X: ``(N, d)`` or ``(b, n, d)``.
+        valid_lens: ``None`` to average over every position (what a plain
+            ``nn.BatchNorm1d`` does, padding included), or ``(b,)`` lengths to
+            average over the real positions ``t < valid_lens[b]`` only (``X`` must
+            then be ``(b, n, d)``).
+
+    Returns:
+        ``(mean, var)``, each of shape ``(d,)``; ``var`` divides by the number of
+        positions (biased), as BatchNorm does in training mode.
+
+    Raises:
+        TypeError / ValueError: for a non-float ``X``, a wrong shape or bad ``valid_lens``.
+    """
+    _check_float_tensor("X", X)
+    if valid_lens is None:
+        rows = X.reshape(-1, X.shape[-1])
+        mean = rows.mean(dim=0)
+        return mean, (rows - mean).pow(2).mean(dim=0)
+    if X.dim() != 3:
+        raise ValueError(f"X must have shape (batch, num_steps, num_hiddens) with valid_lens, got {tuple(X.shape)}")
+    mask = valid_mask(valid_lens, X.shape[1])
+    if tuple(mask.shape) != tuple(X.shape[:2]):
+        raise ValueError(f"valid_lens must have shape ({X.shape[0]},), got {tuple(valid_lens.shape)}")
+    rows = X[mask]
+    if rows.shape[0] == 0:
+        raise ValueError("valid_lens leaves no real position to average over")
+    mean = rows.mean(dim=0)
+    return mean, (rows - mean).pow(2).mean(dim=0)
+
+
+def batch_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                       eps: float = EPS, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+    r"""Batch normalization in training mode, written out: statistics per feature over the batch.
+
+    For every feature ``j``: ``y[..., j] = (x[..., j] - mu_j) / sqrt(var_j + eps) *
+    weight_j + bias_j``, where ``mu_j`` and the biased ``var_j`` are taken over all
+    positions of the batch (:func:`batch_norm_stats`), as in Ioffe & Szegedy (2015)
+    and ``torch.nn.BatchNorm1d`` in training mode (whose input is ``(b, d, n)``).
+    A batch with a single position has ``var_j = 0`` and ``x = mu_j``, so every
+    output is ``bias``: one value per feature carries nothing to normalize.
+
+    Args:
+        X: ``(N, d)`` or ``(b, n, d)``.
+        weight, bias: ``(d,)`` gain and bias, or ``None``.
+        eps: added to the variance, > 0.
+        valid_lens: ``None`` (statistics over all positions) or ``(b,)`` lengths
+            (statistics over the real positions only; all positions are normalized).
+
+    Returns:
+        A tensor of ``X``'s shape.
+
+    Raises:
+        TypeError / ValueError: as :func:`batch_norm_stats`, or for a bad gain/bias/eps.
+    """
+    eps = check_positive_float("eps", eps)
+    mean, var = batch_norm_stats(X, valid_lens)
+    return _affine((X - mean) / torch.sqrt(var + eps), weight, bias)
+
+
+class SequenceBatchNorm(nn.Module):
+    """``nn.BatchNorm1d`` for the book's ``(b, n, d)`` tensors (the naive BatchNorm of a sequence model).
+
+    ``nn.BatchNorm1d`` wants the features in dimension 1, ``(b, d, n)``; this
+    wrapper transposes in and out. In training mode every feature is normalized
+    by its mean and variance over all ``b * n`` positions, padding included; in
+    evaluation mode by the running estimates. Used to put BatchNorm into a
+    :class:`~d2lmini.block.TransformerBlock` (:func:`swap_layer_norms_for_batch_norm_`).
+
+    Args:
+        num_hiddens: ``d``.
+        eps: added to the variance (default 1e-5).
+        momentum: weight of the current batch in the running estimates (default 0.1).
+
+    Attributes:
+        bn: the wrapped ``nn.BatchNorm1d``.
+
+    Shape:
+        input ``(b, n, d)``, output the same.
+
+    Raises:
+        TypeError / ValueError: bad constructor arguments; at call time an input that
+            is not ``(b, n, d)``, and (from PyTorch) a training-mode input with one
+            position per feature.
+    """
+
+    def __init__(self, num_hiddens: int, eps: float = EPS, momentum: float = 0.1):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.bn = nn.BatchNorm1d(self.num_hiddens, eps=check_positive_float("eps", eps),
+                                 momentum=check_probability("momentum", momentum))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Normalize ``X`` (b, n, d) per feature; returns (b, n, d)."""
+        check_sequence_tensor("X", X, self.num_hiddens)
+        return self.bn(X.transpose(1, 2)).transpose(1, 2)
+
+
+def swap_layer_norms_for_batch_norm_(module: nn.Module) -> nn.Module:
+    """Replace every ``nn.LayerNorm`` inside ``module`` by a fresh :class:`SequenceBatchNorm`, in place.
+
+    Args:
+        module: e.g. a ``TransformerBlock(..., norm='layer')``.
+
+    Returns:
+        ``module``, for chaining.
+
+    Raises:
+        ValueError: if ``module`` holds no ``nn.LayerNorm``.
+    """
+    swapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.LayerNorm):
+                setattr(parent, name, SequenceBatchNorm(child.normalized_shape[-1], eps=child.eps))
+                swapped += 1
+    if swapped == 0:
+        raise ValueError(f"module holds no nn.LayerNorm to swap: {type(module).__name__}")
+    return module
+
+
+# ----------------------------------------------------------------------------------
+# Synthetic token embeddings
+# ----------------------------------------------------------------------------------
+
+@dataclass
+class PaddedBatch:
+    """A batch of synthetic token embeddings, zero-padded to the longest sequence.
+
+    Attributes:
+        X: ``(b, n, d)`` float32; real tokens ``feature_mean + feature_scale * z``
+            with ``z`` standard normal, padding positions all zero.
+        valid_lens: ``(b,)`` int64, the length of every sequence; the longest is ``n``.
+        feature_mean: ``(d,)``, the population mean of every feature.
+        feature_scale: ``(d,)``, the population standard deviation of every feature.
+    """
+
+    X: torch.Tensor
+    valid_lens: torch.Tensor
+    feature_mean: torch.Tensor
+    feature_scale: torch.Tensor
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """``(b, n)`` bool, ``True`` at real tokens."""
+        return valid_mask(self.valid_lens, self.X.shape[1])
+
+    @property
+    def padding_share(self) -> float:
+        """Fraction of the ``b * n`` positions that are padding."""
+        return 1.0 - float(self.valid_lens.sum()) / self.X.shape[0] / self.X.shape[1]
+
+    @property
+    def mean_len(self) -> float:
+        """Mean sequence length in tokens."""
+        return float(self.valid_lens.double().mean())
+
+
+def _feature_distribution(num_hiddens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # Every feature gets its own mean, N(0, 1), and scale, U(0.5, 2): like real
+    # embeddings, the features are neither centred nor of unit variance.
+    mean = torch.randn(num_hiddens)
+    scale = 0.5 + 1.5 * torch.rand(num_hiddens)
+    return mean, scale
+
+
+def _draw_lengths(batch_size: int, max_len: int, padding: float) -> torch.Tensor:
+    if padding == 0.0:
+        return torch.full((batch_size,), max_len, dtype=torch.int64)
+    if batch_size < 2:
+        raise ValueError(f"batch_size must be >= 2 for padding > 0 (one sequence sets the padded "
+                         f"length), got batch_size={batch_size} with padding={padding}")
+    # One sequence is the longest (it sets the padded length); the others' mean
+    # fraction of max_len is chosen so the padding share is `padding`.
+    rest = (batch_size * (1.0 - padding) - 1.0) / (batch_size - 1)
+    if rest * max_len < 1.0:
+        raise ValueError(f"padding={padding} is too high for batch_size={batch_size} and max_len={max_len}: "
+                         f"the sequences would be shorter than one token on average")
+    if rest >= 1.0:
+        return torch.full((batch_size,), max_len, dtype=torch.int64)
+    concentration = 4.0  # Beta(4m, 4(1-m)): lengths spread widely around their mean m
+    u = torch.distributions.Beta(concentration * rest, concentration * (1.0 - rest)).sample((batch_size - 1,))
+    u = u.double()
+    # Rescale the draw so its mean is exactly `rest` (a batch of 32 is too small for
+    # the sample mean to be close): the realized padding share then matches `padding`
+    # up to rounding the lengths to whole tokens.
+    for _ in range(20):
+        u = (u * rest / u.mean()).clamp(1.0 / max_len, 1.0)
+    lengths = (u * max_len).round().clamp(1, max_len).to(torch.int64)
+    return torch.cat([torch.tensor([max_len]), lengths])
+
+
+def padded_batch(batch_size: int = 32, max_len: int = 100, padding: float = 0.7, num_hiddens: int = 64,
+                 seed: int = 0) -> PaddedBatch:
+    """Draw a batch of variable-length "sentences" of synthetic token embeddings, zero-padded.
+
+    The data: ``d = num_hiddens`` features; feature ``j`` has its own mean
+    ``mu_j ~ N(0, 1)`` and scale ``s_j ~ U(0.5, 2)``; every real token is
+    ``mu + s * z`` with ``z ~ N(0, I_d)``, independently. One sequence has
+    ``max_len`` tokens; the others' lengths are ``round(max_len * u)`` (at least 1)
+    with ``u`` drawn from a Beta distribution and rescaled so that the share of
+    padding positions equals ``padding`` (up to rounding to whole tokens). Shorter
+    sequences are padded
+    with zero vectors up to ``max_len``. The feature means and scales depend only
+    on ``seed`` and ``num_hiddens``, so batches with different ``padding`` share them.
+
+    Args:
+        batch_size: ``b`` (>= 2 unless ``padding`` is 0).
+        max_len: ``n``, the longest sequence and the padded length.
+        padding: expected share of padding positions, in ``[0, 1)``; the realized
+            share is :attr:`PaddedBatch.padding_share`.
+        num_hiddens: ``d``.
+        seed: seeds everything; the global RNG is left untouched.
+
+    Returns:
+        A :class:`PaddedBatch`.
+
+    Raises:
+        TypeError / ValueError: for bad sizes, a padding share outside ``[0, 1)`` or
+            one so high that sequences would average under one token.
+    """
+    batch_size = check_positive_int("batch_size", batch_size)
+    max_len = check_positive_int("max_len", max_len)
+    padding = check_probability("padding", padding)
+    num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+    seed = _check_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        feature_mean, feature_scale = _feature_distribution(num_hiddens)
+        torch.manual_seed(seed + 1)
+        Z = torch.randn(batch_size, max_len, num_hiddens)
+        valid_lens = _draw_lengths(batch_size, max_len, padding)
+    mask = valid_mask(valid_lens, max_len)
+    X = (feature_mean + feature_scale * Z) * mask[..., None]
+    return PaddedBatch(X=X, valid_lens=valid_lens, feature_mean=feature_mean, feature_scale=feature_scale)
+
+
+def token_embeddings(batch_size: int, num_steps: int, num_hiddens: int = 64, seed: int = 0,
+                     feature_seed: int = 0) -> torch.Tensor:
+    """Unpadded synthetic token embeddings ``mu + s * z`` from the distribution of :func:`padded_batch`.
+
+    Args:
+        batch_size, num_steps, num_hiddens: the shape ``(b, n, d)``.
+        seed: seeds the tokens ``z``.
+        feature_seed: seeds the feature means and scales (the same as
+            :func:`padded_batch`'s ``seed`` gives the same features).
+
+    Returns:
+        ``(b, n, d)`` float32.
+
+    Raises:
+        TypeError / ValueError: for bad sizes or seeds.
+    """
+    shape = [check_positive_int(name, value) for name, value in
+             (("batch_size", batch_size), ("num_steps", num_steps), ("num_hiddens", num_hiddens))]
+    seed, feature_seed = _check_seed(seed), _check_seed(feature_seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(feature_seed)
+        feature_mean, feature_scale = _feature_distribution(shape[2])
+        torch.manual_seed(seed)
+        Z = torch.randn(*shape)
+    return feature_mean + feature_scale * Z
+
+
+# ----------------------------------------------------------------------------------
+# The chapter's measurements
+# ----------------------------------------------------------------------------------
+
+def _max_abs(A: torch.Tensor, B: torch.Tensor) -> float:
+    return float((A.double() - B.double()).abs().max())
+
+
+def compare_with_torch(batch_size: int = 4, num_steps: int = 10, num_hiddens: int = 64, seed: int = 0) -> dict:
+    """Check the hand-written norms against PyTorch's layers, with random gains and biases.
+
+    Draws ``X`` ``(b, n, d)`` from :func:`token_embeddings` and random gain and bias
+    vectors, copies them into ``nn.LayerNorm(d)`` and ``nn.BatchNorm1d(d)``
+    (training mode, input transposed to ``(b, d, n)``), and compares.
+
+    Args:
+        batch_size, num_steps, num_hiddens: the shape ``(b, n, d)``.
+        seed: seeds the data and the gains/biases.
+
+    Returns:
+        dict of floats: ``layer_norm`` (max |ours - nn.LayerNorm|),
+        ``batch_norm`` (max |ours - nn.BatchNorm1d|, training mode),
+        ``running_var`` (max |running_var - (0.9 + 0.1 * unbiased variance)| after
+        one training step: the running estimate uses the unbiased variance while
+        the batch is normalized with the biased one), and ``n_positions`` (``b * n``).
+
+    Raises:
+        TypeError / ValueError: for bad sizes or seed.
+    """
+    seed = _check_seed(seed)
+    X = token_embeddings(batch_size, num_steps, num_hiddens, seed=seed, feature_seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 7)
+        weight, bias = 1 + 0.1 * torch.randn(num_hiddens), 0.1 * torch.randn(num_hiddens)
+    ln, bn = nn.LayerNorm(num_hiddens), nn.BatchNorm1d(num_hiddens)
+    with torch.no_grad():
+        for layer in (ln, bn):
+            layer.weight.copy_(weight)
+            layer.bias.copy_(bias)
+        bn.train()
+        ours_ln = layer_norm_by_hand(X, weight, bias)
+        ours_bn = batch_norm_by_hand(X, weight, bias)
+        theirs_bn = bn(X.transpose(1, 2)).transpose(1, 2)
+        n = X.shape[0] * X.shape[1]
+        unbiased = batch_norm_stats(X)[1] * n / (n - 1)
+        return {
+            "layer_norm": _max_abs(ours_ln, ln(X)),
+            "batch_norm": _max_abs(ours_bn, theirs_bn),
+            "running_var": _max_abs(bn.running_var, 0.9 + 0.1 * unbiased),
+            "n_positions": n,
+        }
+
+
+def expected_stat_errors(padding: float, feature_mean: torch.Tensor, feature_scale: torch.Tensor) -> tuple:
+    r"""What padding does to BatchNorm's statistics, from the formula.
+
+    With a share ``p`` of zero vectors among the positions, a feature with real
+    mean ``m`` and variance ``s**2`` gets the padded mean ``(1 - p) m`` and the
+    padded variance ``(1 - p) s**2 + p (1 - p) m**2``. Returns the relative errors
+    over the features, ``||mean_pad - m|| / ||m|| = p`` and
+    ``||var_pad - s**2|| / ||s**2||``, for the population values given.
+
+    Args:
+        padding: ``p`` in ``[0, 1)``.
+        feature_mean, feature_scale: ``(d,)`` tensors ``m`` and ``s``.
+
+    Returns:
+        ``(mean_error, var_error)`` as floats.
+
+    Raises:
+        TypeError / ValueError: if ``padding`` is not in ``[0, 1)``.
+    """
+    p = check_probability("padding", padding)
+    m, s2 = feature_mean.double(), feature_scale.double().pow(2)
+    var_pad = (1 - p) * s2 + p * (1 - p) * m.pow(2)
+    return p, float((var_pad - s2).norm() / s2.norm())
+
+
+@dataclass
+class PaddingErrors:
+    """What padding does to one batch (:func:`padding_errors`).
+
+    Attributes:
+        padding_target: the requested padding share.
+        padding_share: the realized share of padding positions.
+        mean_len: mean sequence length (tokens); ``max_len``: the padded length.
+        mean_error: ``||mu_all - mu_real|| / ||mu_real||`` over the ``d`` features, where
+            ``mu_all`` is BatchNorm's per-feature mean over all positions and
+            ``mu_real`` the mean over the real tokens only.
+        var_error: the same for the biased variances.
+        std_ratio: median over features of ``sigma_all / sigma_real``.
+        output_rms_error / output_max_error: RMS and largest |difference|, over the
+            real tokens, between the tokens normalized with all-position statistics
+            and with real-token statistics (no gain or bias; units of one standard
+            deviation of the normalized feature).
+        layer_norm_max_delta: largest |difference|, over every real token of the
+            batch, between ``nn.LayerNorm`` applied to the padded batch and to each
+            sequence alone, unpadded.
+        expected_mean_error / expected_var_error: :func:`expected_stat_errors` at the
+            realized share with the population feature means and scales.
+    """
+
+    padding_target: float
+    padding_share: float
+    mean_len: float
+    max_len: int
+    mean_error: float
+    var_error: float
+    std_ratio: float
+    output_rms_error: float
+    output_max_error: float
+    layer_norm_max_delta: float
+    expected_mean_error: float
+    expected_var_error: float
+
+
+def padding_errors(padding: float = 0.7, batch_size: int = 32, max_len: int = 100, num_hiddens: int = 64,
+                   seed: int = 0) -> PaddingErrors:
+    """Measure how zero padding corrupts BatchNorm's statistics and leaves LayerNorm alone.
+
+    Draws a :func:`padded_batch`, computes BatchNorm's per-feature statistics
+    as a naive BatchNorm over ``b * n`` positions does (padding included) and over
+    the real tokens only, and compares the statistics and the normalized real
+    tokens. Then applies ``nn.LayerNorm(d)`` to the padded batch and to every
+    sequence alone and compares the real tokens' outputs. The argument of
+    Ba, Kiros & Hinton (2016) and Shen et al. (2020) for LayerNorm in sequence models.
+
+    Args:
+        padding: expected share of padding positions, in ``[0, 1)``.
+        batch_size, max_len, num_hiddens: ``b``, ``n``, ``d``.
+        seed: seeds the batch (and through it the feature distribution).
+
+    Returns:
+        A :class:`PaddingErrors`.
+
+    Raises:
+        TypeError / ValueError: as :func:`padded_batch`.
+    """
+    batch = padded_batch(batch_size, max_len, padding, num_hiddens, seed)
+    X = batch.X.double()
+    mean_all, var_all = batch_norm_stats(X)
+    mean_real, var_real = batch_norm_stats(X, batch.valid_lens)
+    mask = batch.mask
+    naive = batch_norm_by_hand(X)[mask]
+    proper = batch_norm_by_hand(X, valid_lens=batch.valid_lens)[mask]
+    diff = naive - proper
+
+    ln = nn.LayerNorm(num_hiddens)
+    with torch.no_grad():
+        in_batch = ln(batch.X)
+        delta = 0.0
+        for b, length in enumerate(batch.valid_lens.tolist()):
+            alone = ln(batch.X[b:b + 1, :length].clone())
+            delta = max(delta, _max_abs(in_batch[b:b + 1, :length], alone))
+    share = batch.padding_share
+    exp_mean, exp_var = expected_stat_errors(share, batch.feature_mean, batch.feature_scale)
+    return PaddingErrors(
+        padding_target=padding, padding_share=share, mean_len=batch.mean_len, max_len=max_len,
+        mean_error=float((mean_all - mean_real).norm() / mean_real.norm()),
+        var_error=float((var_all - var_real).norm() / var_real.norm()),
+        std_ratio=float((var_all / var_real).sqrt().median()),
+        output_rms_error=float(diff.pow(2).mean().sqrt()), output_max_error=float(diff.abs().max()),
+        layer_norm_max_delta=delta, expected_mean_error=exp_mean, expected_var_error=exp_var,
+    )
+
+
+@dataclass
+class PaddingSweep:
+    """:func:`padding_errors` over a range of padding shares, plus the formula's curve.
+
+    Attributes:
+        results: one :class:`PaddingErrors` per requested share.
+        curve_padding, curve_mean_error, curve_var_error: :func:`expected_stat_errors`
+            on a fine grid of shares, for plotting.
+    """
+
+    results: list[PaddingErrors]
+    curve_padding: list[float] = field(default_factory=list)
+    curve_mean_error: list[float] = field(default_factory=list)
+    curve_var_error: list[float] = field(default_factory=list)
+
+    def column(self, name: str) -> list[float]:
+        """One attribute of every result, e.g. ``sweep.column('var_error')``."""
+        return [getattr(r, name) for r in self.results]
+
+    def table(self):
+        """A pandas DataFrame, one row per padding share (the chapter's table)."""
+        import pandas as pd  # the book has pandas; the package itself does not need it
+
+        columns = {"padding_share": "padding share", "mean_len": "mean length",
+                   "mean_error": "mean error", "var_error": "variance error",
+                   "output_rms_error": "BN output error (RMS)", "layer_norm_max_delta": "LN max Δ"}
+        frame = pd.DataFrame([{k: getattr(r, k) for k in columns} for r in self.results])
+        return frame.rename(columns=columns)
+
+
+def padding_sweep(paddings=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), batch_size: int = 32,
+                  max_len: int = 100, num_hiddens: int = 64, seed: int = 0) -> PaddingSweep:
+    """Run :func:`padding_errors` for every share in ``paddings`` (same features, same seed).
+
+    Args:
+        paddings: expected padding shares, each in ``[0, 1)``.
+        batch_size, max_len, num_hiddens, seed: as :func:`padding_errors`.
+
+    Returns:
+        A :class:`PaddingSweep`.
+
+    Raises:
+        TypeError / ValueError: for an empty ``paddings`` or any bad argument.
+    """
+    paddings = list(paddings)
+    if not paddings:
+        raise ValueError("paddings must hold at least one padding share, got an empty sequence")
+    results = [padding_errors(p, batch_size, max_len, num_hiddens, seed) for p in paddings]
+    batch = padded_batch(2, 1, 0.0, num_hiddens, seed)  # same seed: the same feature distribution
+    grid = [i / 100 for i in range(0, 96)]
+    curve = [expected_stat_errors(p, batch.feature_mean, batch.feature_scale) for p in grid]
+    return PaddingSweep(results=results, curve_padding=grid, curve_mean_error=[c[0] for c in curve],
+                        curve_var_error=[c[1] for c in curve])
+
+
+def batch_composition(batch_sizes=(2, 8, 32), num_steps: int = 16, num_hiddens: int = 64, seed: int = 0) -> list[dict]:
+    """The same sequence normalized inside two different batches, by BatchNorm and by LayerNorm.
+
+    For each batch size ``b``: one fixed sequence (``num_steps`` tokens of
+    :func:`token_embeddings`) is put first in batch A with ``b - 1`` other
+    sequences and first in batch B with ``b - 1`` different ones. Fresh
+    ``nn.BatchNorm1d`` (training mode) and ``nn.LayerNorm`` normalize both
+    batches; the fixed sequence's two outputs are compared. LayerNorm is also
+    applied to the sequence alone.
+
+    Args:
+        batch_sizes: the ``b`` values, each >= 2.
+        num_steps, num_hiddens: ``n``, ``d``.
+        seed: seeds the sequences.
+
+    Returns:
+        One dict per batch size: ``batch_size``, ``bn_max_delta`` and ``bn_rms_delta``
+        (max and RMS |output in A - output in B| for BatchNorm), ``ln_max_delta``
+        (the same for LayerNorm) and ``ln_alone_max_delta`` (LayerNorm in batch A
+        versus the sequence alone).
+
+    Raises:
+        TypeError / ValueError: for a batch size below 2 or other bad arguments.
+    """
+    batch_sizes = [check_positive_int("batch_sizes entry", b) for b in batch_sizes]
+    if not batch_sizes or min(batch_sizes) < 2:
+        raise ValueError(f"batch_sizes must be a non-empty list of ints >= 2, got {batch_sizes}")
+    seed = _check_seed(seed)
+    rows = []
+    for b in batch_sizes:
+        pool = token_embeddings(2 * b - 1, num_steps, num_hiddens, seed=seed + 1000 * b, feature_seed=seed)
+        batch_a = pool[:b]
+        batch_b = torch.cat([pool[:1], pool[b:]])
+        bn = SequenceBatchNorm(num_hiddens).train()
+        ln = nn.LayerNorm(num_hiddens)
+        with torch.no_grad():
+            bn_a, bn_b = bn(batch_a)[0], bn(batch_b)[0]
+            ln_a, ln_b, ln_alone = ln(batch_a)[0], ln(batch_b)[0], ln(pool[:1])[0]
+        rows.append({"batch_size": b, "bn_max_delta": _max_abs(bn_a, bn_b),
+                     "bn_rms_delta": float((bn_a - bn_b).pow(2).mean().sqrt()),
+                     "ln_max_delta": _max_abs(ln_a, ln_b), "ln_alone_max_delta": _max_abs(ln_a, ln_alone)})
+    return rows
+
+
+def train_eval_mismatch(checkpoints=(1, 2, 5, 10, 20, 50, 100), batch_size: int = 8, num_steps: int = 16,
+                        num_hiddens: int = 64, momentum: float = 0.1, seed: int = 0) -> list[dict]:
+    """How far BatchNorm's running statistics (eval mode) are from the current batch's (train mode).
+
+    An ``nn.BatchNorm1d`` (:class:`SequenceBatchNorm`) sees a stream of training
+    batches of :func:`token_embeddings` (no padding). After ``k`` batches (``k`` in
+    ``checkpoints``) the batch just seen is normalized again in evaluation mode,
+    with the running estimates, and compared with its training-mode output.
+    The running estimates start at mean 0 and variance 1 and move by
+    ``momentum`` per batch (Ioffe & Szegedy, 2015, use population statistics at
+    inference; PyTorch approximates them by this moving average).
+
+    Args:
+        checkpoints: increasing batch counts at which to measure (each >= 1).
+        batch_size, num_steps, num_hiddens: the shape of every batch.
+        momentum: the layer's momentum, in ``[0, 1)``.
+        seed: seeds the batches.
+
+    Returns:
+        One dict per checkpoint: ``batches`` (``k``), ``mean_error``
+        (``||running_mean - batch mean|| / ||batch mean||``), ``var_error`` (the
+        same for the variances, running versus biased batch variance) and
+        ``output_rms_delta`` (RMS |train-mode output - eval-mode output|).
+
+    Raises:
+        TypeError / ValueError: for empty or non-increasing checkpoints or bad sizes.
+    """
+    checkpoints = [check_positive_int("checkpoints entry", k) for k in checkpoints]
+    if not checkpoints or any(b <= a for a, b in zip(checkpoints, checkpoints[1:])):
+        raise ValueError(f"checkpoints must be a non-empty increasing list of ints >= 1, got {checkpoints}")
+    seed = _check_seed(seed)
+    bn = SequenceBatchNorm(num_hiddens, momentum=momentum)
+    rows, wanted = [], set(checkpoints)
+    with torch.no_grad():
+        for k in range(1, checkpoints[-1] + 1):
+            X = token_embeddings(batch_size, num_steps, num_hiddens, seed=seed + k, feature_seed=seed)
+            bn.train()
+            Y_train = bn(X)
+            if k not in wanted:
+                continue
+            bn.eval()
+            Y_eval = bn(X)
+            mean, var = batch_norm_stats(X)
+            rows.append({"batches": k,
+                         "mean_error": float((bn.bn.running_mean - mean).norm() / mean.norm()),
+                         "var_error": float((bn.bn.running_var - var).norm() / var.norm()),
+                         "output_rms_delta": float((Y_train - Y_eval).pow(2).mean().sqrt())})
+    return rows
+
+
+def batch_of_one(num_hiddens: int = 64, seed: int = 0) -> dict:
+    """Generation's batch of one token: what BatchNorm can do with it, and what LayerNorm does.
+
+    At each step of autoregressive generation with a cache, a model processes one
+    new token of one sequence, an input of shape ``(1, 1, d)``. In training mode
+    BatchNorm would normalize each feature over that single value.
+
+    Args:
+        num_hiddens: ``d``.
+        seed: seeds the tokens.
+
+    Returns:
+        dict: ``error_type`` and ``error_message`` of what ``nn.BatchNorm1d`` in
+        training mode raises for the one-token input (``None`` if it does not raise);
+        ``by_hand_max_dev_from_bias`` (max |our training-mode BatchNorm output -
+        its bias| over 5 different single tokens: every token becomes ``bias``);
+        ``eval_output_finite`` (evaluation mode, with the running estimates, runs);
+        ``ln_alone_max_delta`` (max |LayerNorm of the token alone - of the same
+        token inside a batch of 8 sequences of 16 tokens|).
+
+    Raises:
+        TypeError / ValueError: for bad ``num_hiddens`` or ``seed``.
+    """
+    seed = _check_seed(seed)
+    tokens = token_embeddings(5, 1, num_hiddens, seed=seed, feature_seed=seed)
+    bn = SequenceBatchNorm(num_hiddens).train()
+    error_type = error_message = None
+    with torch.no_grad():
+        try:
+            bn(tokens[:1])
+        except ValueError as error:  # what PyTorch raises; anything else propagates
+            error_type, error_message = type(error).__name__, str(error)
+        bias = 0.1 * torch.arange(num_hiddens, dtype=torch.float32)
+        dev = max(_max_abs(batch_norm_by_hand(t[None], bias=bias), bias.expand(1, 1, -1)) for t in tokens)
+        eval_ok = bool(torch.isfinite(bn.eval()(tokens[:1])).all())
+        batch = token_embeddings(8, 16, num_hiddens, seed=seed + 1, feature_seed=seed)
+        batch[3, 5] = tokens[0, 0]
+        ln = nn.LayerNorm(num_hiddens)
+        ln_delta = _max_abs(ln(tokens[:1])[0, 0], ln(batch)[3, 5])
+    return {"error_type": error_type, "error_message": error_message, "by_hand_max_dev_from_bias": dev,
+            "eval_output_finite": eval_ok, "ln_alone_max_delta": ln_delta}
+
+
+def block_padding_check(batch_size: int = 8, max_len: int = 32, padding: float = 0.5, num_hiddens: int = 64,
+                        num_heads: int = 4, seed: int = 0) -> dict:
+    """The whole block: does a sequence's output depend on the padded batch it is in?
+
+    Builds one pre-LN :class:`~d2lmini.block.TransformerBlock` with LayerNorm and
+    a copy of it whose LayerNorms are swapped for :class:`SequenceBatchNorm`
+    (training mode). Each is applied to a :func:`padded_batch` (with
+    ``valid_lens``, so attention ignores padding keys) and to every sequence
+    alone; the real tokens' outputs are compared.
+
+    Args:
+        batch_size, max_len, padding, num_hiddens: as :func:`padded_batch`.
+        num_heads: attention heads.
+        seed: seeds the block and the batch.
+
+    Returns:
+        dict: ``layer_norm_max_delta`` and ``batch_norm_max_delta`` (max |output in
+        the padded batch - output alone| over all real tokens), ``batch_norm_rms_delta``
+        (RMS of that difference), ``padding_share``.
+
+    Raises:
+        TypeError / ValueError: for bad sizes, padding or seed.
+    """
+    seed = _check_seed(seed)
+    batch = padded_batch(batch_size, max_len, padding, num_hiddens, seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        ln_block = TransformerBlock(num_hiddens, num_heads, norm="layer", placement="pre")
+        bn_block = TransformerBlock(num_hiddens, num_heads, norm="layer", placement="pre")
+    bn_block.load_state_dict(ln_block.state_dict())
+    swap_layer_norms_for_batch_norm_(bn_block).train()
+    out = {"padding_share": batch.padding_share}
+    with torch.no_grad():
+        for name, block in (("layer_norm", ln_block), ("batch_norm", bn_block)):
+            in_batch = block(batch.X, batch.valid_lens)
+            diffs = []
+            for b, length in enumerate(batch.valid_lens.tolist()):
+                alone = block(batch.X[b:b + 1, :length].clone())
+                diffs.append((in_batch[b, :length] - alone[0]).double().flatten())
+            diff = torch.cat(diffs)
+            out[f"{name}_max_delta"] = float(diff.abs().max())
+            if name == "batch_norm":
+                out["batch_norm_rms_delta"] = float(diff.pow(2).mean().sqrt())
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# Figures
+# ----------------------------------------------------------------------------------
+
+def plot_norm_axes(lengths=(4, 2, 3), num_hiddens: int = 5):
+    """Draw which entries BatchNorm and LayerNorm average over, on a small padded batch.
+
+    Each panel is the batch laid out as a grid: one column per position (the
+    sequences side by side, each padded to the longest), one row per feature.
+    Padding cells are white and hatched. The left panel highlights one feature's
+    row (BatchNorm's statistics: every position, padding included); the right
+    panel one token's column (LayerNorm's statistics: every feature of that token).
+
+    Args:
+        lengths: the sequences' lengths (tokens); the longest sets the padded length.
+        num_hiddens: number of feature rows.
+
+    Returns:
+        A ``matplotlib.figure.Figure`` (8 x 3 inches).
+
+    Raises:
+        TypeError / ValueError: for empty or non-positive lengths or bad ``num_hiddens``.
+    """
+    lengths = [check_positive_int("lengths entry", n) for n in lengths]
+    if not lengths:
+        raise ValueError("lengths must hold at least one sequence length")
+    d = check_positive_int("num_hiddens", num_hiddens)
+    n, gap = max(lengths), 0.6
+    starts = [s * (n + gap) for s in range(len(lengths))]
+    width = starts[-1] + n
+    fig, axes = new_figure(2, width=8.0, height=3.0)
+    panels = (
+        ("BatchNorm: per feature, over the batch", "batch",
+         "mean and variance of one feature over\nevery position, padding included"),
+        ("LayerNorm: per token, over the features", "layer",
+         "mean and variance of one token over\nits own features, no other token"),
+    )
+    with matplotlib.rc_context(STYLE):
+        for ax, (title, kind, note) in zip(axes, panels):
+            color = NORM_COLORS[kind]
+            for x0, length in zip(starts, lengths):
+                for t in range(n):
+                    real = t < length
+                    for j in range(d):
+                        ax.add_patch(Rectangle((x0 + t, j), 1, 1, facecolor="#d6dbdf" if real else "white",
+                                               edgecolor="white" if real else "#99a3a4",
+                                               hatch=None if real else "////", linewidth=1.2 if real else 0.6))
+                ax.text(x0 + n / 2, -0.25, f"seq. {starts.index(x0) + 1}", ha="center", va="bottom", fontsize=10)
+            if kind == "batch":  # one feature row, across every position of every sequence
+                for x0 in starts:
+                    ax.add_patch(Rectangle((x0, 1), n, 1, facecolor=color, alpha=0.6, edgecolor=color,
+                                           linewidth=2))
+            else:  # one token's column
+                ax.add_patch(Rectangle((starts[0] + 1, 0), 1, d, facecolor=color, alpha=0.6, edgecolor=color,
+                                       linewidth=2))
+            ax.text(width / 2, d + 0.35, "positions (hatched: padding)", ha="center", va="top",
+                    fontsize=10, color="0.3")
+            ax.text(-0.3, d / 2, "features", rotation=90, ha="right", va="center", fontsize=10, color="0.3")
+            ax.text(width / 2, d + 1.45, note, ha="center", va="top", fontsize=11, color=color)
+            ax.set_xlim(-1.2, width + 0.2)
+            ax.set_ylim(d + 2.9, -1.5)
+            ax.set_title(title)
+            ax.grid(False)
+            ax.set_axis_off()
+    return fig
+
+
+def plot_padding_sweep(sweep: PaddingSweep, mark: float | None = None):
+    """Plot BatchNorm's statistic errors and the resulting output error against the padding share.
+
+    Left: relative error of the per-feature mean and variance (measured points;
+    the formula of :func:`expected_stat_errors` dashed). Right: RMS error of
+    the normalized real tokens for BatchNorm with all-position statistics, and
+    LayerNorm's largest change (zero).
+
+    Args:
+        sweep: a :class:`PaddingSweep`.
+        mark: if given, a dotted vertical line at this padding share.
+
+    Returns:
+        A ``matplotlib.figure.Figure`` (8 x 3 inches).
+
+    Raises:
+        TypeError: if ``sweep`` is not a :class:`PaddingSweep`.
+    """
+    if not isinstance(sweep, PaddingSweep):
+        raise TypeError(f"sweep must be a PaddingSweep, got {type(sweep).__name__}")
+    fig, axes = new_figure(2, width=8.0, height=3.0)
+    share = [100 * p for p in sweep.column("padding_share")]
+    grid = [100 * p for p in sweep.curve_padding]
+    bn, ln = NORM_COLORS["batch"], NORM_COLORS["layer"]
+    with matplotlib.rc_context(STYLE):
+        ax = axes[0]
+        ax.plot(grid, sweep.curve_mean_error, color="0.45", linestyle="--", linewidth=1.2)
+        ax.plot(grid, sweep.curve_var_error, color="0.45", linestyle=":", linewidth=1.2)
+        ax.plot(share, sweep.column("mean_error"), "o-", color=bn, label="mean")
+        ax.plot(share, sweep.column("var_error"), "s-", color=bn, alpha=0.6, label="variance")
+        ax.plot([], [], color="0.45", linestyle="--", linewidth=1.2, label="formula")
+        ax.set(xlabel="padding share (%)", ylabel="relative error",
+               title="BatchNorm's per-feature statistics")
+        ax.legend(loc="upper left")
+        ax = axes[1]
+        ax.plot(share, sweep.column("output_rms_error"), "o-", color=bn, label="BatchNorm (RMS)")
+        ax.plot(share, sweep.column("layer_norm_max_delta"), "o-", color=ln, label="LayerNorm (max |Δ|)")
+        ax.set(xlabel="padding share (%)", ylabel="error (units of σ)",
+               title="Normalized real tokens")
+        ax.legend(loc="upper left")
+        for ax in axes:
+            ax.set_xlim(0, 100)
+            ax.set_ylim(bottom=0)
+            if mark is not None:
+                ax.axvline(100 * mark, color="0.4", linestyle=":", linewidth=1)
+    return fig

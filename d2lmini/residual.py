@@ -1,0 +1,779 @@
+"""Residual connections: what the identity path ``x + F(x)`` does for a deep stack.
+
+Introduced in the chapter "Residual connections: the gradient highway". Four
+experiments, each deterministic for a given seed:
+
+* :func:`depth_gradients` -- fresh stacks of blocks with and without skip
+  connections, with and without norms: how much gradient reaches every block and
+  the input, and how different the tokens stay, as the stack gets deeper;
+* :func:`jacobian_spectra` -- the singular values of the whole stack's input-output
+  Jacobian, which is the product of the blocks' Jacobians;
+* :func:`zeroed_block_gaps` -- a block whose output projections are zero is exactly
+  the identity in pre-LN, and is not in post-LN or without the skip connection;
+* :func:`skip_training` -- the same tiny language model trained with and without
+  its skip connections.
+
+Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
+from .attention import MultiHeadAttention
+from .block import TransformerBlock
+from .ffn import FeedForward
+from .norms import make_norm
+from .plot import STYLE, new_figure
+from .probes import INITS, init_linear_weights_, stream_rms, token_spread
+
+#: Where a stack built by :func:`make_skip_stack` puts its norms:
+#:
+#: * ``'none'``: no norm anywhere (:class:`PlainBlock`), like the plain and residual
+#:   networks of He et al. (2016) without their batch norm;
+#: * ``'pre'``: ``x <- x + F(Norm(x))`` per sublayer, one final norm (GPT-2 onward);
+#: * ``'post'``: ``x <- Norm(x + F(x))`` per sublayer (Vaswani et al., 2017).
+#:
+#: With ``residual=False`` the ``x +`` is dropped: ``x <- F(x)``, ``x <- F(Norm(x))``,
+#: ``x <- Norm(F(x))``.
+SKIP_PLACEMENTS = ("none", "pre", "post")
+
+#: The four stacks of the chapter's experiments, as ``(placement, residual)`` pairs.
+SKIP_CONFIGS = (("none", False), ("none", True), ("pre", False), ("pre", True))
+
+#: One colour per placement (no norms: grey-brown; pre-LN: the book's pre-LN blue;
+#: post-LN: the book's post-LN red). Stacks without skips are drawn dashed.
+SKIP_COLORS = {"none": "#7f6a4f", "pre": "#2471a3", "post": "#c0392b"}
+
+
+def skip_label(placement: str, residual: bool) -> str:
+    """Legend label of a stack, e.g. ``'pre-LN, with skips'`` or ``'no norms, no skips'``.
+
+    Raises:
+        ValueError / TypeError: unknown ``placement`` or non-bool ``residual``.
+    """
+    check_choice("placement", placement, SKIP_PLACEMENTS)
+    check_bool("residual", residual)
+    name = {"none": "no norms", "pre": "pre-LN", "post": "post-LN"}[placement]
+    return f"{name}, {'with' if residual else 'no'} skips"
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    return seed
+
+
+def _check_depths(depths) -> list[int]:
+    if isinstance(depths, (str, bytes)) or not hasattr(depths, "__iter__"):
+        raise TypeError(f"depths must be a sequence of ints, got {type(depths).__name__} {depths!r}")
+    depths = [check_positive_int(f"depths[{i}]", k) for i, k in enumerate(depths)]
+    if not depths or depths != sorted(set(depths)):
+        raise ValueError(f"depths must be a non-empty, strictly increasing sequence of ints >= 1, got {depths}")
+    return depths
+
+
+def _check_configs(configs) -> list[tuple[str, bool]]:
+    if isinstance(configs, (str, bytes)) or not hasattr(configs, "__iter__"):
+        raise TypeError(f"configs must be a sequence of (placement, residual) pairs, got {configs!r}")
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs must name at least one (placement, residual) pair")
+    for item in configs:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"each of configs must be a (placement, residual) pair, got {item!r}")
+        check_choice("placement", item[0], SKIP_PLACEMENTS)
+        check_bool("residual", item[1])
+    return configs
+
+
+class PlainBlock(nn.Module):
+    r"""A Transformer block without norms: attention, then the FFN, on one stream.
+
+    With ``residual=True`` each sublayer's output is added to the stream,
+    ``x <- x + F(x)``; with ``residual=False`` it replaces the stream,
+    ``x <- F(x)``. These are the "residual" and "plain" networks of He et al.
+    (2016), built from Transformer sublayers and without normalization. The
+    sublayers are a :class:`~d2lmini.attention.MultiHeadAttention` and a
+    :class:`~d2lmini.ffn.FeedForward`, without biases.
+
+    Args:
+        num_hiddens: width ``d``; num_heads: attention heads (must divide ``d``).
+        act: FFN activation (see :data:`d2lmini.ffn.ACTS`).
+        residual: whether the skip connections are there.
+        causal: whether the attention is causal.
+
+    Attributes:
+        attention, ffn: the two sublayers.
+
+    Shape:
+        ``forward(X)``: ``X`` ``(b, n, d)``; returns ``(b, n, d)``.
+
+    Raises:
+        ValueError / TypeError: for arguments the sublayers reject, a non-bool
+            ``residual``/``causal``; at call time an input that is not ``(b, n, d)``.
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, act: str = "relu", residual: bool = True,
+                 causal: bool = False):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.residual = check_bool("residual", residual)
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, causal=check_bool("causal", causal))
+        self.ffn = FeedForward(num_hiddens, act=act)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Apply attention, then the FFN, to ``X`` (b, n, d); returns (b, n, d)."""
+        check_sequence_tensor("X", X, self.num_hiddens)
+        Y = self.attention(X, X, X)
+        X = X + Y if self.residual else Y
+        Y = self.ffn(X)
+        return X + Y if self.residual else Y
+
+    def extra_repr(self) -> str:
+        return f"residual={self.residual}"
+
+
+def make_skip_stack(depth: int, placement: str = "pre", residual: bool = True, num_hiddens: int = 64,
+                    num_heads: int = 4, act: str = "relu", norm: str = "layer", init: str = "torch_default",
+                    seed: int = 0) -> nn.ModuleList:
+    """A stack of ``depth`` fresh blocks, with or without skip connections.
+
+    ``placement='none'`` builds :class:`PlainBlock` s; ``'pre'`` and ``'post'`` build
+    :class:`~d2lmini.block.TransformerBlock` s with that placement, ``norm``,
+    ``act``, no biases and ``residual`` (see :data:`SKIP_PLACEMENTS`). Block ``k``'s
+    weights are drawn after block ``k - 1``'s, so a stack is the first ``depth``
+    blocks of any deeper stack with the same seed.
+
+    Args:
+        depth: number of blocks ``L`` (>= 1).
+        placement: one of :data:`SKIP_PLACEMENTS`.
+        residual: whether the blocks add their sublayers' outputs to the stream.
+        num_hiddens, num_heads, act: width ``d``, heads, FFN activation.
+        norm: ``'layer'`` or ``'rms'`` (ignored for ``placement='none'``).
+        init: ``'torch_default'`` (PyTorch's ``nn.Linear`` initialization) or
+            ``'xavier_uniform'`` (see :func:`d2lmini.probes.init_linear_weights_`).
+        seed: seeds the weights; the global RNG is left untouched.
+
+    Returns:
+        ``nn.ModuleList`` of ``depth`` blocks, each mapping ``(b, n, d)`` to ``(b, n, d)``.
+
+    Raises:
+        ValueError / TypeError: for an unknown ``placement``/``init``, a bad
+            ``depth``/``seed``, or arguments the blocks reject.
+    """
+    depth = check_positive_int("depth", depth)
+    check_choice("placement", placement, SKIP_PLACEMENTS)
+    check_bool("residual", residual)
+    check_choice("init", init, INITS)
+    _check_seed(seed)
+
+    def block():
+        if placement == "none":
+            return PlainBlock(num_hiddens, num_heads, act=act, residual=residual)
+        return TransformerBlock(num_hiddens, num_heads, norm=norm, act=act, placement=placement,
+                                residual=residual)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.ModuleList(init_linear_weights_(block(), init) for _ in range(depth))
+
+
+def _weight_matrices(block: nn.Module) -> list[nn.Parameter]:
+    """The block's weight matrices (``W_q, W_k, W_v, W_o, W_1, W_2``, ...; not the norms' gains)."""
+    return [p for name, p in block.named_parameters() if p.dim() == 2 and name.endswith("weight")]
+
+
+# --------------------------------------------------------------------------- depth sweep
+
+
+@dataclass
+class SkipProbe:
+    """The measurements of one stack in :func:`depth_gradients`.
+
+    Attributes:
+        placement, residual: which stack (see :data:`SKIP_PLACEMENTS`).
+        stream_rms: ``max(depths) + 1`` floats; entry ``k`` is the RMS of the stream
+            after block ``k`` (entry 0: the input ``X_0``).
+        token_spread: ``max(depths) + 1`` floats, :func:`d2lmini.probes.token_spread`
+            of the stream after block ``k``.
+        block_grad: depth ``L`` -> ``L`` floats; entry ``k - 1`` is the Frobenius norm
+            of the gradient of the depth-``L`` loss with respect to all weight matrices
+            of block ``k`` together.
+        input_grad: depth ``L`` -> the Frobenius norm of the gradient of the
+            depth-``L`` loss with respect to the input ``X_0``.
+    """
+
+    placement: str
+    residual: bool
+    stream_rms: list[float]
+    token_spread: list[float]
+    block_grad: dict[int, list[float]] = field(default_factory=dict)
+    input_grad: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """Legend label, e.g. ``'pre-LN, with skips'``."""
+        return skip_label(self.placement, self.residual)
+
+    @property
+    def depths(self) -> list[int]:
+        """The depths ``L`` at which gradients were taken."""
+        return sorted(self.block_grad)
+
+    def first_block_grad(self, depth: int) -> float:
+        """Gradient norm of block 1's weights in the depth-``depth`` stack.
+
+        Raises:
+            ValueError: if ``depth`` was not measured.
+        """
+        if depth not in self.block_grad:
+            raise ValueError(f"depth must be one of the measured depths {self.depths}, got {depth!r}")
+        return self.block_grad[depth][0]
+
+
+@dataclass
+class DepthGradients:
+    """The result of :func:`depth_gradients`: one :class:`SkipProbe` per stack.
+
+    Attributes:
+        config: the arguments of the run.
+        probes: one :class:`SkipProbe` per ``(placement, residual)`` pair, in the order asked.
+    """
+
+    config: dict
+    probes: list[SkipProbe]
+
+    def get(self, placement: str, residual: bool) -> SkipProbe:
+        """The probe of the stack ``(placement, residual)``.
+
+        Raises:
+            ValueError: if that stack was not measured.
+        """
+        for probe in self.probes:
+            if probe.placement == placement and probe.residual == residual:
+                return probe
+        measured = [(p.placement, p.residual) for p in self.probes]
+        raise ValueError(f"(placement, residual) must be one of {measured}, got {(placement, residual)!r}")
+
+    def rows(self, depths=None) -> list[dict]:
+        """One dict per stack and depth (for a table): the gradient norms reaching block 1,
+        block ``L`` and ``X_0``, and the token spread of the output ``X_L``.
+
+        Args:
+            depths: the depths to report (default: all measured).
+
+        Raises:
+            ValueError: if a depth was not measured.
+        """
+        measured = self.config["depths"]
+        depths = measured if depths is None else list(depths)
+        for L in depths:
+            if L not in measured:
+                raise ValueError(f"depths must be among the measured depths {measured}, got {L!r}")
+        return [{"stack": probe.label, "L": L, "‖∇θ_1‖": probe.first_block_grad(L),
+                 "‖∇θ_L‖": probe.block_grad[L][-1], "‖∇X_0‖": probe.input_grad[L],
+                 "token spread": probe.token_spread[L]}
+                for probe in self.probes for L in depths]
+
+
+def depth_gradients(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: int = 64, num_heads: int = 4,
+                    num_steps: int = 32, act: str = "relu", norm: str = "layer", init: str = "torch_default",
+                    seed: int = 0, dtype: torch.dtype = torch.float64) -> DepthGradients:
+    r"""Gradient reaching each block and the input of fresh stacks, with and without skips.
+
+    For every ``(placement, residual)`` in ``configs`` this builds one stack of
+    ``max(depths)`` blocks (:func:`make_skip_stack` with seed ``seed + 1``, the same
+    for every stack) and pushes one sequence ``X_0`` of ``num_steps`` standard normal
+    tokens (drawn from ``seed``, then the read-out ``R``) through it, recording the stream's RMS and token spread after every block.
+    The stack of depth ``L`` is its first ``L`` blocks. For each ``L`` in ``depths``
+    it backpropagates the scalar loss
+
+    .. math:: \ell_L = \frac{1}{\sqrt{n d}} \sum_{i,j} (Y_L)_{ij} R_{ij},
+
+    a fixed random linear read-out (``R`` standard normal, the same for every ``L``)
+    of ``Y_L``: the stream ``X_L`` itself for ``'none'`` and ``'post'``, and
+    ``Norm(X_L)`` with one final norm for ``'pre'``. It records the gradient norm
+    of every block's weight matrices and of ``X_0``.
+
+    This is the experiment of He et al. (2016), Fig. 1 and 4 (plain versus residual
+    networks), on a Transformer stack at initialization. Runs in float64 by default,
+    so that gradients far below float32's range are still measured.
+
+    Args:
+        depths: strictly increasing depths ``L`` at which gradients are taken.
+        configs: ``(placement, residual)`` pairs; placements from :data:`SKIP_PLACEMENTS`.
+        num_hiddens, num_heads, num_steps: width ``d``, heads, sequence length ``n`` (>= 2).
+        act, norm, init: passed to :func:`make_skip_stack`.
+        seed: seeds the input, the read-out and the weights; the global RNG is left untouched.
+        dtype: floating-point type of the computation.
+
+    Returns:
+        A :class:`DepthGradients`.
+
+    Raises:
+        ValueError / TypeError: for bad depths, configs, sizes or seed (named in the message).
+    """
+    depths = _check_depths(depths)
+    configs = _check_configs(configs)
+    num_steps = check_positive_int("num_steps", num_steps)
+    if num_steps < 2:
+        raise ValueError(f"num_steps must be >= 2 (token spread compares tokens), got {num_steps}")
+    _check_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        X0 = torch.randn(1, num_steps, num_hiddens, dtype=dtype)
+        R = torch.randn(1, num_steps, num_hiddens, dtype=dtype)
+    probes = []
+    for placement, residual in configs:
+        blocks = make_skip_stack(depths[-1], placement, residual, num_hiddens, num_heads, act, norm, init,
+                                 seed + 1).to(dtype)
+        final_norm = make_norm(norm, num_hiddens).to(dtype) if placement == "pre" else None
+        X = X0.clone().requires_grad_(True)
+        streams, rms, spread = [X], [stream_rms(X0)], [token_spread(X0)]
+        for block in blocks:
+            streams.append(block(streams[-1]))
+            rms.append(stream_rms(streams[-1].detach()))
+            spread.append(token_spread(streams[-1].detach()))
+        probe = SkipProbe(placement, residual, rms, spread)
+        for L in depths:
+            Y = streams[L] if final_norm is None else final_norm(streams[L])
+            loss = (Y * R).sum() / math.sqrt(Y.numel())
+            weights = [_weight_matrices(block) for block in blocks[:L]]
+            grads = torch.autograd.grad(loss, [X] + [w for ws in weights for w in ws], retain_graph=L < depths[-1])
+            probe.input_grad[L] = float(grads[0].norm())
+            per_block, i = [], 1
+            for ws in weights:
+                per_block.append(math.sqrt(sum(float(g.pow(2).sum()) for g in grads[i:i + len(ws)])))
+                i += len(ws)
+            probe.block_grad[L] = per_block
+        probes.append(probe)
+    config = dict(depths=depths, configs=configs, num_hiddens=num_hiddens, num_heads=num_heads,
+                  num_steps=num_steps, act=act, norm=norm, init=init, seed=seed,
+                  dtype=str(dtype).replace("torch.", ""))
+    return DepthGradients(config, probes)
+
+
+def plot_depth_gradients(result: DepthGradients, width: float = 8.0, height: float = 3.2):
+    """Three panels, all on a log scale: the gradient reaching block 1 and the gradient
+    reaching the input ``X_0`` versus depth ``L``, and the token spread after every block
+    of the deepest stacks. Stacks without skips are dashed.
+
+    Args:
+        result: a :class:`DepthGradients`.
+        width, height: figure size in inches.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure`` (:func:`d2lmini.plot.new_figure`).
+    """
+    import matplotlib
+
+    fig, axes = new_figure(3, width=width, height=height)
+    depths = result.config["depths"]
+    with matplotlib.rc_context(STYLE):
+        for probe in result.probes:
+            # Stacks without skips are dashed and drawn on top, so that a dashed line
+            # that lies on a solid one stays visible.
+            style = dict(color=SKIP_COLORS[probe.placement], linestyle="-" if probe.residual else "--",
+                         zorder=2 if probe.residual else 3)
+            axes[0].semilogy(depths, [probe.first_block_grad(L) for L in depths], marker="o", markersize=4,
+                             label=probe.label, **style)
+            axes[1].semilogy(depths, [probe.input_grad[L] for L in depths], marker="o", markersize=4, **style)
+            axes[2].semilogy(range(depths[-1] + 1), probe.token_spread, **style)
+        for ax in axes[:2]:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(depths, [str(L) for L in depths])
+            ax.minorticks_off()
+            ax.set_xlabel("depth L (blocks)")
+        axes[0].set(ylabel=r"$\|\nabla_{\theta_1} \ell\|$", title="Gradient reaching block 1")
+        axes[1].set(ylabel=r"$\|\nabla_{X_0} \ell\|$", title="Gradient reaching $X_0$")
+        axes[2].set(xlabel="block k", ylabel=r"$\|X-\bar{X}\|_F \,/\, \|X\|_F$",
+                    title=f"Token spread, L = {depths[-1]}")
+        axes[2].set_xlim(0, depths[-1])
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=9)
+    return fig
+
+
+# --------------------------------------------------------------------------- Jacobian
+
+
+@dataclass
+class JacobianSpectra:
+    """The result of :func:`jacobian_spectra`.
+
+    Attributes:
+        config: the arguments of the run.
+        singular_values: ``(placement, residual)`` -> depth ``L`` -> the ``n d``
+            singular values of the Jacobian ``dY_L / dX_0``, largest first.
+    """
+
+    config: dict
+    singular_values: dict[tuple[str, bool], dict[int, list[float]]]
+
+    def directions(self, placement: str, residual: bool, depth: int, rtol: float = 1e-3) -> int:
+        """How many singular values are at least ``rtol`` times the largest one: the number
+        of input directions that still reach the output with a gain within ``1/rtol`` of
+        the strongest (out of ``n d``).
+
+        Raises:
+            ValueError: for a stack or depth that was not measured, or ``rtol`` not in (0, 1].
+        """
+        if not 0 < rtol <= 1:
+            raise ValueError(f"rtol must be in (0, 1], got {rtol!r}")
+        key = (placement, residual)
+        if key not in self.singular_values:
+            raise ValueError(f"(placement, residual) must be one of {list(self.singular_values)}, got {key!r}")
+        if depth not in self.singular_values[key]:
+            raise ValueError(f"depth must be one of {sorted(self.singular_values[key])}, got {depth!r}")
+        s = self.singular_values[key][depth]
+        return sum(v >= rtol * s[0] for v in s)
+
+
+def jacobian_spectra(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: int = 32, num_heads: int = 4,
+                     num_steps: int = 8, act: str = "relu", norm: str = "layer", init: str = "torch_default",
+                     seed: int = 0, dtype: torch.dtype = torch.float64) -> JacobianSpectra:
+    r"""Singular values of the input-output Jacobian of fresh stacks, with and without skips.
+
+    The stacks and the input are those of :func:`depth_gradients` with the same
+    arguments: weights from :func:`make_skip_stack` with seed ``seed + 1``, ``X_0``
+    standard normal from ``seed``. The stack's output ``Y_L`` (``X_L``, or
+    ``Norm(X_L)`` with a fresh final norm for pre-LN) is a function of ``X_0``, both ``(n, d)``.
+    Its Jacobian ``J = dY_L/dX_0`` is an ``nd x nd`` matrix, the product of the
+    blocks' Jacobians (and the final norm's), and its singular values are the gains
+    of the stack along its principal input directions. ``J`` is computed exactly,
+    row by row, in one backward pass: ``nd`` copies of ``X_0`` go through the stack
+    as one batch, and copy ``i`` is read out by the ``i``-th unit vector.
+
+    Args:
+        depths: strictly increasing depths ``L`` (the depth-``L`` stack is the first
+            ``L`` blocks of the deepest).
+        configs: ``(placement, residual)`` pairs; placements from :data:`SKIP_PLACEMENTS`.
+        num_hiddens, num_heads, num_steps: ``d``, heads, ``n``; keep ``n d`` small
+            (the batch has ``n d`` sequences; the default gives 256).
+        act, norm, init: passed to :func:`make_skip_stack`.
+        seed: seeds input and weights; the global RNG is left untouched.
+        dtype: floating-point type of the computation.
+
+    Returns:
+        A :class:`JacobianSpectra`.
+
+    Raises:
+        ValueError / TypeError: for bad depths, configs, sizes or seed, or ``n d`` > 4096.
+    """
+    depths = _check_depths(depths)
+    configs = _check_configs(configs)
+    num_steps = check_positive_int("num_steps", num_steps)
+    num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+    size = num_steps * num_hiddens
+    if size > 4096:
+        raise ValueError(f"num_steps * num_hiddens must be <= 4096 (the Jacobian is (nd)^2), got {size}")
+    _check_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        X0 = torch.randn(1, num_steps, num_hiddens, dtype=dtype)
+    unit = torch.eye(size, dtype=dtype).reshape(size, num_steps, num_hiddens)
+    spectra: dict[tuple[str, bool], dict[int, list[float]]] = {}
+    for placement, residual in configs:
+        blocks = make_skip_stack(depths[-1], placement, residual, num_hiddens, num_heads, act, norm, init,
+                                 seed + 1).to(dtype)
+        final_norm = make_norm(norm, num_hiddens).to(dtype) if placement == "pre" else None
+        X = X0.expand(size, -1, -1).clone().requires_grad_(True)
+        H, spectra[(placement, residual)] = X, {}
+        for k, block in enumerate(blocks, start=1):
+            H = block(H)
+            if k in depths:
+                Y = H if final_norm is None else final_norm(H)
+                (rows,) = torch.autograd.grad(Y, X, grad_outputs=unit, retain_graph=k < depths[-1])
+                s = torch.linalg.svdvals(rows.reshape(size, size))
+                spectra[(placement, residual)][k] = [float(v) for v in s]
+    config = dict(depths=depths, configs=configs, num_hiddens=num_hiddens, num_heads=num_heads,
+                  num_steps=num_steps, act=act, norm=norm, init=init, seed=seed,
+                  dtype=str(dtype).replace("torch.", ""))
+    return JacobianSpectra(config, spectra)
+
+
+def plot_jacobian_spectra(result: JacobianSpectra, depth: int | None = None, rtol: float = 1e-3,
+                          width: float = 8.0, height: float = 3.0):
+    """Two panels: the sorted singular values of ``dY/dX_0`` at one depth, each divided by
+    its largest (log scale); and the number of them above ``rtol`` versus depth.
+
+    Args:
+        result: a :class:`JacobianSpectra`.
+        depth: the depth drawn on the left (default: the deepest measured).
+        rtol: the threshold of the right panel (see :meth:`JacobianSpectra.directions`).
+        width, height: figure size in inches.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: if ``depth`` was not measured.
+    """
+    import matplotlib
+
+    depths = result.config["depths"]
+    depth = depths[-1] if depth is None else depth
+    if depth not in depths:
+        raise ValueError(f"depth must be one of {depths}, got {depth!r}")
+    size = result.config["num_steps"] * result.config["num_hiddens"]
+    fig, axes = new_figure(2, width=width, height=height)
+    with matplotlib.rc_context(STYLE):
+        for (placement, residual), by_depth in result.singular_values.items():
+            style = dict(color=SKIP_COLORS[placement], linestyle="-" if residual else "--",
+                         zorder=2 if residual else 3)
+            s = torch.tensor(by_depth[depth])
+            rel = (s / s[0]).clamp_min(1e-300)
+            axes[0].semilogy(range(1, size + 1), rel.tolist(), label=skip_label(placement, residual), **style)
+            axes[1].plot(depths, [result.directions(placement, residual, L, rtol) for L in depths],
+                         marker="o", markersize=4, **style)
+        axes[0].axhline(rtol, color="0.4", linestyle=":", linewidth=1)
+        axes[0].set_ylim(bottom=1e-17, top=3)
+        axes[0].set(xlabel="index i (largest first)", ylabel=r"$\sigma_i / \sigma_1$",
+                    title=f"Singular values of $\\partial Y / \\partial X_0$, L = {depth}")
+        axes[1].set_xscale("log", base=2)
+        axes[1].set_xticks(depths, [str(L) for L in depths])
+        axes[1].minorticks_off()
+        axes[1].set_ylim(0, 1.05 * size)
+        axes[1].set(xlabel="depth L (blocks)", ylabel=f"count (of {size})",
+                    title=rf"Directions with $\sigma_i \geq 10^{{{round(math.log10(rtol))}}}\,\sigma_1$")
+        axes[0].legend(loc="lower center", fontsize=9)
+    return fig
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def zero_output_projections_(block: nn.Module) -> nn.Module:
+    """Set the attention's ``W_o`` and the FFN's ``W_2`` (weights and biases) to zero, in place.
+
+    Both sublayers then output exactly zero, ``F = 0``, whatever their input.
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock` or :class:`PlainBlock`.
+
+    Returns:
+        ``block``, for chaining.
+
+    Raises:
+        TypeError: if ``block`` has no ``attention.W_o`` and ``ffn.W_2``.
+    """
+    try:
+        layers = (block.attention.W_o, block.ffn.W_2)
+    except AttributeError:
+        raise TypeError(f"block must have attention.W_o and ffn.W_2, got {type(block).__name__}") from None
+    with torch.no_grad():
+        for layer in layers:
+            layer.weight.zero_()
+            if layer.bias is not None:
+                layer.bias.zero_()
+    return block
+
+
+#: The blocks :func:`zeroed_block_gaps` checks: name -> ``TransformerBlock`` arguments.
+ZEROED_BLOCKS = {
+    "pre-LN": dict(placement="pre", residual=True),
+    "post-LN": dict(placement="post", residual=True),
+    "pre-LN, no skips": dict(placement="pre", residual=False),
+}
+
+
+def zeroed_block_gaps(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 16, depth: int = 4,
+                      norm: str = "layer", act: str = "relu", seed: int = 0) -> list[dict]:
+    """Does a block with ``F = 0`` return its input? And does an added zero block change a stack?
+
+    For each block of :data:`ZEROED_BLOCKS`: a fresh block (with biases, so its
+    norms' and projections' biases exist too) has its output projections zeroed
+    (:func:`zero_output_projections_`) and is applied to an input ``X`` whose
+    entries are ``N(0.5, 2^2)`` (a stream that is not normalized, as in a deep pre-LN
+    stack). Then a stack of ``depth`` fresh blocks of the same kind is applied to
+    ``X`` with and without ``depth`` zeroed blocks appended.
+
+    Args:
+        num_hiddens, num_heads, num_steps: ``d``, heads, ``n``.
+        depth: blocks in the stack of the second check.
+        norm, act: the blocks' norm and FFN activation.
+        seed: seeds weights and input; the global RNG is left untouched.
+
+    Returns:
+        One dict per block kind: ``block``, ``max |X|``, ``block gap`` (``max |block(X) - X|``)
+        and ``stack gap`` (``max |deeper(X) - stack(X)|``, the deeper stack having the
+        zeroed blocks on top). Pre-LN gives exactly 0.0 for both.
+
+    Raises:
+        ValueError / TypeError: for bad sizes or seed.
+    """
+    depth = check_positive_int("depth", depth)
+    _check_seed(seed)
+    rows = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        X = 0.5 + 2.0 * torch.randn(1, check_positive_int("num_steps", num_steps), num_hiddens)
+        for name, kwargs in ZEROED_BLOCKS.items():
+            def make():
+                return TransformerBlock(num_hiddens, num_heads, norm=norm, act=act, bias=True, **kwargs)
+
+            zeroed = zero_output_projections_(make())
+            stack = nn.Sequential(*(make() for _ in range(depth)))
+            deeper = nn.Sequential(*stack, *(zero_output_projections_(make()) for _ in range(depth)))
+            with torch.no_grad():
+                rows.append({"block": name, "max |X|": float(X.abs().max()),
+                             "block gap": float((zeroed(X) - X).abs().max()),
+                             "stack gap": float((deeper(X) - stack(X)).abs().max())})
+    return rows
+
+
+# --------------------------------------------------------------------------- training
+
+
+def unigram_entropy(tokens: torch.Tensor) -> float:
+    """Entropy of the token frequencies of ``tokens`` in nats: ``-sum_c p_c log p_c``.
+
+    The cross-entropy of the best prediction that ignores the context (the same
+    distribution at every position), measured on the same text.
+
+    Args:
+        tokens: 1-D integer tensor of token ids.
+
+    Raises:
+        TypeError / ValueError: if ``tokens`` is not a non-empty 1-D integer tensor.
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be an integer torch.Tensor, got {type(tokens).__name__}")
+    if tokens.dim() != 1 or tokens.numel() == 0:
+        raise ValueError(f"tokens must be a non-empty 1-D tensor, got shape {tuple(tokens.shape)}")
+    counts = Counter(tokens.tolist())
+    total = tokens.numel()
+    return -sum(c / total * math.log(c / total) for c in counts.values())
+
+
+@dataclass
+class SkipTraining:
+    """The result of :func:`skip_training`.
+
+    Attributes:
+        with_skips, without_skips: the :class:`~d2lmini.train.TrainResult` of each run.
+        unigram_entropy: :func:`unigram_entropy` of the training split (nats per character).
+        init_token_spread: ``residual`` (True/False) -> ``num_layers + 1`` floats: the
+            token spread (:func:`d2lmini.probes.token_spread`, averaged over validation
+            windows) of the model's stream after the embedding and after every block,
+            with the initial weights of that run.
+        config: the arguments shared by both runs.
+    """
+
+    with_skips: object
+    without_skips: object
+    unigram_entropy: float
+    init_token_spread: dict[bool, list[float]]
+    config: dict
+
+
+def _init_token_spread(corpus, seed: int, num_windows: int, seq_len: int, **model_kwargs) -> list[float]:
+    """Token spread after the embedding and after every block of the TinyLM that
+    :func:`d2lmini.train.train_lm` builds from ``seed``, on ``num_windows`` validation windows."""
+    from .train import TinyLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # the same draw as train_lm's: the run's initial weights
+        model = TinyLM(corpus.vocab_size, max_len=seq_len, **model_kwargs)
+    X, _ = corpus.random_batch(num_windows, seq_len, torch.Generator().manual_seed(seed), split="val")
+    model.eval()
+    with torch.no_grad():
+        H = model.embedding(X)
+        if model.pos_embedding is not None:
+            H = H + model.pos_embedding[:seq_len]
+        spreads = [[token_spread(h) for h in H]]
+        for block in model.blocks:
+            H = block(H)
+            spreads.append([token_spread(h) for h in H])
+    return [sum(values) / len(values) for values in spreads]
+
+
+def skip_training(corpus=None, num_layers: int = 6, num_steps: int = 200, batch_size: int = 16,
+                  seq_len: int = 64, lr: float = 1e-3, num_hiddens: int = 64, num_heads: int = 4,
+                  norm: str = "layer", act: str = "relu", placement: str = "pre", seed: int = 0,
+                  eval_every: int | None = None, eval_batches: int = 4) -> SkipTraining:
+    """Train the same tiny character language model with and without its skip connections.
+
+    Two :func:`d2lmini.train.train_lm` runs with identical settings, seed, data and
+    batches; the only difference is ``residual=True`` versus ``residual=False`` in
+    every block (the "forgot the skip connections" bug). It also measures, before
+    training, how different the tokens of a few validation windows stay through
+    each model's blocks.
+
+    Args:
+        corpus: a :class:`~d2lmini.data.CharCorpus` (default
+            :func:`d2lmini.data.python_reference_corpus`).
+        num_layers, num_hiddens, num_heads, norm, act, placement: the model
+            (:class:`~d2lmini.train.TinyLM`, causal blocks).
+        num_steps, batch_size, seq_len, lr: the training run (AdamW, constant rate).
+        seed: seeds weights and batches of both runs.
+        eval_every: validation interval in steps (default ``num_steps // 4``);
+            eval_batches: validation batches.
+
+    Returns:
+        A :class:`SkipTraining`.
+
+    Raises:
+        ValueError / TypeError: for arguments :func:`~d2lmini.train.train_lm` rejects.
+    """
+    from .data import python_reference_corpus
+    from .train import train_lm
+
+    corpus = python_reference_corpus() if corpus is None else corpus
+    num_steps = check_positive_int("num_steps", num_steps)
+    seq_len = check_positive_int("seq_len", seq_len)
+    _check_seed(seed)
+    eval_every = max(1, num_steps // 4) if eval_every is None else check_positive_int("eval_every", eval_every)
+    model = dict(num_layers=num_layers, num_hiddens=num_hiddens, num_heads=num_heads, norm=norm, act=act,
+                 placement=placement)
+    config = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr, seed=seed,
+                  eval_every=eval_every, eval_batches=eval_batches, **model)
+    runs = {residual: train_lm(corpus, residual=residual, **config) for residual in (True, False)}
+    spreads = {residual: _init_token_spread(corpus, seed, 8, seq_len, residual=residual, **model)
+               for residual in (True, False)}
+    return SkipTraining(runs[True], runs[False], unigram_entropy(corpus.train), spreads, config)
+
+
+def plot_skip_training(result: SkipTraining, window: int = 20, width: float = 8.0, height: float = 3.0):
+    """Training loss (smoothed over ``window`` steps) of both runs, their validation losses
+    as markers, and the unigram entropy as a dotted line.
+
+    Args:
+        result: a :class:`SkipTraining`.
+        window: smoothing window in steps.
+        width, height: figure size in inches.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure``.
+    """
+    import matplotlib
+
+    fig, ax = new_figure(1, width=width, height=height)
+    color = SKIP_COLORS[result.config["placement"]] if result.config["placement"] in SKIP_COLORS else None
+    with matplotlib.rc_context(STYLE):
+        for run, residual in ((result.with_skips, True), (result.without_skips, False)):
+            label = skip_label(result.config["placement"], residual) if color else f"skips: {residual}"
+            style = dict(color=color, linestyle="-" if residual else "--")
+            ax.plot(range(1, len(run.train_loss) + 1), run.smoothed(window), label=f"{label} (train)", **style)
+            ax.plot(run.val_steps, run.val_loss, marker="o", linestyle="none", color=color,
+                    markerfacecolor="white" if not residual else color, label=f"{label} (validation)")
+        ax.axhline(result.unigram_entropy, color="0.3", linestyle=":", linewidth=1.2,
+                   label="unigram entropy (no context)")
+        ax.set(xlabel="training step", ylabel="cross-entropy (nats / char)",
+               title=f"{result.config['num_layers']}-block character LM, same seed and data")
+        ax.legend(loc="upper right", fontsize=9)
+    return fig
+
+
+__all__ = [
+    "SKIP_CONFIGS", "SKIP_PLACEMENTS", "DepthGradients", "JacobianSpectra", "PlainBlock", "SkipProbe",
+    "SkipTraining", "depth_gradients", "jacobian_spectra", "make_skip_stack", "plot_depth_gradients",
+    "plot_jacobian_spectra", "plot_skip_training", "skip_label", "skip_training", "unigram_entropy",
+    "zero_output_projections_", "zeroed_block_gaps",
+]

@@ -1,0 +1,226 @@
+"""The chapter "Normalization: why LayerNorm, not BatchNorm": its hand-written norms and measurements."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+from torch import nn
+
+from d2lmini import TransformerBlock
+from d2lmini import normalization as nm
+
+
+# --- the norms by hand -------------------------------------------------------------
+
+def test_layer_norm_by_hand_matches_torch_with_gain_and_bias():
+    X = torch.randn(3, 7, 16) * 3 + 2
+    ln = nn.LayerNorm(16)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+        ln.bias.normal_()
+        assert torch.allclose(nm.layer_norm_by_hand(X, ln.weight, ln.bias), ln(X), atol=1e-5)
+
+
+def test_batch_norm_by_hand_matches_torch_training_mode():
+    X = torch.randn(4, 9, 16) * 2 - 1
+    bn = nn.BatchNorm1d(16).train()
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.normal_()
+        theirs = bn(X.transpose(1, 2)).transpose(1, 2)
+        assert torch.allclose(nm.batch_norm_by_hand(X, bn.weight, bn.bias), theirs, atol=1e-5)
+        # the same on a flat (N, d) batch
+        flat = X.reshape(-1, 16)
+        assert torch.allclose(nm.batch_norm_by_hand(flat, bn.weight, bn.bias), bn(flat), atol=1e-5)
+
+
+def test_compare_with_torch_reports_tiny_deviations():
+    result = nm.compare_with_torch(seed=3)
+    assert result["layer_norm"] < 1e-5 and result["batch_norm"] < 1e-5 and result["running_var"] < 1e-5
+    assert result["n_positions"] == 40
+    assert result == nm.compare_with_torch(seed=3)
+
+
+def test_batch_norm_stats_with_valid_lens_use_only_the_real_tokens():
+    X = torch.randn(3, 5, 4, dtype=torch.float64)
+    valid_lens = torch.tensor([5, 2, 1])
+    rows = torch.cat([X[0, :5], X[1, :2], X[2, :1]])
+    mean, var = nm.batch_norm_stats(X, valid_lens)
+    assert torch.allclose(mean, rows.mean(0)) and torch.allclose(var, rows.var(0, unbiased=False))
+    mean_all, var_all = nm.batch_norm_stats(X)
+    assert torch.allclose(mean_all, X.reshape(-1, 4).mean(0))
+    assert torch.allclose(var_all, X.reshape(-1, 4).var(0, unbiased=False))
+
+
+def test_batch_norm_of_a_single_position_is_the_bias():
+    bias = torch.arange(8.0)
+    for _ in range(3):
+        assert torch.equal(nm.batch_norm_by_hand(torch.randn(1, 1, 8), bias=bias), bias.expand(1, 1, 8))
+
+
+def test_hand_norms_reject_bad_arguments():
+    with pytest.raises(TypeError, match="X"):
+        nm.layer_norm_by_hand(torch.ones(2, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        nm.batch_norm_by_hand(torch.ones(5))
+    with pytest.raises(ValueError, match="weight"):
+        nm.layer_norm_by_hand(torch.ones(2, 3), weight=torch.ones(4))
+    with pytest.raises(ValueError, match="eps"):
+        nm.batch_norm_by_hand(torch.ones(2, 3), eps=0.0)
+    with pytest.raises(ValueError, match="valid_lens"):
+        nm.batch_norm_stats(torch.ones(2, 3, 4), torch.tensor([1, 4]))
+    with pytest.raises(TypeError, match="valid_lens"):
+        nm.batch_norm_stats(torch.ones(2, 3, 4), torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="no real position"):
+        nm.batch_norm_stats(torch.ones(2, 3, 4), torch.tensor([0, 0]))
+
+
+def test_sequence_batch_norm_wraps_batchnorm1d_and_checks_shapes():
+    layer = nm.SequenceBatchNorm(6).train()
+    X = torch.randn(2, 5, 6)
+    with torch.no_grad():
+        assert torch.allclose(layer(X), nm.batch_norm_by_hand(X), atol=1e-5)
+    with pytest.raises(ValueError, match="num_hiddens=6"):
+        layer(torch.randn(2, 5, 7))
+    with pytest.raises(ValueError, match="momentum"):
+        nm.SequenceBatchNorm(6, momentum=1.5)
+
+
+def test_swap_layer_norms_replaces_every_layer_norm():
+    block = nm.swap_layer_norms_for_batch_norm_(TransformerBlock(16, 2, norm="layer", placement="pre"))
+    assert not any(isinstance(m, nn.LayerNorm) for m in block.modules())
+    assert sum(isinstance(m, nm.SequenceBatchNorm) for m in block.modules()) == 2
+    with pytest.raises(ValueError, match="no nn.LayerNorm"):
+        nm.swap_layer_norms_for_batch_norm_(nn.Linear(3, 3))
+
+
+# --- synthetic data ------------------------------------------------------------------
+
+def test_padded_batch_shapes_padding_and_determinism():
+    batch = nm.padded_batch(batch_size=16, max_len=40, padding=0.6, num_hiddens=8, seed=1)
+    assert tuple(batch.X.shape) == (16, 40, 8) and tuple(batch.valid_lens.shape) == (16,)
+    assert int(batch.valid_lens.max()) == 40 and int(batch.valid_lens.min()) >= 1
+    assert torch.all(batch.X[~batch.mask] == 0) and torch.all(batch.X[batch.mask].abs().sum(-1) > 0)
+    assert abs(batch.padding_share - 0.6) < 0.02
+    again = nm.padded_batch(batch_size=16, max_len=40, padding=0.6, num_hiddens=8, seed=1)
+    assert torch.equal(batch.X, again.X) and torch.equal(batch.valid_lens, again.valid_lens)
+    other = nm.padded_batch(batch_size=16, max_len=40, padding=0.2, num_hiddens=8, seed=1)
+    assert torch.equal(batch.feature_mean, other.feature_mean)  # same features at every share
+    assert nm.padded_batch(4, 10, 0.0, 8).padding_share == 0.0
+
+
+def test_padded_batch_features_are_not_standardized():
+    batch = nm.padded_batch(padding=0.0, num_hiddens=64)
+    assert batch.feature_mean.abs().mean() > 0.3
+    assert batch.feature_scale.min() >= 0.5 and batch.feature_scale.max() <= 2.0
+    assert batch.feature_scale.max() / batch.feature_scale.min() > 2
+
+
+def test_padded_batch_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="padding"):
+        nm.padded_batch(padding=1.0)
+    with pytest.raises(ValueError, match="too high"):
+        nm.padded_batch(batch_size=32, max_len=10, padding=0.99)
+    with pytest.raises(ValueError, match="batch_size"):
+        nm.padded_batch(batch_size=0)
+    with pytest.raises(ValueError, match="batch_size must be >= 2"):
+        nm.padded_batch(batch_size=1, padding=0.5)
+    with pytest.raises(TypeError, match="seed"):
+        nm.padded_batch(seed="0")
+
+
+def test_the_global_rng_is_untouched():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    nm.padding_errors(padding=0.5, batch_size=8, max_len=20, num_hiddens=8)
+    nm.block_padding_check(batch_size=3, max_len=8, num_hiddens=16, num_heads=2)
+    assert torch.equal(torch.rand(3), expected)
+
+
+# --- the chapter's claims --------------------------------------------------------------
+
+def test_padding_shrinks_the_mean_by_exactly_the_padding_share():
+    result = nm.padding_errors(padding=0.7, batch_size=32, max_len=100, num_hiddens=32, seed=0)
+    assert abs(result.padding_share - 0.7) < 0.01
+    assert result.mean_error == pytest.approx(result.padding_share, abs=1e-9)
+    assert result.var_error == pytest.approx(result.expected_var_error, abs=0.05)
+    assert result.std_ratio < 0.8
+    assert result.output_rms_error > 0.5
+    assert result.layer_norm_max_delta < 1e-6
+
+
+def test_no_padding_means_no_error():
+    result = nm.padding_errors(padding=0.0, batch_size=4, max_len=20, num_hiddens=8)
+    assert result.mean_error < 1e-12 and result.var_error < 1e-12 and result.output_rms_error < 1e-9
+
+
+def test_padding_sweep_errors_grow_with_padding_and_layer_norm_never_moves():
+    sweep = nm.padding_sweep((0.0, 0.3, 0.6, 0.9), batch_size=16, max_len=50, num_hiddens=16, seed=2)
+    errors = sweep.column("output_rms_error")
+    assert errors == sorted(errors) and errors[-1] > 1.0
+    assert max(sweep.column("layer_norm_max_delta")) < 1e-6
+    assert len(sweep.curve_padding) == len(sweep.curve_var_error) > 50
+    assert list(sweep.table().columns)[0] == "padding share"
+    with pytest.raises(ValueError, match="paddings"):
+        nm.padding_sweep(())
+
+
+def test_expected_stat_errors_formula():
+    m, s = torch.tensor([1.0, -2.0]), torch.tensor([1.0, 0.5])
+    mean_error, var_error = nm.expected_stat_errors(0.5, m, s)
+    # var_pad = 0.5 s^2 + 0.25 m^2 = [0.75, 1.125]; s^2 = [1, 0.25]
+    assert mean_error == 0.5
+    assert var_error == pytest.approx(((0.25 ** 2 + 0.875 ** 2) / (1 + 0.0625)) ** 0.5)
+
+
+def test_batch_norm_output_depends_on_the_batch_and_layer_norm_does_not():
+    rows = nm.batch_composition((2, 8), num_steps=8, num_hiddens=16, seed=0)
+    assert [r["batch_size"] for r in rows] == [2, 8]
+    for row in rows:
+        assert row["bn_rms_delta"] > 0.02 and row["bn_max_delta"] > 0.1
+        assert row["ln_max_delta"] < 1e-6 and row["ln_alone_max_delta"] < 1e-6
+    assert rows == nm.batch_composition((2, 8), num_steps=8, num_hiddens=16, seed=0)
+    with pytest.raises(ValueError, match="batch_sizes"):
+        nm.batch_composition((1, 4))
+
+
+def test_running_statistics_lag_the_batch_statistics():
+    rows = nm.train_eval_mismatch((1, 5, 60), batch_size=4, num_steps=8, num_hiddens=16)
+    assert rows[0]["mean_error"] == pytest.approx(0.9, abs=1e-5)  # momentum 0.1: one tenth of the way
+    deltas = [r["output_rms_delta"] for r in rows]
+    assert deltas[0] > deltas[1] > deltas[2] > 0.01  # closer with time, never equal
+    with pytest.raises(ValueError, match="checkpoints"):
+        nm.train_eval_mismatch((5, 2))
+
+
+def test_a_batch_of_one_token_fails_batch_norm_but_not_layer_norm():
+    result = nm.batch_of_one(num_hiddens=16)
+    assert result["error_type"] == "ValueError"
+    assert "Expected more than 1 value per channel when training" in result["error_message"]
+    assert result["by_hand_max_dev_from_bias"] == 0.0
+    assert result["eval_output_finite"] is True
+    assert result["ln_alone_max_delta"] < 1e-6
+
+
+def test_in_the_block_only_batch_norm_sees_the_padding():
+    result = nm.block_padding_check(batch_size=4, max_len=16, padding=0.5, num_hiddens=16, num_heads=2)
+    assert result["layer_norm_max_delta"] < 1e-5
+    assert result["batch_norm_max_delta"] > 0.1 and result["batch_norm_rms_delta"] > 0.01
+    assert result == nm.block_padding_check(batch_size=4, max_len=16, padding=0.5, num_hiddens=16, num_heads=2)
+
+
+# --- figures ---------------------------------------------------------------------------
+
+def test_figures():
+    fig = nm.plot_norm_axes()
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    sweep = nm.padding_sweep((0.0, 0.5), batch_size=4, max_len=10, num_hiddens=8)
+    fig = nm.plot_padding_sweep(sweep, mark=0.5)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert fig.axes[0].get_xlabel() == "padding share (%)"
+    with pytest.raises(TypeError, match="PaddingSweep"):
+        nm.plot_padding_sweep([1, 2])
+    with pytest.raises(ValueError, match="lengths"):
+        nm.plot_norm_axes(lengths=())

@@ -1,0 +1,277 @@
+"""The chapter "Residual connections": skip stacks, gradients with depth, the Jacobian, identity blocks, training."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from d2lmini import TransformerBlock
+from d2lmini.data import python_reference_corpus
+from d2lmini.residual import (SKIP_CONFIGS, PlainBlock, depth_gradients, jacobian_spectra, make_skip_stack,
+                              plot_depth_gradients, plot_jacobian_spectra, plot_skip_training, skip_label,
+                              skip_training, unigram_entropy, zero_output_projections_, zeroed_block_gaps)
+
+SMALL = dict(num_hiddens=16, num_heads=2)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # These models are tiny; on a shared two-core machine two threads mostly wait on each other.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return depth_gradients(depths=(2, 4, 8), num_steps=8, seed=0, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def spectra():
+    return jacobian_spectra(depths=(2, 8), num_steps=4, seed=0, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return python_reference_corpus()
+
+
+TINY_LM = dict(num_layers=3, num_hiddens=32, num_heads=2, num_steps=60, batch_size=8, seq_len=32, lr=3e-3,
+               eval_batches=2)
+
+
+@pytest.fixture(scope="module")
+def training(corpus):
+    return skip_training(corpus, seed=0, **TINY_LM)
+
+
+# --------------------------------------------------------------------------- blocks and stacks
+
+
+def test_plain_block_adds_or_replaces_and_keeps_the_shape():
+    torch.manual_seed(0)
+    X = torch.randn(2, 5, 16)
+    for residual in (True, False):
+        block = PlainBlock(16, 2, residual=residual)
+        Y = block.attention(X, X, X)
+        H = X + Y if residual else Y
+        expected = H + block.ffn(H) if residual else block.ffn(H)
+        torch.testing.assert_close(block(X), expected)
+        assert block(X).shape == X.shape
+    with pytest.raises(ValueError, match="X"):
+        PlainBlock(16, 2)(torch.randn(2, 5, 8))
+    with pytest.raises(TypeError, match="residual"):
+        PlainBlock(16, 2, residual="yes")
+
+
+def test_make_skip_stack_nests_is_deterministic_and_leaves_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    deep = make_skip_stack(4, "pre", False, seed=3, **SMALL)
+    shallow = make_skip_stack(2, "pre", False, seed=3, **SMALL)
+    other = make_skip_stack(2, "pre", False, seed=4, **SMALL)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    for a, b in zip(shallow.parameters(), deep[:2].parameters()):
+        assert torch.equal(a, b)  # the shallow stack is the deep one's first blocks
+    assert not torch.equal(shallow[0].attention.W_q.weight, other[0].attention.W_q.weight)
+    assert isinstance(make_skip_stack(1, "none", True, **SMALL)[0], PlainBlock)
+    block = make_skip_stack(1, "post", False, **SMALL)[0]
+    assert isinstance(block, TransformerBlock) and block.placement == "post" and not block.addnorm1.residual
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(depth=0), ValueError, "depth"),
+    (dict(depth=2, placement="sandwich"), ValueError, "placement"),
+    (dict(depth=2, residual=1), TypeError, "residual"),
+    (dict(depth=2, init="zeros"), ValueError, "init"),
+    (dict(depth=2, seed=1.5), TypeError, "seed"),
+])
+def test_make_skip_stack_rejects_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        make_skip_stack(**kwargs)
+
+
+def test_skip_label():
+    assert skip_label("pre", True) == "pre-LN, with skips"
+    assert skip_label("none", False) == "no norms, no skips"
+    with pytest.raises(ValueError, match="placement"):
+        skip_label("middle", True)
+
+
+# --------------------------------------------------------------------------- depth sweep
+
+
+def test_without_norms_and_skips_the_gradient_vanishes_geometrically(sweep):
+    plain = sweep.get("none", False)
+    g = [plain.first_block_grad(L) for L in (2, 4, 8)]
+    assert g[0] > g[1] > g[2]
+    assert (g[2] / g[0]) ** (1 / 6) < 0.2  # shrinks by a constant factor per added block
+    assert plain.input_grad[8] < 1e-6 * plain.input_grad[2]
+    assert plain.stream_rms[8] < 1e-6  # the forward signal vanishes too
+    for residual_probe in (sweep.get("none", True), sweep.get("pre", True)):
+        for L in (2, 4, 8):
+            assert 0.5 < residual_probe.first_block_grad(L) < 50
+            assert 0.3 < residual_probe.input_grad[L] < 5
+
+
+def test_with_norms_the_gradient_does_not_vanish_but_the_tokens_collapse(sweep):
+    pre_ns, pre = sweep.get("pre", False), sweep.get("pre", True)
+    for L in (2, 4, 8):
+        assert pre_ns.first_block_grad(L) > 0.2 * pre.first_block_grad(L)
+        assert pre_ns.input_grad[L] > 0.05
+    assert pre_ns.token_spread[8] < 1e-12 and sweep.get("none", False).token_spread[8] < 1e-12
+    assert pre.token_spread[8] > 0.5 and sweep.get("none", True).token_spread[8] > 0.5
+
+
+def test_depth_gradients_shapes_rows_and_determinism(sweep):
+    assert [(p.placement, p.residual) for p in sweep.probes] == list(SKIP_CONFIGS)
+    for probe in sweep.probes:
+        assert probe.depths == [2, 4, 8]
+        assert len(probe.stream_rms) == len(probe.token_spread) == 9
+        assert [len(probe.block_grad[L]) for L in (2, 4, 8)] == [2, 4, 8]
+        assert all(math.isfinite(v) and v > 0 for v in probe.block_grad[8])
+    rows = sweep.rows(depths=(2, 8))
+    assert len(rows) == 8 and rows[0]["stack"] == "no norms, no skips" and rows[0]["L"] == 2
+    assert rows[0]["‖∇θ_1‖"] == sweep.probes[0].first_block_grad(2)
+    again = depth_gradients(depths=(2, 4, 8), num_steps=8, seed=0, **SMALL)
+    assert again.rows() == sweep.rows()
+    other = depth_gradients(depths=(2,), configs=[("pre", True)], num_steps=8, seed=1, **SMALL)
+    assert other.probes[0].first_block_grad(2) != sweep.get("pre", True).first_block_grad(2)
+    with pytest.raises(ValueError, match="depths"):
+        sweep.rows(depths=(3,))
+    with pytest.raises(ValueError, match="placement, residual"):
+        other.get("none", True)
+    with pytest.raises(ValueError, match="depth"):
+        other.probes[0].first_block_grad(4)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(depths=(4, 2)), ValueError, "increasing"),
+    (dict(depths=()), ValueError, "depths"),
+    (dict(depths=8), TypeError, "depths"),
+    (dict(configs=[("pre", "yes")]), TypeError, "residual"),
+    (dict(configs=[("side", True)]), ValueError, "placement"),
+    (dict(configs=["pre"]), TypeError, "pair"),
+    (dict(num_steps=1), ValueError, "num_steps"),
+    (dict(seed="0"), TypeError, "seed"),
+])
+def test_depth_gradients_rejects_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        depth_gradients(**{**dict(depths=(2,), num_steps=4, **SMALL), **kwargs})
+
+
+# --------------------------------------------------------------------------- Jacobian
+
+
+def test_jacobian_spectra_match_the_brute_force_jacobian(spectra):
+    # Rebuild the documented stack and input: weights from seed + 1, X_0 from seed.
+    for placement, residual in (("pre", True), ("none", False)):
+        blocks = make_skip_stack(2, placement, residual, seed=1, **SMALL).double()
+        final = torch.nn.LayerNorm(16).double() if placement == "pre" else None
+        torch.manual_seed(0)
+        X0 = torch.randn(1, 4, 16, dtype=torch.float64)
+
+        def stack(X):
+            for block in blocks:
+                X = block(X)
+            return X if final is None else final(X)
+
+        J = torch.autograd.functional.jacobian(stack, X0).reshape(64, 64)
+        expected = torch.linalg.svdvals(J)
+        got = torch.tensor(spectra.singular_values[(placement, residual)][2], dtype=torch.float64)
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12 * float(expected[0]))
+
+
+def test_skips_keep_the_directions_and_their_absence_loses_them(spectra):
+    # n = 4 tokens, d = 16: 64 directions; the final LayerNorm removes 2 per token.
+    assert spectra.directions("pre", True, 2) == spectra.directions("pre", True, 8) == 64 - 2 * 4
+    assert spectra.directions("none", True, 8) == 64
+    for placement in ("none", "pre"):
+        assert spectra.directions(placement, False, 8) <= 16  # at most one token's worth
+    # The norm repairs the size of the no-skip Jacobian, not its directions.
+    assert spectra.singular_values[("none", False)][8][0] < 1e-6 < 0.1 < spectra.singular_values[("pre", False)][8][0]
+    with pytest.raises(ValueError, match="rtol"):
+        spectra.directions("pre", True, 2, rtol=0)
+    with pytest.raises(ValueError, match="depth"):
+        spectra.directions("pre", True, 4)
+    with pytest.raises(ValueError, match="placement, residual"):
+        spectra.directions("post", True, 2)
+
+
+def test_jacobian_spectra_rejects_large_sizes():
+    with pytest.raises(ValueError, match="4096"):
+        jacobian_spectra(depths=(1,), num_hiddens=128, num_heads=2, num_steps=64)
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def test_a_zeroed_pre_ln_block_is_exactly_the_identity_and_post_ln_is_not():
+    rows = {row["block"]: row for row in zeroed_block_gaps(num_hiddens=16, num_heads=2, num_steps=6, depth=2)}
+    assert rows["pre-LN"]["block gap"] == 0.0 and rows["pre-LN"]["stack gap"] == 0.0
+    assert rows["post-LN"]["block gap"] > 0.5  # Norm(x) != x for an unnormalized x
+    assert 0.0 < rows["post-LN"]["stack gap"] < 1e-3  # normalizing twice is almost normalizing once
+    assert rows["pre-LN, no skips"]["block gap"] == rows["pre-LN, no skips"]["max |X|"]  # output is zero
+    assert rows == {row["block"]: row for row in zeroed_block_gaps(num_hiddens=16, num_heads=2, num_steps=6,
+                                                                    depth=2)}
+
+
+def test_zero_output_projections_zeroes_both_sublayers_outputs():
+    block = zero_output_projections_(TransformerBlock(16, 2, bias=True))
+    X = torch.randn(1, 3, 16)
+    assert torch.equal(block.attention(X, X, X), torch.zeros_like(X))
+    assert torch.equal(block.ffn(X), torch.zeros_like(X))
+    with pytest.raises(TypeError, match="W_o"):
+        zero_output_projections_(torch.nn.Linear(4, 4))
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_unigram_entropy():
+    assert unigram_entropy(torch.tensor([0, 1, 2, 3] * 5)) == pytest.approx(math.log(4))
+    assert unigram_entropy(torch.tensor([7, 7, 7])) == 0.0
+    with pytest.raises(TypeError, match="integer"):
+        unigram_entropy(torch.tensor([0.5, 1.0]))
+    with pytest.raises(ValueError, match="1-D"):
+        unigram_entropy(torch.zeros(2, 2, dtype=torch.long))
+
+
+def test_training_without_skips_stalls_near_the_unigram_entropy(training, corpus):
+    with_skips, without = training.with_skips, training.without_skips
+    assert not with_skips.diverged and not without.diverged
+    assert len(with_skips.train_loss) == len(without.train_loss) == 60
+    assert with_skips.smoothed(10)[-1] < without.smoothed(10)[-1] - 0.2
+    assert abs(without.smoothed(10)[-1] - training.unigram_entropy) < 0.25
+    assert training.unigram_entropy == pytest.approx(unigram_entropy(corpus.train))
+    assert 3.0 < training.unigram_entropy < 3.5
+    spread = training.init_token_spread
+    assert spread[True][0] == spread[False][0]  # same embedding: same initial weights
+    assert len(spread[True]) == 4 and spread[False][-1] < spread[True][-1] - 0.3
+
+
+def test_skip_training_is_deterministic(training, corpus):
+    again = skip_training(corpus, seed=0, **TINY_LM)
+    assert again.with_skips.train_loss == training.with_skips.train_loss
+    assert again.without_skips.val_loss == training.without_skips.val_loss
+    with pytest.raises(TypeError, match="seed"):
+        skip_training(corpus, seed=None, **TINY_LM)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def test_plots_return_figures(sweep, spectra, training):
+    fig = plot_depth_gradients(sweep)
+    assert isinstance(fig, Figure) and len(fig.axes) == 3
+    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
+    fig = plot_jacobian_spectra(spectra, depth=2)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    with pytest.raises(ValueError, match="depth"):
+        plot_jacobian_spectra(spectra, depth=3)
+    fig = plot_skip_training(training)
+    assert isinstance(fig, Figure) and fig.axes[0].get_legend() is not None
