@@ -141,3 +141,109 @@ class DepthExplorer:
 def depth_explorer(**kwargs) -> DepthExplorer:
     """Make a :class:`DepthExplorer` (see there for the arguments); display it to use it."""
     return DepthExplorer(**kwargs)
+
+
+# --------------------------------------------------------------------------- static twins
+
+
+def _round(values, digits: int = 4):
+    return [None if v is None or v != v else float(f"{v:.{digits}g}") for v in values]
+
+
+class StaticTwin:
+    """A kernel-free copy of an explorer: every frame pre-computed, controls moved by a small script.
+
+    The twin is HTML: the controls, an SVG canvas, the frames as embedded JSON and
+    ``static_plot.js`` (shipped with d2lmini) inline. It works in the built HTML book,
+    where no Python kernel runs, and as a cell output in Jupyter and Colab. Nothing is
+    loaded from the network.
+
+    Args:
+        controls: list of dicts, each ``{"name", "label", "type": "range", "values": [...],
+            "value"}`` or ``{"name", "label", "type": "select", "options": [[value, label], ...],
+            "value"}``.
+        panels: list of dicts ``{"title", "xlabel", "ylabel", "log": bool, "xmin", "xmax"}``
+            with optional ``"ymin"``/``"ymax"``.
+        frames: ``{key: {"title": str, "panels": [[series, ...] per panel]}}`` where ``key``
+            joins the controls' values with ``"|"`` in control order, and a series is
+            ``{"y": [...], "x0": first x, "color", "label" (optional), "dash": bool}``.
+        width, height: size of the drawing in pixels.
+        description: accessible description of the figure.
+
+    Raises:
+        ValueError: if a combination of control values has no frame.
+    """
+
+    def __init__(self, controls, panels, frames, width: int = 900, height: int = 300, description: str = ""):
+        import itertools
+
+        self.spec = dict(controls=controls, panels=panels, frames=frames, width=width, height=height,
+                         description=description)
+        choices = [[str(v) for v in c["values"]] if c["type"] == "range" else [str(o[0]) for o in c["options"]]
+                   for c in controls]
+        missing = ["|".join(combo) for combo in itertools.product(*choices) if "|".join(combo) not in frames]
+        if missing:
+            raise ValueError(f"frames are missing for {len(missing)} combinations, e.g. {missing[:3]}")
+
+    def to_html(self) -> str:
+        """The twin as one self-contained HTML fragment."""
+        import json
+        from importlib.resources import files
+
+        script = files("d2lmini").joinpath("static_plot.js").read_text(encoding="utf-8")
+        data = json.dumps(self.spec, separators=(",", ":")).replace("</", "<\\/")
+        return (f'<div class="d2l-twin" style="font-family: sans-serif; margin: 0.5em 0;">'
+                f'<div class="d2l-twin-controls" style="margin-bottom: 0.4em;"></div>'
+                f'<script type="application/json">{data}</script></div>\n<script>{script}</script>')
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+
+def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placements=PROBED_PLACEMENTS,
+                          norms=NORMS, depth: int = 32, placement: str = "post", norm: str = "layer",
+                          **probe_kwargs) -> StaticTwin:
+    """The static twin of :class:`DepthExplorer`: the same three panels on a grid of depths.
+
+    Each (placement, norm, depth) on the grid is probed once with
+    :func:`d2lmini.probes.probe_placements` and its curves are embedded; the page
+    redraws them when a control moves.
+
+    Args:
+        depths: the depth slider's stops.
+        placements, norms: the dropdowns' options.
+        depth, placement, norm: the initial values.
+        **probe_kwargs: passed to :func:`~d2lmini.probes.probe_depth` (sizes, seed, dtype).
+
+    Returns:
+        A :class:`StaticTwin` (display it, or call ``to_html()``).
+    """
+    frames = {}
+    for p in placements:
+        for n in norms:
+            for L in depths:
+                result = probe_placements(L, (p,), norm=n, **probe_kwargs)[p]
+                grads = [dict(y=_round(result.grad_norms[w]), x0=1, color=WEIGHT_COLORS[w], label=w,
+                              dash=w in ("W_k", "W_o")) for w in ATTENTION_WEIGHTS]
+                frames[f"{p}|{L}|{n}"] = dict(
+                    title=(f"{PLACEMENT_LABELS[p]}, {'LayerNorm' if n == 'layer' else 'RMSNorm'}, L = {L}: "
+                           f"RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
+                           f"q,k/v,o gradient ratio {result.qk_vo_ratio(L):.1e}"),
+                    panels=[[dict(y=_round(result.stream_rms), x0=0, color=PLACEMENT_COLORS[p])],
+                            [dict(y=_round(result.token_spread), x0=0, color=PLACEMENT_COLORS[p])],
+                            grads])
+    controls = [
+        dict(name="placement", label="placement", type="select",
+             options=[[p, PLACEMENT_LABELS[p]] for p in placements], value=placement),
+        dict(name="depth", label="depth L", type="range", values=list(depths), value=depth),
+        dict(name="norm", label="norm", type="select",
+             options=[[n, "LayerNorm" if n == "layer" else "RMSNorm"] for n in norms], value=norm),
+    ]
+    panels = [dict(title="Size of the stream", xlabel="depth k", ylabel="stream RMS", log=False,
+                   xmin=0, xmax=max(depths), ymin=0),
+              dict(title="Token spread", xlabel="depth k", ylabel="token spread", log=True,
+                   xmin=0, xmax=max(depths), ymin=1e-6, ymax=1.0),
+              dict(title="Gradient per block", xlabel="block k", ylabel="gradient norm", log=True,
+                   xmin=0, xmax=max(depths))]
+    return StaticTwin(controls, panels, frames, width=960, height=320,
+                      description="Stream RMS, token spread and per-block gradient norms of a fresh stack")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,22 @@ def chapter_notebooks() -> list[Path]:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+JUPYTER_BOOK = str(Path(sys.executable).with_name("jupyter-book"))
+BUILD_FLAGS = ["-W", "--keep-going"]  # as in the README's build command
+
+
+def build(source: Path, output: Path) -> subprocess.CompletedProcess:
+    """Run the README's build command on ``source``, writing into ``output``/_build."""
+    return subprocess.run([JUPYTER_BOOK, "build", str(source), "--path-output", str(output), *BUILD_FLAGS],
+                          capture_output=True, text=True, timeout=3000)
+
+
+@pytest.fixture(scope="session")
+def html(tmp_path_factory) -> Path:
+    """The whole book, built once per test session; the folder of its HTML pages."""
+    out = tmp_path_factory.mktemp("book")
+    proc = build(ROOT, out)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    return out / "_build" / "html"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -21,23 +19,7 @@ from bs4 import BeautifulSoup
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import d2lmini
-from conftest import ROOT, toc_files
-
-JUPYTER_BOOK = str(Path(sys.executable).with_name("jupyter-book"))
-BUILD_FLAGS = ["-W", "--keep-going"]  # as in the README's build command
-
-
-def build(source: Path, output: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([JUPYTER_BOOK, "build", str(source), "--path-output", str(output), *BUILD_FLAGS],
-                          capture_output=True, text=True, timeout=1800)
-
-
-@pytest.fixture(scope="session")
-def html(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("book")
-    proc = build(ROOT, out)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
-    return out / "_build" / "html"
+from conftest import ROOT, build, toc_files  # the html fixture (conftest.py) builds the book once
 
 
 def page(html: Path, name: str) -> BeautifulSoup:
@@ -155,3 +137,13 @@ def test_a_cell_that_raises_fails_the_build(tmp_path):
 def test_the_same_fixture_builds_when_the_cell_is_fine(tmp_path):
     proc = build(_fixture_book(tmp_path, 'print("this chapter is fine")'), tmp_path / "out")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_every_chapter_page_stays_under_3_mb(html):
+    for name in toc_files():
+        path = html / f"{name}.html"
+        soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+        images = {(path.parent / unquote(img["src"])).resolve() for img in soup.find_all("img")
+                  if img.get("src") and not urlparse(img["src"]).scheme}
+        weight = path.stat().st_size + sum(p.stat().st_size for p in images if p.exists())
+        assert weight <= 3 * 2**20, f"{name}: {weight / 2**20:.2f} MiB"

@@ -1,0 +1,128 @@
+"""The built book in a real browser: headless Chromium (Debian's) driven by Playwright.
+
+The pages are served from localhost. Every page must load without errors from the
+book's own scripts and without reaching the network; every image must have a size;
+every control of every static twin must change what is drawn; and every Colab launch
+link must name a notebook that exists in this repository.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from conftest import ROOT, toc_files
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def server(html):
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is missing; .ci/run installs Debian's chromium")
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
+    handler.log_message = lambda *args: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_page(browser, url, problems):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    base = urlparse(url)
+    page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
+    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console: {msg.text}"))
+
+    def outside(request):
+        target = urlparse(request.url)
+        if target.scheme not in ("data", "blob", "about") and target.netloc != base.netloc:
+            problems.append(f"network request to {request.url}")
+
+    page.on("request", outside)
+    page.goto(url, wait_until="load")
+    page.wait_for_timeout(300)
+    return page
+
+
+def test_every_page_loads_offline_without_script_errors_and_images_have_a_size(server, browser):
+    for name in toc_files():
+        problems = []
+        page = open_page(browser, f"{server}/{name}.html", problems)
+        sizes = page.evaluate("Array.from(document.images).map(i => [i.src, i.naturalWidth, i.naturalHeight])")
+        assert all(w > 0 and h > 0 for _, w, h in sizes), (name, [s for s in sizes if not s[1]])
+        assert page.locator("h1").count() >= 1
+        page.close()
+        assert not problems, (name, problems)
+
+
+def _twin_pages():
+    """Chapters whose notebook makes a static twin (a call to one of d2lmini's ``*_static``)."""
+    return [name for name in toc_files()
+            if (ROOT / f"{name}.ipynb").exists() and "_static(" in (ROOT / f"{name}.ipynb").read_text()]
+
+
+@pytest.mark.parametrize("name", _twin_pages())
+def test_every_static_control_changes_the_drawing(server, browser, name):
+    problems = []
+    page = open_page(browser, f"{server}/{name}.html", problems)
+    twins = page.locator(".d2l-twin")
+    assert twins.count() >= 1
+    for t in range(twins.count()):
+        twin = twins.nth(t)
+        twin.scroll_into_view_if_needed()
+        controls = twin.locator("[data-control]")
+        assert controls.count() >= 1
+        for c in range(controls.count()):
+            control = controls.nth(c)
+            before_frame, before_png = twin.get_attribute("data-frame"), twin.locator("svg").screenshot()
+            if control.evaluate("e => e.tagName") == "SELECT":
+                options = control.locator("option").evaluate_all("os => os.map(o => o.value)")
+                current = control.input_value()
+                control.select_option(next(o for o in options if o != current))
+            else:
+                current = int(control.input_value())
+                control.fill(str(current - 1 if current > 0 else current + 1))
+            after_frame, after_png = twin.get_attribute("data-frame"), twin.locator("svg").screenshot()
+            assert after_frame != before_frame, (name, t, c)
+            assert after_png != before_png, (name, t, c, after_frame)
+    page.close()
+    assert not problems, problems
+
+
+def test_launch_links_open_notebooks_that_exist(server, browser):
+    checked = 0
+    for name in toc_files():
+        if not (ROOT / f"{name}.ipynb").exists():
+            continue
+        page = open_page(browser, f"{server}/{name}.html", [])
+        links = page.eval_on_selector_all("a[href*='colab.research.google.com']", "as => as.map(a => a.href)")
+        page.close()
+        assert links, f"{name}: no Colab launch link"
+        for link in links:
+            path = link.split("/blob/main/", 1)[1]
+            assert path.endswith(".ipynb") and (ROOT / path).exists(), link
+            checked += 1
+    assert checked >= 1
