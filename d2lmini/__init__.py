@@ -12,13 +12,14 @@ from .norms import NORMS, RMSNorm, make_norm
 from .notebook import glue
 from .probes import (PROBED_PLACEMENTS, DepthProbe, depth_table, init_linear_weights_, probe_depth, probe_placements,
                      stream_rms, token_spread)
-from .widgets import DepthExplorer, StaticTwin, depth_explorer, depth_explorer_static
+from .widgets import (DepthExplorer, FrameExplorer, StaticTwin, depth_explorer, depth_explorer_static,
+                      residual_explorer)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACTS", "NORMS", "PLACEMENTS", "PROBED_PLACEMENTS", "QK_NORMS",
-    "AddNorm", "DepthExplorer", "DepthProbe", "StaticTwin", "FeedForward", "MultiHeadAttention", "RMSNorm", "TransformerBlock", "TransformerDecoderBlock", "apply_rotary", "rotary_cos_sin",
-    "default_ffn_num_hiddens", "depth_explorer", "depth_explorer_static", "depth_table", "glue", "init_linear_weights_", "make_norm", "probe_depth", "probe_placements",
+    "AddNorm", "DepthExplorer", "DepthProbe", "FrameExplorer", "StaticTwin", "FeedForward", "MultiHeadAttention", "RMSNorm", "TransformerBlock", "TransformerDecoderBlock", "apply_rotary", "rotary_cos_sin",
+    "default_ffn_num_hiddens", "depth_explorer", "depth_explorer_static", "depth_table", "residual_explorer", "glue", "init_linear_weights_", "make_norm", "probe_depth", "probe_placements",
     "stream_rms", "token_spread", "valid_lens_mask",
 ]

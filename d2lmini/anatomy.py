@@ -226,7 +226,7 @@ def stack_anatomy(depth: int = 4, num_hiddens: int = 64, num_heads: int = 4, num
 
 @dataclass
 class PositionMixing:
-    """The measurements of :func:`position_mixing`; every entry is a max |difference|.
+    """The measurements of :func:`position_mixing`; every entry is a maximum absolute difference.
 
     Attributes:
         config: the arguments of the run.

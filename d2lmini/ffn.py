@@ -83,7 +83,7 @@ class FeedForward(nn.Module):
         self.W_2 = nn.Linear(self.ffn_num_hiddens, num_hiddens, bias=bias)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """Apply the FFN to every position of ``X`` (*, num_hiddens); returns the same shape."""
+        """Apply the FFN to every position of ``X``, shape ``(*, num_hiddens)``; returns the same shape."""
         if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
             shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
             raise ValueError(f"FeedForward input must have last dimension {self.num_hiddens}, got {shape}")

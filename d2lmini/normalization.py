@@ -405,9 +405,9 @@ def compare_with_torch(batch_size: int = 4, num_steps: int = 10, num_hiddens: in
         seed: seeds the data and the gains/biases.
 
     Returns:
-        dict of floats: ``layer_norm`` (max |ours - nn.LayerNorm|),
-        ``batch_norm`` (max |ours - nn.BatchNorm1d|, training mode),
-        ``running_var`` (max |running_var - (0.9 + 0.1 * unbiased variance)| after
+        dict of floats: ``layer_norm`` (``max |ours - nn.LayerNorm|``),
+        ``batch_norm`` (``max |ours - nn.BatchNorm1d|``, training mode),
+        ``running_var`` (``max |running_var - (0.9 + 0.1 * unbiased variance)|`` after
         one training step: the running estimate uses the unbiased variance while
         the batch is normalized with the biased one), and ``n_positions`` (``b * n``).
 
@@ -476,11 +476,11 @@ class PaddingErrors:
             ``mu_real`` the mean over the real tokens only.
         var_error: the same for the biased variances.
         std_ratio: median over features of ``sigma_all / sigma_real``.
-        output_rms_error / output_max_error: RMS and largest |difference|, over the
+        output_rms_error / output_max_error: RMS and largest absolute difference, over the
             real tokens, between the tokens normalized with all-position statistics
             and with real-token statistics (no gain or bias; units of one standard
             deviation of the normalized feature).
-        layer_norm_max_delta: largest |difference|, over every real token of the
+        layer_norm_max_delta: largest absolute difference, over every real token of the
             batch, between ``nn.LayerNorm`` applied to the padded batch and to each
             sequence alone, unpadded.
         expected_mean_error / expected_var_error: :func:`expected_stat_errors` at the
@@ -623,7 +623,7 @@ def batch_composition(batch_sizes=(2, 8, 32), num_steps: int = 16, num_hiddens: 
 
     Returns:
         One dict per batch size: ``batch_size``, ``bn_max_delta`` and ``bn_rms_delta``
-        (max and RMS |output in A - output in B| for BatchNorm), ``ln_max_delta``
+        (max and RMS of ``|output in A - output in B|`` for BatchNorm), ``ln_max_delta``
         (the same for LayerNorm) and ``ln_alone_max_delta`` (LayerNorm in batch A
         versus the sequence alone).
 
@@ -672,7 +672,7 @@ def train_eval_mismatch(checkpoints=(1, 2, 5, 10, 20, 50, 100), batch_size: int 
         One dict per checkpoint: ``batches`` (``k``), ``mean_error``
         (``||running_mean - batch mean|| / ||batch mean||``), ``var_error`` (the
         same for the variances, running versus biased batch variance) and
-        ``output_rms_delta`` (RMS |train-mode output - eval-mode output|).
+        ``output_rms_delta`` (RMS of ``|train-mode output - eval-mode output|``).
 
     Raises:
         TypeError / ValueError: for empty or non-increasing checkpoints or bad sizes.
@@ -714,11 +714,12 @@ def batch_of_one(num_hiddens: int = 64, seed: int = 0) -> dict:
     Returns:
         dict: ``error_type`` and ``error_message`` of what ``nn.BatchNorm1d`` in
         training mode raises for the one-token input (``None`` if it does not raise);
-        ``by_hand_max_dev_from_bias`` (max |our training-mode BatchNorm output -
-        its bias| over 5 different single tokens: every token becomes ``bias``);
+        ``by_hand_max_dev_from_bias`` (largest absolute difference between our
+        training-mode BatchNorm output and its bias over 5 different single tokens:
+        every token becomes ``bias``);
         ``eval_output_finite`` (evaluation mode, with the running estimates, runs);
-        ``ln_alone_max_delta`` (max |LayerNorm of the token alone - of the same
-        token inside a batch of 8 sequences of 16 tokens|).
+        ``ln_alone_max_delta`` (largest absolute difference between LayerNorm of the
+        token alone and of the same token inside a batch of 8 sequences of 16 tokens).
 
     Raises:
         TypeError / ValueError: for bad ``num_hiddens`` or ``seed``.
@@ -759,8 +760,9 @@ def block_padding_check(batch_size: int = 8, max_len: int = 32, padding: float =
         seed: seeds the block and the batch.
 
     Returns:
-        dict: ``layer_norm_max_delta`` and ``batch_norm_max_delta`` (max |output in
-        the padded batch - output alone| over all real tokens), ``batch_norm_rms_delta``
+        dict: ``layer_norm_max_delta`` and ``batch_norm_max_delta`` (largest absolute
+        difference between the output in the padded batch and the output alone, over all
+        real tokens), ``batch_norm_rms_delta``
         (RMS of that difference), ``padding_share``.
 
     Raises:

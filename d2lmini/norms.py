@@ -53,7 +53,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.full((self.num_hiddens,), float(gain)))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """Normalize ``X`` (*, num_hiddens) over its last dimension; returns the same shape."""
+        """Normalize ``X``, shape ``(*, num_hiddens)``, over its last dimension; returns the same shape."""
         if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
             shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
             raise ValueError(f"RMSNorm input must have last dimension {self.num_hiddens}, got {shape}")

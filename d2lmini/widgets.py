@@ -10,6 +10,8 @@ and 8.x. ``ipywidgets`` is imported only when an explorer is made.
 
 from __future__ import annotations
 
+import math
+
 from .norms import NORMS
 from .plot import PLACEMENT_COLORS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS, figure_png, new_figure
 from .probes import ATTENTION_WEIGHTS, PROBED_PLACEMENTS, probe_depth, probe_placements
@@ -247,3 +249,153 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
                    xmin=0, xmax=max(depths))]
     return StaticTwin(controls, panels, frames, width=960, height=320,
                       description="Stream RMS, token spread and per-block gradient norms of a fresh stack")
+
+
+# --------------------------------------------------------------------------- explorers from frames
+
+
+def draw_frame(fig, axes, panels, frame) -> None:
+    """Draw one explorer frame (the format of :class:`StaticTwin`) with matplotlib.
+
+    Args:
+        fig, axes: a figure from :func:`d2lmini.plot.new_figure` with one axis per panel.
+        panels: the panel specs (title, labels, ``log``, limits).
+        frame: ``{"title": str, "panels": [[series, ...], ...]}``.
+    """
+    import matplotlib
+
+    with matplotlib.rc_context(STYLE):
+        for ax, panel, series in zip(axes, panels, frame["panels"]):
+            ax.clear()
+            for s in series:
+                xs = [s["x0"] + i for i, y in enumerate(s["y"]) if y is not None]
+                ys = [y for y in s["y"] if y is not None]
+                ax.plot(xs, ys, color=s["color"], linestyle="--" if s.get("dash") else "-", label=s.get("label"))
+            values = [y for s in series for y in s["y"] if y is not None and (y > 0 or not panel.get("log"))]
+            if panel.get("log"):  # whole decades, as the static twin draws them
+                ax.set_yscale("log")
+                low = panel.get("ymin", 10 ** math.floor(math.log10(min(values))) if values else 1e-3)
+                high = panel.get("ymax", 10 ** math.ceil(math.log10(max(values))) if values else 1.0)
+            else:
+                low = panel.get("ymin", min(0.0, min(values, default=0.0)))
+                high = panel.get("ymax", 1.08 * max(values, default=1.0))
+            ax.set(title=panel["title"], xlabel=panel["xlabel"], ylabel=panel["ylabel"],
+                   xlim=(panel["xmin"], panel["xmax"]), ylim=(low, high if high > low else low + 1))
+            if any(s.get("label") for s in series):
+                ax.legend(loc="best", fontsize=8)
+            ax.grid(True, alpha=0.3)
+        fig.suptitle(frame["title"], fontsize=10)
+
+
+class FrameExplorer:
+    """A live ipywidgets explorer over pre-computed frames, with a static twin of the same data.
+
+    One description -- controls, panels and a frame for every combination of control
+    values (the format of :class:`StaticTwin`) -- gives both views: :meth:`static`
+    for the HTML book, and the live widget (display the explorer) for Jupyter and
+    Colab, which draws each frame once with matplotlib into one figure and caches the
+    picture. Works with ipywidgets 7.7 and 8.
+
+    Args:
+        controls, panels, frames: as for :class:`StaticTwin`.
+        width, height: figure size in inches for the live view.
+        description: accessible description for the static twin.
+
+    Raises:
+        ValueError: if a combination of control values has no frame.
+    """
+
+    def __init__(self, controls, panels, frames, width: float = 10.0, height: float = 3.4, description: str = ""):
+        self.twin = StaticTwin(controls, panels, frames, description=description)  # checks completeness
+        self.controls, self.panels, self.frames = controls, panels, frames
+        self.size = (width, height)
+        self._pictures: dict = {}
+        self._widget = None
+
+    def static(self) -> StaticTwin:
+        """The kernel-free twin of this explorer."""
+        return self.twin
+
+    def key(self, **values) -> str:
+        """The frame key for control values given by name (missing ones take their initial value)."""
+        return "|".join(str(values.get(c["name"], c["value"])) for c in self.controls)
+
+    def picture(self, key: str) -> bytes:
+        """PNG of one frame, drawn once and cached."""
+        if key not in self._pictures:
+            fig, axes = new_figure(len(self.panels), width=self.size[0], height=self.size[1])
+            axes = [axes] if len(self.panels) == 1 else list(axes)
+            draw_frame(fig, axes, self.panels, self.frames[key])
+            self._pictures[key] = figure_png(fig)
+        return self._pictures[key]
+
+    @property
+    def widget(self):
+        """The live explorer (an ``ipywidgets.VBox``), built on first use."""
+        if self._widget is None:
+            import ipywidgets as widgets
+
+            inputs = {}
+            for c in self.controls:
+                if c["type"] == "range":
+                    inputs[c["name"]] = widgets.SelectionSlider(options=list(c["values"]), value=c["value"],
+                                                                description=c["label"], continuous_update=False)
+                else:
+                    inputs[c["name"]] = widgets.Dropdown(options=[(label, value) for value, label in c["options"]],
+                                                         value=c["value"], description=c["label"])
+            image = widgets.Image(format="png")
+
+            def update(change=None):
+                image.value = self.picture(self.key(**{name: w.value for name, w in inputs.items()}))
+
+            for w in inputs.values():
+                w.observe(update, names="value")
+            update()
+            self.inputs, self.image = inputs, image
+            self._widget = widgets.VBox([widgets.HBox(list(inputs.values())), image])
+        return self._widget
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+
+def residual_explorer(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), depth: int = 32, stack: str = "pre|True",
+                      **kwargs) -> FrameExplorer:
+    """Explorer for the chapter "Residual connections": depth x stack (norms, skips).
+
+    For each stack of :data:`d2lmini.residual.SKIP_CONFIGS` (no norms or pre-LN, with or
+    without skip connections) one call of :func:`d2lmini.residual.depth_gradients`
+    measures every depth on the grid; the frames show the stream's RMS and token
+    spread along the stack and the gradient reaching each block.
+
+    Args:
+        depths: the depth slider's stops.
+        depth, stack: initial values (``stack`` is ``"<placement>|<residual>"``).
+        **kwargs: passed to :func:`~d2lmini.residual.depth_gradients` (sizes, seed, dtype).
+
+    Returns:
+        A :class:`FrameExplorer`; display it for the live view, ``.static()`` for the twin.
+    """
+    from .residual import SKIP_COLORS, SKIP_CONFIGS, depth_gradients, skip_label
+
+    result = depth_gradients(depths=tuple(depths), configs=SKIP_CONFIGS, **kwargs)
+    frames = {}
+    for probe in result.probes:
+        color = SKIP_COLORS[probe.placement]
+        for L in depths:
+            frames[f"{L}|{probe.placement}|{probe.residual}"] = dict(
+                title=(f"{probe.label}, L = {L}: gradient reaching block 1 {probe.first_block_grad(L):.1e}, "
+                       f"reaching the input {probe.input_grad[L]:.1e}, token spread {probe.token_spread[L]:.1e}"),
+                panels=[[dict(y=_round(probe.stream_rms[:L + 1]), x0=0, color=color)],
+                        [dict(y=_round(probe.token_spread[:L + 1]), x0=0, color=color)],
+                        [dict(y=_round(probe.block_grad[L]), x0=1, color=color)]])
+    controls = [dict(name="depth", label="depth L", type="range", values=list(depths), value=depth),
+                dict(name="stack", label="stack", type="select", value=stack,
+                     options=[[f"{p}|{r}", skip_label(p, r)] for p, r in SKIP_CONFIGS])]
+    top = max(depths)
+    panels = [dict(title="Size of the stream", xlabel="depth k", ylabel="stream RMS", log=True, xmin=0, xmax=top),
+              dict(title="Token spread", xlabel="depth k", ylabel="token spread", log=True, xmin=0, xmax=top),
+              dict(title="Gradient per block", xlabel="block k", ylabel="gradient norm", log=True, xmin=0, xmax=top)]
+    return FrameExplorer(controls, panels, frames, description="Residual stacks with and without skip connections")

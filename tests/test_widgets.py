@@ -63,3 +63,39 @@ def test_depth_explorer_rejects_bad_initial_values():
         d2lmini.depth_explorer(placement="middle")
     with pytest.raises(ValueError, match="depth must be in"):
         d2lmini.depth_explorer(depth=0)
+
+
+def test_static_twin_embeds_every_frame_and_its_script():
+    twin = d2lmini.depth_explorer_static(depths=(1, 2), placements=("post", "pre"), norms=("layer",),
+                                         depth=2, **SMALL)
+    html = twin.to_html()
+    assert set(twin.spec["frames"]) == {"post|1|layer", "post|2|layer", "pre|1|layer", "pre|2|layer"}
+    assert '<script type="application/json">' in html and "d2l-twin" in html
+    script = html.split("<script>", 1)[1]
+    assert not any(call in script for call in ("fetch(", "XMLHttpRequest", "import(", "src="))  # loads nothing
+    assert twin._repr_html_() == html
+
+
+def test_static_twin_refuses_missing_frames():
+    controls = [dict(name="x", label="x", type="range", values=[1, 2], value=1)]
+    panels = [dict(title="t", xlabel="k", ylabel="y", log=False, xmin=0, xmax=2)]
+    frame = dict(title="one", panels=[[dict(y=[1.0, 2.0], x0=0, color="red")]])
+    with pytest.raises(ValueError, match="missing"):
+        d2lmini.StaticTwin(controls, panels, {"1": frame})
+
+
+def test_residual_explorer_live_and_static_share_the_measurements():
+    import matplotlib.pyplot as plt
+
+    explorer = d2lmini.residual_explorer(depths=(1, 2, 4), depth=2, num_hiddens=16, num_heads=2, num_steps=4)
+    assert len(explorer.frames) == 3 * 4  # depths x (no norms | pre-LN) x (with | without skips)
+    figures = plt.get_fignums()
+    widget = explorer.widget
+    first = explorer.image.value
+    explorer.inputs["stack"].value = "none|False"
+    assert explorer.image.value != first
+    for depth in (1, 4, 2, 1, 4):
+        explorer.inputs["depth"].value = depth
+    assert plt.get_fignums() == figures
+    assert widget is explorer.widget
+    assert explorer.static().spec["frames"] is explorer.frames

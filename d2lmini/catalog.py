@@ -1,0 +1,1112 @@
+"""One block, every configuration: the catalogue of Transformer blocks from 2017 to 2026.
+
+Introduced in the chapter "One block, every configuration -- and the 2026 block".
+It holds what that chapter shows:
+
+* :func:`constructor_knobs` -- the arguments of :class:`~d2lmini.block.TransformerBlock`,
+  their defaults and what each one accepts;
+* two drop-in sublayers for the block's factories: :class:`MixtureOfExperts` (a
+  top-k routed mixture of :class:`~d2lmini.ffn.FeedForward` experts, for
+  ``ffn_factory``) and :class:`GatedAttention` (attention whose output is gated
+  by a sigmoid before the output projection, for ``attn_factory``);
+* :func:`grouped_query_attention` and :func:`mixture_of_experts_demo` -- what the
+  two substitutions buy, measured;
+* :func:`substitution_steps` -- the 2017 block turned into the 2026 block, one
+  constructor argument at a time, and :func:`rope_relative_check` for the last step;
+* :func:`who_uses_what` -- eight models' blocks, each described from a d2lmini block
+  configured like the model and, where a reference layer class exists, verified
+  against it (via :mod:`d2lmini.reference`, plus :func:`compare_with_trinity` for
+  Arcee Trinity's ``AfmoeDecoderLayer``);
+* :func:`decoder_block_checks` -- the encoder-decoder Transformer's decoder block.
+
+Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ._checks import check_bool, check_choice, check_positive_float, check_positive_int
+from .attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
+from .block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
+from .ffn import ACTS, FeedForward
+from .norms import NORMS
+from .plot import STYLE, new_figure
+
+# --------------------------------------------------------------------------- the constructor
+
+#: What each argument of :class:`~d2lmini.block.TransformerBlock` sets, for
+#: :func:`constructor_knobs` (allowed values are read from the package's own tuples).
+KNOB_MEANINGS = {
+    "num_hiddens": "width d of the residual stream",
+    "num_heads": "query heads h",
+    "dropout": "dropout on attention weights, FFN hidden units, branch outputs",
+    "norm": "which normalization",
+    "act": "FFN activation (gated ones use three matrices)",
+    "placement": "where the norms sit around each sublayer",
+    "bias": "biases in the attention and FFN linear layers",
+    "num_kv_heads": "key/value heads (fewer than h: grouped-query attention)",
+    "ffn_num_hiddens": "FFN hidden width (default 4d, or 8d/3 when gated)",
+    "eps": "epsilon of every norm",
+    "causal": "mask future positions (decoder self-attention)",
+    "sublayer_norm_gain": "initial gain of the norm on a sublayer's output",
+    "head_dim": "features per head, if not d / h",
+    "qk_norm": "RMSNorm on queries and keys (QK-norm)",
+    "qk_norm_eps": "epsilon of the QK-norms",
+    "rope_theta": "RoPE base; None: no rotary positions",
+    "attn_scale": "attention logit scale (default 1/sqrt(head_dim))",
+    "residual": "False removes both skip connections",
+    "attn_factory": "zero-argument callable returning the attention module",
+    "ffn_factory": "zero-argument callable returning the FFN module",
+}
+
+#: Allowed values of the arguments that take a name.
+KNOB_CHOICES = {"norm": NORMS, "act": ACTS, "placement": PLACEMENTS, "qk_norm": (None,) + QK_NORMS}
+
+
+def constructor_knobs() -> list[dict]:
+    """The arguments of ``TransformerBlock(...)`` with their defaults and meanings.
+
+    Read from the constructor's signature, so the list cannot drift from the code.
+
+    Returns:
+        One dict per argument, in signature order: ``argument``, ``default`` (its
+        ``repr``; ``'required'`` when it has none), ``choices`` (the allowed names, or
+        ``''``) and ``meaning``.
+
+    Raises:
+        KeyError: if the constructor has an argument :data:`KNOB_MEANINGS` does not describe
+            (so a new flag cannot go undocumented in the chapter).
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    rows = []
+    for name, param in inspect.signature(TransformerBlock.__init__).parameters.items():
+        if name == "self":
+            continue
+        if name not in KNOB_MEANINGS:
+            raise KeyError(f"TransformerBlock argument {name!r} has no entry in KNOB_MEANINGS")
+        default = "required" if param.default is inspect.Parameter.empty else repr(param.default)
+        choices = ", ".join(repr(c) for c in KNOB_CHOICES.get(name, ()))
+        rows.append({"argument": name, "default": default, "choices": choices, "meaning": KNOB_MEANINGS[name]})
+    return rows
+
+
+# --------------------------------------------------------------------------- mixture of experts
+
+#: Routers accepted by :class:`MixtureOfExperts`.
+ROUTERS = ("softmax", "sigmoid")
+
+
+class MixtureOfExperts(nn.Module):
+    r"""A sparse mixture-of-experts FFN: each token is sent to ``top_k`` of ``num_experts`` FFNs.
+
+    A linear router scores every expert for every token; the token goes to the
+    ``top_k`` best-scoring experts (:class:`~d2lmini.ffn.FeedForward` modules), whose
+    outputs are added with weights that sum to ``route_scale``:
+
+    .. math:: \mathrm{MoE}(x) = S(x) + \sum_{e \in \mathrm{top}_k(x)} w_e(x)\, E_e(x)
+
+    where ``S`` is an optional always-on shared expert. The weights come from the
+    router scores ``s = router(x)``: ``'softmax'`` takes ``softmax(s)`` (Shazeer et
+    al., 2017's top-k gating: the selected probabilities renormalized to sum to 1);
+    ``'sigmoid'`` takes ``sigmoid(s)``, selects with ``sigmoid(s) + expert_bias`` and
+    renormalizes the selected scores (DeepSeek-V3 and Arcee Trinity's routing;
+    ``expert_bias`` is a buffer a load balancer adjusts outside gradient descent,
+    zero by default). Each token runs through only ``top_k`` experts, so the
+    parameters grow with ``num_experts`` while the computation per token grows with
+    ``top_k``. Drop it into a block with
+    ``TransformerBlock(d, h, ffn_factory=lambda: MixtureOfExperts(d))``.
+
+    Args:
+        num_hiddens: model width ``d``.
+        num_experts: routed experts ``E`` (>= 1).
+        top_k: experts per token, ``1 <= top_k <= num_experts``.
+        ffn_num_hiddens: hidden width of each expert (default: FeedForward's default
+            for ``act``).
+        act: the experts' activation, one of :data:`~d2lmini.ffn.ACTS`.
+        router: ``'softmax'`` or ``'sigmoid'`` (see above).
+        num_shared_experts: shared experts, fused into one always-on FFN of width
+            ``num_shared_experts * ffn_num_hiddens`` (0: none).
+        route_scale: factor on the routed experts' weights (Trinity's ``route_scale``).
+        bias: whether the experts' linear layers have biases (the router has none).
+
+    Attributes:
+        router: ``nn.Linear(d, E, bias=False)``; experts: ``nn.ModuleList`` of ``E``
+        FeedForwards; shared: the shared FFN or ``None``; expert_bias: buffer ``(E,)``.
+
+    Shape:
+        input ``(*, d)``, output the same shape.
+
+    Raises:
+        ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, an
+            unknown ``router`` or ``act``; at call time an input whose last dimension
+            is not ``d``.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+
+    def __init__(self, num_hiddens: int, num_experts: int = 8, top_k: int = 2, ffn_num_hiddens: int | None = None,
+                 act: str = "swiglu", router: str = "softmax", num_shared_experts: int = 0,
+                 route_scale: float = 1.0, bias: bool = False):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.num_experts = check_positive_int("num_experts", num_experts)
+        self.top_k = check_positive_int("top_k", top_k)
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k must be <= num_experts={num_experts}, got top_k={top_k}")
+        self.act = check_choice("act", act, ACTS)
+        self.router_kind = check_choice("router", router, ROUTERS)
+        if isinstance(num_shared_experts, bool) or not isinstance(num_shared_experts, int) or num_shared_experts < 0:
+            raise ValueError(f"num_shared_experts must be an int >= 0, got {num_shared_experts!r}")
+        self.num_shared_experts = num_shared_experts
+        self.route_scale = check_positive_float("route_scale", route_scale)
+        check_bool("bias", bias)
+        self.router = nn.Linear(num_hiddens, num_experts, bias=False)
+        self.experts = nn.ModuleList(FeedForward(num_hiddens, ffn_num_hiddens, act, bias)
+                                     for _ in range(num_experts))
+        width = self.experts[0].ffn_num_hiddens
+        self.shared = (FeedForward(num_hiddens, width * num_shared_experts, act, bias)
+                       if num_shared_experts else None)
+        self.register_buffer("expert_bias", torch.zeros(num_experts))
+
+    def route(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choose experts for every token of ``X`` ``(T, d)``.
+
+        Returns:
+            ``(weights, experts)``, both ``(T, top_k)``: the mixing weights (float32,
+            summing to ``route_scale`` per token) and the chosen expert indices.
+        """
+        logits = self.router(X).float()  # routing decisions in float32, as the models do
+        if self.router_kind == "softmax":
+            scores = logits.softmax(dim=-1)
+        else:
+            scores = torch.sigmoid(logits)
+        _, experts = torch.topk(scores + self.expert_bias.float(), self.top_k, dim=-1)
+        weights = scores.gather(-1, experts)
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
+        return weights, experts
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d)."""
+        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
+            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+            raise ValueError(f"MixtureOfExperts input must have last dimension {self.num_hiddens}, got {shape}")
+        tokens = X.reshape(-1, self.num_hiddens)
+        weights, experts = self.route(tokens)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            token_idx, slot = torch.where(experts == e)
+            if token_idx.numel():  # each expert sees only the tokens routed to it
+                y = expert(tokens[token_idx]) * weights[token_idx, slot, None].to(tokens.dtype)
+                out = out.index_add(0, token_idx, y)
+        if self.shared is not None:
+            out = out + self.shared(tokens)
+        return out.reshape(X.shape)
+
+    def num_active_parameters(self) -> int:
+        """Parameters one token uses: router, shared expert and ``top_k`` routed experts."""
+        per_expert = sum(p.numel() for p in self.experts[0].parameters())
+        shared = 0 if self.shared is None else sum(p.numel() for p in self.shared.parameters())
+        return self.router.weight.numel() + shared + self.top_k * per_expert
+
+    def extra_repr(self) -> str:
+        return (f"num_experts={self.num_experts}, top_k={self.top_k}, router={self.router_kind!r}, "
+                f"num_shared_experts={self.num_shared_experts}")
+
+
+# --------------------------------------------------------------------------- gated attention
+
+
+class GatedAttention(nn.Module):
+    r"""Multi-head attention with a sigmoid gate on the heads' output (Arcee Trinity).
+
+    ``out = W_o( Attn(X) * sigmoid(W_gate X) )``: every feature of the concatenated
+    heads is multiplied by its own input-dependent gate in (0, 1) before the output
+    projection (Qiu et al., 2025; used in every layer of Arcee Trinity). It wraps a
+    :class:`~d2lmini.attention.MultiHeadAttention` whose own output projection is
+    replaced by the identity, so the wrapped module returns the concatenated heads.
+    Drop it into a block with ``TransformerBlock(d, h, attn_factory=lambda:
+    GatedAttention(d, h, ...))``.
+
+    Args:
+        num_hiddens: model width ``d``.
+        num_heads: query heads ``h``.
+        **attention_kwargs: passed to :class:`~d2lmini.attention.MultiHeadAttention`
+            (``num_kv_heads``, ``head_dim``, ``qk_norm``, ``rope_theta``, ``causal``,
+            ``bias``, ...).
+
+    Attributes:
+        attention: the wrapped attention (``attention.W_o`` is ``nn.Identity``);
+        W_gate: ``nn.Linear(d, h * head_dim, bias=False)``; W_o: the output projection.
+        num_heads, num_kv_heads, head_dim, qk_norm, rope_theta, causal: read from
+        the wrapped attention.
+
+    Shape:
+        ``forward(queries, keys, values, valid_lens=None)`` as
+        :class:`~d2lmini.attention.MultiHeadAttention`; the gate reads ``queries``.
+        Returns ``(b, n_queries, d)``.
+
+    Raises:
+        ValueError / TypeError: as :class:`~d2lmini.attention.MultiHeadAttention`.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, **attention_kwargs):
+        super().__init__()
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, **attention_kwargs)
+        q_hiddens = self.attention.num_heads * self.attention.head_dim
+        bias = self.attention.W_o.bias is not None
+        self.attention.W_o = nn.Identity()  # the wrapped module now returns the concatenated heads
+        self.W_gate = nn.Linear(num_hiddens, q_hiddens, bias=False)
+        self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias)
+
+    # What the rest of the book reads from an attention module, passed through from the wrapped one.
+    num_hiddens = property(lambda self: self.attention.num_hiddens)
+    num_heads = property(lambda self: self.attention.num_heads)
+    num_kv_heads = property(lambda self: self.attention.num_kv_heads)
+    head_dim = property(lambda self: self.attention.head_dim)
+    qk_norm = property(lambda self: self.attention.qk_norm)
+    rope_theta = property(lambda self: self.attention.rope_theta)
+    causal = property(lambda self: self.attention.causal)
+
+    def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
+        """Attend, gate every head feature by ``sigmoid(W_gate queries)``, project; returns (b, q, d)."""
+        heads = self.attention(queries, keys, values, valid_lens)
+        return self.W_o(heads * torch.sigmoid(self.W_gate(queries)))
+
+
+# --------------------------------------------------------------------------- grouped-query attention
+
+
+def _repeat_kv_weight(W: torch.Tensor, num_kv_heads: int, group: int) -> torch.Tensor:
+    """(kv * hd, d) -> (kv * group * hd, d): every key/value head copied for its group of query heads."""
+    return W.unflatten(0, (num_kv_heads, -1)).repeat_interleave(group, dim=0).flatten(0, 1)
+
+
+def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads=(8, 4, 2, 1),
+                            num_steps: int = 16, seed: int = 0) -> list[dict]:
+    """What sharing key/value heads saves, and that GQA is MHA with copied K/V heads.
+
+    For every number of key/value heads ``g`` in ``kv_heads``: build a
+    :class:`~d2lmini.attention.MultiHeadAttention` with ``num_kv_heads=g`` and count
+    its parameters and the key/value entries a decoder caches per token
+    (``2 g head_dim``); then build a plain multi-head attention whose ``W_k``, ``W_v``
+    repeat each of the ``g`` heads ``h / g`` times and check both give the same
+    output on one random batch (Ainslie et al., 2023; ``g = 1`` is Shazeer's
+    multi-query attention, ``g = h`` plain multi-head attention).
+
+    Args:
+        num_hiddens, num_heads: width ``d`` and query heads ``h``.
+        kv_heads: the values of ``g`` to try; each must divide ``num_heads``.
+        num_steps: length of the random test sequence.
+        seed: seeds the weights and the input.
+
+    Returns:
+        One dict per ``g``: ``kv_heads``, ``kind`` (``'MHA'``, ``'GQA'`` or ``'MQA'``),
+        ``parameters`` (of the attention), ``kv_cache_per_token`` (floats per token
+        per block), ``max_abs_diff`` (GQA vs the MHA with copied heads, float32).
+
+    Raises:
+        ValueError / TypeError: for sizes the attention rejects.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    rows = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        X = torch.randn(2, check_positive_int("num_steps", num_steps), num_hiddens)
+        for g in kv_heads:
+            gqa = MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=g, causal=True)
+            mha = MultiHeadAttention(num_hiddens, num_heads, causal=True)
+            group = num_heads // g
+            with torch.no_grad():
+                mha.W_q.weight.copy_(gqa.W_q.weight)
+                mha.W_o.weight.copy_(gqa.W_o.weight)
+                mha.W_k.weight.copy_(_repeat_kv_weight(gqa.W_k.weight, g, group))
+                mha.W_v.weight.copy_(_repeat_kv_weight(gqa.W_v.weight, g, group))
+                diff = float((gqa(X, X, X) - mha(X, X, X)).abs().max())
+            kind = "MHA" if g == num_heads else ("MQA" if g == 1 else "GQA")
+            rows.append({"kv_heads": g, "kind": kind, "parameters": sum(p.numel() for p in gqa.parameters()),
+                         "kv_cache_per_token": 2 * g * gqa.head_dim, "max_abs_diff": diff})
+    return rows
+
+
+# --------------------------------------------------------------------------- mixture of experts, measured
+
+
+def _dense_moe(moe: MixtureOfExperts, tokens: torch.Tensor) -> torch.Tensor:
+    """The same mixture computed the slow way: every expert on every token, zero weight if not chosen."""
+    weights, experts = moe.route(tokens)
+    full = torch.zeros(tokens.shape[0], moe.num_experts).scatter(1, experts, weights)
+    out = sum(full[:, e, None] * expert(tokens) for e, expert in enumerate(moe.experts))
+    return out + (moe.shared(tokens) if moe.shared is not None else 0)
+
+
+def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_experts: int = 8, top_k: int = 2,
+                            batch_size: int = 4, num_steps: int = 32, seed: int = 0) -> dict:
+    """A block whose FFN is a :class:`MixtureOfExperts`, passed in through ``ffn_factory``.
+
+    Builds ``TransformerBlock(d, h, causal=True, ffn_factory=...)`` (RMSNorm, pre-norm,
+    SwiGLU experts of the dense FFN's width, softmax top-k router), runs one random
+    batch, records which experts the FFN's input tokens were routed to, and checks
+    the sparse computation against the dense one (every expert on every token).
+
+    Args:
+        num_hiddens, num_heads: width ``d`` and heads of the block.
+        num_experts, top_k: routed experts and experts per token.
+        batch_size, num_steps: the random batch.
+        seed: seeds the weights and the batch.
+
+    Returns:
+        dict with ``input_shape``, ``output_shape``, ``tokens_per_expert`` (list of
+        ``num_experts`` ints; they sum to ``top_k`` times the number of tokens),
+        ``ffn_parameters`` and ``ffn_active_parameters`` (per token) of the MoE,
+        ``dense_ffn_parameters`` (one SwiGLU FFN of the same width), ``block_parameters``,
+        ``max_abs_diff`` (sparse vs dense computation, float32) and ``block``.
+
+    Raises:
+        ValueError / TypeError: for sizes the block or the MoE rejects.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("num_steps", num_steps)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        block = TransformerBlock(num_hiddens, num_heads, causal=True,
+                                 ffn_factory=lambda: MixtureOfExperts(num_hiddens, num_experts, top_k))
+        X = torch.randn(batch_size, num_steps, num_hiddens)
+        seen = []
+        handle = block.ffn.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
+        try:
+            with torch.no_grad():
+                Y = block(X)
+        finally:
+            handle.remove()
+        tokens = seen[0].reshape(-1, num_hiddens)
+        with torch.no_grad():
+            _, experts = block.ffn.route(tokens)
+            diff = float((block.ffn(tokens) - _dense_moe(block.ffn, tokens)).abs().max())
+    counts = torch.bincount(experts.flatten(), minlength=num_experts).tolist()
+    return {
+        "input_shape": tuple(X.shape), "output_shape": tuple(Y.shape), "tokens_per_expert": counts,
+        "ffn_parameters": sum(p.numel() for p in block.ffn.parameters()),
+        "ffn_active_parameters": block.ffn.num_active_parameters(),
+        "dense_ffn_parameters": sum(p.numel() for p in block.ffn.experts[0].parameters()),
+        "block_parameters": sum(p.numel() for p in block.parameters()),
+        "max_abs_diff": diff, "block": block,
+    }
+
+
+# --------------------------------------------------------------------------- 2017 -> 2026
+
+
+def sinusoidal_positions(num_steps: int, num_hiddens: int) -> torch.Tensor:
+    r"""The 2017 Transformer's sinusoidal position encodings (Vaswani et al., 2017, Section 3.5).
+
+    ``P[p, 2i] = sin(p / 10000^{2i/d})``, ``P[p, 2i+1] = cos(p / 10000^{2i/d})``; they are
+    added once to the token embeddings, before the first block.
+
+    Args:
+        num_steps: positions ``n``; num_hiddens: width ``d`` (even).
+
+    Returns:
+        float32 tensor ``(num_steps, num_hiddens)``.
+
+    Raises:
+        ValueError / TypeError: for non-positive sizes or an odd ``num_hiddens``.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    n, d = check_positive_int("num_steps", num_steps), check_positive_int("num_hiddens", num_hiddens)
+    if d % 2:
+        raise ValueError(f"num_hiddens must be even, got {d}")
+    angles = torch.arange(n, dtype=torch.float32)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)
+    P = torch.zeros(n, d)
+    P[:, 0::2], P[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return P
+
+
+#: The 2017 block, as ``TransformerBlock`` arguments (Vaswani et al., 2017), built causal
+#: so that every step of :data:`SUBSTITUTIONS` is a decoder-only block.
+BLOCK_2017 = dict(norm="layer", act="relu", placement="post", bias=True, causal=True)
+
+#: The substitutions from the 2017 block to the 2026 block, in order: (short name,
+#: what changes, the constructor arguments that change, whether it is one of the five
+#: core substitutions). The last two are the extras of the 2026 block.
+SUBSTITUTIONS = (
+    ("LayerNorm → RMSNorm", "norm='rms'", dict(norm="rms"), True),
+    ("post-LN → pre-LN", "placement='pre'", dict(placement="pre"), True),
+    ("MHA → GQA", "num_kv_heads=h/4", dict(num_kv_heads="h/4"), True),
+    ("ReLU FFN → SwiGLU", "act='swiglu'", dict(act="swiglu"), True),
+    ("sinusoidal → RoPE", "rope_theta=1e4", dict(rope_theta=10000.0), True),
+    ("drop the biases", "bias=False", dict(bias=False), False),
+    ("+ QK-norm", "qk_norm='per_head'", dict(qk_norm="per_head"), False),
+)
+
+
+@dataclass
+class Step:
+    """One block of :func:`substitution_steps`.
+
+    Attributes:
+        name: what changed (``'2017 Transformer'`` for the start).
+        flag: the constructor argument that changed (``''`` for the start).
+        core: whether it is one of the five core substitutions.
+        kwargs: all ``TransformerBlock`` arguments of this block (after ``num_hiddens``, ``num_heads``).
+        parameters: ``{'attention', 'ffn', 'norms', 'total'}`` counts.
+        kv_cache_per_token: keys and values a decoder caches per token and block.
+        output_shape: shape of the block's output on the test batch.
+    """
+
+    name: str
+    flag: str
+    core: bool
+    kwargs: dict
+    parameters: dict
+    kv_cache_per_token: int
+    output_shape: tuple = field(default_factory=tuple)
+
+
+def _count_parts(block: TransformerBlock) -> dict:
+    counts = {"attention": 0, "ffn": 0, "norms": 0}
+    for name, p in block.named_parameters():
+        top = name.split(".", 1)[0]
+        counts["attention" if "attention" in top else "ffn" if top == "ffn" else "norms"] += p.numel()
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: int = 2, num_steps: int = 16,
+                       seed: int = 0) -> list[Step]:
+    """Turn the 2017 block into the 2026 block one constructor argument at a time.
+
+    Starts from :data:`BLOCK_2017` and applies :data:`SUBSTITUTIONS` cumulatively; each
+    block is built (seeded), counted and run on one random ``(b, n, d)`` batch. The
+    skeleton -- :class:`~d2lmini.block.TransformerBlock`, two residual sublayers --
+    never changes; only its arguments do.
+
+    Args:
+        num_hiddens, num_heads: ``d`` and ``h`` (``h`` divisible by 4 for the GQA step).
+        batch_size, num_steps: the test batch.
+        seed: seeds the weights and the batch.
+
+    Returns:
+        ``len(SUBSTITUTIONS) + 1`` :class:`Step` records, the 2017 block first.
+
+    Raises:
+        ValueError: if ``num_heads`` is not divisible by 4, or for sizes the block rejects.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+    num_heads = check_positive_int("num_heads", num_heads)
+    if num_heads % 4:
+        raise ValueError(f"num_heads must be divisible by 4 (the GQA step uses h/4 key/value heads), got {num_heads}")
+    kwargs = dict(BLOCK_2017)
+    steps = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        X = torch.randn(check_positive_int("batch_size", batch_size), check_positive_int("num_steps", num_steps),
+                        num_hiddens)
+        for name, flag, change, core in (("2017 Transformer", "", {}, True),) + SUBSTITUTIONS:
+            kwargs.update({k: (num_heads // 4 if v == "h/4" else v) for k, v in change.items()})
+            block = TransformerBlock(num_hiddens, num_heads, **kwargs)
+            with torch.no_grad():
+                shape = tuple(block(X).shape)
+            att = block.attention
+            steps.append(Step(name, flag, core, dict(kwargs), _count_parts(block),
+                              2 * att.num_kv_heads * att.head_dim, shape))
+    return steps
+
+
+def step_table(steps: list[Step], formatted: bool = False):
+    """A pandas DataFrame of :func:`substitution_steps`: change, flag, parameters, their change, K/V cache.
+
+    Args:
+        steps: from :func:`substitution_steps`.
+        formatted: if ``True``, the numbers are strings for display (thousands
+            separators; the change with its sign).
+
+    Returns:
+        DataFrame indexed by step name with columns ``flag``, ``parameters``,
+        ``Δ parameters`` (against the previous row) and ``K/V per token`` (integers,
+        or strings when ``formatted``).
+
+    Raises:
+        TypeError: if ``formatted`` is not a bool.
+    """
+    check_bool("formatted", formatted)
+    import pandas as pd  # the book has pandas; the package itself does not need it
+
+    records, previous = [], None
+    for step in steps:
+        total = step.parameters["total"]
+        delta = 0 if previous is None else total - previous
+        records.append({"step": step.name, "flag": step.flag or "(start)",
+                        "parameters": f"{total:,}" if formatted else total,
+                        "Δ parameters": (f"{delta:+,}" if delta else "0") if formatted else delta,
+                        "K/V per token": f"{step.kv_cache_per_token:,}" if formatted else step.kv_cache_per_token})
+        previous = total
+    return pd.DataFrame(records).set_index("step")
+
+
+def plot_substitution_params(steps: list[Step], width: float = 8.0, height: float = 3.2):
+    """Stacked horizontal bars: attention, FFN and norm parameters of every step.
+
+    Args:
+        steps: from :func:`substitution_steps`.
+        width, height: figure size in inches.
+
+    Returns:
+        A ``matplotlib.figure.Figure`` (pyplot-free, house style).
+    """
+    import matplotlib
+
+    fig, ax = new_figure(1, width=width, height=height)
+    colors = {"attention": "#1f5fa8", "ffn": "#d68910", "norms": "#7f8c8d"}
+    labels = {"attention": "attention", "ffn": "FFN", "norms": "norms"}
+    names = [s.name for s in steps][::-1]
+    with matplotlib.rc_context(STYLE):
+        left = [0.0] * len(steps)
+        for part in ("attention", "ffn", "norms"):
+            values = [s.parameters[part] / 1e6 for s in steps][::-1]
+            ax.barh(names, values, left=left, color=colors[part], label=labels[part])
+            left = [a + b for a, b in zip(left, values)]
+        for y, total in enumerate(left):
+            ax.text(total + 0.03, y, f"{total:.2f} M", va="center", fontsize=9)
+        ax.set(xlabel="parameters per block (millions)", xlim=(0, max(left) * 1.15))
+        ax.grid(axis="y", visible=False)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside upper center", ncol=3, frameon=False)
+    return fig
+
+
+def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: int = 4, num_steps: int = 24,
+                        shifts=(1, 5, 17), theta: float = 10000.0, seed: int = 0) -> dict:
+    r"""RoPE makes an attention logit depend on the *offset* between two positions only.
+
+    Takes ``num_tokens`` random token vectors and random ``W_q``, ``W_k`` (``d x
+    head_dim``). For every pair of tokens ``(a, b)`` placed at positions ``(p, p')``
+    it computes the logit ``q_a(p) . k_b(p')`` twice: with RoPE (queries and keys
+    rotated by their positions, Su et al., 2021) and with sinusoidal encodings
+    added to the tokens before the projections (Vaswani et al., 2017). Then it moves
+    both positions by the same shift ``s`` and reports how much the logits change.
+
+    Args:
+        num_hiddens, head_dim: token width and query/key width (even).
+        num_tokens: distinct token vectors.
+        num_steps: positions ``p, p' < num_steps`` compared.
+        shifts: the shifts ``s`` tried.
+        theta: the RoPE base.
+        seed: seeds the tokens and the projections.
+
+    Returns:
+        dict with ``rope_max_abs_diff`` and ``sinusoidal_max_abs_diff`` (largest change
+        of any logit under any shift, float32) and ``max_abs_logit`` (their scale).
+
+    Raises:
+        ValueError / TypeError: for non-positive sizes or an odd ``head_dim``.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    check_positive_int("num_tokens", num_tokens)
+    n = check_positive_int("num_steps", num_steps)
+    total = n + max(shifts)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        tokens = torch.randn(num_tokens, num_hiddens)
+        W_q = torch.randn(num_hiddens, head_dim) / math.sqrt(num_hiddens)
+        W_k = torch.randn(num_hiddens, head_dim) / math.sqrt(num_hiddens)
+    cos, sin = rotary_cos_sin(total, head_dim, theta)
+    q = apply_rotary((tokens @ W_q)[:, None, :].expand(-1, total, -1), cos, sin)  # (tokens, positions, hd)
+    k = apply_rotary((tokens @ W_k)[:, None, :].expand(-1, total, -1), cos, sin)
+    rope = torch.einsum("aph,bqh->abpq", q, k)
+    X = tokens[:, None, :] + sinusoidal_positions(total, num_hiddens)[None]  # (tokens, positions, d)
+    absolute = torch.einsum("aph,bqh->abpq", X @ W_q, X @ W_k)
+    diffs = {"rope": 0.0, "sinusoidal": 0.0}
+    for s in shifts:
+        for key, L in (("rope", rope), ("sinusoidal", absolute)):
+            diffs[key] = max(diffs[key], float((L[..., s:s + n, s:s + n] - L[..., :n, :n]).abs().max()))
+    return {"rope_max_abs_diff": diffs["rope"], "sinusoidal_max_abs_diff": diffs["sinusoidal"],
+            "max_abs_logit": float(torch.cat([rope.flatten(), absolute.flatten()]).abs().max())}
+
+
+# --------------------------------------------------------------------------- Arcee Trinity (AFMoE)
+
+
+def _copy_(dst: torch.Tensor, src: torch.Tensor) -> None:
+    if dst.shape != src.shape:
+        raise ValueError(f"cannot copy a weight of shape {tuple(src.shape)} into {tuple(dst.shape)}")
+    with torch.no_grad():
+        dst.copy_(src)
+
+
+def from_afmoe_layer(layer, config) -> TransformerBlock:
+    """A :class:`~d2lmini.block.TransformerBlock` equal to a Hugging Face ``AfmoeDecoderLayer``.
+
+    ``AfmoeDecoderLayer`` is the ``transformers`` layer of Arcee's Trinity models
+    (Singh et al., 2026): sandwich placement with RMSNorm, QK-norm per head (one gain
+    shared by the heads), grouped-query attention gated by ``sigmoid(W_gate x)``
+    (:class:`GatedAttention`), and -- after the first ``num_dense_layers`` layers -- a
+    mixture of SwiGLU experts with sigmoid routing, an expert bias used only for
+    selection, and an always-on shared expert (:class:`MixtureOfExperts`). RoPE is
+    applied in its sliding-window (local) layers only.
+
+    Args:
+        layer: an ``AfmoeDecoderLayer`` of a *global* (full-attention) layer; its
+            weights are copied, not shared.
+        config: the layer's ``AfmoeConfig``.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
+
+    Raises:
+        ValueError: for a sliding-window layer (d2lmini has no sliding window) or
+            attention biases.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    attn = layer.self_attn
+    if getattr(attn, "sliding_window", None) is not None or getattr(attn, "is_local_attention", False):
+        raise ValueError("sliding-window (local) AFMoE layers are not supported; use a full_attention layer")
+    if getattr(config, "attention_bias", False):
+        raise ValueError("AFMoE attention biases are not supported")
+    d, h, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    head_dim = attn.head_dim
+
+    def attention():
+        return GatedAttention(d, h, num_kv_heads=kv, head_dim=head_dim, causal=True, qk_norm="per_head",
+                              qk_norm_eps=config.rms_norm_eps, scale=attn.scaling)
+
+    if layer.moe_enabled:
+        def ffn():
+            return MixtureOfExperts(d, config.num_experts, config.num_experts_per_tok,
+                                    config.moe_intermediate_size, "swiglu", "sigmoid",
+                                    config.num_shared_experts, float(config.route_scale))
+    else:
+        def ffn():
+            return FeedForward(d, config.intermediate_size, "swiglu")
+    block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps, causal=True,
+                             attn_factory=attention, ffn_factory=ffn)
+    ours = block.attention
+    for mine, theirs in ((ours.attention.W_q, attn.q_proj), (ours.attention.W_k, attn.k_proj),
+                         (ours.attention.W_v, attn.v_proj), (ours.W_o, attn.o_proj), (ours.W_gate, attn.gate_proj)):
+        _copy_(mine.weight, theirs.weight)
+    _copy_(ours.attention.q_norm.weight, attn.q_norm.weight)
+    _copy_(ours.attention.k_norm.weight, attn.k_norm.weight)
+    for mine, theirs in ((block.addnorm1.norm_in, layer.input_layernorm),
+                         (block.addnorm1.norm_out, layer.post_attention_layernorm),
+                         (block.addnorm2.norm_in, layer.pre_mlp_layernorm),
+                         (block.addnorm2.norm_out, layer.post_mlp_layernorm)):
+        _copy_(mine.weight, theirs.weight)
+
+    def copy_mlp(ffn_module: FeedForward, gate, up, down):
+        _copy_(ffn_module.W_g.weight, gate)
+        _copy_(ffn_module.W_1.weight, up)
+        _copy_(ffn_module.W_2.weight, down)
+
+    mlp = layer.mlp
+    if layer.moe_enabled:
+        _copy_(block.ffn.router.weight, mlp.router.gate.weight)
+        _copy_(block.ffn.expert_bias, mlp.expert_bias)
+        for e, expert in enumerate(block.ffn.experts):
+            gate, up = mlp.experts.gate_up_proj[e].chunk(2, dim=0)
+            copy_mlp(expert, gate, up, mlp.experts.down_proj[e])
+        shared = mlp.shared_experts
+        copy_mlp(block.ffn.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    else:
+        copy_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+#: The tiny Trinity-like configuration :func:`make_trinity_layer` builds: one global
+#: (full-attention) MoE layer, 4 query heads sharing 2 key/value heads, head_dim 32.
+TRINITY_TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                    intermediate_size=160, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                    num_shared_experts=1, num_dense_layers=0, num_hidden_layers=1,
+                    layer_types=["full_attention"])
+
+
+def make_trinity_layer(seed: int = 0):
+    """A tiny randomly initialized ``AfmoeDecoderLayer`` (Arcee Trinity's layer class), eval mode.
+
+    Every parameter -- and the routers' expert bias -- gets a seeded random value (as
+    :mod:`d2lmini.reference` does for the other layers), so no weight is a default
+    0 or 1. No download.
+
+    Returns:
+        ``(layer, config)``.
+
+    Raises:
+        ImportError: if ``transformers`` is missing or has no AFMoE model.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    try:
+        from transformers import AfmoeConfig
+        from transformers.models.afmoe.modeling_afmoe import AfmoeDecoderLayer
+    except (ImportError, AttributeError) as error:  # older transformers: no Trinity layer
+        raise ImportError(f"this transformers has no AfmoeDecoderLayer ({error})") from error
+    from .reference import _randomize_
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        config = AfmoeConfig(**TRINITY_TINY)
+        config._attn_implementation = "sdpa"
+        config._experts_implementation = "eager"  # the plain loop over experts
+        layer = AfmoeDecoderLayer(config, layer_idx=0)
+        _randomize_(layer, seed)
+    return layer.eval(), config
+
+
+def compare_with_trinity(batch_size: int = 2, num_steps: int = 16, seed: int = 0, padded: bool = True) -> dict:
+    """Arcee Trinity's layer and its d2lmini twin on one batch: the differences.
+
+    The same procedure as :func:`d2lmini.reference.compare_with_reference`: a tiny
+    seeded ``AfmoeDecoderLayer`` (:func:`make_trinity_layer`), converted with
+    :func:`from_afmoe_layer`; both get the same random batch (the second sequence
+    padded to 5/8 of its length when ``padded``) and the same random read-out is
+    backpropagated to the inputs. Only valid positions are compared.
+
+    Returns:
+        dict with ``max_abs_diff`` (outputs), ``max_abs_grad_diff`` (input gradients),
+        ``max_abs_output`` and ``block``.
+
+    Raises:
+        ImportError: if ``transformers`` has no AFMoE model.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    from .reference import _valid, additive_mask
+    from transformers.models.afmoe.modeling_afmoe import AfmoeRotaryEmbedding
+
+    layer, config = make_trinity_layer(seed)
+    block = from_afmoe_layer(layer, config).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    d = config.hidden_size
+    X = torch.randn(batch_size, num_steps, d, generator=gen)
+    R = torch.randn(batch_size, num_steps, d, generator=gen)
+    valid_lens = None
+    if padded and batch_size > 1:
+        valid_lens = torch.full((batch_size,), num_steps)
+        valid_lens[1] = max(1, num_steps * 5 // 8)
+    valid = _valid(valid_lens, batch_size, num_steps)
+    position_ids = torch.arange(num_steps)[None].expand(batch_size, -1)
+    mask = additive_mask(valid_lens, num_steps, True, X.dtype, batch_size)
+
+    def reference_call(Z):
+        rotary = AfmoeRotaryEmbedding(config)(Z, position_ids)  # unused by a global layer, but required
+        return layer(Z, attention_mask=mask, position_ids=position_ids, position_embeddings=rotary)
+
+    outputs, grads = [], []
+    for run in (reference_call, lambda Z: block(Z, valid_lens)):
+        Z = X.clone().requires_grad_(True)
+        Y = run(Z)
+        Y = Y[0] if isinstance(Y, tuple) else Y
+        (Y * R * valid).sum().backward()
+        outputs.append(Y.detach())
+        grads.append(Z.grad)
+    keep = valid.bool().expand_as(outputs[0])
+    return {"max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
+            "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
+            "max_abs_output": float(outputs[0][keep].abs().max()), "block": block}
+
+
+# --------------------------------------------------------------------------- who uses what
+
+#: The models of the "who uses what" table, in order: (model, reference layer name,
+#: bibliography key, where its positions come from when its blocks have no RoPE).
+#: A reference name is a key of :data:`d2lmini.reference.REFERENCES`, or
+#: ``'AfmoeDecoderLayer'`` (:func:`compare_with_trinity`).
+MODELS = (
+    ("Transformer (2017)", "TransformerEncoderLayer(norm_first=False, activation='relu')",
+     "vaswani2017attention", "sinusoidal, added to the input"),
+    ("BERT", "BertLayer", "devlin2019bert", "learned, added to the input"),
+    ("GPT-2", "GPT2Block", "radford2019language", "learned, added to the input"),
+    ("Llama 3", "LlamaDecoderLayer", "grattafiori2024llama3", None),
+    ("Qwen3", "Qwen3DecoderLayer", "yang2025qwen3", None),
+    ("Gemma 3", "Gemma3DecoderLayer", "gemma2025gemma3", None),
+    ("OLMo 2", "Olmo2DecoderLayer", "olmo2024olmo2", None),
+    ("Arcee Trinity", "AfmoeDecoderLayer", "singh2026trinity", "none in global layers (RoPE in local ones)"),
+)
+
+#: Largest absolute difference (float32) of outputs and input gradients for a row to count as verified.
+TOLERANCE = 1e-5
+
+_NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
+_PLACEMENT_NAMES = {"post": "post", "pre": "pre", "post_sublayer": "post-sublayer", "sandwich": "sandwich"}
+_QK_NAMES = {None: "—", "per_head": "per head", "projection": "whole projection",
+             "per_head_distinct": "per head, own gains"}
+_ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swiglu": "SwiGLU", "geglu": "GeGLU"}
+
+
+def describe_block(block: TransformerBlock, positions_note: str | None = None) -> dict:
+    """The "who uses what" columns, read from a block's modules rather than typed.
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock` (its attention may be a
+            :class:`GatedAttention`, its FFN a :class:`MixtureOfExperts`).
+        positions_note: where the model's positions come from when the block has no
+            RoPE (they are then outside the block).
+
+    Returns:
+        dict with ``norm``, ``placement``, ``qk_norm``, ``ffn``, ``attention`` and
+        ``positions`` (short strings).
+
+    Raises:
+        TypeError: if ``block`` is not a TransformerBlock.
+        ValueError: if the block has no RoPE and no ``positions_note`` is given.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    if not isinstance(block, TransformerBlock):
+        raise TypeError(f"block must be a d2lmini TransformerBlock, got {type(block).__name__}")
+    att, ffn = block.attention, block.ffn
+    if isinstance(ffn, MixtureOfExperts):
+        ffn_name = f"{_ACT_NAMES[ffn.act]} MoE ({ffn.router_kind} router"
+        ffn_name += ", shared expert)" if ffn.shared is not None else ")"
+    else:
+        ffn_name = _ACT_NAMES[ffn.act]
+    kind = "MHA" if att.num_kv_heads == att.num_heads else "GQA"
+    kind = ("gated " + kind) if isinstance(att, GatedAttention) else kind
+    if att.rope_theta is not None:
+        positions = "RoPE"
+    elif positions_note is None:
+        raise ValueError("the block has no RoPE: pass positions_note (where the model's positions come from)")
+    else:
+        positions = positions_note
+    return {"norm": _NORM_NAMES[block.norm], "placement": _PLACEMENT_NAMES[block.placement],
+            "qk_norm": _QK_NAMES[att.qk_norm], "ffn": ffn_name,
+            "attention": f"{kind}, {'causal' if att.causal else 'bidirectional'}", "positions": positions}
+
+
+def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
+    """Configure a d2lmini block as each model of :data:`MODELS`, describe it, verify it.
+
+    For every model with a reference layer class, a tiny random instance of that
+    layer is converted into a d2lmini block and both are run on the same padded
+    batch (:func:`d2lmini.reference.compare_with_reference`, or
+    :func:`compare_with_trinity`); the table's descriptive columns are then read
+    from that very block (:func:`describe_block`).
+
+    Args:
+        seed: seeds every reference layer and batch.
+        num_steps: length of the test sequences.
+
+    Returns:
+        One dict per model: ``model``, ``cite``, ``layer``, the columns of
+        :func:`describe_block`, ``max_abs_diff``, ``max_abs_grad_diff``,
+        ``max_abs_output`` (``None`` when not verified) and ``status``
+        (``'verified'``, ``'MISMATCH'`` or ``'not verified (...)'``).
+
+    Raises:
+        ImportError: if ``transformers`` is not installed (the Hugging Face rows need it).
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    from .reference import compare_with_reference
+
+    rows = []
+    with torch.random.fork_rng(devices=[]):
+        for model, layer_name, cite, note in MODELS:
+            row = {"model": model, "cite": cite, "layer": layer_name}
+            try:
+                result = (compare_with_trinity(num_steps=num_steps, seed=seed) if layer_name == "AfmoeDecoderLayer"
+                          else compare_with_reference(layer_name, num_steps=num_steps, seed=seed))
+            except ImportError:
+                if layer_name != "AfmoeDecoderLayer":
+                    raise
+                row.update(describe_trinity_without_reference(note), max_abs_diff=None, max_abs_grad_diff=None,
+                           max_abs_output=None, status="not verified (no reference layer)", layer="—")
+                rows.append(row)
+                continue
+            row.update(describe_block(result["block"], note))
+            ok = max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE
+            row.update(max_abs_diff=result["max_abs_diff"], max_abs_grad_diff=result["max_abs_grad_diff"],
+                       max_abs_output=result["max_abs_output"], status="verified" if ok else "MISMATCH")
+            rows.append(row)
+    return rows
+
+
+def describe_trinity_without_reference(positions_note: str) -> dict:
+    """:func:`describe_block` of a Trinity-like block built without a reference layer.
+
+    Used when ``transformers`` has no ``AfmoeDecoderLayer``: the block is configured
+    from :data:`TRINITY_TINY` directly, so the row still describes a d2lmini block.
+    """
+    c = TRINITY_TINY
+    block = TransformerBlock(c["hidden_size"], c["num_attention_heads"], norm="rms", placement="sandwich",
+                             causal=True,
+                             attn_factory=lambda: GatedAttention(c["hidden_size"], c["num_attention_heads"],
+                                                                 num_kv_heads=c["num_key_value_heads"],
+                                                                 head_dim=c["head_dim"], causal=True,
+                                                                 qk_norm="per_head"),
+                             ffn_factory=lambda: MixtureOfExperts(c["hidden_size"], c["num_experts"],
+                                                                  c["num_experts_per_tok"],
+                                                                  c["moe_intermediate_size"], router="sigmoid",
+                                                                  num_shared_experts=c["num_shared_experts"]))
+    return describe_block(block, positions_note)
+
+
+def catalog_table(rows: list[dict]):
+    """The "who uses what" table: a DataFrame indexed by model with the six descriptive columns."""
+    import pandas as pd
+
+    columns = {"norm": "norm", "placement": "placement", "qk_norm": "QK-norm", "ffn": "FFN",
+               "attention": "attention", "positions": "positions"}
+    return pd.DataFrame([{"model": r["model"], **{label: r[key] for key, label in columns.items()}}
+                         for r in rows]).set_index("model")
+
+
+def fit_to_page(table, font_size: str = "0.9em"):
+    """Style a wide DataFrame so it wraps inside the book's text column instead of scrolling.
+
+    Args:
+        table: a ``pandas.DataFrame``.
+        font_size: CSS font size of the cells.
+
+    Returns:
+        A ``pandas.io.formats.style.Styler`` whose HTML table takes the column's full
+        width, wraps long cells and aligns text to the left.
+    """
+    return (table.style.set_table_attributes('class="dataframe" style="width: 100%"')
+            .set_table_styles([{"selector": "td, th",
+                                "props": [("white-space", "normal"), ("text-align", "left"),
+                                          ("font-size", font_size)]}]))
+
+
+def verification_table(rows: list[dict]):
+    """The verification table: reference layer, largest output and input-gradient differences, status."""
+    import pandas as pd
+
+    def fmt(value):
+        return "—" if value is None else f"{value:.2g}"
+
+    return pd.DataFrame([{"model": r["model"], "reference layer": r["layer"].split("(")[0],
+                          "max |Δ| output": fmt(r["max_abs_diff"]),
+                          "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "status": r["status"]}
+                         for r in rows]).set_index("model")
+
+
+# --------------------------------------------------------------------------- the decoder block
+
+
+def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10, memory_steps: int = 7,
+                         seed: int = 0) -> dict:
+    """The encoder-decoder Transformer's decoder block: three sublayers, measured.
+
+    Builds the 2017 decoder block (:class:`~d2lmini.block.TransformerDecoderBlock`:
+    LayerNorm, post-LN, ReLU, biases) and checks on random inputs that (1) the causal
+    self-attention lets no future token reach an earlier position, (2) the
+    cross-attention makes every position depend on the encoder's outputs; it counts
+    the parameters of each sublayer, and verifies the block against
+    ``torch.nn.TransformerDecoderLayer`` with :func:`d2lmini.reference.compare_with_reference`.
+
+    Args:
+        num_hiddens, num_heads: ``d`` and ``h``.
+        num_steps, memory_steps: decoder length ``n`` and encoder length ``m``.
+        seed: seeds the weights and inputs.
+
+    Returns:
+        dict with ``output_shape``, ``future_leak`` (largest change at positions
+        ``< t`` when the decoder token at ``t = n // 2`` changes; 0 means causal),
+        ``future_effect`` (the change at positions ``>= t``), ``memory_effect`` (largest
+        change anywhere when the encoder outputs change), ``parameters`` (dict:
+        self-attention, cross-attention, FFN, norms), ``reference`` (the
+        ``compare_with_reference('TransformerDecoderLayer')`` dict, without the block).
+
+    Raises:
+        ValueError / TypeError: for sizes the block rejects.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    from .reference import compare_with_reference
+
+    n, m = check_positive_int("num_steps", num_steps), check_positive_int("memory_steps", memory_steps)
+    if n < 2:
+        raise ValueError(f"num_steps must be >= 2, got {n}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        block = TransformerDecoderBlock(num_hiddens, num_heads, norm="layer", act="relu", placement="post",
+                                        bias=True).eval()
+        X, memory = torch.randn(1, n, num_hiddens), torch.randn(1, m, num_hiddens)
+        t = n // 2
+        X2 = X.clone()
+        X2[:, t] = torch.randn(num_hiddens)
+        memory2 = torch.randn(1, m, num_hiddens)
+        with torch.no_grad():
+            Y = block(X, memory)
+            Y_future = block(X2, memory)
+            Y_memory = block(X, memory2)
+        reference = compare_with_reference("TransformerDecoderLayer", seed=seed)
+    parts = {"self-attention": "attention", "cross-attention": "cross_attention", "FFN": "ffn"}
+    params = {label: sum(p.numel() for p in getattr(block, attr).parameters()) for label, attr in parts.items()}
+    params["norms"] = sum(p.numel() for name, p in block.named_parameters() if name.startswith("addnorm"))
+    reference.pop("block")
+    return {"output_shape": tuple(Y.shape),
+            "future_leak": float((Y_future - Y)[:, :t].abs().max()),
+            "future_effect": float((Y_future - Y)[:, t:].abs().max()),
+            "memory_effect": float((Y_memory - Y).abs().max()),
+            "parameters": params, "reference": reference}
+
+
+# --------------------------------------------------------------------------- what you can build
+
+#: Llama 3 8B's shape (Grattafiori et al., 2024, Table 3): 32 layers, d = 4096, FFN width
+#: 14,336, 32 query heads sharing 8 key/value heads, vocabulary 128,256, RoPE base 500,000.
+LLAMA3_8B = dict(vocab_size=128256, num_hiddens=4096, num_heads=32, num_layers=32, num_kv_heads=8,
+                 ffn_num_hiddens=14336, rope_theta=500000.0)
+
+
+def model_parameter_count(shape: dict | None = None) -> dict:
+    """Build a whole decoder-only model from 2026 blocks on the ``meta`` device and count it.
+
+    Uses :class:`d2lmini.train.TinyLM` (token embedding, ``num_layers`` causal blocks
+    with :class:`~d2lmini.block.TransformerBlock`'s defaults -- RMSNorm, pre-norm,
+    SwiGLU, no biases -- a final norm and a linear head). On ``meta`` no memory is
+    allocated, so an 8-billion-parameter shape costs nothing.
+
+    Args:
+        shape: ``TinyLM`` arguments; default :data:`LLAMA3_8B`.
+
+    Returns:
+        dict with ``total``, ``blocks`` (all blocks), ``per_block``, ``embedding``,
+        ``head`` (weight and bias), ``final_norm`` and ``head_bias`` (TinyLM's head has
+        a bias; Llama's does not).
+
+    Raises:
+        ValueError / TypeError: for arguments TinyLM rejects.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    from .train import TinyLM
+
+    shape = dict(LLAMA3_8B if shape is None else shape)
+    with torch.device("meta"):
+        model = TinyLM(max_len=8, **shape)
+
+    def count(module):
+        return sum(p.numel() for p in module.parameters())
+
+    return {"total": count(model), "blocks": count(model.blocks), "per_block": count(model.blocks[0]),
+            "embedding": count(model.embedding), "head": count(model.head),
+            "final_norm": count(model.final_norm) if model.final_norm is not None else 0,
+            "head_bias": model.head.bias.numel() if model.head.bias is not None else 0}
+
+
+__all__ = [
+    "BLOCK_2017", "KNOB_CHOICES", "KNOB_MEANINGS", "LLAMA3_8B", "MODELS", "ROUTERS", "SUBSTITUTIONS", "TOLERANCE",
+    "TRINITY_TINY",
+    "GatedAttention", "MixtureOfExperts", "Step",
+    "catalog_table", "compare_with_trinity", "constructor_knobs", "decoder_block_checks", "describe_block",
+    "fit_to_page", "from_afmoe_layer", "grouped_query_attention", "make_trinity_layer", "mixture_of_experts_demo",
+    "model_parameter_count", "plot_substitution_params", "rope_relative_check", "sinusoidal_positions",
+    "step_table", "substitution_steps", "verification_table", "who_uses_what",
+]
