@@ -15,6 +15,9 @@ from .probes import (PROBED_PLACEMENTS, DepthProbe, depth_table, init_linear_wei
 from .widgets import (DepthExplorer, FrameExplorer, StaticTwin, depth_explorer, depth_explorer_static,
                       residual_explorer)
 
+# The chapters' experiment modules, e.g. ``d2lmini.anatomy.position_mixing``.
+from . import anatomy, catalog, normalization, probes, reference, residual, rmsnorm  # noqa: E402
+
 __version__ = "0.1.0"
 
 __all__ = [

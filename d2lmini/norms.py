@@ -33,7 +33,9 @@ class RMSNorm(nn.Module):
         num_hiddens: size of the normalized (last) dimension, ``d``.
         eps: added to the mean square before the square root; must be > 0.
             Default 1e-6 as in Llama 3, Qwen3 and OLMo 2. (``torch.nn.RMSNorm``
-            uses the dtype's machine epsilon when its ``eps`` is ``None``.)
+            with ``eps=None`` uses a machine epsilon instead: float32's, for float16,
+            bfloat16 and float32 inputs alike in torch 2.13, as the chapter "RMSNorm"
+            measures.)
         gain: initial value of every entry of ``weight`` (default 1.0).
 
     Shape:
@@ -55,8 +57,8 @@ class RMSNorm(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize ``X``, shape ``(*, num_hiddens)``, over its last dimension; returns the same shape."""
         if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
-            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-            raise ValueError(f"RMSNorm input must have last dimension {self.num_hiddens}, got {shape}")
+            got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+            raise ValueError(f"RMSNorm input must have last dimension {self.num_hiddens}, got {got}")
         X32 = X.float()
         Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return Y.to(X.dtype) * self.weight

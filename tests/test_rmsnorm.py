@@ -1,0 +1,271 @@
+"""The chapter "RMSNorm: keep the scale, drop the centring": its measurements and counter-example."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+from torch import nn
+
+import d2lmini
+from d2lmini import rmsnorm as rn
+
+# --- the counter-example and the same-style LayerNorm -------------------------------
+
+
+def test_half_precision_sum_matches_sum_in_float64_and_pads():
+    X = torch.randn(3, 37, dtype=torch.float64)  # 37: not a power of two
+    assert torch.allclose(rn.half_precision_sum(X), X.sum(-1, keepdim=True))
+    assert rn.half_precision_sum(X).shape == (3, 1)
+
+
+def test_half_precision_sum_really_sums_in_half_precision():
+    # bfloat16 keeps 8 significant bits: 1 + 2**-8 rounds to 1 at the first level of
+    # the tree, so the small terms vanish; an exact sum keeps them.
+    X = torch.tensor([1.0, 2.0**-8] * 2048, dtype=torch.bfloat16)[None]
+    assert float(rn.half_precision_sum(X)) == 2048.0
+    assert float(X.double().sum()) == 2056.0
+    # float16 overflows once a partial sum passes 65504 (torch's float32 accumulator does not)
+    Y = torch.full((1, 4096), 20.0, dtype=torch.float16)
+    assert torch.isinf(rn.half_precision_sum(Y)).all()
+    assert float(Y.mean()) == 20.0
+
+
+def test_no_upcast_norm_overflows_where_the_upcast_does_not():
+    X = (torch.randn(4, 4096) * 10).half()  # sum of squares ~ 4e5 > 65504
+    assert (rn.rms_norm_no_upcast(X) == 0).all()
+    Y = d2lmini.RMSNorm(4096).half()(X)
+    assert torch.isfinite(Y).all() and Y.float().pow(2).mean(-1).sub(1).abs().max() < 1e-2
+
+
+def test_variants_agree_with_rmsnorm_in_float64():
+    X = torch.randn(5, 64, dtype=torch.float64) * 3
+    weight = torch.rand(64, dtype=torch.float64) + 0.5
+    ref = d2lmini.RMSNorm(64).double()
+    with torch.no_grad():
+        ref.weight.copy_(weight)
+        expected = ref(X)
+    assert torch.allclose(rn.rms_norm_no_upcast(X, weight), expected)
+    assert torch.allclose(rn.rms_norm_torch_mean(X, weight), expected)
+
+
+def test_layer_norm_by_hand_matches_torch():
+    X = torch.randn(2, 7, 32) * 2 + 1
+    ours, theirs = rn.LayerNormByHand(32), nn.LayerNorm(32)
+    with torch.no_grad():
+        for p in (ours, theirs):
+            p.weight.copy_(torch.linspace(0.5, 1.5, 32))
+            p.bias.copy_(torch.linspace(-1, 1, 32))
+        assert torch.allclose(ours(X), theirs(X), atol=1e-5)
+    assert sum(p.numel() for p in ours.parameters()) == 64
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda: rn.rms_norm_no_upcast(torch.ones(3, 4, dtype=torch.int64)), TypeError),
+    (lambda: rn.rms_norm_no_upcast([1.0, 2.0]), TypeError),
+    (lambda: rn.rms_norm_no_upcast(torch.ones(3, 4), eps=0.0), ValueError),
+    (lambda: rn.rms_norm_no_upcast(torch.ones(3, 4), weight=torch.ones(5)), ValueError),
+    (lambda: rn.rms_norm_torch_mean(torch.tensor(1.0)), ValueError),
+    (lambda: rn.LayerNormByHand(0), ValueError),
+    (lambda: rn.LayerNormByHand(8)(torch.ones(2, 4)), ValueError),
+])
+def test_bad_arguments_of_the_norms(call, error):
+    with pytest.raises(error):
+        call()
+
+
+# --- RMSNorm against LayerNorm and torch.nn.RMSNorm ---------------------------------
+
+
+def test_rmsnorm_equals_layernorm_on_centred_tokens_only():
+    result = rn.compare_with_layernorm(num_hiddens=128, num_tokens=16, offset=2.0, seed=1)
+    assert result["max_dev_centred"] < 1e-5
+    assert result["max_dev_raw"] > 0.5  # with a mean of 2 they differ at order 1
+    assert result["max_abs_token_mean"] < 1e-5
+    assert result == rn.compare_with_layernorm(num_hiddens=128, num_tokens=16, offset=2.0, seed=1)
+    assert result != rn.compare_with_layernorm(num_hiddens=128, num_tokens=16, offset=2.0, seed=2)
+
+
+def test_compare_with_torch_equal_eps_is_tiny_and_default_eps_matters_at_small_rms():
+    state = torch.random.get_rng_state()
+    result = rn.compare_with_torch(num_hiddens=256, num_tokens=8, scales=(1.0, 1e-3), seed=0)
+    assert torch.equal(state, torch.random.get_rng_state())  # global RNG untouched
+    # eps=None is a machine epsilon, and one of the two candidates reproduces it exactly
+    # (torch 2.13: float32's for float32 and bfloat16 inputs alike)
+    f32, bf16 = torch.finfo(torch.float32).eps, torch.finfo(torch.bfloat16).eps
+    assert result.default_eps_fit["float32"] == {f32: 0.0}
+    assert set(result.default_eps_fit["bfloat16"]) == {f32, bf16}
+    assert min(result.default_eps_fit["bfloat16"].values()) == 0.0
+    assert max(result.default_eps_fit["bfloat16"].values()) > 0.5
+    assert result.default_eps["bfloat16"] in (f32, bf16)
+    assert max(result.equal_eps["float32"]) < 1e-5
+    big, small = result.default_eps_dev["float32"]
+    assert big < 1e-5 and small > 0.1  # at RMS 1e-3 the eps difference shows
+    assert result.default_eps_dev["bfloat16"][1] > 0.5
+    table = result.table()
+    assert table.index.name == "input RMS" and list(table.index) == [1.0, 1e-3]
+    assert table.shape == (2, 4)
+    again = rn.compare_with_torch(num_hiddens=256, num_tokens=8, scales=(1.0, 1e-3), seed=0)
+    assert again.equal_eps == result.equal_eps and again.default_eps_dev == result.default_eps_dev
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(scales=()), ValueError),
+    (dict(scales=(1.0, -1.0)), ValueError),
+    (dict(scales=1.0), TypeError),
+    (dict(dtypes="float32"), TypeError),
+    (dict(dtypes=("float64",)), ValueError),
+    (dict(num_hiddens=0), ValueError),
+    (dict(seed=1.5), TypeError),
+])
+def test_compare_with_torch_rejects_bad_arguments(kwargs, error):
+    with pytest.raises(error):
+        rn.compare_with_torch(**kwargs)
+
+
+def test_compare_with_layernorm_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="offset"):
+        rn.compare_with_layernorm(offset=float("nan"))
+    with pytest.raises(TypeError, match="num_tokens"):
+        rn.compare_with_layernorm(num_tokens=2.0)
+
+
+def test_parameter_counts_from_the_modules():
+    counts = rn.parameter_counts(num_hiddens=(8, 64), block_num_hiddens=32, num_heads=4)
+    assert counts["rows"] == [
+        {"d": 8, "LayerNorm": 16, "RMSNorm": 8, "torch.nn.RMSNorm": 8},
+        {"d": 64, "LayerNorm": 128, "RMSNorm": 64, "torch.nn.RMSNorm": 64},
+    ]
+    # a block has two norms; LayerNorm's biases add d each
+    assert counts["block"]["layer"] - counts["block"]["rms"] == 2 * 32
+    with pytest.raises(ValueError):
+        rn.parameter_counts(num_hiddens=())
+    with pytest.raises(TypeError):
+        rn.parameter_counts(num_hiddens=8)
+
+
+# --- timing --------------------------------------------------------------------------
+
+
+def test_machine_description_names_the_machine():
+    machine = rn.machine_description()
+    assert machine["processor"] and machine["torch"] == torch.__version__
+    assert machine["threads"] == torch.get_num_threads()
+
+
+def test_time_norms_in_process_shape_and_keys():
+    threads = torch.get_num_threads()
+    timing = rn.time_norms(shape=(1, 8, 64), repeats=3, warmup=1, fresh_process=False, clock="wall")
+    assert torch.get_num_threads() == threads  # restored
+    assert set(timing.times_ms) == {"forward", "forward_backward"}
+    for times in timing.times_ms.values():
+        assert set(times) == set(rn.TIMED_NORMS) and all(t > 0 for t in times.values())
+    assert timing.machine["threads"] == 1
+    assert timing.ratio("rms_d2lmini", "rms_d2lmini") == 1.0
+    assert list(timing.table().index) == list(rn.TIMED_NORMS.values())
+    with pytest.raises(KeyError):
+        timing.ratio("rms", "layer_torch")
+    with pytest.raises(KeyError):
+        timing.ratio("rms_torch", "layer_torch", mode="backward")
+
+
+def test_time_norms_in_a_fresh_process():
+    timing = rn.time_norms(shape=(2, 64, 256), repeats=5, warmup=1)
+    assert timing.fresh_process and timing.clock == "thread"
+    assert timing.machine["threads"] == 1
+    fb = timing.times_ms["forward_backward"]
+    fwd = timing.times_ms["forward"]
+    # The claim the chapter makes, with a wide margin: written alike, RMSNorm's
+    # forward is cheaper than LayerNorm's, and backward costs more than forward.
+    assert fwd["rms_d2lmini"] < fwd["layer_by_hand"]
+    assert all(fb[k] > fwd[k] for k in fb)
+    if timing.page_faults is not None:
+        assert timing.page_faults["forward"]["rms_d2lmini"] <= 1
+    # the fresh process lists the operations: one fused kernel against a composition
+    assert timing.ops["layer_torch"] == ["native_layer_norm"]
+    assert timing.ops["rms_d2lmini"] == ["pow", "mean", "add", "rsqrt", "mul", "mul"]
+    assert timing.ops["layer_by_hand"].count("mean") == 2
+
+
+def test_forward_ops_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="norm"):
+        rn.forward_ops(lambda X: X, torch.ones(2, 4))
+    with pytest.raises(TypeError, match="X"):
+        rn.forward_ops(nn.LayerNorm(4), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(shape=(8, 64)), ValueError),
+    (dict(shape=(1, 0, 8)), ValueError),
+    (dict(repeats=0), ValueError),
+    (dict(warmup=-1), ValueError),
+    (dict(num_threads=0), ValueError),
+    (dict(clock="cpu"), ValueError),
+    (dict(fresh_process=1), TypeError),
+])
+def test_time_norms_rejects_bad_arguments(kwargs, error):
+    with pytest.raises(error):
+        rn.time_norms(**kwargs)
+
+
+# --- the float32 upcast --------------------------------------------------------------
+
+
+def test_half_precision_errors_show_the_claims():
+    rows = rn.half_precision_errors(scales=(1e-3, 1.0, 10.0, 100.0), num_hiddens=4096,
+                                    num_tokens=4, seed=0)
+    by = {(r["dtype"], r["scale"]): r for r in rows}
+    assert len(rows) == 8
+    for row in rows:  # the upcast is at the dtype's rounding level everywhere
+        assert row["upcast"] < (4e-3 if row["dtype"] == "bfloat16" else 5e-4)
+    # float16 overflows: the sum of squares above 65504 (RMS 10), the squares above 256 (RMS 100)
+    assert by["float16", 10.0]["no_upcast"] == 1.0 and by["float16", 10.0]["torch_mean"] < 2e-3
+    assert by["float16", 100.0]["torch_mean"] == 1.0
+    assert by["float16", 10.0]["max_sum_of_squares"] > 65504 > by["float16", 1.0]["max_sum_of_squares"]
+    # float16 underflows: squares of 1e-3 are subnormal
+    assert by["float16", 1e-3]["no_upcast"] > 10 * by["float16", 1e-3]["upcast"]
+    # bfloat16 never overflows but rounds the statistic
+    for scale in (1e-3, 1.0, 10.0, 100.0):
+        assert by["bfloat16", scale]["upcast"] < by["bfloat16", scale]["no_upcast"] < 0.05
+    assert rows == rn.half_precision_errors(scales=(1e-3, 1.0, 10.0, 100.0), num_hiddens=4096,
+                                            num_tokens=4, seed=0)
+
+
+def test_half_precision_errors_accepts_dtypes_and_rejects_bad_ones():
+    rows = rn.half_precision_errors(dtypes=(torch.float16,), scales=(1.0,), num_hiddens=64,
+                                    num_tokens=2)
+    assert [r["dtype"] for r in rows] == ["float16"]
+    with pytest.raises(ValueError, match="dtypes"):
+        rn.half_precision_errors(dtypes=("float32",))
+    with pytest.raises(TypeError, match="dtypes"):
+        rn.half_precision_errors(dtypes=torch.float16)
+    with pytest.raises(ValueError, match="scales"):
+        rn.half_precision_errors(scales=(0.0,))
+
+
+def test_relative_error():
+    ref = torch.ones(2, 4)
+    assert rn.relative_error(ref, ref) == 0.0
+    assert rn.relative_error(torch.zeros(2, 4), ref) == 1.0
+    assert math.isclose(rn.relative_error(ref * 1.5, ref), 0.5)
+    with pytest.raises(ValueError):
+        rn.relative_error(ref, torch.ones(4, 2))
+
+
+def test_plot_half_precision_errors():
+    rows = rn.half_precision_errors(scales=(0.1, 1.0), num_hiddens=64, num_tokens=2)
+    fig = rn.plot_half_precision_errors(rows)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert all(len(ax.get_lines()) == len(rn.HALF_VARIANTS) for ax in fig.axes)
+    assert fig.axes[0].get_xscale() == "log" and fig.axes[0].get_xlabel()
+    with pytest.raises(ValueError):
+        rn.plot_half_precision_errors([])
+    table = rn.half_precision_table(rows)
+    assert table.shape == (4, 4)
+    assert list(table.index) == [("bfloat16", 0.1), ("bfloat16", 1.0), ("float16", 0.1),
+                                 ("float16", 1.0)]
+    assert list(table.columns) == ["max sum x²", "upcast", "torch .mean()", "half throughout"]
+    with pytest.raises(ValueError):
+        rn.half_precision_table([])
