@@ -13,16 +13,16 @@ from .notebook import glue
 from .probes import (PROBED_PLACEMENTS, DepthProbe, depth_table, init_linear_weights_, probe_depth, probe_placements,
                      stream_rms, token_spread)
 from .widgets import (DepthExplorer, FrameExplorer, StaticTwin, depth_explorer, depth_explorer_static,
-                      residual_explorer)
+                      qk_scale_explorer, residual_explorer)
 
 # The chapters' experiment modules, e.g. ``d2lmini.anatomy.position_mixing``.
-from . import anatomy, catalog, normalization, probes, reference, residual, rmsnorm  # noqa: E402
+from . import anatomy, catalog, normalization, probes, qknorm, reference, residual, rmsnorm  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACTS", "NORMS", "PLACEMENTS", "PROBED_PLACEMENTS", "QK_NORMS",
     "AddNorm", "DepthExplorer", "DepthProbe", "FrameExplorer", "StaticTwin", "FeedForward", "MultiHeadAttention", "RMSNorm", "TransformerBlock", "TransformerDecoderBlock", "apply_rotary", "rotary_cos_sin",
-    "default_ffn_num_hiddens", "depth_explorer", "depth_explorer_static", "depth_table", "residual_explorer", "glue", "init_linear_weights_", "make_norm", "probe_depth", "probe_placements",
+    "default_ffn_num_hiddens", "depth_explorer", "depth_explorer_static", "depth_table", "qk_scale_explorer", "residual_explorer", "glue", "init_linear_weights_", "make_norm", "probe_depth", "probe_placements",
     "stream_rms", "token_spread", "valid_lens_mask",
 ]

@@ -20,9 +20,10 @@ from .norms import DEFAULT_EPS, RMSNorm
 #: * ``'per_head'``: over each head's ``head_dim`` features, one gain vector shared by
 #:   all heads (separate for q and k) -- Qwen3, Gemma 3.
 #: * ``'projection'``: over the whole projection (all heads' features at once), before
-#:   it is split into heads -- OLMo 2.
+#:   it is split into heads -- OLMo 2, and MiniMax-M2 as implemented in Hugging Face
+#:   ``transformers`` 5.24 (the chapter "QK-norm" checks it).
 #: * ``'per_head_distinct'``: over each head's features, a distinct gain vector for every
-#:   head -- MiniMax-M2.
+#:   head (a d2lmini option; we found no released model that uses it).
 QK_NORMS = ("per_head", "projection", "per_head_distinct")
 
 # torch >= 2.5 lets SDPA share key/value heads itself (grouped-query attention).
@@ -78,7 +79,7 @@ def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class HeadwiseRMSNorm(nn.Module):
-    """RMSNorm over each head's features with a distinct gain per head (MiniMax-M2's QK-norm).
+    """RMSNorm over each head's features with a distinct gain vector per head (``qk_norm='per_head_distinct'``).
 
     Args:
         num_heads: heads ``h``; head_dim: features per head.
@@ -95,7 +96,8 @@ class HeadwiseRMSNorm(nn.Module):
                                               check_positive_int("head_dim", head_dim)))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        X32 = X.float()
+        """Normalize every head of ``X``, shape ``(b, n, h, head_dim)``; returns the same shape."""
+        X32 = X.to(torch.promote_types(X.dtype, torch.float32))  # at least float32, float64 stays
         Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return Y.to(X.dtype) * self.weight
 

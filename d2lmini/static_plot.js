@@ -71,7 +71,8 @@
     series.forEach(function (s) {
       var points = [];
       s.y.forEach(function (v, i) {
-        if (v !== null && (!log || v > 0)) points.push(sx(s.x0 + i).toFixed(1) + "," + sy(v).toFixed(1));
+        var x = s.x0 + i * (s.dx || 1);
+        if (v !== null && (!log || v > 0)) points.push(sx(x).toFixed(1) + "," + sy(v).toFixed(1));
       });
       el("polyline", { points: points.join(" "), fill: "none", stroke: s.color, "stroke-width": 2,
                        "stroke-dasharray": s.dash ? "6,4" : "none", "clip-path": "url(#" + clip + ")" }, svg);

@@ -162,23 +162,28 @@ class StaticTwin:
 
     Args:
         controls: list of dicts, each ``{"name", "label", "type": "range", "values": [...],
-            "value"}`` or ``{"name", "label", "type": "select", "options": [[value, label], ...],
+            "value"}`` (values ints or strings, so Python and JavaScript spell keys alike) or ``{"name", "label", "type": "select", "options": [[value, label], ...],
             "value"}``.
         panels: list of dicts ``{"title", "xlabel", "ylabel", "log": bool, "xmin", "xmax"}``
             with optional ``"ymin"``/``"ymax"``.
         frames: ``{key: {"title": str, "panels": [[series, ...] per panel]}}`` where ``key``
             joins the controls' values with ``"|"`` in control order, and a series is
-            ``{"y": [...], "x0": first x, "color", "label" (optional), "dash": bool}``.
+            ``{"y": [...], "x0": first x, "dx": x step (default 1), "color", "label" (optional),
+            "dash": bool}``.
         width, height: size of the drawing in pixels.
         description: accessible description of the figure.
 
     Raises:
         ValueError: if a combination of control values has no frame.
+        TypeError: for float values on a range control.
     """
 
     def __init__(self, controls, panels, frames, width: int = 900, height: int = 300, description: str = ""):
         import itertools
 
+        for c in controls:  # keys are built in Python and in JavaScript: both must spell them alike
+            if c["type"] == "range" and any(isinstance(v, float) for v in c["values"]):
+                raise TypeError(f"range control {c['name']!r}: values must be ints or strings, not floats")
         self.spec = dict(controls=controls, panels=panels, frames=frames, width=width, height=height,
                          description=description)
         choices = [[str(v) for v in c["values"]] if c["type"] == "range" else [str(o[0]) for o in c["options"]]
@@ -268,7 +273,7 @@ def draw_frame(fig, axes, panels, frame) -> None:
         for ax, panel, series in zip(axes, panels, frame["panels"]):
             ax.clear()
             for s in series:
-                xs = [s["x0"] + i for i, y in enumerate(s["y"]) if y is not None]
+                xs = [s["x0"] + i * s.get("dx", 1) for i, y in enumerate(s["y"]) if y is not None]
                 ys = [y for y in s["y"] if y is not None]
                 ax.plot(xs, ys, color=s["color"], linestyle="--" if s.get("dash") else "-", label=s.get("label"))
             values = [y for s in series for y in s["y"] if y is not None and (y > 0 or not panel.get("log"))]
@@ -399,3 +404,68 @@ def residual_explorer(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), depth: int = 
               dict(title="Token spread", xlabel="depth k", ylabel="token spread", log=True, xmin=0, xmax=top),
               dict(title="Gradient per block", xlabel="block k", ylabel="gradient norm", log=True, xmin=0, xmax=top)]
     return FrameExplorer(controls, panels, frames, description="Residual stacks with and without skip connections")
+
+
+def qk_scale_explorer(scales=None, qk_norms=(None, "per_head"), scale: float = 1.0, num_hiddens: int = 64,
+                      num_heads: int = 4, num_steps: int = 64, seed: int = 0) -> FrameExplorer:
+    """Explorer for the chapter "QK-norm": the logit scale ``s`` on ``W_q, W_k``, with or without QK-norm.
+
+    Uses :func:`d2lmini.qknorm.logit_scale_sweep` for the entropy and the gradient
+    reaching the queries at every ``s``, and shows, for the chosen ``s``, how one
+    query (head 1) spreads its attention over the keys of a random sequence.
+
+    Args:
+        scales: the slider's stops (default :func:`d2lmini.qknorm.log_spaced_scales`,
+            0.25 to 64, two per octave).
+        qk_norms: the settings in the dropdown (``None`` = no QK-norm).
+        scale: initial ``s`` (the nearest stop is used).
+        num_hiddens, num_heads, num_steps, seed: the layer and the sequence.
+
+    Returns:
+        A :class:`FrameExplorer`; display it for the live view, ``.static()`` for the twin.
+    """
+    import torch
+
+    from .qknorm import QK_COLORS, QK_LABELS, log_spaced_scales, logit_scale_sweep, make_attention, scale_qk_
+
+    scales = list(scales or log_spaced_scales(0.25, 64.0, 2))
+    sweep = logit_scale_sweep(scales, qk_norms, num_hiddens=num_hiddens, num_heads=num_heads,
+                              num_steps=num_steps, seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        X = torch.randn(1, num_steps, num_hiddens)
+    log2 = [math.log2(s) for s in scales]
+    step = (log2[-1] - log2[0]) / max(1, len(scales) - 1)
+    frames = {}
+    for qk in qk_norms:
+        name = "none" if qk is None else qk
+        for i, s in enumerate(scales):
+            attention = scale_qk_(make_attention(qk, num_hiddens, num_heads, seed), s)
+            with torch.no_grad():
+                from .qknorm import attention_logits
+
+                weights = torch.softmax(attention_logits(attention, X), dim=-1)[0, 0, 0]
+            row = sweep.at(s, qk)
+            frames[f"{s:.3g}|{name}"] = dict(
+                title=(f"s = {s:g}, {QK_LABELS[qk]}: entropy {row['entropy']:.2f} nats "
+                       f"(uniform {sweep.max_entropy:.2f}), max logit {row['max_logit']:.3g}, "
+                       f"median query gradient {row['grad_q']:.1e}"),
+                panels=[[dict(y=_round(weights.tolist()), x0=0, color=QK_COLORS[qk])],
+                        [dict(y=_round(sweep.entropy[qk][:i + 1]), x0=log2[0], dx=step, color=QK_COLORS[qk])],
+                        [dict(y=_round(sweep.grad_q[qk][:i + 1]), x0=log2[0], dx=step, color=QK_COLORS[qk])]])
+    initial = min(scales, key=lambda s: abs(math.log(s / scale)))
+    controls = [dict(name="scale", label="scale s", type="range", values=[f"{s:.3g}" for s in scales],
+                     value=f"{initial:.3g}"),
+                dict(name="qk_norm", label="", type="select", value="none" if qk_norms[0] is None else qk_norms[0],
+                     options=[["none" if q is None else q, QK_LABELS[q]] for q in qk_norms])]
+    grads = [g for q in qk_norms for g in sweep.grad_q[q] if g > 0]
+    panels = [dict(title="Attention of one query", xlabel="key position", ylabel="attention weight", log=False,
+                   xmin=0, xmax=num_steps - 1, ymin=0, ymax=1),
+              dict(title="Attention entropy", xlabel="log2 s", ylabel="entropy (nats)", log=False,
+                   xmin=log2[0], xmax=log2[-1], ymin=0, ymax=1.05 * sweep.max_entropy),
+              dict(title="Gradient reaching a query", xlabel="log2 s", ylabel="median per-token gradient",
+                   log=True, xmin=log2[0], xmax=log2[-1],
+                   ymin=max(1e-16, 10 ** math.floor(math.log10(min(grads)))) if grads else 1e-12,
+                   ymax=10 ** math.ceil(math.log10(max(grads))) if grads else 1.0)]
+    return FrameExplorer(controls, panels, frames,
+                         description="Attention entropy and query gradients as W_q and W_k are scaled")

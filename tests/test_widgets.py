@@ -99,3 +99,14 @@ def test_residual_explorer_live_and_static_share_the_measurements():
     assert plt.get_fignums() == figures
     assert widget is explorer.widget
     assert explorer.static().spec["frames"] is explorer.frames
+
+
+def test_qk_scale_explorer_covers_every_scale_and_setting():
+    explorer = d2lmini.qk_scale_explorer(scales=(0.5, 8.0), num_hiddens=16, num_heads=2, num_steps=8)
+    assert set(explorer.frames) == {"0.5|none", "8|none", "0.5|per_head", "8|per_head"}
+    explorer.widget
+    first = explorer.image.value
+    explorer.inputs["scale"].value = "8"
+    assert explorer.image.value != first
+    with pytest.raises(TypeError, match="ints or strings"):
+        d2lmini.StaticTwin([dict(name="s", label="s", type="range", values=[0.5], value=0.5)], [], {"0.5": {}})

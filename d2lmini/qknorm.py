@@ -1,0 +1,828 @@
+"""QK-norm: RMSNorm on queries and keys, right before the dot product.
+
+Introduced in the chapter "QK-norm: the same discipline inside attention". The
+pre-LN block normalizes what enters each sublayer, but nothing bounds the
+attention logits ``q . k / sqrt(d_h)``: if training makes ``W_q`` and ``W_k``
+large, the softmax saturates and the gradient reaching queries and keys dies.
+Four experiments, each deterministic for a given seed:
+
+* :func:`logit_scale_sweep` -- multiply ``W_q`` and ``W_k`` of one attention layer
+  by a scale ``s``: attention entropy and the gradient reaching ``q`` and ``k``,
+  with and without QK-norm;
+* :func:`rope_order_check` -- QK-norm before RoPE versus after it: equal while the
+  norm's gains are all equal, different (and no longer relative-position
+  attention) once they are not;
+* :func:`qk_norm_variants` -- the parameter shapes of the three variants;
+* :func:`qk_norm_training` -- a tiny language model trained at a high learning
+  rate with and without QK-norm, recording the largest attention logit.
+
+Shapes use the legend b = batch, h = heads, n = num_steps, d = num_hiddens,
+d_h = head_dim.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ._checks import check_bool, check_choice, check_positive_float, check_positive_int, check_sequence_tensor
+from .attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
+
+#: Colour of each QK-norm setting in this chapter's figures (none: the book's red;
+#: per head: the book's blue; the other two variants: purple and green).
+QK_COLORS = {None: "#c0392b", "per_head": "#2471a3", "projection": "#7d3c98",
+             "per_head_distinct": "#229954"}
+
+#: Legend label of each QK-norm setting.
+QK_LABELS = {None: "no QK-norm", "per_head": "QK-norm (per head)", "projection": "QK-norm (projection)",
+             "per_head_distinct": "QK-norm (per head, distinct gains)"}
+
+#: The models whose code in Hugging Face ``transformers`` uses each variant. The
+#: book's tests check it numerically: Qwen3, OLMo 2 and Gemma 3 layers in
+#: ``tests/test_reference.py``, MiniMax-M2's attention in ``tests/test_qknorm.py``.
+#: MiniMax-M2 normalizes the whole projection (like OLMo 2), not each head; the
+#: book knows no released model with a per-head statistic *and* per-head gains.
+QK_NORM_MODELS = {"per_head": "Qwen3, Gemma 3", "projection": "OLMo 2, MiniMax-M2",
+                  "per_head_distinct": "(d2lmini option)"}
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    return seed
+
+
+def _check_qk_norm(name: str, value) -> str | None:
+    return None if value is None else check_choice(name, value, QK_NORMS)
+
+
+def _check_attention(attention) -> MultiHeadAttention:
+    if not isinstance(attention, MultiHeadAttention):
+        raise TypeError(f"attention must be a d2lmini MultiHeadAttention, got {type(attention).__name__}")
+    return attention
+
+
+# --------------------------------------------------------------------------- logits from a module
+
+
+def _heads(attention: MultiHeadAttention, Y: torch.Tensor, norm, num_heads: int) -> torch.Tensor:
+    """QK-normalize and split a projection as ``attention`` does: (b, n, heads*d_h) -> (b, heads, n, d_h)."""
+    if norm is not None and attention.qk_norm == "projection":
+        Y = norm(Y)
+    Y = Y.unflatten(-1, (num_heads, attention.head_dim))
+    if norm is not None and attention.qk_norm != "projection":
+        Y = norm(Y)
+    return Y.transpose(1, 2)
+
+
+def _rope_then_norm(attention: MultiHeadAttention, Y: torch.Tensor, norm, num_heads: int, cos, sin):
+    """The bug: split, rotate, *then* QK-normalize. (b, n, heads*d_h) -> (b, heads, n, d_h)."""
+    Y = Y.unflatten(-1, (num_heads, attention.head_dim)).transpose(1, 2)  # (b, heads, n, d_h)
+    Y = apply_rotary(Y, cos, sin)
+    if norm is None:
+        return Y
+    if attention.qk_norm == "projection":
+        b, heads, n, d_h = Y.shape
+        return norm(Y.transpose(1, 2).flatten(-2)).unflatten(-1, (heads, d_h)).transpose(1, 2)
+    return norm(Y.transpose(1, 2)).transpose(1, 2)
+
+
+def _qk(attention: MultiHeadAttention, q_proj: torch.Tensor, k_proj: torch.Tensor, norm_after_rope: bool,
+        repeat_kv: bool = True):
+    """Queries and keys as they enter the dot product, (b, h, n_q, d_h) and (b, h, n_k, d_h)
+    (keys: (b, h_kv, n_k, d_h) with ``repeat_kv=False``)."""
+    if norm_after_rope:
+        if attention.rope_theta is None:
+            raise ValueError("norm_after_rope=True needs an attention module with RoPE (rope_theta set)")
+        if q_proj.shape[1] != k_proj.shape[1]:
+            raise ValueError("RoPE needs as many queries as keys (self-attention), "
+                             f"got {q_proj.shape[1]} queries and {k_proj.shape[1]} keys")
+        cos, sin = rotary_cos_sin(q_proj.shape[1], attention.head_dim, attention.rope_theta,
+                                  q_proj.device, q_proj.dtype)
+        q = _rope_then_norm(attention, q_proj, attention.q_norm, attention.num_heads, cos, sin)
+        k = _rope_then_norm(attention, k_proj, attention.k_norm, attention.num_kv_heads, cos, sin)
+    else:
+        q = _heads(attention, q_proj, attention.q_norm, attention.num_heads)
+        k = _heads(attention, k_proj, attention.k_norm, attention.num_kv_heads)
+        if attention.rope_theta is not None:
+            if q.shape[2] != k.shape[2]:
+                raise ValueError("RoPE needs as many queries as keys (self-attention), "
+                                 f"got {q.shape[2]} queries and {k.shape[2]} keys")
+            cos, sin = rotary_cos_sin(q.shape[2], attention.head_dim, attention.rope_theta, q.device, q.dtype)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    group = attention.num_heads // attention.num_kv_heads
+    if repeat_kv and group > 1:  # query head i reads key head i // group, as in MultiHeadAttention
+        k = k.repeat_interleave(group, dim=1)
+    return q, k
+
+
+def _logit_scale(attention: MultiHeadAttention) -> float:
+    return attention.scale if attention.scale is not None else attention.head_dim ** -0.5
+
+
+def attention_logits(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor | None = None,
+                     norm_after_rope: bool = False) -> torch.Tensor:
+    r"""The scaled attention logits ``scale * q . k`` that ``attention`` feeds its softmax.
+
+    Recomputes, from the module's own projections and norms, what
+    :class:`~d2lmini.attention.MultiHeadAttention` computes inside
+    ``scaled_dot_product_attention``: project, QK-normalize (if the module has
+    QK-norm), split into heads, rotate (if it has RoPE), and take
+    ``scale * q k^T`` with ``scale = 1/sqrt(d_h)`` unless the module sets its own.
+    No mask is applied. With ``norm_after_rope=True`` it applies the QK-norm
+    *after* the rotation instead -- the bug the chapter demonstrates.
+
+    Args:
+        attention: a :class:`~d2lmini.attention.MultiHeadAttention`.
+        queries: ``(b, n_q, d)``.
+        keys: ``(b, n_k, d)``; default ``queries`` (self-attention).
+        norm_after_rope: apply the QK-norm after RoPE (wrong) instead of before it.
+
+    Returns:
+        ``(b, h, n_q, n_k)`` logits; with grouped-query attention every query head
+        is paired with the key head it reads.
+
+    Raises:
+        TypeError: ``attention`` is not a ``MultiHeadAttention``, or the inputs are
+            not floating tensors.
+        ValueError: inputs of the wrong shape; ``norm_after_rope=True`` for a
+            module without RoPE; RoPE with different query and key lengths.
+    """
+    _check_attention(attention)
+    keys = queries if keys is None else keys
+    check_sequence_tensor("queries", queries, attention.num_hiddens)
+    check_sequence_tensor("keys", keys, attention.num_hiddens)
+    check_bool("norm_after_rope", norm_after_rope)
+    q, k = _qk(attention, attention.W_q(queries), attention.W_k(keys), norm_after_rope)
+    return q @ k.transpose(-1, -2) * _logit_scale(attention)
+
+
+def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
+    r"""Entropy ``-sum_j p_j log p_j`` of every row of attention weights, in nats.
+
+    0 when a query puts all its weight on one key; ``log n_k`` when it spreads
+    its weight evenly over ``n_k`` keys.
+
+    Args:
+        weights: ``(..., n_k)`` probabilities (rows sum to 1; masked keys 0).
+
+    Returns:
+        ``(...)``: one entropy per row.
+
+    Raises:
+        TypeError: if ``weights`` is not a floating tensor.
+    """
+    if not isinstance(weights, torch.Tensor) or not weights.is_floating_point():
+        raise TypeError(f"weights must be a floating torch.Tensor, got {type(weights).__name__}")
+    return -(weights * torch.log(weights.clamp_min(torch.finfo(weights.dtype).tiny))).sum(dim=-1)
+
+
+# --------------------------------------------------------------------------- the scale sweep
+
+
+def make_attention(qk_norm: str | None = None, num_hiddens: int = 64, num_heads: int = 4, seed: int = 0,
+                   **kwargs) -> MultiHeadAttention:
+    """A fresh :class:`~d2lmini.attention.MultiHeadAttention` whose projections depend only on ``seed``.
+
+    The same ``seed`` gives the same ``W_q``, ``W_k``, ``W_v``, ``W_o`` whatever
+    ``qk_norm`` is (QK-norm gains start at 1), so layers with and without QK-norm
+    can be compared weight for weight. The global RNG is left untouched.
+
+    Args:
+        qk_norm: ``None`` or one of :data:`d2lmini.attention.QK_NORMS`.
+        num_hiddens, num_heads: width ``d`` and heads ``h``.
+        seed: seeds the projections (PyTorch's default ``nn.Linear`` initialization).
+        **kwargs: passed to ``MultiHeadAttention`` (``rope_theta``, ``num_kv_heads``, ...).
+
+    Returns:
+        The module, in float32 and in eval mode.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments.
+    """
+    _check_seed(seed)
+    qk_norm = _check_qk_norm("qk_norm", qk_norm)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layer = MultiHeadAttention(num_hiddens, num_heads, qk_norm=qk_norm, **kwargs)
+    return layer.eval()
+
+
+def scale_qk_(attention: MultiHeadAttention, scale: float) -> MultiHeadAttention:
+    """Multiply ``W_q`` and ``W_k`` (weights and biases) of ``attention`` by ``scale``, in place.
+
+    Without QK-norm every logit is then multiplied by ``scale**2``; with QK-norm
+    the logits do not change (up to the norm's epsilon).
+
+    Returns:
+        ``attention``, for chaining.
+
+    Raises:
+        TypeError / ValueError: if ``attention`` is not a ``MultiHeadAttention`` or
+            ``scale`` is not a positive finite number.
+    """
+    _check_attention(attention)
+    scale = check_positive_float("scale", scale)
+    with torch.no_grad():
+        for layer in (attention.W_q, attention.W_k):
+            layer.weight.mul_(scale)
+            if layer.bias is not None:
+                layer.bias.mul_(scale)
+    return attention
+
+
+@dataclass
+class LogitScaleSweep:
+    """The result of :func:`logit_scale_sweep`.
+
+    Every list has one float per scale; every dict is keyed by the QK-norm setting
+    (``None`` or a variant name). "Per-token gradient" means the norm of the
+    loss gradient with respect to one query (or key) vector of one head, taken
+    where it enters the dot product (after QK-norm and RoPE, if any).
+
+    Attributes:
+        scales: the factors ``s`` that multiplied ``W_q`` and ``W_k``.
+        entropy: attention entropy in nats, averaged over heads and queries.
+        max_logit: the largest scaled logit ``q . k / sqrt(d_h)``.
+        grad_q, grad_k: the median per-token gradient over all heads and queries
+            (keys): what a typical query (key) receives.
+        zero_q, zero_k: the fraction of queries (keys) whose gradient is exactly
+            zero in the run's dtype.
+        total_q: Frobenius norm of the gradient at all queries together.
+        grad_q_proj: Frobenius norm of the gradient at the projection ``X W_q``
+            (before any QK-norm): what reaches ``W_q``.
+        grad_v: Frobenius norm of the gradient at ``X W_v``.
+        max_entropy: ``log n``, the entropy of uniform attention over ``n`` keys.
+        config: the arguments of the run.
+    """
+
+    scales: list[float]
+    entropy: dict = field(default_factory=dict)
+    max_logit: dict = field(default_factory=dict)
+    grad_q: dict = field(default_factory=dict)
+    grad_k: dict = field(default_factory=dict)
+    zero_q: dict = field(default_factory=dict)
+    zero_k: dict = field(default_factory=dict)
+    total_q: dict = field(default_factory=dict)
+    grad_q_proj: dict = field(default_factory=dict)
+    grad_v: dict = field(default_factory=dict)
+    max_entropy: float = 0.0
+    config: dict = field(default_factory=dict)
+
+    #: The per-scale series, in the order :meth:`at` returns them.
+    SERIES = ("entropy", "max_logit", "grad_q", "grad_k", "zero_q", "zero_k", "total_q", "grad_q_proj",
+              "grad_v")
+
+    def at(self, scale: float, qk_norm: str | None) -> dict:
+        """All measurements at ``scale`` (one of :attr:`scales`) for one setting, as a dict.
+
+        Raises:
+            ValueError: if ``scale`` was not swept or ``qk_norm`` was not measured.
+        """
+        matches = [i for i, s in enumerate(self.scales) if math.isclose(s, scale)]
+        if not matches:
+            raise ValueError(f"scale must be one of the swept scales {self.scales}, got {scale}")
+        if qk_norm not in self.entropy:
+            raise ValueError(f"qk_norm must be one of the measured settings {list(self.entropy)}, got {qk_norm!r}")
+        row = {"scale": self.scales[matches[0]], "qk_norm": qk_norm}
+        row.update({name: getattr(self, name)[qk_norm][matches[0]] for name in self.SERIES})
+        return row
+
+
+def log_spaced_scales(low: float = 0.25, high: float = 64.0, per_octave: int = 2) -> list[float]:
+    """Scales ``low * 2**(i / per_octave)`` from ``low`` up to ``high`` (both included if on the grid).
+
+    Raises:
+        ValueError / TypeError: if ``low``/``high`` are not positive with ``low < high``,
+            or ``per_octave`` is not a positive int.
+    """
+    low, high = check_positive_float("low", low), check_positive_float("high", high)
+    per_octave = check_positive_int("per_octave", per_octave)
+    if not low < high:
+        raise ValueError(f"low must be smaller than high, got low={low}, high={high}")
+    count = int(math.floor(per_octave * math.log2(high / low) + 1e-9)) + 1
+    return [low * 2 ** (i / per_octave) for i in range(count)]
+
+
+def logit_scale_sweep(scales=None, qk_norms=(None, "per_head"), num_hiddens: int = 64, num_heads: int = 4,
+                      num_steps: int = 64, seed: int = 0, dtype: torch.dtype = torch.float64) -> LogitScaleSweep:
+    r"""Inflate ``W_q`` and ``W_k`` by ``s`` and measure what the softmax and the gradients do.
+
+    One attention layer (:func:`make_attention`, bidirectional, no RoPE) and one
+    input sequence ``X`` of ``num_steps`` tokens with i.i.d. standard normal
+    entries. For every scale ``s``, a copy of the layer gets ``s W_q`` and
+    ``s W_k`` (:func:`scale_qk_`); it records the attention entropy, the largest
+    logit, and the gradients (see :class:`LogitScaleSweep`) of the scalar loss
+
+    .. math:: \ell = \frac{1}{\sqrt{n d}} \sum_{i,j} Y_{ij} R_{ij},
+
+    a fixed random read-out ``R`` of the layer's output ``Y``. Every setting in
+    ``qk_norms`` starts from the same projections. Without QK-norm the logits
+    grow like ``s**2``, the softmax saturates (entropy -> 0), and the typical
+    query and key receive no gradient; with QK-norm the logits, and every
+    gradient at the dot product, do not depend on ``s`` at all.
+
+    The saturation mechanism is the one Dehghani et al. (2023) saw in ViT-22B and
+    Wortsman et al. (2023) reproduced in small models.
+
+    Args:
+        scales: the factors ``s`` (default :func:`log_spaced_scales`: 0.25 ... 64,
+            two per octave).
+        qk_norms: settings to compare: ``None`` and/or names in :data:`QK_NORMS`.
+        num_hiddens, num_heads, num_steps: width ``d``, heads ``h``, tokens ``n`` (>= 2).
+        seed: seeds the layer, the input and the read-out.
+        dtype: ``torch.float64`` (default: tiny gradients are measured, not rounded
+            to zero) or ``torch.float32`` (what training uses: see ``zero_q``).
+
+    Returns:
+        A :class:`LogitScaleSweep`.
+
+    Raises:
+        ValueError / TypeError: invalid scales, settings, sizes or dtype.
+    """
+    scales = log_spaced_scales() if scales is None else [check_positive_float("scales", s) for s in scales]
+    if not scales:
+        raise ValueError("scales must contain at least one scale")
+    qk_norms = tuple(_check_qk_norm("qk_norms", q) for q in qk_norms)
+    if not qk_norms:
+        raise ValueError("qk_norms must name at least one setting (None or a QK_NORMS variant)")
+    num_steps = check_positive_int("num_steps", num_steps)
+    if num_steps < 2:
+        raise ValueError(f"num_steps must be >= 2, got {num_steps}")
+    _check_seed(seed)
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    config = dict(qk_norms=qk_norms, num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps,
+                  seed=seed, dtype=str(dtype).replace("torch.", ""))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        X = torch.randn(1, num_steps, num_hiddens, dtype=torch.float64).to(dtype)
+        R = torch.randn(1, num_steps, num_hiddens, dtype=torch.float64).to(dtype)
+    result = LogitScaleSweep(scales=list(scales), max_entropy=math.log(num_steps), config=config)
+    for qk_norm in qk_norms:
+        base = make_attention(qk_norm, num_hiddens, num_heads, seed).to(dtype)
+        series = {name: [] for name in LogitScaleSweep.SERIES}
+        for s in scales:
+            layer = scale_qk_(copy.deepcopy(base), s)
+            q_proj, v_proj = layer.W_q(X), layer.W_v(X)
+            q, k = _qk(layer, q_proj, layer.W_k(X), norm_after_rope=False, repeat_kv=False)
+            for t in (q_proj, v_proj, q, k):
+                t.retain_grad()
+            group = layer.num_heads // layer.num_kv_heads
+            logits = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) * _logit_scale(layer)
+            weights = torch.softmax(logits, dim=-1)
+            v = v_proj.unflatten(-1, (layer.num_kv_heads, layer.head_dim)).transpose(1, 2)
+            Y = layer.W_o((weights @ v.repeat_interleave(group, dim=1)).transpose(1, 2).flatten(-2))
+            loss = (Y * R).sum() / math.sqrt(Y.numel())
+            loss.backward()
+            per_q, per_k = q.grad.norm(dim=-1).flatten(), k.grad.norm(dim=-1).flatten()
+            series["entropy"].append(float(attention_entropy(weights.detach()).mean()))
+            series["max_logit"].append(float(logits.detach().max()))
+            series["grad_q"].append(float(per_q.median()))
+            series["grad_k"].append(float(per_k.median()))
+            series["zero_q"].append(float((per_q == 0).double().mean()))
+            series["zero_k"].append(float((per_k == 0).double().mean()))
+            series["total_q"].append(float(q.grad.norm()))
+            series["grad_q_proj"].append(float(q_proj.grad.norm()))
+            series["grad_v"].append(float(v_proj.grad.norm()))
+        for name, values in series.items():
+            getattr(result, name)[qk_norm] = values
+    return result
+
+
+def plot_logit_scale_sweep(result: LogitScaleSweep, floor: float = 1e-20, mark: float | None = None,
+                           width: float = 8.0, height: float = 3.0):
+    """Attention entropy (left) and the typical gradient at ``q`` and ``k`` (right) against ``s``.
+
+    Args:
+        result: a :class:`LogitScaleSweep`.
+        floor: bottom of the gradient axis; smaller values, down to exactly zero,
+            are drawn as open triangles on it.
+        mark: if given, a dashed vertical line at that scale.
+        width, height: figure size in inches.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure``.
+    """
+    import matplotlib
+
+    from .plot import STYLE, new_figure
+
+    floor = check_positive_float("floor", floor)
+    fig, (ax_h, ax_g) = new_figure(2, width=width, height=height)
+    with matplotlib.rc_context(STYLE):
+        for qk_norm in result.entropy:
+            color, label = QK_COLORS.get(qk_norm), QK_LABELS.get(qk_norm, str(qk_norm))
+            ax_h.plot(result.scales, result.entropy[qk_norm], marker="o", markersize=3.5, color=color,
+                      label=label)
+            for name, style in (("grad_q", "-"), ("grad_k", "--")):
+                values = getattr(result, name)[qk_norm]
+                shown = [max(g, floor) for g in values]
+                ax_g.plot(result.scales, shown, linestyle=style, color=color, label=f"{label}: {name[-1]}")
+                below = [(s, floor) for s, g in zip(result.scales, values) if g < floor]
+                if below:
+                    ax_g.plot(*zip(*below), linestyle="none", marker="v", markersize=6, color=color,
+                              markerfacecolor="white", clip_on=False)
+        ax_h.axhline(result.max_entropy, color="0.4", linestyle=":", linewidth=1.2)
+        ax_h.text(result.scales[-1], result.max_entropy, "uniform: log n ", ha="right", va="bottom", fontsize=9,
+                  color="0.3")
+        ax_h.set(xlabel="scale s of $W_q$ and $W_k$", ylabel="entropy (nats)", title="Attention entropy",
+                 ylim=(0, result.max_entropy * 1.15))
+        ax_g.set_yscale("log")
+        ax_g.set(xlabel="scale s of $W_q$ and $W_k$", ylabel="median per-token gradient",
+                 title="Gradient reaching q and k", ylim=(floor / 3, None))
+        ticks = [t for t in (1 / 16, 1 / 4, 1, 4, 16, 64, 256, 1024)
+                 if min(result.scales) <= t <= max(result.scales)]
+        for ax in (ax_h, ax_g):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            if mark is not None:
+                ax.axvline(mark, color="0.4", linestyle="--", linewidth=1)
+        ax_h.legend(loc="lower left")
+        ax_g.legend(loc="lower left", fontsize=8.5)
+    return fig
+
+
+# --------------------------------------------------------------------------- QK-norm and RoPE
+
+
+@dataclass
+class RopeOrderCheck:
+    """The result of :func:`rope_order_check`.
+
+    Attributes:
+        equal_gains: max |attention weight difference| between norm-before-RoPE and
+            norm-after-RoPE when every gain is 1 (as at initialization).
+        unequal_gains: the same after the gains were drawn at random.
+        shift_change: ``'before'``/``'after'`` -> max |logit change| between the same
+            tokens when the whole sequence is shifted ``shift`` positions later (with
+            random gains). RoPE makes logits depend only on relative positions, so
+            the correct order gives rounding error only.
+        config: the arguments of the run.
+    """
+
+    equal_gains: float
+    unequal_gains: float
+    shift_change: dict
+    config: dict
+
+
+def rope_order_check(qk_norm: str = "per_head", num_hiddens: int = 64, num_heads: int = 4,
+                     num_steps: int = 16, shift: int = 5, gain_spread: float = 0.5, rope_theta: float = 10000.0,
+                     seed: int = 0, dtype: torch.dtype = torch.float64) -> RopeOrderCheck:
+    """QK-norm before RoPE (right) versus after RoPE (a known bug), measured.
+
+    RoPE rotates each pair of features ``(j, j + d_h/2)`` of a query or key by an
+    angle that depends on its position. A rotation keeps the vector's length, so
+    the RMS statistic is the same before and after it; but the norm's gain
+    multiplies feature ``j`` and feature ``j + d_h/2`` by different numbers once
+    the gains are not all equal, and that does not commute with the rotation.
+    The function compares both orders on one random sequence:
+
+    1. all gains 1 (initialization): the two orders agree to rounding error --
+       which is why a test at initialization does not catch the bug;
+    2. gains drawn from ``1 + gain_spread * N(0, 1)``: the attention weights differ;
+    3. the relative-position test: prepend ``shift`` random tokens, so every
+       original token sits ``shift`` positions later, and compare the logits among
+       the original tokens. Norm before RoPE leaves them unchanged; norm after RoPE
+       does not.
+
+    Args:
+        qk_norm: one of :data:`QK_NORMS`.
+        num_hiddens, num_heads, num_steps: sizes; ``num_steps`` >= 2.
+        shift: positions to shift by (>= 1).
+        gain_spread: standard deviation of the random gains around 1 (> 0).
+        rope_theta: RoPE base.
+        seed: seeds the layer, the gains and the tokens.
+        dtype: float64 by default, so that "equal" means equal to ~1e-15.
+
+    Returns:
+        A :class:`RopeOrderCheck`.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments.
+    """
+    qk_norm = check_choice("qk_norm", qk_norm, QK_NORMS)
+    num_steps, shift = check_positive_int("num_steps", num_steps), check_positive_int("shift", shift)
+    if num_steps < 2:
+        raise ValueError(f"num_steps must be >= 2, got {num_steps}")
+    gain_spread = check_positive_float("gain_spread", gain_spread)
+    _check_seed(seed)
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    config = dict(qk_norm=qk_norm, num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps,
+                  shift=shift, gain_spread=gain_spread, rope_theta=rope_theta, seed=seed,
+                  dtype=str(dtype).replace("torch.", ""))
+    layer = make_attention(qk_norm, num_hiddens, num_heads, seed, rope_theta=rope_theta).to(dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        X = torch.randn(1, num_steps + shift, num_hiddens, dtype=dtype)
+        gains = [1 + gain_spread * torch.randn(norm.weight.shape, dtype=dtype)
+                 for norm in (layer.q_norm, layer.k_norm)]
+
+    def weights(after: bool, tokens):
+        return torch.softmax(attention_logits(layer, tokens, norm_after_rope=after), dim=-1)
+
+    with torch.no_grad():
+        tokens = X[:, shift:]
+        equal = float((weights(False, tokens) - weights(True, tokens)).abs().max())
+        for norm, gain in zip((layer.q_norm, layer.k_norm), gains):
+            norm.weight.copy_(gain)
+        unequal = float((weights(False, tokens) - weights(True, tokens)).abs().max())
+        change = {}
+        for name, after in (("before", False), ("after", True)):
+            plain = attention_logits(layer, tokens, norm_after_rope=after)
+            shifted = attention_logits(layer, X, norm_after_rope=after)[..., shift:, shift:]
+            change[name] = float((plain - shifted).abs().max())
+    return RopeOrderCheck(equal_gains=equal, unequal_gains=unequal, shift_change=change, config=config)
+
+
+# --------------------------------------------------------------------------- the three variants
+
+
+def qk_norm_variants(num_hiddens: int = 64, num_heads: int = 4, num_kv_heads: int = 2) -> list[dict]:
+    """The parameters each QK-norm variant adds, read off the modules themselves.
+
+    Builds one :class:`~d2lmini.attention.MultiHeadAttention` per variant in
+    :data:`QK_NORMS` (with grouped-query attention, so query and key shapes can
+    differ) and reports the shapes of ``q_norm.weight`` and ``k_norm.weight``.
+
+    Args:
+        num_hiddens, num_heads, num_kv_heads: the attention's sizes.
+
+    Returns:
+        One dict per variant: ``variant``, ``models`` (see :data:`QK_NORM_MODELS`),
+        ``q_norm`` and ``k_norm`` (weight shapes as tuples), ``parameters`` (their
+        total size) and ``statistic`` (what one RMS is computed over).
+
+    Raises:
+        ValueError / TypeError: sizes ``MultiHeadAttention`` rejects.
+    """
+    rows = []
+    for variant in QK_NORMS:
+        layer = MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=num_kv_heads, qk_norm=variant)
+        q_shape, k_shape = tuple(layer.q_norm.weight.shape), tuple(layer.k_norm.weight.shape)
+        rows.append({"variant": variant, "models": QK_NORM_MODELS[variant], "q_norm": q_shape,
+                     "k_norm": k_shape, "parameters": layer.q_norm.weight.numel() + layer.k_norm.weight.numel(),
+                     "statistic": "all heads" if variant == "projection" else "one head"})
+    return rows
+
+
+# --------------------------------------------------------------------------- training at a high learning rate
+
+
+class LogitRecorder:
+    """Forward pre-hooks that record the largest causal attention logit of every attention module.
+
+    Attach it to a model built from :class:`~d2lmini.block.TransformerBlock`
+    (every ``MultiHeadAttention`` inside is hooked). On each forward pass it
+    recomputes, without gradient, the scaled logits of every attention module
+    with :func:`attention_logits` (only self-attention is recorded; the causal
+    mask is applied when the module is causal) and stores their maximum and the
+    mean attention entropy per module, in module order. The model's outputs and
+    gradients are unchanged; the cost is one extra ``W_q``, ``W_k`` projection
+    and logit product per module.
+
+    Attributes:
+        max_logit, entropy: lists, one float per hooked module, of the last forward pass.
+
+    Use as a context manager (``with LogitRecorder(model) as rec: ...``) or call
+    :meth:`remove` when done.
+    """
+
+    def __init__(self, model: nn.Module):
+        modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+        if not modules:
+            raise ValueError("model contains no MultiHeadAttention module to record")
+        self.max_logit: list[float] = [math.nan] * len(modules)
+        self.entropy: list[float] = [math.nan] * len(modules)
+        self._handles = [m.register_forward_pre_hook(self._hook(i)) for i, m in enumerate(modules)]
+
+    def _hook(self, index: int):
+        def hook(module, args):
+            queries, keys = args[0], args[1]
+            if queries is not keys:
+                return
+            with torch.no_grad():
+                logits = attention_logits(module, queries)
+                if module.causal:
+                    n = logits.shape[-1]
+                    visible = torch.ones(n, n, dtype=torch.bool, device=logits.device).tril()
+                    logits = logits.masked_fill(~visible, float("-inf"))
+                self.max_logit[index] = float(logits.max())
+                self.entropy[index] = float(attention_entropy(torch.softmax(logits.float(), dim=-1)).mean())
+        return hook
+
+    def remove(self) -> None:
+        """Detach every hook."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def __enter__(self) -> "LogitRecorder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+@dataclass
+class LogitTrainResult:
+    """One :func:`train_with_logit_probe` run.
+
+    Attributes:
+        config: the arguments of the run.
+        train_loss: cross-entropy (nats per character) of every step's batch.
+        max_logit: per step, the largest causal attention logit over all layers and
+            heads (measured in the forward pass of that step, before the update).
+        max_logit_per_layer: per step, one float per layer.
+        entropy: per step, the mean attention entropy (nats) over layers, heads and queries.
+        val_loss: validation loss after the last step (nats per character).
+        qk_gains: all QK-norm gain entries (every layer, queries and keys) after the
+            last step, flattened; empty without QK-norm. They start at 1.
+        diverged: whether a loss became NaN or infinite (training then stopped).
+        seconds: wall time of the run.
+    """
+
+    config: dict
+    train_loss: list[float] = field(default_factory=list)
+    max_logit: list[float] = field(default_factory=list)
+    max_logit_per_layer: list[list[float]] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    val_loss: float = math.nan
+    qk_gains: list[float] = field(default_factory=list)
+    diverged: bool = False
+    seconds: float = 0.0
+
+    def smoothed(self, window: int = 20) -> list[float]:
+        """Training loss averaged over the last ``window`` steps at every step."""
+        window = check_positive_int("window", window)
+        out, total = [], 0.0
+        for i, value in enumerate(self.train_loss):
+            total += value
+            if i >= window:
+                total -= self.train_loss[i - window]
+            out.append(total / min(i + 1, window))
+        return out
+
+
+def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2, num_steps: int = 200,
+                           batch_size: int = 16, seq_len: int = 64, num_hiddens: int = 64, num_heads: int = 4,
+                           num_layers: int = 4, rope_theta: float | None = 10000.0,
+                           betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,
+                           eval_batches: int = 8, seed: int = 0, **model_kwargs) -> LogitTrainResult:
+    """Train :class:`~d2lmini.train.TinyLM` exactly as :func:`d2lmini.train.train_lm` does, recording attention logits.
+
+    Same model construction (weights from ``seed``), same batches (a generator
+    seeded with ``seed``), AdamW at a constant learning rate without warm-up --
+    the same losses as ``train_lm`` with the same arguments -- plus a
+    :class:`LogitRecorder` that stores the largest attention logit of every
+    layer at every step.
+
+    Args:
+        corpus: a :class:`~d2lmini.data.CharCorpus`.
+        qk_norm: ``None`` or one of :data:`QK_NORMS`.
+        lr: the learning rate (constant).
+        num_steps, batch_size, seq_len: the run.
+        num_hiddens, num_heads, num_layers, rope_theta: the model (RoPE by default,
+            as in Qwen3 and OLMo 2).
+        betas, weight_decay: AdamW's.
+        eval_batches: validation batches measured after the last step.
+        seed: seeds weights and batches.
+        **model_kwargs: passed to ``TinyLM`` (``norm``, ``act``, ``placement``, ...).
+
+    Returns:
+        A :class:`LogitTrainResult`.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments.
+    """
+    from .train import TinyLM, evaluate
+
+    qk_norm = _check_qk_norm("qk_norm", qk_norm)
+    lr = check_positive_float("lr", lr)
+    num_steps = check_positive_int("num_steps", num_steps)
+    batch_size, seq_len = check_positive_int("batch_size", batch_size), check_positive_int("seq_len", seq_len)
+    eval_batches = check_positive_int("eval_batches", eval_batches)
+    _check_seed(seed)
+    config = dict(qk_norm=qk_norm, lr=lr, num_steps=num_steps, batch_size=batch_size, seq_len=seq_len,
+                  num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers, rope_theta=rope_theta,
+                  betas=betas, weight_decay=weight_decay, seed=seed, **model_kwargs)
+    start = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = TinyLM(corpus.vocab_size, num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers,
+                       max_len=seq_len, qk_norm=qk_norm, rope_theta=rope_theta, **model_kwargs)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    result = LogitTrainResult(config)
+    model.train()
+    with LogitRecorder(model) as recorder:
+        for _ in range(num_steps):
+            X, Y = corpus.random_batch(batch_size, seq_len, gen)
+            loss = F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
+            value = float(loss.detach())
+            result.train_loss.append(value)
+            result.max_logit_per_layer.append(list(recorder.max_logit))
+            result.max_logit.append(max(recorder.max_logit))
+            result.entropy.append(sum(recorder.entropy) / len(recorder.entropy))
+            if not math.isfinite(value):
+                result.diverged = True
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    if not result.diverged:
+        result.val_loss = evaluate(model, corpus, batch_size, seq_len, eval_batches)
+    if qk_norm is not None:
+        result.qk_gains = [float(w) for m in model.modules() if isinstance(m, MultiHeadAttention)
+                           for norm in (m.q_norm, m.k_norm) for w in norm.weight.detach().flatten()]
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def qk_norm_training(corpus=None, qk_norms=(None, "per_head"), lr: float = 3e-2, num_steps: int = 200,
+                     seed: int = 0, **kwargs) -> dict:
+    """The same tiny language model trained at a high learning rate with and without QK-norm.
+
+    One :func:`train_with_logit_probe` run per setting in ``qk_norms``, with the
+    same seed (so the same initial projections and the same batches) and the same
+    settings otherwise -- the small-scale experiment of Wortsman et al. (2023).
+
+    Args:
+        corpus: a :class:`~d2lmini.data.CharCorpus` (default
+            :func:`d2lmini.data.python_reference_corpus`).
+        qk_norms: settings to train: ``None`` and/or names in :data:`QK_NORMS`.
+        lr, num_steps, seed: as in :func:`train_with_logit_probe`.
+        **kwargs: passed to :func:`train_with_logit_probe` (model size, batch, ...).
+
+    Returns:
+        ``{qk_norm: LogitTrainResult}`` in the order of ``qk_norms``.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments.
+    """
+    from .data import python_reference_corpus
+
+    qk_norms = tuple(_check_qk_norm("qk_norms", q) for q in qk_norms)
+    if not qk_norms:
+        raise ValueError("qk_norms must name at least one setting (None or a QK_NORMS variant)")
+    if "qk_norm" in kwargs:
+        raise TypeError("qk_norm_training sets qk_norm itself; pass qk_norms=(...)")
+    corpus = python_reference_corpus() if corpus is None else corpus
+    return {qk_norm: train_with_logit_probe(corpus, qk_norm, lr=lr, num_steps=num_steps, seed=seed, **kwargs)
+            for qk_norm in qk_norms}
+
+
+def plot_qk_norm_training(results: dict, window: int = 20, width: float = 8.0, height: float = 3.0):
+    """Largest attention logit (left, log scale) and training loss (right) against the step.
+
+    Args:
+        results: ``{qk_norm: LogitTrainResult}`` from :func:`qk_norm_training`.
+        window: moving-average window of the loss, in steps.
+        width, height: figure size in inches.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure``; each run's validation loss after
+        the last step is a marker on the right panel.
+    """
+    import matplotlib
+
+    from .plot import STYLE, new_figure
+
+    fig, (ax_l, ax_loss) = new_figure(2, width=width, height=height)
+    with matplotlib.rc_context(STYLE):
+        for qk_norm, run in results.items():
+            color, label = QK_COLORS.get(qk_norm), QK_LABELS.get(qk_norm, str(qk_norm))
+            steps = range(1, len(run.train_loss) + 1)
+            ax_l.semilogy(steps, run.max_logit, color=color, label=label)
+            ax_loss.plot(steps, run.smoothed(window), color=color, label=f"{label} (train)")
+            if math.isfinite(run.val_loss):
+                ax_loss.plot([len(run.train_loss)], [run.val_loss], marker="o", color=color,
+                             markerfacecolor="white", linestyle="none", label=f"{label} (validation)")
+        ax_l.set(xlabel="training step", ylabel=r"max $q\cdot k/\sqrt{d_h}$", title="Largest attention logit")
+        curves = [run.smoothed(window) for run in results.values() if run.train_loss]
+        finite = [v for c in curves for v in c[len(c) // 10:] if math.isfinite(v)]
+        if finite:  # leave out the first tenth of the run (the steep start) so the gap is visible
+            vals = [run.val_loss for run in results.values() if math.isfinite(run.val_loss)]
+            low, high = min(finite + vals), max(finite)
+            ax_loss.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
+        ax_loss.set(xlabel="training step", ylabel=f"loss (nats/char, {window}-step mean)",
+                    title="Training loss")
+        ax_l.legend(loc="lower right")
+        ax_loss.legend(loc="upper right", fontsize=9)
+    return fig
+
+
+__all__ = [
+    "QK_COLORS", "QK_LABELS", "QK_NORM_MODELS", "LogitRecorder", "LogitScaleSweep", "LogitTrainResult",
+    "RopeOrderCheck", "attention_entropy", "attention_logits", "log_spaced_scales", "logit_scale_sweep",
+    "make_attention", "plot_logit_scale_sweep", "plot_qk_norm_training", "qk_norm_training",
+    "qk_norm_variants", "rope_order_check", "scale_qk_", "train_with_logit_probe",
+]
