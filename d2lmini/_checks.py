@@ -23,6 +23,13 @@ def check_positive_int(name: str, value) -> int:
     return int(value)
 
 
+def check_seed(seed) -> int:
+    """Return ``seed`` if it is an int (not a bool), else raise ``TypeError`` naming it."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    return int(seed)
+
+
 def check_probability(name: str, value) -> float:
     """Return ``value`` as a float if it lies in [0, 1), else raise naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

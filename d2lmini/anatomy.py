@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ._checks import check_seed as _check_seed
 from ._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
 from .block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from .plot import STYLE, new_figure
@@ -52,12 +53,6 @@ BLOCK_SHAPES = {
 
 #: The parts :func:`count_parameters` reports, in order.
 PARTS = ("attention", "ffn", "norms")
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    return seed
 
 
 def sublayer_labels(depth: int) -> list[str]:

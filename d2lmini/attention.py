@@ -97,7 +97,7 @@ class HeadwiseRMSNorm(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize every head of ``X``, shape ``(b, n, h, head_dim)``; returns the same shape."""
-        X32 = X.to(torch.promote_types(X.dtype, torch.float32))  # at least float32, float64 stays
+        X32 = X if X.dtype == torch.float64 else X.float()  # at least float32; float64 stays
         Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return Y.to(X.dtype) * self.weight
 

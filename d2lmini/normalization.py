@@ -24,6 +24,7 @@ import torch
 from matplotlib.patches import Rectangle
 from torch import nn
 
+from ._checks import check_seed as _check_seed
 from ._checks import check_positive_float, check_positive_int, check_probability, check_sequence_tensor
 from .block import TransformerBlock
 from .plot import STYLE, new_figure
@@ -33,12 +34,6 @@ NORM_COLORS = {"batch": "#d35400", "layer": "#2471a3"}
 
 #: Default epsilon of both norms (PyTorch's ``nn.LayerNorm`` and ``nn.BatchNorm1d`` default).
 EPS = 1e-5
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    return int(seed)
 
 
 def _check_float_tensor(name: str, X) -> torch.Tensor:

@@ -59,7 +59,7 @@ class RMSNorm(nn.Module):
         if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
             got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
             raise ValueError(f"RMSNorm input must have last dimension {self.num_hiddens}, got {got}")
-        X32 = X.to(torch.promote_types(X.dtype, torch.float32))  # at least float32, float64 stays
+        X32 = X if X.dtype == torch.float64 else X.float()  # at least float32; float64 stays
         Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return Y.to(X.dtype) * self.weight
 

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ._checks import check_seed as _check_seed
 from ._checks import check_bool, check_choice, check_positive_float, check_positive_int, check_sequence_tensor
 from .attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
 
@@ -50,12 +51,6 @@ QK_LABELS = {None: "no QK-norm", "per_head": "QK-norm (per head)", "projection":
 #: book knows no released model with a per-head statistic *and* per-head gains.
 QK_NORM_MODELS = {"per_head": "Qwen3, Gemma 3", "projection": "OLMo 2, MiniMax-M2",
                   "per_head_distinct": "(d2lmini option)"}
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    return seed
 
 
 def _check_qk_norm(name: str, value) -> str | None:
@@ -662,14 +657,9 @@ class LogitTrainResult:
 
     def smoothed(self, window: int = 20) -> list[float]:
         """Training loss averaged over the last ``window`` steps at every step."""
-        window = check_positive_int("window", window)
-        out, total = [], 0.0
-        for i, value in enumerate(self.train_loss):
-            total += value
-            if i >= window:
-                total -= self.train_loss[i - window]
-            out.append(total / min(i + 1, window))
-        return out
+        from .train import moving_average
+
+        return moving_average(self.train_loss, window)
 
 
 def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2, num_steps: int = 200,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ._checks import check_seed as _check_seed
 from ._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
 from .attention import MultiHeadAttention
 from .block import TransformerBlock
@@ -62,12 +63,6 @@ def skip_label(placement: str, residual: bool) -> str:
     check_bool("residual", residual)
     name = {"none": "no norms", "pre": "pre-LN", "post": "post-LN"}[placement]
     return f"{name}, {'with' if residual else 'no'} skips"
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    return seed
 
 
 def _check_depths(depths) -> list[int]:

@@ -33,6 +33,7 @@ import matplotlib
 import torch
 from torch import nn
 
+from ._checks import check_seed as _check_seed
 from ._checks import check_choice, check_positive_float, check_positive_int
 from .block import TransformerBlock
 from .norms import RMSNorm
@@ -64,12 +65,6 @@ HALF_VARIANTS = {
 
 #: One colour per variant in :func:`plot_half_precision_errors`.
 HALF_COLORS = {"upcast": "#2471a3", "torch_mean": "#d68910", "no_upcast": "#c0392b"}
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    return int(seed)
 
 
 def _check_float_tensor(name: str, X) -> torch.Tensor:

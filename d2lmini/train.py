@@ -77,6 +77,22 @@ class TinyLM(nn.Module):
         return self.head(X)
 
 
+def moving_average(values, window: int = 20) -> list[float]:
+    """Mean of the last ``window`` values (fewer at the start) at every position.
+
+    Raises:
+        ValueError / TypeError: if ``window`` is not a positive int.
+    """
+    window = check_positive_int("window", window)
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
 @dataclass
 class TrainResult:
     """Losses of one :func:`train_lm` run.
@@ -100,13 +116,7 @@ class TrainResult:
 
     def smoothed(self, window: int = 20) -> list[float]:
         """Training loss averaged over the last ``window`` steps at every step."""
-        out, total = [], 0.0
-        for i, value in enumerate(self.train_loss):
-            total += value
-            if i >= window:
-                total -= self.train_loss[i - window]
-            out.append(total / min(i + 1, window))
-        return out
+        return moving_average(self.train_loss, window)
 
 
 def lr_at(step: int, lr: float, warmup_steps: int, num_steps: int, schedule: str) -> float:
