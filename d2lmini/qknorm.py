@@ -452,10 +452,10 @@ class RopeOrderCheck:
     """The result of :func:`rope_order_check`.
 
     Attributes:
-        equal_gains: max |attention weight difference| between norm-before-RoPE and
+        equal_gains: largest absolute attention-weight difference between norm-before-RoPE and
             norm-after-RoPE when every gain is 1 (as at initialization).
         unequal_gains: the same after the gains were drawn at random.
-        shift_change: ``'before'``/``'after'`` -> max |logit change| between the same
+        shift_change: ``'before'``/``'after'`` -> largest absolute logit change between the same
             tokens when the whole sequence is shifted ``shift`` positions later (with
             random gains). RoPE makes logits depend only on relative positions, so
             the correct order gives rounding error only.
