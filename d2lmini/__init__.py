@@ -16,7 +16,8 @@ from .widgets import (DepthExplorer, FrameExplorer, StaticTwin, depth_explorer, 
                       qk_scale_explorer, residual_explorer)
 
 # The chapters' experiment modules, e.g. ``d2lmini.anatomy.position_mixing``.
-from . import anatomy, catalog, normalization, probes, qknorm, reference, residual, rmsnorm  # noqa: E402
+from . import (anatomy, catalog, ffn_experiments, normalization, probes, qknorm, reference,  # noqa: E402
+               residual, rmsnorm)
 
 __version__ = "0.1.0"
 

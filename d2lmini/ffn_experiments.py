@@ -1,0 +1,798 @@
+"""Experiments of the chapter "The feed-forward network: from ReLU to SwiGLU".
+
+Three things are measured here:
+
+* :func:`ffn_parameter_counts` -- the parameter budget of every FFN variant of
+  :class:`~d2lmini.ffn.FeedForward`: a plain MLP of width ``4d`` and a gated one of
+  width ``8d/3`` both cost ``8 d^2`` weights (Shazeer, 2020).
+* :func:`ffn_as_memories` -- the key-value-memory reading of the FFN (Geva et al.,
+  2021): ``W_2 act(W_1 x)`` is a sum of value vectors weighted by how well ``x``
+  matches each key.
+* :func:`ffn_comparison` -- the chapter's training comparison: a small character
+  language model (:class:`~d2lmini.train.TinyLM`) with a GELU MLP against the same
+  model with SwiGLU, at matched parameters, over several seeds.
+
+The training code is built for speed, since the comparison is the heaviest cell of
+the book. The seeds of one activation train in lockstep (:func:`train_ensemble`):
+each model computes its loss and gradients, then one ``foreach`` AdamW step updates
+all of them. Adam works element by element, so this is exactly the arithmetic of
+training every seed by itself (:func:`d2lmini.train.train_lm`); the tests check that
+it is. The activations train side by side in worker threads, one per core
+(:func:`ffn_comparison`): on tensors this small, independent workers use the cores
+better than splitting each operation between them. ``train_ensemble(vectorize=True)``
+instead stacks the models' weights (``torch.func.stack_module_state``) and vectorizes
+one forward pass of the real ``TinyLM`` over them (``torch.func.functional_call``
+inside ``torch.vmap``) -- the fast choice on a GPU, about 15% slower on a CPU, where
+the attention kernel has no vmap rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn import functional as F
+
+from ._checks import check_bool, check_choice, check_positive_float, check_positive_int
+from .data import CharCorpus
+from .ffn import ACTS, GATED_ACTS, FeedForward
+from .plot import STYLE, new_figure
+from .train import TinyLM, lr_at
+
+#: Colours of the activations in this chapter's figures (plain MLPs warm, gated cool).
+ACT_COLORS = {"relu": "#7f8c8d", "gelu": "#c0392b", "gelu_tanh": "#e67e22",
+              "swiglu": "#2471a3", "geglu": "#229954"}
+#: Human-readable names of the activations, for tables and legends.
+ACT_LABELS = {"relu": "ReLU MLP", "gelu": "GELU MLP", "gelu_tanh": "GELU (tanh) MLP",
+              "swiglu": "SwiGLU", "geglu": "GeGLU"}
+
+#: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
+#: a 2-block, 48-wide pre-norm character model (2 heads of 24 features, RMSNorm, no
+#: biases, learned positions) trained on batches of 128 windows of 32 characters with
+#: AdamW (peak rate 0.02, 30 warm-up steps, cosine decay to 10%). ``8 * 48 / 3 = 128``
+#: exactly, so the GELU and SwiGLU models have *identical* parameter counts.
+#: Chosen for speed on a 2-core CPU at a fixed budget of tokens: two heads rather than
+#: four (on a CPU, attention with 12-feature heads takes a third of the training time)
+#: and 32-character windows rather than 64 (the same 4,096 characters per step in twice
+#: as many windows trained faster and reached a lower loss in our runs). The peak rate
+#: 0.02 was the best for *both* models in two-seed sweeps: of 0.01, 0.02 and 0.03 with
+#: these settings, and of 0.005, 0.01, 0.02 and 0.04 with four heads and 64-character
+#: windows.
+COMPARISON_CONFIG = dict(num_hiddens=48, num_heads=2, num_layers=2, norm="rms", placement="pre",
+                         batch_size=128, seq_len=32, lr=2e-2, warmup_steps=30, schedule="cosine",
+                         betas=(0.9, 0.98), weight_decay=0.0, eval_batches=8)
+
+#: Shazeer (2020), "GLU Variants Improve Transformer", Table 1: held-out log-perplexity
+#: of a T5-base-sized model (pre-trained on C4) after 65,536 steps, for the FFN variants
+#: this book implements. Published numbers, not measured here.
+SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "geglu": 1.942, "swiglu": 1.944}
+
+# vmap has no batching rule for the CPU flash-attention kernel; PyTorch then loops over
+# the ensemble for that one op (correct, and cheap for a few seeds) and warns about it.
+_SDPA_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    return seed
+
+
+def _check_seeds(seeds) -> list[int]:
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
+        raise TypeError(f"seeds must be a sequence of ints >= 0, got {type(seeds).__name__} {seeds!r}")
+    seeds = [_check_seed(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must contain at least one seed, got an empty sequence")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {seeds}")
+    return seeds
+
+
+# --------------------------------------------------------------------------------------
+# Parameter budget
+# --------------------------------------------------------------------------------------
+
+def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu", "geglu")) -> list[dict]:
+    """Parameters of one :class:`~d2lmini.ffn.FeedForward` per activation, at default width.
+
+    A plain MLP (``'relu'``, ``'gelu'``) has two ``d x 4d`` matrices, ``8 d^2`` weights;
+    a gated one (``'swiglu'``, ``'geglu'``) has three ``d x h`` matrices with
+    ``h = round(8d/3)``, so ``3 d h`` weights -- ``8 d^2`` up to the rounding of ``h``,
+    a relative difference of at most ``1 / (8d)`` (zero when 3 divides ``d``).
+
+    Args:
+        num_hiddens: model width ``d``.
+        acts: activations (names from :data:`d2lmini.ffn.ACTS`).
+
+    Returns:
+        One dict per activation, in order, with keys ``act``, ``gated`` (bool),
+        ``matrices`` (2 or 3), ``ffn_num_hiddens`` (``h``), ``params`` (counted from the
+        module, no biases), ``per_d2`` (``params / d^2``) and ``rel_diff`` (``params /
+        8d^2 - 1``).
+
+    Raises:
+        ValueError / TypeError: for a bad ``num_hiddens`` or an unknown activation.
+
+    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    """
+    num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+    if isinstance(acts, str):
+        raise TypeError(f"acts must be a sequence of names from {ACTS}, got the string {acts!r}")
+    rows = []
+    for act in acts:
+        check_choice("act", act, ACTS)
+        ffn = FeedForward(num_hiddens, act=act).to("meta")  # shapes only, no memory
+        params = sum(p.numel() for p in ffn.parameters())
+        rows.append(dict(act=act, gated=act in GATED_ACTS, matrices=3 if act in GATED_ACTS else 2,
+                         ffn_num_hiddens=ffn.ffn_num_hiddens, params=params,
+                         per_d2=params / num_hiddens ** 2, rel_diff=params / (8 * num_hiddens ** 2) - 1))
+    return rows
+
+
+def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float = 3.0,
+                     width: float = 8.0, height: float = 3.0):
+    """The activation functions (left) and their derivatives (right) on ``[lo, hi]``.
+
+    Args:
+        acts: any of ``'relu'`` (``max(0, x)``), ``'gelu'`` (``x Phi(x)``, the exact
+            erf form), ``'gelu_tanh'`` (GPT-2's tanh approximation) and ``'silu'``
+            (``x sigmoid(x)``, the "Swish" inside SwiGLU).
+        lo, hi: the input range.
+        width, height: figure size in inches.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: for an unknown activation name or ``lo >= hi``.
+    """
+    import matplotlib
+
+    functions = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+                 "silu": F.silu}
+    labels = {"relu": "ReLU", "gelu": r"GELU  $x\,\Phi(x)$", "gelu_tanh": "GELU (tanh)",
+              "silu": r"SiLU  $x\,\sigma(x)$"}
+    colors = {"relu": ACT_COLORS["relu"], "gelu": ACT_COLORS["gelu"], "gelu_tanh": ACT_COLORS["gelu_tanh"],
+              "silu": ACT_COLORS["swiglu"]}
+    for act in acts:
+        check_choice("acts", act, tuple(functions))
+    if not lo < hi:
+        raise ValueError(f"lo must be < hi, got lo={lo}, hi={hi}")
+    x = torch.linspace(lo, hi, 401, dtype=torch.float64, requires_grad=True)
+    fig, (ax, ax_grad) = new_figure(2, width=width, height=height)
+    with matplotlib.rc_context(STYLE):
+        for act in acts:
+            y = functions[act](x)
+            (grad,) = torch.autograd.grad(y.sum(), x)
+            ax.plot(x.detach(), y.detach(), color=colors[act], label=labels[act])
+            ax_grad.plot(x.detach(), grad, color=colors[act], label=labels[act])
+        ax.set(xlabel="pre-activation $x$", ylabel=r"$\varphi(x)$", title="Activation")
+        ax_grad.set(xlabel="pre-activation $x$", ylabel=r"$\varphi'(x)$", title="Slope")
+        ax.legend(loc="upper left")
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# The key-value-memory reading
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class MemoryReading:
+    """The result of :func:`ffn_as_memories`.
+
+    Attributes:
+        act: the FFN's activation.
+        coefficients: ``(n, h)`` tensor, the memory coefficients ``m_i(x)`` of every token.
+        max_abs_diff: largest ``|FFN(x) - sum_i m_i(x) v_i|`` over all tokens (float).
+        active_fraction: share of coefficients that are not exactly zero.
+        top_share: mean share of ``sum_i |m_i|`` carried by each token's ``top_k``
+            largest coefficients.
+        top_k: the ``k`` of ``top_share``.
+    """
+
+    act: str
+    coefficients: torch.Tensor = field(repr=False)
+    max_abs_diff: float
+    active_fraction: float
+    top_share: float
+    top_k: int
+
+
+def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> MemoryReading:
+    r"""Rewrite an FFN's output as a weighted sum of value vectors (Geva et al., 2021).
+
+    Row ``i`` of ``W_1`` is a *key* ``k_i``, column ``i`` of ``W_2`` a *value*
+    ``v_i``. For a plain MLP the coefficient of memory ``i`` is
+    ``m_i(x) = act(k_i . x)``; for a gated FFN it is ``act(g_i . x) (k_i . x)`` with
+    ``g_i`` row ``i`` of ``W_g``. Then ``FFN(x) = sum_i m_i(x) v_i`` (+ bias), which
+    this function checks numerically.
+
+    Args:
+        ffn: a :class:`~d2lmini.ffn.FeedForward` (any activation, no dropout in effect).
+        X: ``(n, d)`` or ``(b, n, d)`` token vectors (flattened to ``(tokens, d)``).
+        top_k: how many of the largest coefficients ``top_share`` measures.
+
+    Returns:
+        A :class:`MemoryReading`.
+
+    Raises:
+        TypeError: if ``ffn`` is not a ``FeedForward`` or ``X`` not a tensor.
+        ValueError: if ``X``'s last dimension is not ``ffn.num_hiddens`` or ``top_k`` is
+            out of range.
+
+    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    """
+    if not isinstance(ffn, FeedForward):
+        raise TypeError(f"ffn must be a d2lmini FeedForward, got {type(ffn).__name__}")
+    if not isinstance(X, torch.Tensor):
+        raise TypeError(f"X must be a torch.Tensor, got {type(X).__name__}")
+    if X.dim() < 2 or X.shape[-1] != ffn.num_hiddens:
+        raise ValueError(f"X must have shape (..., num_steps, {ffn.num_hiddens}), got {tuple(X.shape)}")
+    top_k = check_positive_int("top_k", top_k)
+    if top_k > ffn.ffn_num_hiddens:
+        raise ValueError(f"top_k must be <= ffn_num_hiddens={ffn.ffn_num_hiddens}, got {top_k}")
+    X = X.reshape(-1, ffn.num_hiddens)
+    with torch.no_grad():
+        keys, values = ffn.W_1.weight, ffn.W_2.weight          # (h, d), (d, h): k_i = keys[i], v_i = values[:, i]
+        match = X @ keys.T + (ffn.W_1.bias if ffn.W_1.bias is not None else 0)
+        if ffn.gated:
+            gate = X @ ffn.W_g.weight.T + (ffn.W_g.bias if ffn.W_g.bias is not None else 0)
+            m = ffn._act(gate) * match
+        else:
+            m = ffn._act(match)
+        memory_sum = m @ values.T + (ffn.W_2.bias if ffn.W_2.bias is not None else 0)
+        was_training = ffn.training
+        ffn.eval()
+        out = ffn(X)
+        ffn.train(was_training)
+        size = m.abs()
+        top = size.topk(top_k, dim=-1).values.sum(-1) / size.sum(-1).clamp_min(1e-30)
+    return MemoryReading(ffn.act, m, float((out - memory_sum).abs().max()), float((m != 0).double().mean()),
+                         float(top.mean()), top_k)
+
+
+def memory_triggers(model: TinyLM, corpus: CharCorpus, block: int = 0, num_memories: int = 4, top: int = 3,
+                    context: int = 24, num_windows: int = 64, seed: int = 0) -> list[dict]:
+    """The text that switches on an FFN memory most strongly (Geva et al., 2021, Section 3).
+
+    Runs ``num_windows`` validation windows through a trained character model,
+    records the input of block ``block``'s FFN at every position, and computes every
+    memory's coefficient there (:func:`ffn_as_memories`). For the ``num_memories``
+    memories whose largest coefficient is highest, it returns the ``top`` positions
+    (in different windows) where each fires most, with the characters the model has
+    read up to that position.
+
+    Args:
+        model: a trained :class:`~d2lmini.train.TinyLM` (e.g. :meth:`EnsembleRun.model`).
+        corpus: its :class:`~d2lmini.data.CharCorpus`.
+        block: which block's FFN, ``0 <= block < num_layers``.
+        num_memories, top: how many memories, and how many positions each.
+        context: how many characters of each position's prefix to return.
+        num_windows: validation windows scanned (of the model's ``max_len`` characters).
+        seed: seeds the choice of windows.
+
+    Returns:
+        A list of dicts, one per (memory, rank): ``memory`` (index ``i``), ``rank``
+        (1 = strongest), ``coefficient`` (``m_i`` there), ``prefix`` (the last
+        ``context`` characters read, ending with the current one) and ``next`` (the
+        character that follows in the text).
+
+    Raises:
+        ValueError / TypeError: for a bad ``block``, counts or seed.
+
+    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    """
+    if not isinstance(model, TinyLM):
+        raise TypeError(f"model must be a d2lmini TinyLM, got {type(model).__name__}")
+    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < len(model.blocks):
+        raise ValueError(f"block must be an int in [0, {len(model.blocks)}), got {block!r}")
+    num_memories = check_positive_int("num_memories", num_memories)
+    top = check_positive_int("top", top)
+    context = check_positive_int("context", context)
+    num_windows = check_positive_int("num_windows", num_windows)
+    _check_seed(seed)
+    ffn = model.blocks[block].ffn
+    if num_memories > ffn.ffn_num_hiddens or top > num_windows:
+        raise ValueError(f"num_memories must be <= {ffn.ffn_num_hiddens} and top <= num_windows, "
+                         f"got {num_memories} and {top}")
+    X, Y = corpus.random_batch(num_windows, model.max_len, torch.Generator().manual_seed(seed), split="val")
+    captured = []
+    hook = ffn.register_forward_pre_hook(lambda module, args: captured.append(args[0].detach()))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(X)
+    finally:
+        hook.remove()
+        model.train(was_training)
+    m = ffn_as_memories(ffn, captured[0]).coefficients.reshape(num_windows, model.max_len, -1)
+    per_window = m.amax(dim=1)                                   # (windows, h): best position per window
+    strongest = per_window.amax(dim=0).topk(num_memories).indices.tolist()
+    rows = []
+    for i in strongest:
+        for rank, w in enumerate(per_window[:, i].topk(top).indices.tolist(), start=1):
+            pos = int(m[w, :, i].argmax())
+            rows.append(dict(memory=i, rank=rank, coefficient=float(m[w, pos, i]),
+                             prefix=corpus.decode(X[w, max(0, pos + 1 - context): pos + 1]),
+                             next=corpus.decode(Y[w, pos: pos + 1])))
+    return rows
+
+
+def trigger_table(rows: list[dict]):
+    """:func:`memory_triggers`' rows as a styled ``pandas`` table for a notebook.
+
+    One row per (memory, rank) with the coefficient, the text read so far
+    (monospace, right-aligned so that the current character lines up, line breaks
+    shown as ``⏎``) and the next character (spaces shown as ``␣``).
+
+    Returns:
+        A ``pandas.io.formats.style.Styler``.
+    """
+    import pandas as pd
+
+    table = pd.DataFrame(rows).set_index(["memory", "rank"])
+    table["prefix"] = table["prefix"].str.replace("\n", "⏎")
+    table["next"] = table["next"].str.replace("\n", "⏎").str.replace(" ", "␣")
+    table = table.rename(columns={"prefix": "read so far"})
+    mono = {"font-family": "monospace", "white-space": "pre", "padding-left": "1.5em"}
+    return (table.style.format({"coefficient": "{:.2f}"})
+            .set_properties(subset=["read so far"], **{**mono, "text-align": "right"})
+            .set_properties(subset=["next"], **{**mono, "text-align": "center"}))
+
+
+# --------------------------------------------------------------------------------------
+# Training several seeds at once
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class EnsembleRun:
+    """Losses of one :func:`train_ensemble` call: one activation, several seeds.
+
+    Attributes:
+        act: the FFN activation of every model.
+        seeds: the seeds, one model each.
+        num_params: parameters of one model (all of them, embeddings included).
+        ffn_params: parameters of the FFNs of one model (all blocks).
+        train_loss: ``[seed][step]`` mean cross-entropy of each step's training batch
+            (nats per character), before that step's update.
+        val_steps: steps after which the validation loss was measured.
+        val_loss: ``[seed][i]`` validation loss after ``val_steps[i]`` steps.
+        seconds: wall time of the whole call.
+        train_seconds: wall time of the training steps alone (no set-up, no validation).
+        config: the arguments of the call.
+        state: the trained weights, ``{name: (len(seeds), *shape)}`` (see :meth:`model`).
+    """
+
+    act: str
+    seeds: list[int]
+    num_params: int
+    ffn_params: int
+    train_loss: list[list[float]]
+    val_steps: list[int]
+    val_loss: list[list[float]]
+    seconds: float
+    train_seconds: float
+    config: dict
+    state: dict = field(default_factory=dict, repr=False)
+
+    def model(self, seed: int, vocab_size: int) -> TinyLM:
+        """The trained :class:`~d2lmini.train.TinyLM` of ``seed`` (in eval mode, on the CPU).
+
+        Raises:
+            ValueError: if ``seed`` was not trained here or ``vocab_size`` does not fit.
+        """
+        if seed not in self.seeds:
+            raise ValueError(f"seed must be one of the trained seeds {self.seeds}, got {seed!r}")
+        keys = ("num_hiddens", "num_heads", "num_layers", "norm", "placement", "bias", "act", "ffn_num_hiddens")
+        model = TinyLM(vocab_size, max_len=self.config["seq_len"], **{k: self.config[k] for k in keys})
+        i = self.seeds.index(seed)
+        model.load_state_dict({k: v[i].cpu() for k, v in self.state.items()})
+        return model.eval()
+
+
+# Seeding goes through the global RNG, which worker threads share: one at a time.
+_SEEDING_LOCK = threading.Lock()
+
+
+def _build_models(vocab_size: int, seeds, max_len: int, model_kwargs: dict) -> list[TinyLM]:
+    """One TinyLM per seed, initialized exactly as :func:`d2lmini.train.train_lm` does."""
+    models = []
+    for seed in seeds:
+        with _SEEDING_LOCK, torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            models.append(TinyLM(vocab_size, max_len=max_len, **model_kwargs))
+    return models
+
+
+def validation_batches(corpus: CharCorpus, batch_size: int, seq_len: int, num_batches: int,
+                       seed: int = 1234) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The fixed held-out batches every model is scored on (those of :func:`d2lmini.train.evaluate`).
+
+    Returns:
+        ``num_batches`` pairs ``(X, Y)`` of ``(batch_size, seq_len)`` token ids from the
+        validation split, drawn from a generator seeded with ``seed``.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    return [corpus.random_batch(batch_size, seq_len, gen, split="val") for _ in range(num_batches)]
+
+
+def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num_steps: int = 600,
+                   batch_size: int = 128, seq_len: int = 32, lr: float = 2e-2, warmup_steps: int = 30,
+                   schedule: str = "cosine", betas: tuple[float, float] = (0.9, 0.98),
+                   weight_decay: float = 0.0, eval_steps=(200, 400, 600), eval_batches: int = 8,
+                   num_hiddens: int = 48, num_heads: int = 2, num_layers: int = 2, norm: str = "rms",
+                   placement: str = "pre", bias: bool = False, ffn_num_hiddens: int | None = None,
+                   vectorize: bool = False, device: str = "cpu") -> EnsembleRun:
+    """Train one :class:`~d2lmini.train.TinyLM` per seed, all seeds in lockstep, and record losses.
+
+    Every seed's model is exactly what :func:`d2lmini.train.train_lm` would train with
+    that seed: the same initial weights, the same stream of random training batches,
+    the same AdamW updates at the same scheduled learning rate
+    (:func:`d2lmini.train.lr_at`). What differs is the bookkeeping, which is built for
+    speed: at every step each model computes its loss and gradients, then *one*
+    ``foreach`` AdamW step updates the weights of all of them (AdamW acts on each
+    number separately, so this equals one optimizer per model, with a few large
+    kernel calls instead of many small ones).
+
+    With ``vectorize=True`` the models' weights are instead stacked along a new
+    leading dimension (``torch.func.stack_module_state``) and one forward pass of the
+    real ``TinyLM`` is vectorized over that dimension (``torch.vmap`` over
+    ``torch.func.functional_call``): one kernel launch serves every seed, the fast
+    choice on a GPU. On a CPU it is slower, because PyTorch has no vmap rule for the
+    CPU attention kernel and loops over the seeds for that op; the results are the same.
+
+    Args:
+        corpus: the data (:func:`d2lmini.data.python_reference_corpus`).
+        act: FFN activation, one of :data:`d2lmini.ffn.ACTS`.
+        seeds: distinct ints >= 0; seed ``s`` draws model ``s``'s weights and batches.
+        num_steps: optimizer steps.
+        batch_size, seq_len: training windows per step and characters per window.
+        lr, warmup_steps, schedule: peak learning rate, linear warm-up steps and
+            ``'constant'`` / ``'cosine'`` (to 10% at ``num_steps``), as in ``train_lm``.
+        betas, weight_decay: AdamW's.
+        eval_steps: steps after which every model is scored on the same fixed
+            validation batches (:func:`validation_batches`); each in ``[1, num_steps]``.
+        eval_batches: how many validation batches of ``(batch_size, seq_len)``.
+        num_hiddens, num_heads, num_layers, norm, placement, bias, ffn_num_hiddens:
+            the model (:class:`~d2lmini.train.TinyLM` of causal
+            :class:`~d2lmini.block.TransformerBlock`; ``ffn_num_hiddens=None`` is ``4d``
+            for plain and ``round(8d/3)`` for gated activations).
+        vectorize: ``torch.vmap`` over stacked weights instead of a loop over models.
+        device: where to train.
+
+    Returns:
+        An :class:`EnsembleRun`. The trained weights are in its ``state``.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments (each names the argument).
+
+    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    """
+    check_choice("act", act, ACTS)
+    seeds = _check_seeds(seeds)
+    num_steps = check_positive_int("num_steps", num_steps)
+    batch_size = check_positive_int("batch_size", batch_size)
+    seq_len = check_positive_int("seq_len", seq_len)
+    check_positive_float("lr", lr)
+    check_choice("schedule", schedule, ("constant", "cosine"))
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+    eval_batches = check_positive_int("eval_batches", eval_batches)
+    if isinstance(eval_steps, (str, bytes)) or not hasattr(eval_steps, "__iter__"):
+        raise TypeError(f"eval_steps must be a sequence of ints, got {type(eval_steps).__name__}")
+    eval_steps = sorted({check_positive_int("eval_steps", s) for s in eval_steps})
+    if eval_steps and eval_steps[-1] > num_steps:
+        raise ValueError(f"eval_steps must lie in [1, num_steps={num_steps}], got {eval_steps}")
+    check_bool("vectorize", vectorize)
+    model_kwargs = dict(num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers, norm=norm,
+                        placement=placement, bias=bias, act=act, ffn_num_hiddens=ffn_num_hiddens)
+    config = dict(seeds=seeds, num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
+                  warmup_steps=warmup_steps, schedule=schedule, betas=tuple(betas), weight_decay=weight_decay,
+                  eval_steps=eval_steps, eval_batches=eval_batches, vectorize=vectorize, **model_kwargs)
+
+    start = time.perf_counter()
+    models = [m.to(device) for m in _build_models(corpus.vocab_size, seeds, seq_len, model_kwargs)]
+    num_params = sum(p.numel() for p in models[0].parameters())
+    ffn_params = sum(p.numel() for block in models[0].blocks for p in block.ffn.parameters())
+    if vectorize:
+        params, buffers = torch.func.stack_module_state(models)  # each (E, *shape), leaves
+        skeleton = copy.deepcopy(models[0]).to("meta")            # the architecture, no storage
+
+        def member_loss(p, b, X, Y):
+            logits = torch.func.functional_call(skeleton, (p, b), (X,))
+            return F.cross_entropy(logits.flatten(0, 1), Y.flatten())
+
+        vectorized = torch.vmap(member_loss)                      # (E, b, n) batches -> (E,)
+
+        def losses_of(Xs, Ys):
+            return vectorized(params, buffers, torch.stack(Xs), torch.stack(Ys))
+
+        weights = list(params.values())
+    else:
+        def losses_of(Xs, Ys):
+            return torch.stack([F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
+                                for model, X, Y in zip(models, Xs, Ys)])
+
+        weights = [p for model in models for p in model.parameters()]
+    optimizer = torch.optim.AdamW(weights, lr=lr, betas=tuple(betas), weight_decay=weight_decay, foreach=True)
+    generators = [torch.Generator().manual_seed(s) for s in seeds]  # train_lm's batch streams
+    val = [(X.to(device), Y.to(device)) for X, Y in validation_batches(corpus, batch_size, seq_len, eval_batches)]
+    train_loss = [[] for _ in seeds]
+    val_loss = [[] for _ in seeds]
+    train_seconds = 0.0
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_SDPA_FALLBACK_WARNING)
+        for step in range(num_steps):
+            tick = time.perf_counter()
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, lr, warmup_steps, num_steps, schedule)
+            batches = [corpus.random_batch(batch_size, seq_len, g) for g in generators]
+            losses = losses_of([X.to(device) for X, _ in batches], [Y.to(device) for _, Y in batches])
+            optimizer.zero_grad(set_to_none=True)
+            losses.sum().backward()                                  # the models share nothing
+            optimizer.step()
+            for history, value in zip(train_loss, losses.detach().tolist()):
+                history.append(value)
+            train_seconds += time.perf_counter() - tick
+            if step + 1 in eval_steps:
+                with torch.no_grad():
+                    total = sum(losses_of([X] * len(seeds), [Y] * len(seeds)) for X, Y in val)
+                for history, value in zip(val_loss, (total / len(val)).tolist()):
+                    history.append(value)
+    if vectorize:
+        state = {k: v.detach() for k, v in params.items()}
+    else:
+        state = {k: torch.stack([m.state_dict()[k] for m in models]).detach() for k in models[0].state_dict()}
+    return EnsembleRun(act, seeds, num_params, ffn_params, train_loss, eval_steps, val_loss,
+                       time.perf_counter() - start, train_seconds, config, state)
+
+
+# --------------------------------------------------------------------------------------
+# The chapter's comparison: GELU MLP against SwiGLU
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class FFNComparison:
+    """The result of :func:`ffn_comparison`.
+
+    Attributes:
+        runs: ``{act: EnsembleRun}``, one entry per activation, same seeds in the same order.
+        corpus_chars: characters in the whole text (training + validation).
+        corpus_sha256: hex SHA-256 of the text.
+        vocab_size: distinct characters.
+        seconds: wall time of the whole comparison (every activation and seed).
+        config: the settings shared by every run.
+    """
+
+    runs: dict
+    corpus_chars: int
+    corpus_sha256: str
+    vocab_size: int
+    seconds: float
+    config: dict
+
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds, one model per activation each."""
+        return next(iter(self.runs.values())).seeds
+
+    @property
+    def val_steps(self) -> list[int]:
+        """The steps after which the validation loss was measured."""
+        return next(iter(self.runs.values())).val_steps
+
+    def val_loss(self, act: str, step: int) -> list[float]:
+        """Every seed's validation loss of ``act`` after ``step`` steps (nats per character)."""
+        run = self._run(act)
+        if step not in run.val_steps:
+            raise ValueError(f"step must be one of the validation steps {run.val_steps}, got {step!r}")
+        i = run.val_steps.index(step)
+        return [losses[i] for losses in run.val_loss]
+
+    def differences(self, step: int, baseline: str = "gelu", other: str = "swiglu") -> list[float]:
+        """Per seed, ``baseline``'s minus ``other``'s validation loss after ``step`` steps.
+
+        Positive means ``other`` (by default SwiGLU) reached the lower loss.
+        """
+        return [a - b for a, b in zip(self.val_loss(baseline, step), self.val_loss(other, step))]
+
+    def summary(self, step: int, baseline: str = "gelu", other: str = "swiglu") -> dict:
+        """Mean, sample standard deviation (n - 1; 0 for one seed), minimum and maximum
+        of :meth:`differences` over the seeds, and how many seeds favour ``other``."""
+        d = self.differences(step, baseline, other)
+        return dict(step=step, mean=statistics.fmean(d), std=statistics.stdev(d) if len(d) > 1 else 0.0,
+                    min=min(d), max=max(d), wins=sum(x > 0 for x in d), seeds=len(d))
+
+    def seed_table(self, baseline: str = "gelu", other: str = "swiglu"):
+        """A ``pandas.DataFrame``: one row per (seed, step) with both validation losses and
+        their difference; then one row per step with the means over seeds."""
+        import pandas as pd
+
+        rows, index = [], []
+        names = (ACT_LABELS.get(baseline, baseline), ACT_LABELS.get(other, other), "difference")
+        for i, seed in enumerate(self.seeds):
+            for step in self.val_steps:
+                a, b = self.val_loss(baseline, step)[i], self.val_loss(other, step)[i]
+                rows.append((a, b, a - b))
+                index.append((f"seed {seed}", step))
+        for step in self.val_steps:
+            a = statistics.fmean(self.val_loss(baseline, step))
+            b = statistics.fmean(self.val_loss(other, step))
+            rows.append((a, b, a - b))
+            index.append(("mean", step))
+        return pd.DataFrame(rows, columns=list(names),
+                            index=pd.MultiIndex.from_tuples(index, names=["seed", "step"]))
+
+    def _run(self, act: str) -> EnsembleRun:
+        if act not in self.runs:
+            raise ValueError(f"act must be one of the compared activations {tuple(self.runs)}, got {act!r}")
+        return self.runs[act]
+
+
+def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), seeds=(0, 1, 2),
+                   num_steps: int = 600, eval_steps=(200, 400, 600), workers: int | None = None,
+                   **overrides) -> FFNComparison:
+    """Train the same small character LM with each FFN activation, over several seeds.
+
+    The chapter's experiment: for every activation in ``acts`` (by default a GELU MLP
+    of width ``4d`` and SwiGLU of width ``8d/3``, so both models have the same number
+    of parameters) and every seed, a :class:`~d2lmini.train.TinyLM` with the settings
+    of :data:`COMPARISON_CONFIG` is trained for ``num_steps`` AdamW steps. Seed ``s``
+    fixes the batch stream, so the models of one seed see the same characters in the
+    same order; only the FFN differs. The seeds of one activation train together as
+    one ensemble (:func:`train_ensemble`). Every model is scored after each of
+    ``eval_steps`` on the same held-out batches.
+
+    Args:
+        corpus: the data (default :func:`d2lmini.data.python_reference_corpus`).
+        acts: activations to compare (names from :data:`d2lmini.ffn.ACTS`).
+        seeds: distinct ints >= 0.
+        num_steps: training steps per model.
+        eval_steps: steps after which the validation loss is recorded.
+        workers: how many activations train at the same time, each in its own thread
+            with ``torch.get_num_threads() // workers`` cores (default: one per
+            activation, at most one per core). The numbers do not depend on it beyond
+            float rounding.
+        **overrides: replace entries of :data:`COMPARISON_CONFIG` (e.g. ``lr``,
+            ``num_hiddens``, ``batch_size``) or pass other :func:`train_ensemble`
+            arguments (``device``).
+
+    Returns:
+        An :class:`FFNComparison`.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments, or ``act``/``seeds`` passed in
+            ``overrides``.
+
+    Follows the comparison of Shazeer (2020), "GLU Variants Improve Transformer", at a
+    scale that runs on a laptop CPU. Introduced in the chapter "The feed-forward
+    network: from ReLU to SwiGLU".
+    """
+    from .data import python_reference_corpus
+
+    for name in ("act", "seeds"):
+        if name in overrides:
+            raise TypeError(f"ffn_comparison sets {name} itself; pass acts=... / seeds=...")
+    if isinstance(acts, str) or not acts:
+        raise TypeError(f"acts must be a non-empty sequence of names from {ACTS}, got {acts!r}")
+    for act in acts:
+        check_choice("acts", act, ACTS)
+    if len(set(acts)) != len(acts):
+        raise ValueError(f"acts must be distinct, got {acts}")
+    corpus = python_reference_corpus() if corpus is None else corpus
+    config = {**COMPARISON_CONFIG, **overrides, "num_steps": num_steps, "eval_steps": tuple(eval_steps)}
+    threads = torch.get_num_threads()
+    workers = min(len(acts), threads) if workers is None else check_positive_int("workers", workers)
+    start = time.perf_counter()
+    if workers == 1:
+        runs = {act: train_ensemble(corpus, act=act, seeds=seeds, **config) for act in acts}
+    else:
+        # One activation per worker thread, each with an equal share of the cores. The
+        # kernels release the GIL, so the workers run side by side; on small tensors this
+        # uses the cores better than splitting every kernel between them.
+        from concurrent.futures import ThreadPoolExecutor
+
+        torch.set_num_threads(max(1, threads // workers))
+        try:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = {act: pool.submit(train_ensemble, corpus, act=act, seeds=seeds, **config)
+                           for act in acts}
+                runs = {act: future.result() for act, future in futures.items()}
+        finally:
+            torch.set_num_threads(threads)
+    return FFNComparison(runs, len(corpus.text), corpus.sha256, corpus.vocab_size,
+                         time.perf_counter() - start, config)
+
+
+def _smooth(values, window: int) -> list[float]:
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: str = "swiglu",
+                        window: int = 25, skip: int = 50, width: float = 8.0, height: float = 3.1):
+    """Training curves of both activations (left) and their per-seed gap (right).
+
+    Left: every seed's training loss (moving average over ``window`` steps), one
+    colour per activation, with the validation losses as markers. Right: per seed,
+    the smoothed training loss of ``baseline`` minus that of ``other`` from step
+    ``skip`` on (above zero means ``other`` is ahead; both models of a seed saw the
+    same batches, so the difference is paired), the validation differences as
+    markers, and their mean over seeds as black bars.
+
+    Args:
+        result: an :class:`FFNComparison`.
+        baseline, other: the two activations to contrast.
+        window: smoothing window in steps.
+        skip: first step of the gap curves (the first steps' large swings would
+            otherwise set the scale).
+        width, height: figure size in inches.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: if ``baseline`` or ``other`` was not part of the comparison, or
+            ``skip`` is not a step of the runs.
+    """
+    import matplotlib
+
+    runs = (result._run(baseline), result._run(other))
+    num_steps = len(runs[0].train_loss[0])
+    if isinstance(skip, bool) or not isinstance(skip, int) or not 1 <= skip <= num_steps:
+        raise ValueError(f"skip must be an int in [1, {num_steps}], got {skip!r}")
+    names = [ACT_LABELS.get(run.act, run.act) for run in runs]
+    fig, (ax, ax_gap) = new_figure(2, width=width, height=height)
+    with matplotlib.rc_context(STYLE):
+        lowest = min(min(losses) for run in runs for losses in run.val_loss)
+        for run, label in zip(runs, names):
+            color = ACT_COLORS.get(run.act)
+            for i, losses in enumerate(run.train_loss):
+                curve = _smooth(losses, window)
+                ax.plot(range(1, len(curve) + 1), curve, color=color, linewidth=1.0, alpha=0.8,
+                        label=f"{label} (train)" if i == 0 else None)
+                ax.plot(run.val_steps, run.val_loss[i], linestyle="none", marker="o", markersize=4,
+                        color=color, label=f"{label} (validation)" if i == 0 else None)
+        ax.set(xlabel="training step", ylabel="cross-entropy (nats / char)", title="Loss, every seed",
+               ylim=(lowest - 0.1, 3.0))
+        ax.legend(loc="upper right", fontsize=9)
+        largest = 0.02
+        for i, seed in enumerate(result.seeds):
+            gap = [a - b for a, b in zip(_smooth(runs[0].train_loss[i], window),
+                                         _smooth(runs[1].train_loss[i], window))][skip - 1:]
+            val_gap = [result.differences(s, baseline, other)[i] for s in result.val_steps]
+            largest = max(largest, max(abs(g) for g in gap), max(abs(g) for g in val_gap))
+            lines = ax_gap.plot(range(skip, skip + len(gap)), gap, linewidth=1.0, label=f"seed {seed}")
+            ax_gap.plot(result.val_steps, val_gap, linestyle="none", marker="o", markersize=4,
+                        color=lines[0].get_color())
+        means = [statistics.fmean(result.differences(s, baseline, other)) for s in result.val_steps]
+        ax_gap.plot(result.val_steps, means, linestyle="none", marker="_", markersize=18,
+                    markeredgewidth=2.5, color="black", label="mean (validation)")
+        ax_gap.axhline(0.0, color="0.3", linewidth=1.0)
+        ax_gap.set_ylim(-1.15 * largest, 1.15 * largest)
+        ax_gap.set_xlim(0, num_steps + 10)
+        ax_gap.set(xlabel="training step", ylabel=f"{names[0]} − {names[1]} (nats)",
+                   title=f"Gap (> 0: {names[1]} ahead)")
+        ax_gap.legend(loc="lower right", fontsize=8.5, ncol=2)
+    return fig
+
+
+__all__ = [
+    "ACT_COLORS", "ACT_LABELS", "COMPARISON_CONFIG", "SHAZEER_2020_LOG_PERPLEXITY",
+    "EnsembleRun", "FFNComparison", "MemoryReading",
+    "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "memory_triggers", "plot_activations",
+    "plot_ffn_comparison", "train_ensemble", "trigger_table", "validation_batches",
+]

@@ -1,0 +1,214 @@
+"""The experiments of the chapter "The feed-forward network: from ReLU to SwiGLU"."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from d2lmini.data import python_reference_corpus
+from d2lmini.ffn import FeedForward
+from d2lmini.ffn_experiments import (COMPARISON_CONFIG, SHAZEER_2020_LOG_PERPLEXITY, ffn_as_memories,
+                                     ffn_comparison, ffn_parameter_counts, plot_activations,
+                                     plot_ffn_comparison, train_ensemble)
+from d2lmini.train import TinyLM, evaluate, train_lm
+
+# A model small enough to train in a fraction of a second; 8 * 24 / 3 = 64 exactly.
+TINY = dict(num_steps=12, batch_size=4, seq_len=16, lr=1e-2, warmup_steps=3, schedule="cosine",
+            num_hiddens=24, num_heads=2, num_layers=1, eval_batches=2)
+# The comparison's fixture: the same model, a little more data per step.
+SMALL = {**{k: v for k, v in TINY.items() if k != "num_steps"}, "batch_size": 8, "lr": 2e-2}
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return python_reference_corpus()
+
+
+@pytest.fixture(scope="module")
+def comparison(corpus):
+    return ffn_comparison(corpus, seeds=(0, 1, 2), num_steps=24, eval_steps=(8, 16, 24), workers=2, **SMALL)
+
+
+# ---------------------------------------------------------------- parameter budget
+
+def test_plain_and_gated_ffns_cost_8_d_squared():
+    rows = {r["act"]: r for r in ffn_parameter_counts(4096)}
+    assert rows["relu"]["params"] == rows["gelu"]["params"] == 8 * 4096 ** 2
+    assert rows["swiglu"]["matrices"] == 3 and rows["swiglu"]["ffn_num_hiddens"] == round(8 * 4096 / 3)
+    for act in ("swiglu", "geglu"):
+        assert rows[act]["params"] == 3 * 4096 * rows[act]["ffn_num_hiddens"]
+        assert abs(rows[act]["rel_diff"]) < 1e-3
+
+
+@pytest.mark.parametrize("d", [24, 48, 64, 100, 128, 768])
+def test_rounding_of_8d_over_3_is_the_only_difference(d):
+    (row,) = ffn_parameter_counts(d, ["swiglu"])
+    assert abs(row["rel_diff"]) <= 1 / (8 * d) + 1e-12
+    assert (row["rel_diff"] == 0) == (d % 3 == 0)
+
+
+def test_the_compared_models_have_identical_parameter_counts():
+    shapes = {k: COMPARISON_CONFIG[k] for k in ("num_hiddens", "num_heads", "num_layers", "norm", "placement")}
+    counts = {act: sum(p.numel() for p in TinyLM(103, max_len=64, act=act, **shapes).to("meta").parameters())
+              for act in ("gelu", "swiglu")}
+    assert counts["gelu"] == counts["swiglu"]
+
+
+def test_parameter_counts_reject_bad_arguments():
+    with pytest.raises(ValueError, match="num_hiddens"):
+        ffn_parameter_counts(0)
+    with pytest.raises(ValueError, match="act"):
+        ffn_parameter_counts(64, ["tanh"])
+    with pytest.raises(TypeError, match="acts"):
+        ffn_parameter_counts(64, "gelu")
+
+
+def test_shazeer_table_is_the_published_order():
+    t = SHAZEER_2020_LOG_PERPLEXITY
+    assert t["relu"] > t["gelu"] > t["swiglu"] > t["geglu"]
+
+
+# ---------------------------------------------------------------- key-value memories
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "swiglu", "geglu"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_ffn_is_a_weighted_sum_of_value_vectors(act, bias):
+    torch.manual_seed(0)
+    ffn = FeedForward(32, act=act, bias=bias)
+    reading = ffn_as_memories(ffn, torch.randn(2, 10, 32), top_k=5)
+    assert reading.max_abs_diff < 1e-5
+    assert reading.coefficients.shape == (20, ffn.ffn_num_hiddens)
+    assert 0 < reading.top_share <= 1
+
+
+def test_relu_switches_off_about_half_the_memories_and_gelu_none():
+    torch.manual_seed(0)
+    X = torch.randn(64, 32)
+    relu = ffn_as_memories(FeedForward(32, act="relu"), X)
+    gelu = ffn_as_memories(FeedForward(32, act="gelu"), X)
+    assert 0.35 < relu.active_fraction < 0.65
+    assert gelu.active_fraction == 1.0
+
+
+def test_memory_reading_rejects_bad_inputs():
+    ffn = FeedForward(16, act="relu")
+    with pytest.raises(TypeError, match="ffn"):
+        ffn_as_memories(torch.nn.Linear(16, 16), torch.randn(3, 16))
+    with pytest.raises(ValueError, match="X must have shape"):
+        ffn_as_memories(ffn, torch.randn(3, 15))
+    with pytest.raises(ValueError, match="top_k"):
+        ffn_as_memories(ffn, torch.randn(3, 16), top_k=10_000)
+
+
+def test_activation_plot():
+    fig = plot_activations()
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 3
+    with pytest.raises(ValueError, match="acts"):
+        plot_activations(["tanh"])
+
+
+# ---------------------------------------------------------------- training
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_ensemble_trains_every_seed_exactly_as_train_lm(corpus, vectorize):
+    kwargs = {k: v for k, v in TINY.items() if k != "eval_batches"}
+    run = train_ensemble(corpus, act="swiglu", seeds=(0, 5), eval_steps=(6, 12), vectorize=vectorize, **TINY)
+    assert run.val_steps == [6, 12]
+    for i, seed in enumerate((0, 5)):
+        ref = train_lm(corpus, seed=seed, eval_every=6, eval_batches=2, act="swiglu", norm="rms",
+                       placement="pre", **kwargs)
+        assert run.train_loss[i] == pytest.approx(ref.train_loss, abs=1e-5)
+        assert run.val_loss[i] == pytest.approx(ref.val_loss, abs=1e-5)
+    # the trained weights come back: the stored model scores the recorded final loss
+    model = run.model(5, corpus.vocab_size)
+    assert evaluate(model, corpus, TINY["batch_size"], TINY["seq_len"], 2) == pytest.approx(run.val_loss[1][-1],
+                                                                                          abs=1e-5)
+
+
+def test_ensemble_members_share_nothing_and_runs_repeat(corpus):
+    both = train_ensemble(corpus, act="gelu", seeds=(1, 2), eval_steps=(12,), **TINY)
+    again = train_ensemble(corpus, act="gelu", seeds=(1, 2), eval_steps=(12,), **TINY)
+    alone = train_ensemble(corpus, act="gelu", seeds=(2,), eval_steps=(12,), **TINY)
+    assert both.train_loss == again.train_loss and both.val_loss == again.val_loss
+    assert both.train_loss[1] == pytest.approx(alone.train_loss[0], abs=1e-6)
+    assert both.train_loss[0] != both.train_loss[1]
+    assert both.train_loss[0][0] == pytest.approx(math.log(corpus.vocab_size), abs=0.6)
+    assert both.num_params == sum(p.numel() for p in both.model(1, corpus.vocab_size).parameters())
+
+
+def test_ensemble_rejects_bad_arguments(corpus):
+    with pytest.raises(ValueError, match="act"):
+        train_ensemble(corpus, act="tanh", **TINY)
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        train_ensemble(corpus, seeds=(0, 0), **TINY)
+    with pytest.raises(ValueError, match="seed"):
+        train_ensemble(corpus, seeds=(-1,), **TINY)
+    with pytest.raises(TypeError, match="seeds"):
+        train_ensemble(corpus, seeds=3, **TINY)
+    with pytest.raises(ValueError, match="eval_steps"):
+        train_ensemble(corpus, eval_steps=(13,), **TINY)
+    with pytest.raises(TypeError, match="vectorize"):
+        train_ensemble(corpus, vectorize=1, eval_steps=(), **TINY)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        train_ensemble(corpus, **{**TINY, "warmup_steps": -1})
+
+
+# ---------------------------------------------------------------- the comparison
+
+def test_comparison_records_every_seed_and_its_summary(comparison, corpus):
+    assert set(comparison.runs) == {"gelu", "swiglu"}
+    assert comparison.seeds == [0, 1, 2] and comparison.val_steps == [8, 16, 24]
+    assert comparison.corpus_chars == len(corpus.text) and comparison.corpus_sha256 == corpus.sha256
+    assert comparison.runs["gelu"].num_params == comparison.runs["swiglu"].num_params
+    for run in comparison.runs.values():
+        assert len(run.train_loss) == 3 and all(len(losses) == 24 for losses in run.train_loss)
+        # the models learn: character statistics alone take the loss far below uniform
+        assert max(losses[-1] for losses in run.val_loss) < math.log(corpus.vocab_size) - 1.0
+    diffs = comparison.differences(24)
+    assert diffs == pytest.approx([g - s for g, s in zip(comparison.val_loss("gelu", 24),
+                                                        comparison.val_loss("swiglu", 24))])
+    s = comparison.summary(24)
+    assert s["mean"] == pytest.approx(sum(diffs) / 3) and s["min"] <= s["mean"] <= s["max"]
+    assert s["wins"] == sum(d > 0 for d in diffs) and s["seeds"] == 3 and s["std"] >= 0
+    table = comparison.seed_table()
+    assert table.shape == (3 * 3 + 3, 3)
+    assert table.loc[("seed 1", 24), "difference"] == pytest.approx(diffs[1])
+    with pytest.raises(ValueError, match="step"):
+        comparison.val_loss("gelu", 7)
+    with pytest.raises(ValueError, match="act"):
+        comparison.val_loss("relu", 8)
+
+
+def test_comparison_does_not_depend_on_the_worker_threads(comparison, corpus):
+    threads = torch.get_num_threads()
+    serial = ffn_comparison(corpus, seeds=(0, 1, 2), num_steps=24, eval_steps=(8, 16, 24), workers=1, **SMALL)
+    assert torch.get_num_threads() == threads  # restored
+    for act in ("gelu", "swiglu"):
+        for a, b in zip(serial.runs[act].val_loss, comparison.runs[act].val_loss):
+            assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_comparison_plot(comparison):
+    fig = plot_ffn_comparison(comparison, window=4, skip=5)
+    assert len(fig.axes) == 2
+    assert len(fig.axes[1].lines) >= 2 * 3  # a curve and markers per seed
+    assert fig.axes[1].lines[0].get_xdata()[0] == 5
+    with pytest.raises(ValueError, match="act"):
+        plot_ffn_comparison(comparison, baseline="relu", skip=5)
+    with pytest.raises(ValueError, match="skip"):
+        plot_ffn_comparison(comparison)  # 50 > the 24 steps trained
+
+
+def test_comparison_rejects_bad_arguments(corpus):
+    with pytest.raises(TypeError, match="act"):
+        ffn_comparison(corpus, act="gelu")
+    with pytest.raises(TypeError, match="acts"):
+        ffn_comparison(corpus, acts="gelu")
+    with pytest.raises(ValueError, match="distinct"):
+        ffn_comparison(corpus, acts=("gelu", "gelu"))
+    with pytest.raises(ValueError, match="acts"):
+        ffn_comparison(corpus, acts=("gelu", "tanh"))
+    with pytest.raises(ValueError, match="workers"):
+        ffn_comparison(corpus, workers=0)
