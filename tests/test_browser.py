@@ -50,11 +50,22 @@ def browser(server):
         chromium.close()
 
 
+# Messages from the theme's own machinery, not from the book's scripts: sphinx-thebe (via
+# Jupyter Book) declares its configuration constant twice, pydata-sphinx-theme logs a notice
+# as an error when no colour mode is stored, and the browser asks for a favicon we do not ship.
+THIRD_PARTY_NOISE = ("Identifier 'THEBE_JS_URL' has already been declared", "Got invalid theme mode")
+
+
+def _ours(message: str, url: str = "") -> bool:
+    return not any(noise in message for noise in THIRD_PARTY_NOISE) and not url.endswith("/favicon.ico")
+
+
 def open_page(browser, url, problems):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     base = urlparse(url)
-    page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
-    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console: {msg.text}"))
+    page.on("pageerror", lambda error: _ours(str(error)) and problems.append(f"script error: {error}"))
+    page.on("console", lambda msg: msg.type == "error" and _ours(msg.text, msg.location.get("url", ""))
+            and problems.append(f"console: {msg.text} ({msg.location.get('url')})"))
 
     def outside(request):
         target = urlparse(request.url)
