@@ -42,7 +42,7 @@ from ._checks import check_bool, check_choice, check_positive_float, check_posit
 from .data import CharCorpus
 from .ffn import ACTS, GATED_ACTS, FeedForward
 from .plot import STYLE, new_figure
-from .train import TinyLM, lr_at
+from .train import TinyLM, lr_at, moving_average
 
 #: Colours of the activations in this chapter's figures (plain MLPs warm, gated cool).
 ACT_COLORS = {"relu": "#7f8c8d", "gelu": "#c0392b", "gelu_tanh": "#e67e22",
@@ -712,16 +712,6 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
                          time.perf_counter() - start, config)
 
 
-def _smooth(values, window: int) -> list[float]:
-    out, total = [], 0.0
-    for i, value in enumerate(values):
-        total += value
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
-
-
 def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: str = "swiglu",
                         window: int = 25, skip: int = 50, width: float = 8.0, height: float = 3.1):
     """Training curves of both activations (left) and their per-seed gap (right).
@@ -761,7 +751,7 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: st
         for run, label in zip(runs, names):
             color = ACT_COLORS.get(run.act)
             for i, losses in enumerate(run.train_loss):
-                curve = _smooth(losses, window)
+                curve = moving_average(losses, window)
                 ax.plot(range(1, len(curve) + 1), curve, color=color, linewidth=1.0, alpha=0.8,
                         label=f"{label} (train)" if i == 0 else None)
                 ax.plot(run.val_steps, run.val_loss[i], linestyle="none", marker="o", markersize=4,
@@ -771,8 +761,8 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: st
         ax.legend(loc="upper right", fontsize=9)
         largest = 0.02
         for i, seed in enumerate(result.seeds):
-            gap = [a - b for a, b in zip(_smooth(runs[0].train_loss[i], window),
-                                         _smooth(runs[1].train_loss[i], window))][skip - 1:]
+            gap = [a - b for a, b in zip(moving_average(runs[0].train_loss[i], window),
+                                         moving_average(runs[1].train_loss[i], window))][skip - 1:]
             val_gap = [result.differences(s, baseline, other)[i] for s in result.val_steps]
             largest = max(largest, max(abs(g) for g in gap), max(abs(g) for g in val_gap))
             lines = ax_gap.plot(range(skip, skip + len(gap)), gap, linewidth=1.0, label=f"seed {seed}")
