@@ -784,39 +784,20 @@ def compare_with_trinity(batch_size: int = 2, num_steps: int = 16, seed: int = 0
 
     Introduced in the chapter "One block, every configuration".
     """
-    from .reference import _valid, additive_mask
     from transformers.models.afmoe.modeling_afmoe import AfmoeRotaryEmbedding
 
-    layer, config = make_trinity_layer(seed)
-    block = from_afmoe_layer(layer, config).eval()
-    gen = torch.Generator().manual_seed(seed + 1)
-    d = config.hidden_size
-    X = torch.randn(batch_size, num_steps, d, generator=gen)
-    R = torch.randn(batch_size, num_steps, d, generator=gen)
-    valid_lens = None
-    if padded and batch_size > 1:
-        valid_lens = torch.full((batch_size,), num_steps)
-        valid_lens[1] = max(1, num_steps * 5 // 8)
-    valid = _valid(valid_lens, batch_size, num_steps)
-    position_ids = torch.arange(num_steps)[None].expand(batch_size, -1)
-    mask = additive_mask(valid_lens, num_steps, True, X.dtype, batch_size)
+    from .reference import Reference, additive_mask, compare_with_reference
 
-    def reference_call(Z):
+    def call(layer, config, Z, valid_lens):
+        batch, steps = Z.shape[:2]
+        position_ids = torch.arange(steps)[None].expand(batch, -1)
+        mask = additive_mask(valid_lens, steps, True, Z.dtype, batch)
         rotary = AfmoeRotaryEmbedding(config)(Z, position_ids)  # unused by a global layer, but required
         return layer(Z, attention_mask=mask, position_ids=position_ids, position_embeddings=rotary)
 
-    outputs, grads = [], []
-    for run in (reference_call, lambda Z: block(Z, valid_lens)):
-        Z = X.clone().requires_grad_(True)
-        Y = run(Z)
-        Y = Y[0] if isinstance(Y, tuple) else Y
-        (Y * R * valid).sum().backward()
-        outputs.append(Y.detach())
-        grads.append(Z.grad)
-    keep = valid.bool().expand_as(outputs[0])
-    return {"max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
-            "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
-            "max_abs_output": float(outputs[0][keep].abs().max()), "block": block}
+    trinity = Reference("AfmoeDecoderLayer", "Arcee Trinity", make_trinity_layer, from_afmoe_layer, call,
+                        causal=True)
+    return compare_with_reference(trinity, batch_size, num_steps, seed, padded)
 
 
 # --------------------------------------------------------------------------- who uses what

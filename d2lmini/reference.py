@@ -559,7 +559,8 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
     valid (non-padded) positions are compared.
 
     Args:
-        name: a key of :data:`REFERENCES`.
+        name: a key of :data:`REFERENCES`, or a :class:`Reference` object (for a
+            reference kept elsewhere, e.g. Arcee Trinity in :mod:`d2lmini.catalog`).
         batch_size, num_steps: the batch's shape (batch >= 1, steps >= 2).
         seed: seeds the weights and the inputs.
         padded: whether to pad the second sequence (``valid_lens``).
@@ -572,9 +573,12 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
         KeyError: for an unknown ``name`` (the message lists the known ones).
         ImportError: if the reference needs ``transformers`` and it is not installed.
     """
-    if name not in REFERENCES:
+    if isinstance(name, Reference):
+        ref = name
+    elif name in REFERENCES:
+        ref = REFERENCES[name]
+    else:
         raise KeyError(f"unknown reference {name!r}; known: {sorted(REFERENCES)}")
-    ref = REFERENCES[name]
     layer, config = ref.make(seed)
     block = ref.convert(layer, config).eval()
     gen = torch.Generator().manual_seed(seed + 1)
@@ -595,6 +599,7 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
                 lambda Z: block(Z, *extra_ours, valid_lens) if ref.memory else block(Z, valid_lens)):
         Z = X.clone().requires_grad_(True)  # grad mode: nn.TransformerEncoderLayer takes its exact path
         Y = run(Z)
+        Y = Y[0] if isinstance(Y, tuple) else Y
         (Y * R * _valid(valid_lens, batch_size, num_steps)).sum().backward()
         outputs.append(Y.detach())
         grads.append(Z.grad)
