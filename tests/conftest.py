@@ -35,6 +35,17 @@ def chapter_notebooks() -> list[Path]:
     return [ROOT / f"{f}.ipynb" for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run a module's tests on one torch thread (tiny models; two threads mostly wait on each other)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

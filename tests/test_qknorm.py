@@ -17,13 +17,7 @@ from d2lmini.qknorm import (LogitRecorder, attention_entropy, attention_logits, 
 from d2lmini.train import train_lm
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # These models are tiny; on a shared two-core machine two threads mostly wait on each other.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
