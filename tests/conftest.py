@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,82 @@ def toc_files() -> list[str]:
 def chapter_notebooks() -> list[Path]:
     """The .ipynb chapters listed in _toc.yml."""
     return [ROOT / f"{f}.ipynb" for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
+
+
+def find_python(version: str) -> Path | None:
+    """An interpreter of Python ``version`` (such as ``"3.13"``) on this machine, or None.
+
+    Looks under pyenv's versions first (``$PYENV_ROOT``, by default ``~/.pyenv``), then for
+    ``python3.X`` on PATH; a candidate counts only if it runs and reports that version.
+    """
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates = sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True)
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        candidates.append(Path(on_path))
+    for candidate in candidates:  # (a Python without its venv module is no use here)
+        proc = subprocess.run([str(candidate), "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True)
+        if proc.returncode == 0 and proc.stdout.strip() == version:
+            return candidate
+    return None
+
+
+UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+
+
+def make_venv(python: Path | str, where: Path, *installs: list[str]) -> Path:
+    """A fresh virtual environment of ``python`` in ``where`` (with pip in it, as on Colab); each
+    list in ``installs`` is installed in turn: first what a platform has preinstalled, then the
+    rest. Returns the environment's python.
+
+    Installs go through uv (requirements.txt), whose cache hard-links one unpacked copy of a
+    wheel into every environment: several torch environments then cost seconds each, not
+    minutes of unpacking and byte-compiling gigabytes of CUDA libraries as pip would.
+    """
+    if UV is None:
+        pytest.fail("uv is not installed (pip install -r requirements.txt installs it)")
+    subprocess.run([UV, "venv", "-q", "--seed", "--python", str(python), str(where)], check=True)
+    venv_python = where / "bin" / "python"
+    for packages in installs:
+        proc = subprocess.run([UV, "pip", "install", "-q", "--python", str(venv_python), *packages],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return venv_python
+
+
+# A virtual environment pinned like Google Colab today: Python 3.13, torch 2.11 and transformers
+# preinstalled (so installed here first), ipywidgets 7.7.1, matplotlib 3.10, numpy 2.1, and
+# pytest (Colab has it too). PyPI's Linux torch is the CUDA build, about 4.5 GB installed; on
+# Colab's CPU runtime the same code runs on the CPU, as here. d2lmini is not installed: each
+# chapter's setup cell installs it, and the package tests import it from the checkout.
+COLAB_PYTHON = "3.13"
+COLAB_TORCH = "torch==2.11.0"
+COLAB_PACKAGES = ["transformers==5.24.0", "ipywidgets==7.7.1", "matplotlib>=3.10,<3.11",
+                  "numpy>=2.1,<2.2", "pandas>=2.2", "ipykernel", "nbclient", "nbformat", "pytest"]
+
+
+@pytest.fixture(scope="session")
+def colab_python(tmp_path_factory) -> Path:
+    """The python of a fresh virtual environment pinned like Google Colab (see above); removed
+    at the end of the session. Without Python 3.13 here, Colab's packages on this Python."""
+    python = find_python(COLAB_PYTHON)
+    torch = COLAB_TORCH
+    if python is None:  # still Colab's packages, on this interpreter and the torch wheel on disk
+        warnings.warn(f"Python {COLAB_PYTHON} is not installed here; the Colab-like notebook runs "
+                      f"use Python {sys.version_info.major}.{sys.version_info.minor} and torch 2.13.0")
+        python, torch = sys.executable, "torch==2.13.0"
+    where = tmp_path_factory.mktemp("colab") / "venv"
+    venv_python = make_venv(python, where, [torch], COLAB_PACKAGES)  # torch is preinstalled on Colab
+    versions = subprocess.run([str(venv_python), "-c", "import sys, ipywidgets, matplotlib, numpy, torch; "
+                               "print('%d.%d' % sys.version_info[:2], ipywidgets.__version__, "
+                               "matplotlib.__version__, numpy.__version__, torch.__version__)"],
+                              capture_output=True, text=True, check=True).stdout.split()
+    print("Colab-like environment: Python {}, ipywidgets {}, matplotlib {}, numpy {}, torch {}".format(*versions))
+    assert versions[1] == "7.7.1" and versions[2].startswith("3.10.") and versions[3].startswith("2.1.")
+    assert versions[4].startswith(torch.split("==")[1])
+    yield venv_python
+    shutil.rmtree(where, ignore_errors=True)  # several GB
 
 
 @pytest.fixture(scope="module")

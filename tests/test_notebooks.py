@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -47,13 +46,9 @@ def test_setup_cell_installs_from_the_configured_repository(path):
         assert package not in setup.source, f"the setup cell must never install {package}"
 
 
-# A virtual environment pinned like Google Colab today (ipywidgets 7.7.1, matplotlib 3.10,
-# numpy 2.1; torch and transformers preinstalled there, so installed here first), in which
-# each chapter runs alone, as a reader's notebook would. Only d2lmini comes from the
-# chapter's own setup cell, pointed at this checkout through D2LMINI_SOURCE.
-COLAB_PACKAGES = ["torch==2.13.0", "transformers==5.24.0", "ipywidgets==7.7.1", "matplotlib>=3.10,<3.11",
-                  "numpy>=2.1,<2.2", "pandas>=2.2", "ipykernel", "nbclient", "nbformat"]
-
+# Each chapter runs alone in the Colab-like environment (conftest.colab_python), as a reader's
+# notebook would; only d2lmini comes from the chapter's own setup cell, pointed at this
+# checkout through D2LMINI_SOURCE.
 RUNNER = """
 import sys, nbformat
 from nbclient import NotebookClient
@@ -67,20 +62,6 @@ views = sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
 errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
 print("widget views:", views, "errors:", len(errors))
 """
-
-
-@pytest.fixture(scope="session")
-def colab_python(tmp_path_factory) -> Path:
-    venv = tmp_path_factory.mktemp("colab") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *COLAB_PACKAGES], check=True,
-                   capture_output=True, text=True)
-    versions = subprocess.run([str(python), "-c", "import ipywidgets, matplotlib, numpy; "
-                               "print(ipywidgets.__version__, matplotlib.__version__, numpy.__version__)"],
-                              capture_output=True, text=True, check=True).stdout.split()
-    assert versions[0] == "7.7.1" and versions[1].startswith("3.10.") and versions[2].startswith("2.1.")
-    return python
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -1,0 +1,73 @@
+"""The package and its explorers on every Python the package supports (3.10-3.13), with both
+ipywidgets 7.7.1 (Colab's) and 8.x, and with the oldest releases pyproject.toml admits.
+
+This session's own interpreter (3.11, ipywidgets 8, torch 2.13) runs the whole suite; here the
+widget, package and training tests run again in fresh virtual environments of the others:
+
+* 3.10 with the floors of pyproject.toml: torch 2.4 (so SDPA without ``enable_gqa``),
+  numpy 1.24, matplotlib 3.7, pandas 2.0, and ipywidgets 7.7.1;
+* 3.12 with current releases and ipywidgets 8;
+* 3.13 in the Colab-like environment the chapters run in (torch 2.11, ipywidgets 7.7.1).
+
+An interpreter that is not installed on this machine is skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import COLAB_PYTHON, ROOT, find_python, make_venv
+
+SUITES = ["tests/test_widgets.py", "tests/test_package.py", "tests/test_train.py"]
+
+# Python -> (what is installed first, as a platform would have it; then the rest)
+ENVIRONMENTS = {
+    "3.10": (["torch==2.4.1"],
+             ["numpy==1.24.4", "matplotlib==3.7.5", "pandas==2.0.3", "ipywidgets==7.7.1", "pytest"]),
+    "3.12": (["torch==2.11.0"],
+             ["numpy>=2.1", "matplotlib>=3.10", "pandas>=2.2", "ipywidgets>=8,<9", "pytest"]),
+}
+
+VERSIONS = ("import sys, torch, numpy, matplotlib, ipywidgets; print('versions:', '%d.%d' % sys.version_info[:2], "
+            "torch.__version__, numpy.__version__, matplotlib.__version__, ipywidgets.__version__)")
+
+
+@pytest.fixture
+def python_of(request, tmp_path_factory):
+    """The python of a fresh environment for the version in ``request.param``; removed afterwards."""
+    version = request.param
+    if version == COLAB_PYTHON:
+        yield request.getfixturevalue("colab_python")
+        return
+    interpreter = find_python(version)
+    if interpreter is None:
+        pytest.skip(f"Python {version} is not installed on this machine")
+    where = tmp_path_factory.mktemp(f"py{version}") / "venv"
+    first, rest = ENVIRONMENTS[version]
+    # The package itself, with its extras, must install over those pins without changing them.
+    yield make_venv(interpreter, where, first, rest, ["-e", f"{ROOT}[widgets,book]"])
+    shutil.rmtree(where, ignore_errors=True)  # several GB
+
+
+@pytest.mark.parametrize("python_of", [*ENVIRONMENTS, COLAB_PYTHON], indirect=True)
+def test_package_and_explorers_pass(python_of, request):
+    version = request.node.callspec.params["python_of"]
+    versions = subprocess.run([str(python_of), "-c", VERSIONS], capture_output=True, text=True, check=True)
+    print(versions.stdout)
+    python, *releases = versions.stdout.split()[1:]
+    installed = dict(zip(["torch", "numpy", "matplotlib", "ipywidgets"], releases))
+    if version == COLAB_PYTHON and python != version:
+        pytest.skip(f"Python {version} is not installed on this machine")
+    assert python == version
+    for pin in [pin for group in ENVIRONMENTS.get(version, ()) for pin in group]:
+        name, _, wanted = pin.partition("==")  # the pins held: installing the package changed none
+        if name in installed and wanted:
+            assert installed[name].split("+")[0] == wanted, (name, installed[name])
+    # Run from the checkout, so the tests import this checkout's d2lmini.
+    proc = subprocess.run([str(python_of), "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITES],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
+    print(proc.stdout.splitlines()[-1])
