@@ -71,11 +71,12 @@ def make_venv(python: Path | str, where: Path, *installs: list[str]) -> Path:
     """
     if UV is None:
         pytest.fail("uv is not installed (pip install -r requirements.txt installs it)")
-    subprocess.run([UV, "venv", "-q", "--seed", "--python", str(python), str(where)], check=True)
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}  # the interpreter given, never a download
+    subprocess.run([UV, "venv", "-q", "--seed", "--python", str(python), str(where)], check=True, env=env)
     venv_python = where / "bin" / "python"
     for packages in installs:
         proc = subprocess.run([UV, "pip", "install", "-q", "--python", str(venv_python), *packages],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return venv_python
 
