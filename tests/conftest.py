@@ -67,7 +67,7 @@ def make_venv(python: Path | str, where: Path, *installs: list[str]) -> Path:
 
     Installs go through uv (requirements.txt), whose cache hard-links one unpacked copy of a
     wheel into every environment: several torch environments then cost seconds each, not
-    minutes of unpacking and byte-compiling gigabytes of CUDA libraries as pip would.
+    minutes of unpacking gigabytes of CUDA libraries as pip would.
     """
     if UV is None:
         pytest.fail("uv is not installed (pip install -r requirements.txt installs it)")
@@ -75,7 +75,10 @@ def make_venv(python: Path | str, where: Path, *installs: list[str]) -> Path:
     subprocess.run([UV, "venv", "-q", "--seed", "--python", str(python), str(where)], check=True, env=env)
     venv_python = where / "bin" / "python"
     for packages in installs:
-        proc = subprocess.run([UV, "pip", "install", "-q", "--python", str(venv_python), *packages],
+        # --compile-bytecode, as pip does: with PYTHONDONTWRITEBYTECODE set (CI sets it), every
+        # process would otherwise compile torch's modules anew, seconds each time.
+        proc = subprocess.run([UV, "pip", "install", "-q", "--compile-bytecode", "--python", str(venv_python),
+                               *packages],
                               capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return venv_python
