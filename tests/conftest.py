@@ -84,6 +84,16 @@ def make_venv(python: Path | str, where: Path, *installs: list[str]) -> Path:
     return venv_python
 
 
+def releases(python: Path | str) -> dict[str, str]:
+    """What ``python`` runs: its ``'python'`` version (such as ``'3.13'``) and the releases of
+    torch, numpy, matplotlib and ipywidgets installed there."""
+    names = ["torch", "numpy", "matplotlib", "ipywidgets"]
+    code = f"import sys, {', '.join(names)}; print('%d.%d' % sys.version_info[:2], " + \
+        ", ".join(f"{name}.__version__" for name in names) + ")"
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout
+    return dict(zip(["python", *names], out.split()))
+
+
 # A virtual environment pinned like Google Colab today: Python 3.13, torch 2.11 and transformers
 # preinstalled (so installed here first), ipywidgets 7.7.1, matplotlib 3.10, numpy 2.1, and
 # pytest (Colab has it too). PyPI's Linux torch is the CUDA build, about 4.5 GB installed; on
@@ -107,13 +117,11 @@ def colab_python(tmp_path_factory) -> Path:
         python, torch = sys.executable, "torch==2.13.0"
     where = tmp_path_factory.mktemp("colab") / "venv"
     venv_python = make_venv(python, where, [torch], COLAB_PACKAGES)  # torch is preinstalled on Colab
-    versions = subprocess.run([str(venv_python), "-c", "import sys, ipywidgets, matplotlib, numpy, torch; "
-                               "print('%d.%d' % sys.version_info[:2], ipywidgets.__version__, "
-                               "matplotlib.__version__, numpy.__version__, torch.__version__)"],
-                              capture_output=True, text=True, check=True).stdout.split()
-    print("Colab-like environment: Python {}, ipywidgets {}, matplotlib {}, numpy {}, torch {}".format(*versions))
-    assert versions[1] == "7.7.1" and versions[2].startswith("3.10.") and versions[3].startswith("2.1.")
-    assert versions[4].startswith(torch.split("==")[1])
+    versions = releases(venv_python)
+    print("Colab-like environment: Python {python}, ipywidgets {ipywidgets}, matplotlib {matplotlib}, "
+          "numpy {numpy}, torch {torch}".format(**versions))
+    assert versions["ipywidgets"] == "7.7.1" and versions["matplotlib"].startswith("3.10.")
+    assert versions["numpy"].startswith("2.1.") and versions["torch"].startswith(torch.split("==")[1])
     yield venv_python
     shutil.rmtree(where, ignore_errors=True)  # several GB
 

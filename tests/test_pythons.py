@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from conftest import COLAB_PYTHON, ROOT, find_python, make_venv
+from conftest import COLAB_PYTHON, ROOT, find_python, make_venv, releases
 
 SUITES = ["tests/test_widgets.py", "tests/test_package.py", "tests/test_train.py"]
 
@@ -31,20 +31,17 @@ ENVIRONMENTS = {
              ["numpy>=2.1", "matplotlib>=3.10", "pandas>=2.2", "ipywidgets>=8,<9", "pytest"]),
 }
 
-VERSIONS = ("import sys, torch, numpy, matplotlib, ipywidgets; print('versions:', '%d.%d' % sys.version_info[:2], "
-            "torch.__version__, numpy.__version__, matplotlib.__version__, ipywidgets.__version__)")
-
 
 @pytest.fixture
 def python_of(request, tmp_path_factory):
     """The python of a fresh environment for the version in ``request.param``; removed afterwards."""
     version = request.param
-    if version == COLAB_PYTHON:
-        yield request.getfixturevalue("colab_python")
-        return
     interpreter = find_python(version)
     if interpreter is None:
         pytest.skip(f"Python {version} is not installed on this machine")
+    if version == COLAB_PYTHON:
+        yield request.getfixturevalue("colab_python")
+        return
     where = tmp_path_factory.mktemp(f"py{version}") / "venv"
     first, rest = ENVIRONMENTS[version]
     # The package itself, with its extras, must install over those pins without changing them.
@@ -55,13 +52,9 @@ def python_of(request, tmp_path_factory):
 @pytest.mark.parametrize("python_of", [*ENVIRONMENTS, COLAB_PYTHON], indirect=True)
 def test_package_and_explorers_pass(python_of, request):
     version = request.node.callspec.params["python_of"]
-    versions = subprocess.run([str(python_of), "-c", VERSIONS], capture_output=True, text=True, check=True)
-    print(versions.stdout)
-    python, *releases = versions.stdout.split()[1:]
-    installed = dict(zip(["torch", "numpy", "matplotlib", "ipywidgets"], releases))
-    if version == COLAB_PYTHON and python != version:
-        pytest.skip(f"Python {version} is not installed on this machine")
-    assert python == version
+    installed = releases(python_of)
+    print(installed)
+    assert installed["python"] == version
     for pin in [pin for group in ENVIRONMENTS.get(version, ()) for pin in group]:
         name, _, wanted = pin.partition("==")  # the pins held: installing the package changed none
         if name in installed and wanted:
