@@ -49,9 +49,12 @@ def find_python(version: str) -> Path | None:
     on_path = shutil.which(f"python{version}")
     if on_path:
         candidates.append(Path(on_path))
-    for candidate in candidates:  # (a Python without its venv module is no use here)
-        proc = subprocess.run([str(candidate), "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
-                              capture_output=True, text=True)
+    for candidate in candidates:
+        try:  # (a pyenv shim of a version not selected exits non-zero; a broken file raises)
+            proc = subprocess.run([str(candidate), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                  capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
         if proc.returncode == 0 and proc.stdout.strip() == version:
             return candidate
     return None
@@ -72,6 +75,8 @@ def make_venv(python: Path | str, where: Path, *installs: list[str]) -> Path:
     if UV is None:
         pytest.fail("uv is not installed (pip install -r requirements.txt installs it)")
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}  # the interpreter given, never a download
+    if os.environ.get("PIP_FIND_LINKS"):  # uv sees the local wheels pip is told of (torch's CPU build)
+        env.setdefault("UV_FIND_LINKS", os.environ["PIP_FIND_LINKS"])
     subprocess.run([UV, "venv", "-q", "--seed", "--python", str(python), str(where)], check=True, env=env)
     venv_python = where / "bin" / "python"
     for packages in installs:

@@ -1,8 +1,9 @@
 """The package and its explorers on every Python the package supports (3.10-3.13), with both
 ipywidgets 7.7.1 (Colab's) and 8.x, and with the oldest releases pyproject.toml admits.
 
-This session's own interpreter (3.11, ipywidgets 8, torch 2.13) runs the whole suite; here the
-widget, package and training tests run again in fresh virtual environments of the others:
+The test session's own interpreter (in CI Python 3.11, with requirements.txt: ipywidgets 8,
+torch 2.13) runs the whole suite; here the widget, package and training tests run again in
+fresh virtual environments of the others:
 
 * 3.10 with the floors of pyproject.toml: torch 2.4 (so SDPA without ``enable_gqa``),
   numpy 1.24, matplotlib 3.7, pandas 2.0, and ipywidgets 7.7.1;
