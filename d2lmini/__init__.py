@@ -1,29 +1,66 @@
 """d2lmini: the code behind *The Transformer Block*, a small d2l-style library.
 
-Every chapter of the book imports from here: the block and its parts
-(:class:`RMSNorm`, :class:`MultiHeadAttention`, :class:`FeedForward`,
-:class:`TransformerBlock`) and the functions that run each chapter's experiment.
+The package is laid out as the book is:
+
+**The model parts**, each in a module named after what it holds:
+:mod:`d2lmini.norms` (every norm: :class:`RMSNorm`, the per-head RMSNorm of QK-norm,
+LayerNorm written by hand, BatchNorm for sequences, and the factory :func:`make_norm`),
+:mod:`d2lmini.attention` (:class:`MultiHeadAttention` with grouped-query attention,
+QK-norm and RoPE, and gated attention), :mod:`d2lmini.ffn` (:class:`FeedForward`),
+:mod:`d2lmini.moe` (a mixture of experts) and :mod:`d2lmini.block`
+(:class:`TransformerBlock` and the decoder block with cross-attention).
+
+**The shared machinery**: :mod:`d2lmini.probes` (depth measurements at
+initialization), :mod:`d2lmini.data` and :mod:`d2lmini.train` (the character corpus, a
+tiny language model and the one training loop), :mod:`d2lmini.plot` (the house style,
+every colour and label), :mod:`d2lmini.widgets` (live explorers and their static
+twins), :mod:`d2lmini.reference` (real layers as d2lmini blocks) and
+:mod:`d2lmini.timing` (the timing harness).
+
+**Each chapter's experiments**, one module per notebook in :mod:`d2lmini.chapters`:
+
+============================================================  =============================================
+chapter                                                       module
+============================================================  =============================================
+1. Anatomy: two sublayers on one residual stream              :mod:`d2lmini.chapters.ch01_anatomy`
+2. Residual connections: the gradient highway                 :mod:`d2lmini.chapters.ch02_residual`
+3. Normalization: why LayerNorm, not BatchNorm                :mod:`d2lmini.chapters.ch03_normalization`
+4. Where the norm goes: post-LN, pre-LN and after             :mod:`d2lmini.chapters.ch04_norm_placement`
+5. RMSNorm: keep the scale, drop the centring                 :mod:`d2lmini.chapters.ch05_rmsnorm`
+6. QK-norm: the same discipline inside attention              :mod:`d2lmini.chapters.ch06_qk_norm`
+7. The feed-forward network: from ReLU to SwiGLU              :mod:`d2lmini.chapters.ch07_ffn`
+8. One block, every configuration -- and the 2026 block       :mod:`d2lmini.chapters.ch08_the_2026_block`
+Errors and their messages                                     :mod:`d2lmini.chapters.errors`
+============================================================  =============================================
 """
 
-from .attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin, valid_lens_mask
+from .attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin, valid_lens_mask
 from .block import PLACEMENTS, AddNorm, TransformerBlock, TransformerDecoderBlock
 from .ffn import ACTS, FeedForward, default_ffn_num_hiddens
+from .moe import MixtureOfExperts
 from .norms import NORMS, RMSNorm, make_norm
 from .notebook import glue
-from .probes import (PROBED_PLACEMENTS, DepthProbe, depth_table, init_linear_weights_, probe_depth, probe_placements,
-                     stream_rms, token_spread)
-from .widgets import (DepthExplorer, FrameExplorer, StaticTwin, depth_explorer, depth_explorer_static,
-                      qk_scale_explorer, residual_explorer)
+from .probes import PROBED_PLACEMENTS, DepthProbe, init_linear_weights_, probe_depth, stream_rms, token_spread
+from .widgets import FrameExplorer, StaticTwin
 
-# The chapters' experiment modules, e.g. ``d2lmini.anatomy.position_mixing``.
-from . import (anatomy, catalog, ffn_experiments, normalization, probes, qknorm, reference,  # noqa: E402
-               residual, rmsnorm)
+# Each chapter's experiments (e.g. ``d2lmini.chapters.ch01_anatomy.position_mixing``); the
+# explorers and the depth experiment are public names too.
+from . import chapters  # noqa: E402
+from .chapters import (ch01_anatomy, ch02_residual, ch03_normalization, ch04_norm_placement,  # noqa: E402
+                       ch05_rmsnorm, ch06_qk_norm, ch07_ffn, ch08_the_2026_block, errors)
+from .chapters.ch02_residual import residual_explorer  # noqa: E402
+from .chapters.ch04_norm_placement import (DepthExplorer, depth_explorer, depth_explorer_static,  # noqa: E402
+                                           depth_table, probe_placements)
+from .chapters.ch06_qk_norm import qk_scale_explorer  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACTS", "NORMS", "PLACEMENTS", "PROBED_PLACEMENTS", "QK_NORMS",
-    "AddNorm", "DepthExplorer", "DepthProbe", "FrameExplorer", "StaticTwin", "FeedForward", "MultiHeadAttention", "RMSNorm", "TransformerBlock", "TransformerDecoderBlock", "apply_rotary", "rotary_cos_sin",
-    "default_ffn_num_hiddens", "depth_explorer", "depth_explorer_static", "depth_table", "qk_scale_explorer", "residual_explorer", "glue", "init_linear_weights_", "make_norm", "probe_depth", "probe_placements",
-    "stream_rms", "token_spread", "valid_lens_mask",
+    "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "FrameExplorer", "GatedAttention",
+    "MixtureOfExperts", "MultiHeadAttention", "RMSNorm", "StaticTwin", "TransformerBlock",
+    "TransformerDecoderBlock", "apply_rotary", "default_ffn_num_hiddens", "depth_explorer",
+    "depth_explorer_static", "depth_table", "glue", "init_linear_weights_", "make_norm", "probe_depth",
+    "probe_placements", "qk_scale_explorer", "residual_explorer", "rotary_cos_sin", "stream_rms",
+    "token_spread", "valid_lens_mask",
 ]

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 from ._checks import (check_bool, check_choice, check_dtype_matches, check_positive_float, check_positive_int,
                       check_probability, check_sequence_tensor)
-from .norms import DEFAULT_EPS, RMSNorm
+from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 
 #: QK-norm variants accepted by ``MultiHeadAttention(qk_norm=...)``; all are RMSNorms
 #: applied to queries and keys right before the dot product, and before RoPE.
@@ -76,30 +76,6 @@ def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     half = X.shape[-1] // 2
     rotated = torch.cat((-X[..., half:], X[..., :half]), dim=-1)
     return X * cos + rotated * sin
-
-
-class HeadwiseRMSNorm(nn.Module):
-    """RMSNorm over each head's features with a distinct gain vector per head (``qk_norm='per_head_distinct'``).
-
-    Args:
-        num_heads: heads ``h``; head_dim: features per head.
-        eps: added to the mean square (default 1e-6).
-
-    Shape:
-        input ``(batch, num_steps, num_heads, head_dim)``, output the same.
-    """
-
-    def __init__(self, num_heads: int, head_dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = check_positive_float("eps", eps)
-        self.weight = nn.Parameter(torch.ones(check_positive_int("num_heads", num_heads),
-                                              check_positive_int("head_dim", head_dim)))
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """Normalize every head of ``X``, shape ``(b, n, h, head_dim)``; returns the same shape."""
-        X32 = X if X.dtype == torch.float64 else X.float()  # at least float32; float64 stays
-        Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return Y.to(X.dtype) * self.weight
 
 
 def valid_lens_mask(valid_lens, batch_size: int, num_queries: int, num_keys: int, device=None) -> torch.Tensor | None:
@@ -307,3 +283,62 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"causal={self.causal}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}")
+
+
+class GatedAttention(nn.Module):
+    r"""Multi-head attention with a sigmoid gate on the heads' output (Arcee Trinity).
+
+    ``out = W_o( Attn(X) * sigmoid(W_gate X) )``: every feature of the concatenated
+    heads is multiplied by its own input-dependent gate in (0, 1) before the output
+    projection (Qiu et al., 2025; used in every layer of Arcee Trinity). It wraps a
+    :class:`~d2lmini.attention.MultiHeadAttention` whose own output projection is
+    replaced by the identity, so the wrapped module returns the concatenated heads.
+    Drop it into a block with ``TransformerBlock(d, h, attn_factory=lambda:
+    GatedAttention(d, h, ...))``.
+
+    Args:
+        num_hiddens: model width ``d``.
+        num_heads: query heads ``h``.
+        **attention_kwargs: passed to :class:`~d2lmini.attention.MultiHeadAttention`
+            (``num_kv_heads``, ``head_dim``, ``qk_norm``, ``rope_theta``, ``causal``,
+            ``bias``, ...).
+
+    Attributes:
+        attention: the wrapped attention (``attention.W_o`` is ``nn.Identity``);
+        W_gate: ``nn.Linear(d, h * head_dim, bias=False)``; W_o: the output projection.
+        num_heads, num_kv_heads, head_dim, qk_norm, rope_theta, causal: read from
+        the wrapped attention.
+
+    Shape:
+        ``forward(queries, keys, values, valid_lens=None)`` as
+        :class:`~d2lmini.attention.MultiHeadAttention`; the gate reads ``queries``.
+        Returns ``(b, n_queries, d)``.
+
+    Raises:
+        ValueError / TypeError: as :class:`~d2lmini.attention.MultiHeadAttention`.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, **attention_kwargs):
+        super().__init__()
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, **attention_kwargs)
+        q_hiddens = self.attention.num_heads * self.attention.head_dim
+        bias = self.attention.W_o.bias is not None
+        self.attention.W_o = nn.Identity()  # the wrapped module now returns the concatenated heads
+        self.W_gate = nn.Linear(num_hiddens, q_hiddens, bias=False)
+        self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias)
+
+    # What the rest of the book reads from an attention module, passed through from the wrapped one.
+    num_hiddens = property(lambda self: self.attention.num_hiddens)
+    num_heads = property(lambda self: self.attention.num_heads)
+    num_kv_heads = property(lambda self: self.attention.num_kv_heads)
+    head_dim = property(lambda self: self.attention.head_dim)
+    qk_norm = property(lambda self: self.attention.qk_norm)
+    rope_theta = property(lambda self: self.attention.rope_theta)
+    causal = property(lambda self: self.attention.causal)
+
+    def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
+        """Attend, gate every head feature by ``sigmoid(W_gate queries)``, project; returns (b, q, d)."""
+        heads = self.attention(queries, keys, values, valid_lens)
+        return self.W_o(heads * torch.sigmoid(self.W_gate(queries)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_positive_float, check_positive_int
+from ._checks import check_choice, check_positive_float, check_positive_int, check_probability, check_sequence_tensor
 
 #: Names accepted by :func:`make_norm` (and by ``TransformerBlock(norm=...)``).
 NORMS = ("layer", "rms")
@@ -95,3 +95,107 @@ def make_norm(norm: str, num_hiddens: int, eps: float | None = None, gain: float
     with torch.no_grad():
         layer.weight.fill_(float(gain))
     return layer
+
+
+class HeadwiseRMSNorm(nn.Module):
+    """RMSNorm over each head's features with a distinct gain vector per head (``qk_norm='per_head_distinct'``).
+
+    Args:
+        num_heads: heads ``h``; head_dim: features per head.
+        eps: added to the mean square (default 1e-6).
+
+    Shape:
+        input ``(batch, num_steps, num_heads, head_dim)``, output the same.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = check_positive_float("eps", eps)
+        self.weight = nn.Parameter(torch.ones(check_positive_int("num_heads", num_heads),
+                                              check_positive_int("head_dim", head_dim)))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Normalize every head of ``X``, shape ``(b, n, h, head_dim)``; returns the same shape."""
+        X32 = X if X.dtype == torch.float64 else X.float()  # at least float32; float64 stays
+        Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return Y.to(X.dtype) * self.weight
+
+
+class SequenceBatchNorm(nn.Module):
+    """``nn.BatchNorm1d`` for the book's ``(b, n, d)`` tensors (the naive BatchNorm of a sequence model).
+
+    ``nn.BatchNorm1d`` wants the features in dimension 1, ``(b, d, n)``; this
+    wrapper transposes in and out. In training mode every feature is normalized
+    by its mean and variance over all ``b * n`` positions, padding included; in
+    evaluation mode by the running estimates. Used to put BatchNorm into a
+    :class:`~d2lmini.block.TransformerBlock` (:func:`swap_layer_norms_for_batch_norm_`).
+
+    Args:
+        num_hiddens: ``d``.
+        eps: added to the variance (default 1e-5).
+        momentum: weight of the current batch in the running estimates (default 0.1).
+
+    Attributes:
+        bn: the wrapped ``nn.BatchNorm1d``.
+
+    Shape:
+        input ``(b, n, d)``, output the same.
+
+    Raises:
+        TypeError / ValueError: bad constructor arguments; at call time an input that
+            is not ``(b, n, d)``, and (from PyTorch) a training-mode input with one
+            position per feature.
+    """
+
+    def __init__(self, num_hiddens: int, eps: float = DEFAULT_EPS["layer"], momentum: float = 0.1):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.bn = nn.BatchNorm1d(self.num_hiddens, eps=check_positive_float("eps", eps),
+                                 momentum=check_probability("momentum", momentum))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Normalize ``X`` (b, n, d) per feature; returns (b, n, d)."""
+        check_sequence_tensor("X", X, self.num_hiddens)
+        return self.bn(X.transpose(1, 2)).transpose(1, 2)
+
+
+class LayerNormByHand(nn.Module):
+    """LayerNorm written in the same style as :class:`d2lmini.RMSNorm`, for a fair timing.
+
+    Computes ``y = (x - mean(x)) / sqrt(mean((x - mean(x))**2) + eps) * weight + bias``
+    (Ba, Kiros & Hinton, 2016) with the same PyTorch operations RMSNorm uses: the
+    statistics in float32, cast back to the input's dtype before the gain. Against
+    RMSNorm it has one more reduction (the mean), one more subtraction and the bias.
+    Numerically it equals ``torch.nn.LayerNorm``; it exists so that
+    :func:`time_norms` can compare two norms written alike.
+
+    Introduced in the chapter "RMSNorm".
+
+    Args:
+        num_hiddens: size ``d`` of the normalized last dimension.
+        eps: added to the variance, > 0 (default 1e-5, as ``torch.nn.LayerNorm``).
+
+    Shape:
+        ``(*, d)`` in, the same shape out.
+
+    Raises:
+        TypeError / ValueError: if ``num_hiddens`` is not a positive int or ``eps`` not > 0.
+    """
+
+    def __init__(self, num_hiddens: int, eps: float = 1e-5):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.eps = check_positive_float("eps", eps)
+        self.weight = nn.Parameter(torch.ones(self.num_hiddens))
+        self.bias = nn.Parameter(torch.zeros(self.num_hiddens))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Normalize ``X``, shape ``(*, d)``, over its last dimension; returns the same shape."""
+        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
+            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+            raise ValueError(f"LayerNormByHand input must have last dimension {self.num_hiddens}, "
+                             f"got {shape}")
+        X32 = X.float()
+        centred = X32 - X32.mean(dim=-1, keepdim=True)
+        Y = centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return Y.to(X.dtype) * self.weight + self.bias

@@ -220,34 +220,3 @@ def train_lm(corpus: CharCorpus, num_steps: int = 300, batch_size: int = 32, seq
     return result
 
 
-#: The three runs of the warm-up demonstration: (label, placement, uses warm-up).
-WARMUP_RUNS = (("post-LN, no warm-up", "post", False),
-               ("post-LN, warm-up", "post", True),
-               ("pre-LN, no warm-up", "pre", False))
-
-
-def warmup_comparison(corpus: CharCorpus, num_steps: int = 300, lr: float = 1e-2, warmup_steps: int = 75,
-                      seed: int = 0, **kwargs) -> dict[str, TrainResult]:
-    """Post-LN with and without learning-rate warm-up against pre-LN without it.
-
-    The experiment behind Xiong et al. (2020): the same model, data, seed and peak
-    learning rate, trained three times -- post-LN without warm-up, post-LN with a
-    linear warm-up over ``warmup_steps``, and pre-LN without warm-up.
-
-    Args:
-        corpus: training data.
-        num_steps, lr, warmup_steps, seed: as in :func:`train_lm`.
-        **kwargs: passed to :func:`train_lm` (model size, ``norm``, ``act``,
-            ``batch_size``, ...); must not contain ``placement``.
-
-    Returns:
-        ``{label: TrainResult}`` with the labels of :data:`WARMUP_RUNS`.
-
-    Raises:
-        TypeError: if ``placement`` or ``warmup_steps`` is passed in ``kwargs``.
-    """
-    if "placement" in kwargs:
-        raise TypeError("warmup_comparison sets placement itself")
-    return {label: train_lm(corpus, num_steps=num_steps, lr=lr, warmup_steps=warmup_steps if warm else 0,
-                            seed=seed, placement=placement, **kwargs)
-            for label, placement, warm in WARMUP_RUNS}

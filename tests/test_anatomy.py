@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from d2lmini import TransformerBlock, TransformerDecoderBlock
-from d2lmini import anatomy
-from d2lmini.anatomy import (count_parameters, make_stack, parameter_counts, parameter_table, plot_residual_sum,
+from d2lmini.chapters import ch01_anatomy as anatomy
+from d2lmini.chapters.ch01_anatomy import (count_parameters, make_stack, parameter_counts, parameter_table, plot_residual_sum,
                              position_mixing, record_contributions, residual_sum, shared_parameters,
                              stack_anatomy, sublayer_labels)
 

@@ -9,7 +9,7 @@ import torch
 
 from d2lmini.data import python_reference_corpus
 from d2lmini.ffn import FeedForward
-from d2lmini.ffn_experiments import (COMPARISON_CONFIG, SHAZEER_2020_LOG_PERPLEXITY, ffn_as_memories,
+from d2lmini.chapters.ch07_ffn import (COMPARISON_CONFIG, SHAZEER_2020_LOG_PERPLEXITY, ffn_as_memories,
                                      ffn_comparison, ffn_parameter_counts, plot_activations,
                                      plot_ffn_comparison, train_ensemble)
 from d2lmini.train import TinyLM, evaluate, train_lm

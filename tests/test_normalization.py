@@ -8,7 +8,8 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from d2lmini import TransformerBlock
-from d2lmini import normalization as nm
+from d2lmini.chapters import ch03_normalization as nm
+from d2lmini.norms import SequenceBatchNorm
 
 
 # --- the norms by hand -------------------------------------------------------------
@@ -77,20 +78,20 @@ def test_hand_norms_reject_bad_arguments():
 
 
 def test_sequence_batch_norm_wraps_batchnorm1d_and_checks_shapes():
-    layer = nm.SequenceBatchNorm(6).train()
+    layer = SequenceBatchNorm(6).train()
     X = torch.randn(2, 5, 6)
     with torch.no_grad():
         assert torch.allclose(layer(X), nm.batch_norm_by_hand(X), atol=1e-5)
     with pytest.raises(ValueError, match="num_hiddens=6"):
         layer(torch.randn(2, 5, 7))
     with pytest.raises(ValueError, match="momentum"):
-        nm.SequenceBatchNorm(6, momentum=1.5)
+        SequenceBatchNorm(6, momentum=1.5)
 
 
 def test_swap_layer_norms_replaces_every_layer_norm():
     block = nm.swap_layer_norms_for_batch_norm_(TransformerBlock(16, 2, norm="layer", placement="pre"))
     assert not any(isinstance(m, nn.LayerNorm) for m in block.modules())
-    assert sum(isinstance(m, nm.SequenceBatchNorm) for m in block.modules()) == 2
+    assert sum(isinstance(m, SequenceBatchNorm) for m in block.modules()) == 2
     with pytest.raises(ValueError, match="no nn.LayerNorm"):
         nm.swap_layer_norms_for_batch_norm_(nn.Linear(3, 3))
 

@@ -365,7 +365,7 @@ def test_bad_qk_norm_and_rope_arguments():
 
 
 def test_every_catalogued_misuse_raises_a_clear_error():
-    from d2lmini.misuse import MISUSES, misuse_table
+    from d2lmini.chapters.errors import MISUSES, misuse_table
 
     rows = misuse_table()
     assert len(rows) == len(MISUSES)
@@ -375,7 +375,7 @@ def test_every_catalogued_misuse_raises_a_clear_error():
 
 
 def test_catalogued_misuses_raise_under_python_dash_O():
-    code = ("from d2lmini.misuse import misuse_table\n"
+    code = ("from d2lmini.chapters.errors import misuse_table\n"
             "print(sorted({row['error'] for row in misuse_table()}))\n")
     out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['TypeError', 'ValueError']"

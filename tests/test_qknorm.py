@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from d2lmini import QK_NORMS, MultiHeadAttention, TransformerBlock
 from d2lmini.data import python_reference_corpus
-from d2lmini.qknorm import (LogitRecorder, attention_entropy, attention_logits, log_spaced_scales,
+from d2lmini.chapters.ch06_qk_norm import (LogitRecorder, attention_entropy, attention_logits, log_spaced_scales,
                             logit_scale_sweep, make_attention, plot_logit_scale_sweep, plot_qk_norm_training,
                             qk_norm_training, qk_norm_variants, rope_order_check, scale_qk_,
                             train_with_logit_probe)

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from d2lmini import TransformerBlock
 from d2lmini.data import python_reference_corpus
-from d2lmini.residual import (SKIP_CONFIGS, PlainBlock, depth_gradients, jacobian_spectra, make_skip_stack,
+from d2lmini.chapters.ch02_residual import (SKIP_CONFIGS, PlainBlock, depth_gradients, jacobian_spectra, make_skip_stack,
                               plot_depth_gradients, plot_jacobian_spectra, plot_skip_training, skip_label,
                               skip_training, unigram_entropy, zero_output_projections_, zeroed_block_gaps)
 

@@ -10,7 +10,9 @@ from matplotlib.figure import Figure
 from torch import nn
 
 import d2lmini
-from d2lmini import rmsnorm as rn
+from d2lmini import timing as tm
+from d2lmini.chapters import ch05_rmsnorm as rn
+from d2lmini.norms import LayerNormByHand
 
 # --- the counter-example and the same-style LayerNorm -------------------------------
 
@@ -53,7 +55,7 @@ def test_variants_agree_with_rmsnorm_in_float64():
 
 def test_layer_norm_by_hand_matches_torch():
     X = torch.randn(2, 7, 32) * 2 + 1
-    ours, theirs = rn.LayerNormByHand(32), nn.LayerNorm(32)
+    ours, theirs = LayerNormByHand(32), nn.LayerNorm(32)
     with torch.no_grad():
         for p in (ours, theirs):
             p.weight.copy_(torch.linspace(0.5, 1.5, 32))
@@ -68,8 +70,8 @@ def test_layer_norm_by_hand_matches_torch():
     (lambda: rn.rms_norm_no_upcast(torch.ones(3, 4), eps=0.0), ValueError),
     (lambda: rn.rms_norm_no_upcast(torch.ones(3, 4), weight=torch.ones(5)), ValueError),
     (lambda: rn.rms_norm_torch_mean(torch.tensor(1.0)), ValueError),
-    (lambda: rn.LayerNormByHand(0), ValueError),
-    (lambda: rn.LayerNormByHand(8)(torch.ones(2, 4)), ValueError),
+    (lambda: LayerNormByHand(0), ValueError),
+    (lambda: LayerNormByHand(8)(torch.ones(2, 4)), ValueError),
 ])
 def test_bad_arguments_of_the_norms(call, error):
     with pytest.raises(error):
@@ -150,21 +152,21 @@ def test_parameter_counts_from_the_modules():
 
 
 def test_machine_description_names_the_machine():
-    machine = rn.machine_description()
+    machine = tm.machine_description()
     assert machine["processor"] and machine["torch"] == torch.__version__
     assert machine["threads"] == torch.get_num_threads()
 
 
 def test_time_norms_in_process_shape_and_keys():
     threads = torch.get_num_threads()
-    timing = rn.time_norms(shape=(1, 8, 64), repeats=3, warmup=1, fresh_process=False, clock="wall")
+    timing = tm.time_norms(shape=(1, 8, 64), repeats=3, warmup=1, fresh_process=False, clock="wall")
     assert torch.get_num_threads() == threads  # restored
     assert set(timing.times_ms) == {"forward", "forward_backward"}
     for times in timing.times_ms.values():
-        assert set(times) == set(rn.TIMED_NORMS) and all(t > 0 for t in times.values())
+        assert set(times) == set(tm.TIMED_NORMS) and all(t > 0 for t in times.values())
     assert timing.machine["threads"] == 1
     assert timing.ratio("rms_d2lmini", "rms_d2lmini") == 1.0
-    assert list(timing.table().index) == list(rn.TIMED_NORMS.values())
+    assert list(timing.table().index) == list(tm.TIMED_NORMS.values())
     with pytest.raises(KeyError):
         timing.ratio("rms", "layer_torch")
     with pytest.raises(KeyError):
@@ -172,7 +174,7 @@ def test_time_norms_in_process_shape_and_keys():
 
 
 def test_time_norms_in_a_fresh_process():
-    timing = rn.time_norms(shape=(2, 64, 256), repeats=5, warmup=1)
+    timing = tm.time_norms(shape=(2, 64, 256), repeats=5, warmup=1)
     assert timing.fresh_process and timing.clock == "thread"
     assert timing.machine["threads"] == 1
     fb = timing.times_ms["forward_backward"]
@@ -191,9 +193,9 @@ def test_time_norms_in_a_fresh_process():
 
 def test_forward_ops_rejects_bad_arguments():
     with pytest.raises(TypeError, match="norm"):
-        rn.forward_ops(lambda X: X, torch.ones(2, 4))
+        tm.forward_ops(lambda X: X, torch.ones(2, 4))
     with pytest.raises(TypeError, match="X"):
-        rn.forward_ops(nn.LayerNorm(4), [1.0, 2.0])
+        tm.forward_ops(nn.LayerNorm(4), [1.0, 2.0])
 
 
 @pytest.mark.parametrize("kwargs, error", [
@@ -207,7 +209,7 @@ def test_forward_ops_rejects_bad_arguments():
 ])
 def test_time_norms_rejects_bad_arguments(kwargs, error):
     with pytest.raises(error):
-        rn.time_norms(**kwargs)
+        tm.time_norms(**kwargs)
 
 
 # --- the float32 upcast --------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_bad_training_arguments(corpus):
 
 
 def test_warmup_comparison_runs_the_three_configurations(corpus):
-    from d2lmini.train import warmup_comparison
+    from d2lmini.chapters.ch04_norm_placement import warmup_comparison
 
     results = warmup_comparison(corpus, num_steps=20, lr=1e-3, warmup_steps=10, batch_size=4, seq_len=16,
                                 eval_every=20, eval_batches=1, num_hiddens=16, num_heads=2, num_layers=2,

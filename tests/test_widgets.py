@@ -40,8 +40,8 @@ def test_depth_explorer_redraws_its_one_figure_in_place():
 def test_depth_explorer_caches_each_configuration():
     explorer = d2lmini.depth_explorer(max_depth=16, depth=16, placement="pre", **SMALL)
     calls = []
-    original = d2lmini.widgets.probe_placements
-    d2lmini.widgets.probe_placements = lambda *a, **k: calls.append((a, k["norm"])) or original(*a, **k)
+    original = d2lmini.chapters.ch04_norm_placement.probe_placements
+    d2lmini.chapters.ch04_norm_placement.probe_placements = lambda *a, **k: calls.append((a, k["norm"])) or original(*a, **k)
     try:
         explorer.depth_slider.value = 15
         explorer.depth_slider.value = 16
@@ -49,7 +49,7 @@ def test_depth_explorer_caches_each_configuration():
         explorer.depth_slider.value = 15
         cached_redraw = time.perf_counter() - start
     finally:
-        d2lmini.widgets.probe_placements = original
+        d2lmini.chapters.ch04_norm_placement.probe_placements = original
     assert calls == [((15, ("pre",)), "layer")]
     assert cached_redraw < 5.0  # a sanity bound only; latency is measured in benchmarks/
 

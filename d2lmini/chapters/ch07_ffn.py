@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional as F
 
-from ._checks import check_bool, check_choice, check_positive_float, check_positive_int
-from .data import CharCorpus
-from .ffn import ACTS, GATED_ACTS, FeedForward
-from .plot import STYLE, new_figure
-from .train import TinyLM, lr_at, moving_average
+from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
+from ..data import CharCorpus
+from ..ffn import ACTS, GATED_ACTS, FeedForward
+from ..plot import STYLE, new_figure
+from ..train import TinyLM, lr_at, moving_average
 
 #: Colours of the activations in this chapter's figures (plain MLPs warm, gated cool).
 ACT_COLORS = {"relu": "#7f8c8d", "gelu": "#c0392b", "gelu_tanh": "#e67e22",
@@ -676,7 +676,7 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
     scale that runs on a laptop CPU. Introduced in the chapter "The feed-forward
     network: from ReLU to SwiGLU".
     """
-    from .data import python_reference_corpus
+    from ..data import python_reference_corpus
 
     for name in ("act", "seeds"):
         if name in overrides:

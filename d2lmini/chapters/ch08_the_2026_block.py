@@ -29,14 +29,14 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
-from ._checks import check_bool, check_choice, check_positive_float, check_positive_int
-from .attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
-from .block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
-from .ffn import ACTS, FeedForward
-from .norms import NORMS
-from .plot import STYLE, new_figure
+from .._checks import check_bool, check_positive_int
+from ..attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
+from ..moe import MixtureOfExperts
+from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
+from ..ffn import ACTS, FeedForward
+from ..norms import NORMS
+from ..plot import STYLE, new_figure
 
 # --------------------------------------------------------------------------- the constructor
 
@@ -99,187 +99,8 @@ def constructor_knobs() -> list[dict]:
 
 # --------------------------------------------------------------------------- mixture of experts
 
-#: Routers accepted by :class:`MixtureOfExperts`.
-ROUTERS = ("softmax", "sigmoid")
-
-
-class MixtureOfExperts(nn.Module):
-    r"""A sparse mixture-of-experts FFN: each token is sent to ``top_k`` of ``num_experts`` FFNs.
-
-    A linear router scores every expert for every token; the token goes to the
-    ``top_k`` best-scoring experts (:class:`~d2lmini.ffn.FeedForward` modules), whose
-    outputs are added with weights that sum to ``route_scale``:
-
-    .. math:: \mathrm{MoE}(x) = S(x) + \sum_{e \in \mathrm{top}_k(x)} w_e(x)\, E_e(x)
-
-    where ``S`` is an optional always-on shared expert. The weights come from the
-    router scores ``s = router(x)``: ``'softmax'`` takes ``softmax(s)`` (Shazeer et
-    al., 2017's top-k gating: the selected probabilities renormalized to sum to 1);
-    ``'sigmoid'`` takes ``sigmoid(s)``, selects with ``sigmoid(s) + expert_bias`` and
-    renormalizes the selected scores (DeepSeek-V3 and Arcee Trinity's routing;
-    ``expert_bias`` is a buffer a load balancer adjusts outside gradient descent,
-    zero by default). Each token runs through only ``top_k`` experts, so the
-    parameters grow with ``num_experts`` while the computation per token grows with
-    ``top_k``. Drop it into a block with
-    ``TransformerBlock(d, h, ffn_factory=lambda: MixtureOfExperts(d))``.
-
-    Args:
-        num_hiddens: model width ``d``.
-        num_experts: routed experts ``E`` (>= 1).
-        top_k: experts per token, ``1 <= top_k <= num_experts``.
-        ffn_num_hiddens: hidden width of each expert (default: FeedForward's default
-            for ``act``).
-        act: the experts' activation, one of :data:`~d2lmini.ffn.ACTS`.
-        router: ``'softmax'`` or ``'sigmoid'`` (see above).
-        num_shared_experts: shared experts, fused into one always-on FFN of width
-            ``num_shared_experts * ffn_num_hiddens`` (0: none).
-        route_scale: factor on the routed experts' weights (Trinity's ``route_scale``).
-        bias: whether the experts' linear layers have biases (the router has none).
-
-    Attributes:
-        router: ``nn.Linear(d, E, bias=False)``; experts: ``nn.ModuleList`` of ``E``
-        FeedForwards; shared: the shared FFN or ``None``; expert_bias: buffer ``(E,)``.
-
-    Shape:
-        input ``(*, d)``, output the same shape.
-
-    Raises:
-        ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, an
-            unknown ``router`` or ``act``; at call time an input whose last dimension
-            is not ``d``.
-
-    Introduced in the chapter "One block, every configuration".
-    """
-
-    def __init__(self, num_hiddens: int, num_experts: int = 8, top_k: int = 2, ffn_num_hiddens: int | None = None,
-                 act: str = "swiglu", router: str = "softmax", num_shared_experts: int = 0,
-                 route_scale: float = 1.0, bias: bool = False):
-        super().__init__()
-        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-        self.num_experts = check_positive_int("num_experts", num_experts)
-        self.top_k = check_positive_int("top_k", top_k)
-        if self.top_k > self.num_experts:
-            raise ValueError(f"top_k must be <= num_experts={num_experts}, got top_k={top_k}")
-        self.act = check_choice("act", act, ACTS)
-        self.router_kind = check_choice("router", router, ROUTERS)
-        if isinstance(num_shared_experts, bool) or not isinstance(num_shared_experts, int) or num_shared_experts < 0:
-            raise ValueError(f"num_shared_experts must be an int >= 0, got {num_shared_experts!r}")
-        self.num_shared_experts = num_shared_experts
-        self.route_scale = check_positive_float("route_scale", route_scale)
-        check_bool("bias", bias)
-        self.router = nn.Linear(num_hiddens, num_experts, bias=False)
-        self.experts = nn.ModuleList(FeedForward(num_hiddens, ffn_num_hiddens, act, bias)
-                                     for _ in range(num_experts))
-        width = self.experts[0].ffn_num_hiddens
-        self.shared = (FeedForward(num_hiddens, width * num_shared_experts, act, bias)
-                       if num_shared_experts else None)
-        self.register_buffer("expert_bias", torch.zeros(num_experts))
-
-    def route(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Choose experts for every token of ``X`` ``(T, d)``.
-
-        Returns:
-            ``(weights, experts)``, both ``(T, top_k)``: the mixing weights (float32,
-            summing to ``route_scale`` per token) and the chosen expert indices.
-        """
-        logits = self.router(X).float()  # routing decisions in float32, as the models do
-        if self.router_kind == "softmax":
-            scores = logits.softmax(dim=-1)
-        else:
-            scores = torch.sigmoid(logits)
-        _, experts = torch.topk(scores + self.expert_bias.float(), self.top_k, dim=-1)
-        weights = scores.gather(-1, experts)
-        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
-        return weights, experts
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d)."""
-        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
-            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-            raise ValueError(f"MixtureOfExperts input must have last dimension {self.num_hiddens}, got {shape}")
-        tokens = X.reshape(-1, self.num_hiddens)
-        weights, experts = self.route(tokens)
-        out = torch.zeros_like(tokens)
-        for e, expert in enumerate(self.experts):
-            token_idx, slot = torch.where(experts == e)
-            if token_idx.numel():  # each expert sees only the tokens routed to it
-                y = expert(tokens[token_idx]) * weights[token_idx, slot, None].to(tokens.dtype)
-                out = out.index_add(0, token_idx, y)
-        if self.shared is not None:
-            out = out + self.shared(tokens)
-        return out.reshape(X.shape)
-
-    def num_active_parameters(self) -> int:
-        """Parameters one token uses: router, shared expert and ``top_k`` routed experts."""
-        per_expert = sum(p.numel() for p in self.experts[0].parameters())
-        shared = 0 if self.shared is None else sum(p.numel() for p in self.shared.parameters())
-        return self.router.weight.numel() + shared + self.top_k * per_expert
-
-    def extra_repr(self) -> str:
-        return (f"num_experts={self.num_experts}, top_k={self.top_k}, router={self.router_kind!r}, "
-                f"num_shared_experts={self.num_shared_experts}")
-
 
 # --------------------------------------------------------------------------- gated attention
-
-
-class GatedAttention(nn.Module):
-    r"""Multi-head attention with a sigmoid gate on the heads' output (Arcee Trinity).
-
-    ``out = W_o( Attn(X) * sigmoid(W_gate X) )``: every feature of the concatenated
-    heads is multiplied by its own input-dependent gate in (0, 1) before the output
-    projection (Qiu et al., 2025; used in every layer of Arcee Trinity). It wraps a
-    :class:`~d2lmini.attention.MultiHeadAttention` whose own output projection is
-    replaced by the identity, so the wrapped module returns the concatenated heads.
-    Drop it into a block with ``TransformerBlock(d, h, attn_factory=lambda:
-    GatedAttention(d, h, ...))``.
-
-    Args:
-        num_hiddens: model width ``d``.
-        num_heads: query heads ``h``.
-        **attention_kwargs: passed to :class:`~d2lmini.attention.MultiHeadAttention`
-            (``num_kv_heads``, ``head_dim``, ``qk_norm``, ``rope_theta``, ``causal``,
-            ``bias``, ...).
-
-    Attributes:
-        attention: the wrapped attention (``attention.W_o`` is ``nn.Identity``);
-        W_gate: ``nn.Linear(d, h * head_dim, bias=False)``; W_o: the output projection.
-        num_heads, num_kv_heads, head_dim, qk_norm, rope_theta, causal: read from
-        the wrapped attention.
-
-    Shape:
-        ``forward(queries, keys, values, valid_lens=None)`` as
-        :class:`~d2lmini.attention.MultiHeadAttention`; the gate reads ``queries``.
-        Returns ``(b, n_queries, d)``.
-
-    Raises:
-        ValueError / TypeError: as :class:`~d2lmini.attention.MultiHeadAttention`.
-
-    Introduced in the chapter "One block, every configuration".
-    """
-
-    def __init__(self, num_hiddens: int, num_heads: int, **attention_kwargs):
-        super().__init__()
-        self.attention = MultiHeadAttention(num_hiddens, num_heads, **attention_kwargs)
-        q_hiddens = self.attention.num_heads * self.attention.head_dim
-        bias = self.attention.W_o.bias is not None
-        self.attention.W_o = nn.Identity()  # the wrapped module now returns the concatenated heads
-        self.W_gate = nn.Linear(num_hiddens, q_hiddens, bias=False)
-        self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias)
-
-    # What the rest of the book reads from an attention module, passed through from the wrapped one.
-    num_hiddens = property(lambda self: self.attention.num_hiddens)
-    num_heads = property(lambda self: self.attention.num_heads)
-    num_kv_heads = property(lambda self: self.attention.num_kv_heads)
-    head_dim = property(lambda self: self.attention.head_dim)
-    qk_norm = property(lambda self: self.attention.qk_norm)
-    rope_theta = property(lambda self: self.attention.rope_theta)
-    causal = property(lambda self: self.attention.causal)
-
-    def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
-        """Attend, gate every head feature by ``sigmoid(W_gate queries)``, project; returns (b, q, d)."""
-        heads = self.attention(queries, keys, values, valid_lens)
-        return self.W_o(heads * torch.sigmoid(self.W_gate(queries)))
 
 
 # --------------------------------------------------------------------------- grouped-query attention
@@ -754,7 +575,7 @@ def make_trinity_layer(seed: int = 0):
         from transformers.models.afmoe.modeling_afmoe import AfmoeDecoderLayer
     except (ImportError, AttributeError) as error:  # older transformers: no Trinity layer
         raise ImportError(f"this transformers has no AfmoeDecoderLayer ({error})") from error
-    from .reference import _randomize_
+    from ..reference import _randomize_
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -786,7 +607,7 @@ def compare_with_trinity(batch_size: int = 2, num_steps: int = 16, seed: int = 0
     """
     from transformers.models.afmoe.modeling_afmoe import AfmoeRotaryEmbedding
 
-    from .reference import Reference, additive_mask, compare_with_reference
+    from ..reference import Reference, additive_mask, compare_with_reference
 
     def call(layer, config, Z, valid_lens):
         batch, steps = Z.shape[:2]
@@ -892,7 +713,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
 
     Introduced in the chapter "One block, every configuration".
     """
-    from .reference import compare_with_reference
+    from ..reference import compare_with_reference
 
     rows = []
     with torch.random.fork_rng(devices=[]):
@@ -1008,7 +829,7 @@ def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: i
 
     Introduced in the chapter "One block, every configuration".
     """
-    from .reference import compare_with_reference
+    from ..reference import compare_with_reference
 
     n, m = check_positive_int("num_steps", num_steps), check_positive_int("memory_steps", memory_steps)
     if n < 2:
@@ -1067,7 +888,7 @@ def model_parameter_count(shape: dict | None = None) -> dict:
 
     Introduced in the chapter "One block, every configuration".
     """
-    from .train import TinyLM
+    from ..train import TinyLM
 
     shape = dict(LLAMA3_8B if shape is None else shape)
     with torch.device("meta"):

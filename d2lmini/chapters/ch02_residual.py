@@ -25,14 +25,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._checks import check_seed as _check_seed
-from ._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
-from .attention import MultiHeadAttention
-from .block import TransformerBlock
-from .ffn import FeedForward
-from .norms import make_norm
-from .plot import STYLE, new_figure
-from .probes import INITS, init_linear_weights_, stream_rms, token_spread
+from .._checks import check_seed as _check_seed
+from .._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
+from ..attention import MultiHeadAttention
+from ..block import TransformerBlock
+from ..ffn import FeedForward
+from ..norms import make_norm
+from ..plot import STYLE, new_figure
+from ..probes import INITS, init_linear_weights_, stream_rms, token_spread
+from ..widgets import FrameExplorer, round_frame_values
 
 #: Where a stack built by :func:`make_skip_stack` puts its norms:
 #:
@@ -671,7 +672,7 @@ class SkipTraining:
 def _init_token_spread(corpus, seed: int, num_windows: int, seq_len: int, **model_kwargs) -> list[float]:
     """Token spread after the embedding and after every block of the TinyLM that
     :func:`d2lmini.train.train_lm` builds from ``seed``, on ``num_windows`` validation windows."""
-    from .train import TinyLM
+    from ..train import TinyLM
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # the same draw as train_lm's: the run's initial weights
@@ -717,8 +718,8 @@ def skip_training(corpus=None, num_layers: int = 6, num_steps: int = 200, batch_
     Raises:
         ValueError / TypeError: for arguments :func:`~d2lmini.train.train_lm` rejects.
     """
-    from .data import python_reference_corpus
-    from .train import train_lm
+    from ..data import python_reference_corpus
+    from ..train import train_lm
 
     corpus = python_reference_corpus() if corpus is None else corpus
     num_steps = check_positive_int("num_steps", num_steps)
@@ -772,3 +773,41 @@ __all__ = [
     "plot_jacobian_spectra", "plot_skip_training", "skip_label", "skip_training", "unigram_entropy",
     "zero_output_projections_", "zeroed_block_gaps",
 ]
+
+
+def residual_explorer(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), depth: int = 32, stack: str = "pre|True",
+                      **kwargs) -> FrameExplorer:
+    """Explorer for the chapter "Residual connections": depth x stack (norms, skips).
+
+    For each stack of :data:`d2lmini.chapters.ch02_residual.SKIP_CONFIGS` (no norms or pre-LN, with or
+    without skip connections) one call of :func:`d2lmini.chapters.ch02_residual.depth_gradients`
+    measures every depth on the grid; the frames show the stream's RMS and token
+    spread along the stack and the gradient reaching each block.
+
+    Args:
+        depths: the depth slider's stops.
+        depth, stack: initial values (``stack`` is ``"<placement>|<residual>"``).
+        **kwargs: passed to :func:`~d2lmini.chapters.ch02_residual.depth_gradients` (sizes, seed, dtype).
+
+    Returns:
+        A :class:`FrameExplorer`; display it for the live view, ``.static()`` for the twin.
+    """
+    result = depth_gradients(depths=tuple(depths), configs=SKIP_CONFIGS, **kwargs)
+    frames = {}
+    for probe in result.probes:
+        color = SKIP_COLORS[probe.placement]
+        for L in depths:
+            frames[f"{L}|{probe.placement}|{probe.residual}"] = dict(
+                title=(f"{probe.label}, L = {L}: gradient reaching block 1 {probe.first_block_grad(L):.1e}, "
+                       f"reaching the input {probe.input_grad[L]:.1e}, token spread {probe.token_spread[L]:.1e}"),
+                panels=[[dict(y=round_frame_values(probe.stream_rms[:L + 1]), x0=0, color=color)],
+                        [dict(y=round_frame_values(probe.token_spread[:L + 1]), x0=0, color=color)],
+                        [dict(y=round_frame_values(probe.block_grad[L]), x0=1, color=color)]])
+    controls = [dict(name="depth", label="depth L", type="range", values=list(depths), value=depth),
+                dict(name="stack", label="stack", type="select", value=stack,
+                     options=[[f"{p}|{r}", skip_label(p, r)] for p, r in SKIP_CONFIGS])]
+    top = max(depths)
+    panels = [dict(title="Size of the stream", xlabel="depth k", ylabel="stream RMS", log=True, xmin=0, xmax=top),
+              dict(title="Token spread", xlabel="depth k", ylabel="token spread", log=True, xmin=0, xmax=top),
+              dict(title="Gradient per block", xlabel="block k", ylabel="gradient norm", log=True, xmin=0, xmax=top)]
+    return FrameExplorer(controls, panels, frames, description="Residual stacks with and without skip connections")

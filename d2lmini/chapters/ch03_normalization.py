@@ -16,7 +16,6 @@ Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import matplotlib
@@ -24,10 +23,11 @@ import torch
 from matplotlib.patches import Rectangle
 from torch import nn
 
-from ._checks import check_seed as _check_seed
-from ._checks import check_positive_float, check_positive_int, check_probability, check_sequence_tensor
-from .block import TransformerBlock
-from .plot import STYLE, new_figure
+from .._checks import check_seed as _check_seed
+from .._checks import check_positive_float, check_positive_int, check_probability
+from ..block import TransformerBlock
+from ..norms import SequenceBatchNorm
+from ..plot import STYLE, new_figure
 
 #: One colour per norm in this chapter's figures.
 NORM_COLORS = {"batch": "#d35400", "layer": "#2471a3"}
@@ -174,44 +174,6 @@ def batch_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias
     eps = check_positive_float("eps", eps)
     mean, var = batch_norm_stats(X, valid_lens)
     return _affine((X - mean) / torch.sqrt(var + eps), weight, bias)
-
-
-class SequenceBatchNorm(nn.Module):
-    """``nn.BatchNorm1d`` for the book's ``(b, n, d)`` tensors (the naive BatchNorm of a sequence model).
-
-    ``nn.BatchNorm1d`` wants the features in dimension 1, ``(b, d, n)``; this
-    wrapper transposes in and out. In training mode every feature is normalized
-    by its mean and variance over all ``b * n`` positions, padding included; in
-    evaluation mode by the running estimates. Used to put BatchNorm into a
-    :class:`~d2lmini.block.TransformerBlock` (:func:`swap_layer_norms_for_batch_norm_`).
-
-    Args:
-        num_hiddens: ``d``.
-        eps: added to the variance (default 1e-5).
-        momentum: weight of the current batch in the running estimates (default 0.1).
-
-    Attributes:
-        bn: the wrapped ``nn.BatchNorm1d``.
-
-    Shape:
-        input ``(b, n, d)``, output the same.
-
-    Raises:
-        TypeError / ValueError: bad constructor arguments; at call time an input that
-            is not ``(b, n, d)``, and (from PyTorch) a training-mode input with one
-            position per feature.
-    """
-
-    def __init__(self, num_hiddens: int, eps: float = EPS, momentum: float = 0.1):
-        super().__init__()
-        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-        self.bn = nn.BatchNorm1d(self.num_hiddens, eps=check_positive_float("eps", eps),
-                                 momentum=check_probability("momentum", momentum))
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """Normalize ``X`` (b, n, d) per feature; returns (b, n, d)."""
-        check_sequence_tensor("X", X, self.num_hiddens)
-        return self.bn(X.transpose(1, 2)).transpose(1, 2)
 
 
 def swap_layer_norms_for_batch_norm_(module: nn.Module) -> nn.Module:

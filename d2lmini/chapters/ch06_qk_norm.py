@@ -31,9 +31,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_seed as _check_seed
-from ._checks import check_bool, check_choice, check_positive_float, check_positive_int, check_sequence_tensor
-from .attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
+from .._checks import check_seed as _check_seed
+from .._checks import check_bool, check_choice, check_positive_float, check_positive_int, check_sequence_tensor
+from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
+from ..widgets import FrameExplorer, round_frame_values
 
 #: Colour of each QK-norm setting in this chapter's figures (none: the book's red;
 #: per head: the book's blue; the other two variants: purple and green).
@@ -407,7 +408,7 @@ def plot_logit_scale_sweep(result: LogitScaleSweep, floor: float = 1e-20, mark: 
     """
     import matplotlib
 
-    from .plot import STYLE, new_figure
+    from ..plot import STYLE, new_figure
 
     floor = check_positive_float("floor", floor)
     fig, (ax_h, ax_g) = new_figure(2, width=width, height=height)
@@ -657,7 +658,7 @@ class LogitTrainResult:
 
     def smoothed(self, window: int = 20) -> list[float]:
         """Training loss averaged over the last ``window`` steps at every step."""
-        from .train import moving_average
+        from ..train import moving_average
 
         return moving_average(self.train_loss, window)
 
@@ -693,7 +694,7 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
     Raises:
         ValueError / TypeError: for invalid arguments.
     """
-    from .train import TinyLM, evaluate
+    from ..train import TinyLM, evaluate
 
     qk_norm = _check_qk_norm("qk_norm", qk_norm)
     lr = check_positive_float("lr", lr)
@@ -758,7 +759,7 @@ def qk_norm_training(corpus=None, qk_norms=(None, "per_head"), lr: float = 3e-2,
     Raises:
         ValueError / TypeError: for invalid arguments.
     """
-    from .data import python_reference_corpus
+    from ..data import python_reference_corpus
 
     qk_norms = tuple(_check_qk_norm("qk_norms", q) for q in qk_norms)
     if not qk_norms:
@@ -784,7 +785,7 @@ def plot_qk_norm_training(results: dict, window: int = 20, width: float = 8.0, h
     """
     import matplotlib
 
-    from .plot import STYLE, new_figure
+    from ..plot import STYLE, new_figure
 
     fig, (ax_l, ax_loss) = new_figure(2, width=width, height=height)
     with matplotlib.rc_context(STYLE):
@@ -816,3 +817,64 @@ __all__ = [
     "make_attention", "plot_logit_scale_sweep", "plot_qk_norm_training", "qk_norm_training",
     "qk_norm_variants", "rope_order_check", "scale_qk_", "train_with_logit_probe",
 ]
+
+
+def qk_scale_explorer(scales=None, qk_norms=(None, "per_head"), scale: float = 1.0, num_hiddens: int = 64,
+                      num_heads: int = 4, num_steps: int = 64, seed: int = 0) -> FrameExplorer:
+    """Explorer for the chapter "QK-norm": the logit scale ``s`` on ``W_q, W_k``, with or without QK-norm.
+
+    Uses :func:`d2lmini.chapters.ch06_qk_norm.logit_scale_sweep` for the entropy and the gradient
+    reaching the queries at every ``s``, and shows, for the chosen ``s``, how one
+    query (head 1) spreads its attention over the keys of a random sequence.
+
+    Args:
+        scales: the slider's stops (default :func:`d2lmini.chapters.ch06_qk_norm.log_spaced_scales`,
+            0.25 to 64, two per octave).
+        qk_norms: the settings in the dropdown (``None`` = no QK-norm).
+        scale: initial ``s`` (the nearest stop is used).
+        num_hiddens, num_heads, num_steps, seed: the layer and the sequence.
+
+    Returns:
+        A :class:`FrameExplorer`; display it for the live view, ``.static()`` for the twin.
+    """
+    import torch
+
+    scales = list(scales or log_spaced_scales(0.25, 64.0, 2))
+    sweep = logit_scale_sweep(scales, qk_norms, num_hiddens=num_hiddens, num_heads=num_heads,
+                              num_steps=num_steps, seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        X = torch.randn(1, num_steps, num_hiddens)
+    log2 = [math.log2(s) for s in scales]
+    step = (log2[-1] - log2[0]) / max(1, len(scales) - 1)
+    frames = {}
+    for qk in qk_norms:
+        name = "none" if qk is None else qk
+        for i, s in enumerate(scales):
+            attention = scale_qk_(make_attention(qk, num_hiddens, num_heads, seed), s)
+            with torch.no_grad():
+                weights = torch.softmax(attention_logits(attention, X), dim=-1)[0, 0, 0]
+            row = sweep.at(s, qk)
+            frames[f"{s:.3g}|{name}"] = dict(
+                title=(f"s = {s:g}, {QK_LABELS[qk]}: entropy {row['entropy']:.2f} nats "
+                       f"(uniform {sweep.max_entropy:.2f}), max logit {row['max_logit']:.3g}, "
+                       f"median query gradient {row['grad_q']:.1e}"),
+                panels=[[dict(y=round_frame_values(weights.tolist()), x0=0, color=QK_COLORS[qk])],
+                        [dict(y=round_frame_values(sweep.entropy[qk][:i + 1]), x0=log2[0], dx=step, color=QK_COLORS[qk])],
+                        [dict(y=round_frame_values(sweep.grad_q[qk][:i + 1]), x0=log2[0], dx=step, color=QK_COLORS[qk])]])
+    initial = min(scales, key=lambda s: abs(math.log(s / scale)))
+    controls = [dict(name="scale", label="scale s", type="range", values=[f"{s:.3g}" for s in scales],
+                     value=f"{initial:.3g}"),
+                dict(name="qk_norm", label="", type="select", value="none" if qk_norms[0] is None else qk_norms[0],
+                     options=[["none" if q is None else q, QK_LABELS[q]] for q in qk_norms])]
+    grads = [g for q in qk_norms for g in sweep.grad_q[q] if g > 0]
+    panels = [dict(title="Attention of one query", xlabel="key position", ylabel="attention weight", log=False,
+                   xmin=0, xmax=num_steps - 1, ymin=0, ymax=1),
+              dict(title="Attention entropy", xlabel="log2 s", ylabel="entropy (nats)", log=False,
+                   xmin=log2[0], xmax=log2[-1], ymin=0, ymax=1.05 * sweep.max_entropy),
+              dict(title="Gradient reaching a query", xlabel="log2 s", ylabel="median per-token gradient",
+                   log=True, xmin=log2[0], xmax=log2[-1],
+                   ymin=max(1e-16, 10 ** math.floor(math.log10(min(grads)))) if grads else 1e-12,
+                   ymax=10 ** math.ceil(math.log10(max(grads))) if grads else 1.0)]
+    return FrameExplorer(controls, panels, frames,
+                         description="Attention entropy and query gradients as W_q and W_k are scaled")

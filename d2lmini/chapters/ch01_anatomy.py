@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._checks import check_seed as _check_seed
-from ._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
-from .block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
-from .plot import STYLE, new_figure
-from .probes import INITS, init_linear_weights_, stream_rms
+from .._checks import check_seed as _check_seed
+from .._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
+from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
+from ..plot import STYLE, new_figure
+from ..probes import INITS, init_linear_weights_, stream_rms
 
 #: The two sublayers of a block, in the order they act on the stream.
 SUBLAYERS = ("attention", "ffn")

@@ -1,0 +1,131 @@
+"""Mixture-of-experts feed-forward sublayer, a drop-in for :class:`~d2lmini.block.TransformerBlock`'s ``ffn_factory``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._checks import check_bool, check_choice, check_positive_float, check_positive_int
+from .ffn import ACTS, FeedForward
+
+
+#: Routers accepted by :class:`MixtureOfExperts`.
+ROUTERS = ("softmax", "sigmoid")
+
+
+
+class MixtureOfExperts(nn.Module):
+    r"""A sparse mixture-of-experts FFN: each token is sent to ``top_k`` of ``num_experts`` FFNs.
+
+    A linear router scores every expert for every token; the token goes to the
+    ``top_k`` best-scoring experts (:class:`~d2lmini.ffn.FeedForward` modules), whose
+    outputs are added with weights that sum to ``route_scale``:
+
+    .. math:: \mathrm{MoE}(x) = S(x) + \sum_{e \in \mathrm{top}_k(x)} w_e(x)\, E_e(x)
+
+    where ``S`` is an optional always-on shared expert. The weights come from the
+    router scores ``s = router(x)``: ``'softmax'`` takes ``softmax(s)`` (Shazeer et
+    al., 2017's top-k gating: the selected probabilities renormalized to sum to 1);
+    ``'sigmoid'`` takes ``sigmoid(s)``, selects with ``sigmoid(s) + expert_bias`` and
+    renormalizes the selected scores (DeepSeek-V3 and Arcee Trinity's routing;
+    ``expert_bias`` is a buffer a load balancer adjusts outside gradient descent,
+    zero by default). Each token runs through only ``top_k`` experts, so the
+    parameters grow with ``num_experts`` while the computation per token grows with
+    ``top_k``. Drop it into a block with
+    ``TransformerBlock(d, h, ffn_factory=lambda: MixtureOfExperts(d))``.
+
+    Args:
+        num_hiddens: model width ``d``.
+        num_experts: routed experts ``E`` (>= 1).
+        top_k: experts per token, ``1 <= top_k <= num_experts``.
+        ffn_num_hiddens: hidden width of each expert (default: FeedForward's default
+            for ``act``).
+        act: the experts' activation, one of :data:`~d2lmini.ffn.ACTS`.
+        router: ``'softmax'`` or ``'sigmoid'`` (see above).
+        num_shared_experts: shared experts, fused into one always-on FFN of width
+            ``num_shared_experts * ffn_num_hiddens`` (0: none).
+        route_scale: factor on the routed experts' weights (Trinity's ``route_scale``).
+        bias: whether the experts' linear layers have biases (the router has none).
+
+    Attributes:
+        router: ``nn.Linear(d, E, bias=False)``; experts: ``nn.ModuleList`` of ``E``
+        FeedForwards; shared: the shared FFN or ``None``; expert_bias: buffer ``(E,)``.
+
+    Shape:
+        input ``(*, d)``, output the same shape.
+
+    Raises:
+        ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, an
+            unknown ``router`` or ``act``; at call time an input whose last dimension
+            is not ``d``.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+
+    def __init__(self, num_hiddens: int, num_experts: int = 8, top_k: int = 2, ffn_num_hiddens: int | None = None,
+                 act: str = "swiglu", router: str = "softmax", num_shared_experts: int = 0,
+                 route_scale: float = 1.0, bias: bool = False):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.num_experts = check_positive_int("num_experts", num_experts)
+        self.top_k = check_positive_int("top_k", top_k)
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k must be <= num_experts={num_experts}, got top_k={top_k}")
+        self.act = check_choice("act", act, ACTS)
+        self.router_kind = check_choice("router", router, ROUTERS)
+        if isinstance(num_shared_experts, bool) or not isinstance(num_shared_experts, int) or num_shared_experts < 0:
+            raise ValueError(f"num_shared_experts must be an int >= 0, got {num_shared_experts!r}")
+        self.num_shared_experts = num_shared_experts
+        self.route_scale = check_positive_float("route_scale", route_scale)
+        check_bool("bias", bias)
+        self.router = nn.Linear(num_hiddens, num_experts, bias=False)
+        self.experts = nn.ModuleList(FeedForward(num_hiddens, ffn_num_hiddens, act, bias)
+                                     for _ in range(num_experts))
+        width = self.experts[0].ffn_num_hiddens
+        self.shared = (FeedForward(num_hiddens, width * num_shared_experts, act, bias)
+                       if num_shared_experts else None)
+        self.register_buffer("expert_bias", torch.zeros(num_experts))
+
+    def route(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choose experts for every token of ``X`` ``(T, d)``.
+
+        Returns:
+            ``(weights, experts)``, both ``(T, top_k)``: the mixing weights (float32,
+            summing to ``route_scale`` per token) and the chosen expert indices.
+        """
+        logits = self.router(X).float()  # routing decisions in float32, as the models do
+        if self.router_kind == "softmax":
+            scores = logits.softmax(dim=-1)
+        else:
+            scores = torch.sigmoid(logits)
+        _, experts = torch.topk(scores + self.expert_bias.float(), self.top_k, dim=-1)
+        weights = scores.gather(-1, experts)
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
+        return weights, experts
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d)."""
+        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
+            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+            raise ValueError(f"MixtureOfExperts input must have last dimension {self.num_hiddens}, got {shape}")
+        tokens = X.reshape(-1, self.num_hiddens)
+        weights, experts = self.route(tokens)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            token_idx, slot = torch.where(experts == e)
+            if token_idx.numel():  # each expert sees only the tokens routed to it
+                y = expert(tokens[token_idx]) * weights[token_idx, slot, None].to(tokens.dtype)
+                out = out.index_add(0, token_idx, y)
+        if self.shared is not None:
+            out = out + self.shared(tokens)
+        return out.reshape(X.shape)
+
+    def num_active_parameters(self) -> int:
+        """Parameters one token uses: router, shared expert and ``top_k`` routed experts."""
+        per_expert = sum(p.numel() for p in self.experts[0].parameters())
+        shared = 0 if self.shared is None else sum(p.numel() for p in self.shared.parameters())
+        return self.router.weight.numel() + shared + self.top_k * per_expert
+
+    def extra_repr(self) -> str:
+        return (f"num_experts={self.num_experts}, top_k={self.top_k}, router={self.router_kind!r}, "
+                f"num_shared_experts={self.num_shared_experts}")
