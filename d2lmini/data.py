@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._checks import check_positive_int
+from ._checks import check_choice, check_instance, check_positive_int, check_real
 
 
 def python_reference_text() -> str:
@@ -55,11 +55,12 @@ class CharCorpus:
         """Encode ``text`` character by character and split it.
 
         Raises:
+            TypeError: if ``text`` is not a str or ``val_fraction`` not a number.
             ValueError: if ``text`` is too short or ``val_fraction`` is not in (0, 0.5].
         """
-        if not isinstance(text, str) or len(text) < 1000:
-            raise ValueError(f"text must be a str of at least 1000 characters, got {len(text) if isinstance(text, str) else type(text).__name__}")
-        if not 0.0 < val_fraction <= 0.5:
+        if len(check_instance("text", text, str, "a str")) < 1000:
+            raise ValueError(f"text must be at least 1000 characters long, got {len(text)}")
+        if not 0.0 < check_real("val_fraction", val_fraction) <= 0.5:
             raise ValueError(f"val_fraction must be in (0, 0.5], got {val_fraction}")
         vocab = sorted(set(text))
         index = {ch: i for i, ch in enumerate(vocab)}
@@ -94,8 +95,7 @@ class CharCorpus:
         """
         batch_size = check_positive_int("batch_size", batch_size)
         num_steps = check_positive_int("num_steps", num_steps)
-        if split not in ("train", "val"):
-            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        check_choice("split", split, ("train", "val"))
         data = self.train if split == "train" else self.val
         if num_steps + 1 > len(data):
             raise ValueError(f"num_steps={num_steps} is longer than the {split} split ({len(data)} characters)")

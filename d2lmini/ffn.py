@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_bool, check_choice, check_positive_int, check_probability
+from ._checks import check_bool, check_choice, check_last_dim, check_positive_int, check_probability
 
 #: Activations of a plain two-matrix MLP: ``W_2 act(W_1 x)``.
 PLAIN_ACTS = {
@@ -84,9 +84,7 @@ class FeedForward(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Apply the FFN to every position of ``X``, shape ``(*, num_hiddens)``; returns the same shape."""
-        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
-            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-            raise ValueError(f"FeedForward input must have last dimension {self.num_hiddens}, got {shape}")
+        check_last_dim("X", X, self.num_hiddens)
         H = self._act(self.W_g(X)) * self.W_1(X) if self.gated else self._act(self.W_1(X))
         return self.W_2(self.dropout(H))
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_bool, check_choice, check_positive_float, check_positive_int
+from ._checks import (check_bool, check_choice, check_last_dim, check_nonnegative_int,
+                      check_positive_float, check_positive_int)
 from .ffn import ACTS, FeedForward
 
 
@@ -73,9 +74,7 @@ class MixtureOfExperts(nn.Module):
             raise ValueError(f"top_k must be <= num_experts={num_experts}, got top_k={top_k}")
         self.act = check_choice("act", act, ACTS)
         self.router_kind = check_choice("router", router, ROUTERS)
-        if isinstance(num_shared_experts, bool) or not isinstance(num_shared_experts, int) or num_shared_experts < 0:
-            raise ValueError(f"num_shared_experts must be an int >= 0, got {num_shared_experts!r}")
-        self.num_shared_experts = num_shared_experts
+        self.num_shared_experts = check_nonnegative_int("num_shared_experts", num_shared_experts)
         self.route_scale = check_positive_float("route_scale", route_scale)
         check_bool("bias", bias)
         self.router = nn.Linear(num_hiddens, num_experts, bias=False)
@@ -105,9 +104,7 @@ class MixtureOfExperts(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d)."""
-        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
-            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-            raise ValueError(f"MixtureOfExperts input must have last dimension {self.num_hiddens}, got {shape}")
+        check_last_dim("X", X, self.num_hiddens)
         tokens = X.reshape(-1, self.num_hiddens)
         weights, experts = self.route(tokens)
         out = torch.zeros_like(tokens)

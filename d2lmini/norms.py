@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_positive_float, check_positive_int, check_probability, check_sequence_tensor
+from ._checks import (check_choice, check_last_dim, check_positive_float, check_positive_int, check_probability,
+                      check_sequence_tensor)
 
 #: Names accepted by :func:`make_norm` (and by ``TransformerBlock(norm=...)``).
 NORMS = ("layer", "rms")
@@ -56,9 +57,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize ``X``, shape ``(*, num_hiddens)``, over its last dimension; returns the same shape."""
-        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
-            got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-            raise ValueError(f"RMSNorm input must have last dimension {self.num_hiddens}, got {got}")
+        check_last_dim("X", X, self.num_hiddens)
         X32 = X if X.dtype == torch.float64 else X.float()  # at least float32; float64 stays
         Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return Y.to(X.dtype) * self.weight
@@ -191,10 +190,7 @@ class LayerNormByHand(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize ``X``, shape ``(*, d)``, over its last dimension; returns the same shape."""
-        if not isinstance(X, torch.Tensor) or X.dim() == 0 or X.shape[-1] != self.num_hiddens:
-            shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-            raise ValueError(f"LayerNormByHand input must have last dimension {self.num_hiddens}, "
-                             f"got {shape}")
+        check_last_dim("X", X, self.num_hiddens)
         X32 = X.float()
         centred = X32 - X32.mean(dim=-1, keepdim=True)
         Y = centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + self.eps)

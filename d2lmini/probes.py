@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_positive_int
+from ._checks import check_choice, check_instance, check_int_at_least, check_int_in, check_positive_int, check_seed
 from .block import TransformerBlock
 from .norms import make_norm
 
@@ -39,8 +39,10 @@ def token_spread(X: torch.Tensor) -> float:
         A Python float in [0, 1].
 
     Raises:
+        TypeError: if ``X`` is not a tensor.
         ValueError: if ``X`` is not one sequence of shape ``(n, d)`` or ``(1, n, d)``.
     """
+    check_instance("X", X, torch.Tensor)
     if X.dim() == 3 and X.shape[0] == 1:
         X = X[0]
     if X.dim() != 2:
@@ -97,8 +99,7 @@ class DepthProbe:
         Raises:
             ValueError: if ``k`` is not in ``[1, depth]``.
         """
-        if not 1 <= k <= self.depth:
-            raise ValueError(f"k must be a block index in [1, {self.depth}], got {k}")
+        check_int_in("k", k, 1, self.depth)
         g = {name: self.grad_norms[name][k - 1] for name in ATTENTION_WEIGHTS}
         return math.sqrt(g["W_q"] * g["W_k"]) / math.sqrt(g["W_v"] * g["W_o"])
 
@@ -108,8 +109,7 @@ class DepthProbe:
         Raises:
             ValueError: if ``k`` is not in ``[1, depth]``.
         """
-        if not 1 <= k <= self.depth:
-            raise ValueError(f"k must be a block index in [1, {self.depth}], got {k}")
+        check_int_in("k", k, 1, self.depth)
         row = {"placement": self.key, "norm": self.config["norm"], "k": k,
                "stream_rms": self.stream_rms[k], "token_spread": self.token_spread[k]}
         row.update({f"grad_{name}": values[k - 1] for name, values in self.grad_norms.items()})
@@ -192,12 +192,9 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
             with the allowed ones).
     """
     depth = check_positive_int("depth", depth)
-    num_steps = check_positive_int("num_steps", num_steps)
-    if num_steps < 2:
-        raise ValueError(f"num_steps must be >= 2 (token spread compares tokens), got {num_steps}")
+    num_steps = check_int_at_least("num_steps", num_steps, 2, "token spread compares tokens")
     check_choice("init", init, INITS)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    seed = check_seed(seed)
     config = dict(placement=placement, norm=norm, depth=depth, num_hiddens=num_hiddens, num_heads=num_heads,
                   num_steps=num_steps, act=act, init=init, sublayer_norm_gain=sublayer_norm_gain,
                   residual=residual, seed=seed,

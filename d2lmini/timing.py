@@ -6,7 +6,6 @@ settings and subprocesses, none of which is the subject of the book.
 
 from __future__ import annotations
 
-import numbers
 import os
 import platform
 import statistics
@@ -16,7 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_positive_int, check_seed
+from ._checks import (check_bool, check_choice, check_instance, check_nonnegative_int, check_positive_int, check_seed,
+                      check_sequence)
 from .norms import DEFAULT_EPS, LayerNormByHand, RMSNorm
 
 #: The epsilon of the timed RMSNorms.
@@ -93,10 +93,8 @@ def forward_ops(norm: nn.Module, X: torch.Tensor) -> list[str]:
     Raises:
         TypeError: if ``norm`` is not an ``nn.Module`` or ``X`` not a tensor.
     """
-    if not isinstance(norm, nn.Module):
-        raise TypeError(f"norm must be a torch.nn.Module, got {type(norm).__name__}")
-    if not isinstance(X, torch.Tensor):
-        raise TypeError(f"X must be a torch.Tensor, got {type(X).__name__}")
+    check_instance("norm", norm, nn.Module, "a torch.nn.Module")
+    check_instance("X", X, torch.Tensor, "a torch.Tensor")
     try:  # the legacy CPU profiler starts in milliseconds, Kineto's first start takes seconds
         with torch.autograd.profiler.profile(use_kineto=False) as prof, torch.no_grad():
             norm(X)
@@ -227,21 +225,21 @@ def time_norms(shape=(4, 256, 1024), repeats: int = 31, warmup: int = 3, num_thr
 
     Raises:
         TypeError / ValueError: for a shape that is not three positive ints, or bad
-            ``repeats``/``warmup``/``num_threads``/``clock``/``seed``.
+            ``repeats``/``warmup``/``num_threads``/``clock``/``fresh_process``/``seed``
+            (TypeError for a value of the wrong kind, e.g. ``warmup=1.5``; ValueError for
+            one out of range, e.g. ``warmup=-1``).
         RuntimeError: if the fresh process fails (its error output is included).
     """
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__") or len(tuple(shape)) != 3:
+    shape = tuple(check_sequence("shape", shape, check_positive_int, "positive ints"))
+    if len(shape) != 3:
         raise ValueError(f"shape must be three positive ints (batch, num_steps, num_hiddens), got {shape!r}")
-    shape = tuple(check_positive_int("shape", s) for s in shape)
     repeats = check_positive_int("repeats", repeats)
-    if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    warmup = check_nonnegative_int("warmup", warmup)
     num_threads = check_positive_int("num_threads", num_threads)
     check_choice("clock", clock, CLOCKS)
-    if not isinstance(fresh_process, bool):
-        raise TypeError(f"fresh_process must be True or False, got {fresh_process!r}")
+    check_bool("fresh_process", fresh_process)
     seed = check_seed(seed)
-    config = {"shape": list(shape), "repeats": repeats, "warmup": int(warmup),
+    config = {"shape": list(shape), "repeats": repeats, "warmup": warmup,
               "num_threads": num_threads, "clock": clock, "seed": seed, "ops": fresh_process}
     if fresh_process:
         result = _measure_in_fresh_process(config)

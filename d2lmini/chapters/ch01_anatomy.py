@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from .._checks import check_seed as _check_seed
-from .._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
+from .._checks import (check_bool, check_choice, check_float_dtype, check_instance, check_int_at_least,
+                       check_positive_int, check_sequence_tensor)
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..plot import STYLE, new_figure
 from ..probes import INITS, init_linear_weights_, stream_rms
@@ -157,8 +158,7 @@ def shared_parameters(blocks) -> int:
     owner: dict[int, int] = {}
     shared = 0
     for k, block in enumerate(blocks):
-        if not isinstance(block, nn.Module):
-            raise TypeError(f"blocks[{k}] must be an nn.Module, got {type(block).__name__}")
+        check_instance(f"blocks[{k}]", block, nn.Module, "an nn.Module")
         for p in block.parameters():
             if p.is_meta:
                 raise ValueError("shared_parameters needs real tensors; meta tensors have no storage")
@@ -190,9 +190,7 @@ def stack_anatomy(depth: int = 4, num_hiddens: int = 64, num_heads: int = 4, num
         ValueError / TypeError: for a bad size or seed (``depth`` < 2 included), or
             any argument :class:`~d2lmini.block.TransformerBlock` rejects.
     """
-    depth = check_positive_int("depth", depth)
-    if depth < 2:
-        raise ValueError(f"depth must be >= 2 to compare blocks, got {depth}")
+    depth = check_int_at_least("depth", depth, 2, "to compare blocks")
     num_steps = check_positive_int("num_steps", num_steps)
     batch_size = check_positive_int("batch_size", batch_size)
     stack = make_stack(depth, num_hiddens, num_heads, seed, **block_kwargs)
@@ -284,9 +282,7 @@ def position_mixing(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 
             seed, ``causal``/``rope_theta`` in ``block_kwargs``, or any argument
             :class:`~d2lmini.block.TransformerBlock` rejects.
     """
-    num_steps = check_positive_int("num_steps", num_steps)
-    if num_steps < 2:
-        raise ValueError(f"num_steps must be >= 2 to permute positions, got {num_steps}")
+    num_steps = check_int_at_least("num_steps", num_steps, 2, "to permute positions")
     _check_seed(seed)
     for name in ("causal", "rope_theta"):
         if name in block_kwargs:
@@ -388,11 +384,10 @@ def parameter_counts(shapes: dict[str, dict] | None = None, device: str | torch.
         TypeError: if ``shapes`` is not a dict of dicts.
         ValueError / TypeError: for any argument the block rejects.
     """
-    shapes = BLOCK_SHAPES if shapes is None else shapes
-    if not isinstance(shapes, dict) or not all(isinstance(v, dict) for v in shapes.values()):
-        raise TypeError(f"shapes must be a dict mapping names to dicts of block arguments, got {shapes!r}")
+    shapes = BLOCK_SHAPES if shapes is None else check_instance("shapes", shapes, dict, "a dict of block arguments")
     rows = []
     for name, kwargs in shapes.items():
+        check_instance(f"shapes[{name!r}]", kwargs, dict, "a dict of block arguments")
         with torch.device(device):
             block = TransformerBlock(**kwargs)
         rows.append({"model": name, "num_hiddens": block.num_hiddens, "counts": count_parameters(block)})
@@ -570,8 +565,7 @@ def residual_sum(placement: str = "pre", depth: int = 6, num_hiddens: int = 64, 
     depth = check_positive_int("depth", depth)
     num_steps = check_positive_int("num_steps", num_steps)
     _check_seed(seed)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    check_float_dtype("dtype", dtype)
     stack = make_stack(depth, num_hiddens, num_heads, seed, init, norm=norm, act=act, placement=placement)
     stack.to(dtype).eval()
     with torch.random.fork_rng(devices=[]):

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from .._checks import check_seed as _check_seed
-from .._checks import check_bool, check_choice, check_positive_int, check_sequence_tensor
+from .._checks import (check_bool, check_choice, check_int_at_least, check_int_sequence, check_int_tensor, check_pair,
+                       check_positive_int, check_sequence, check_sequence_tensor)
 from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
 from ..ffn import FeedForward
@@ -64,29 +65,6 @@ def skip_label(placement: str, residual: bool) -> str:
     check_bool("residual", residual)
     name = {"none": "no norms", "pre": "pre-LN", "post": "post-LN"}[placement]
     return f"{name}, {'with' if residual else 'no'} skips"
-
-
-def _check_depths(depths) -> list[int]:
-    if isinstance(depths, (str, bytes)) or not hasattr(depths, "__iter__"):
-        raise TypeError(f"depths must be a sequence of ints, got {type(depths).__name__} {depths!r}")
-    depths = [check_positive_int(f"depths[{i}]", k) for i, k in enumerate(depths)]
-    if not depths or depths != sorted(set(depths)):
-        raise ValueError(f"depths must be a non-empty, strictly increasing sequence of ints >= 1, got {depths}")
-    return depths
-
-
-def _check_configs(configs) -> list[tuple[str, bool]]:
-    if isinstance(configs, (str, bytes)) or not hasattr(configs, "__iter__"):
-        raise TypeError(f"configs must be a sequence of (placement, residual) pairs, got {configs!r}")
-    configs = list(configs)
-    if not configs:
-        raise ValueError("configs must name at least one (placement, residual) pair")
-    for item in configs:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise TypeError(f"each of configs must be a (placement, residual) pair, got {item!r}")
-        check_choice("placement", item[0], SKIP_PLACEMENTS)
-        check_bool("residual", item[1])
-    return configs
 
 
 class PlainBlock(nn.Module):
@@ -316,11 +294,11 @@ def depth_gradients(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: i
     Raises:
         ValueError / TypeError: for bad depths, configs, sizes or seed (named in the message).
     """
-    depths = _check_depths(depths)
-    configs = _check_configs(configs)
-    num_steps = check_positive_int("num_steps", num_steps)
-    if num_steps < 2:
-        raise ValueError(f"num_steps must be >= 2 (token spread compares tokens), got {num_steps}")
+    depths = check_int_sequence("depths", depths, increasing=True)
+    configs = check_sequence("configs", configs, check_pair, "(placement, residual) pairs")
+    for placement, residual in configs:
+        skip_label(placement, residual)  # checks both
+    num_steps = check_int_at_least("num_steps", num_steps, 2, "token spread compares tokens")
     _check_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -462,8 +440,10 @@ def jacobian_spectra(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: 
     Raises:
         ValueError / TypeError: for bad depths, configs, sizes or seed, or ``n d`` > 4096.
     """
-    depths = _check_depths(depths)
-    configs = _check_configs(configs)
+    depths = check_int_sequence("depths", depths, increasing=True)
+    configs = check_sequence("configs", configs, check_pair, "(placement, residual) pairs")
+    for placement, residual in configs:
+        skip_label(placement, residual)  # checks both
     num_steps = check_positive_int("num_steps", num_steps)
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
     size = num_steps * num_hiddens
@@ -639,8 +619,7 @@ def unigram_entropy(tokens: torch.Tensor) -> float:
     Raises:
         TypeError / ValueError: if ``tokens`` is not a non-empty 1-D integer tensor.
     """
-    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
-        raise TypeError(f"tokens must be an integer torch.Tensor, got {type(tokens).__name__}")
+    check_int_tensor("tokens", tokens)
     if tokens.dim() != 1 or tokens.numel() == 0:
         raise ValueError(f"tokens must be a non-empty 1-D tensor, got shape {tuple(tokens.shape)}")
     counts = Counter(tokens.tolist())

@@ -24,7 +24,8 @@ from matplotlib.patches import Rectangle
 from torch import nn
 
 from .._checks import check_seed as _check_seed
-from .._checks import check_positive_float, check_positive_int, check_probability
+from .._checks import (check_float_tensor, check_instance, check_int_sequence, check_positive_float,
+                       check_positive_int, check_probability, check_sequence, check_vector)
 from ..block import TransformerBlock
 from ..norms import SequenceBatchNorm
 from ..plot import STYLE, new_figure
@@ -36,22 +37,9 @@ NORM_COLORS = {"batch": "#d35400", "layer": "#2471a3"}
 EPS = 1e-5
 
 
-def _check_float_tensor(name: str, X) -> torch.Tensor:
-    if not isinstance(X, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(X).__name__}")
-    if not X.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {X.dtype}")
-    if X.dim() < 2:
-        raise ValueError(f"{name} must have at least 2 dimensions (..., num_hiddens), got shape {tuple(X.shape)}")
-    return X
-
-
 def _affine(Y: torch.Tensor, weight, bias) -> torch.Tensor:
-    d = Y.shape[-1]
-    for name, value in (("weight", weight), ("bias", bias)):
-        if value is not None and (not isinstance(value, torch.Tensor) or tuple(value.shape) != (d,)):
-            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ValueError(f"{name} must be None or a tensor of shape ({d},), got {shape}")
+    check_vector("weight", weight, Y.shape[-1])
+    check_vector("bias", bias, Y.shape[-1])
     if weight is not None:
         Y = Y * weight
     if bias is not None:
@@ -106,7 +94,7 @@ def layer_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias
         TypeError / ValueError: for a non-float ``X``, fewer than 2 dimensions,
             a gain/bias of the wrong shape or a non-positive ``eps``.
     """
-    _check_float_tensor("X", X)
+    check_float_tensor("X", X, min_dim=2)
     eps = check_positive_float("eps", eps)
     mean = X.mean(dim=-1, keepdim=True)
     var = (X - mean).pow(2).mean(dim=-1, keepdim=True)
@@ -130,7 +118,7 @@ def batch_norm_stats(X: torch.Tensor, valid_lens: torch.Tensor | None = None) ->
     Raises:
         TypeError / ValueError: for a non-float ``X``, a wrong shape or bad ``valid_lens``.
     """
-    _check_float_tensor("X", X)
+    check_float_tensor("X", X, min_dim=2)
     if valid_lens is None:
         rows = X.reshape(-1, X.shape[-1])
         mean = rows.mean(dim=0)
@@ -552,9 +540,7 @@ def padding_sweep(paddings=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), b
     Raises:
         TypeError / ValueError: for an empty ``paddings`` or any bad argument.
     """
-    paddings = list(paddings)
-    if not paddings:
-        raise ValueError("paddings must hold at least one padding share, got an empty sequence")
+    paddings = check_sequence("paddings", paddings, check_probability, "padding shares in [0, 1)")
     results = [padding_errors(p, batch_size, max_len, num_hiddens, seed) for p in paddings]
     batch = padded_batch(2, 1, 0.0, num_hiddens, seed)  # same seed: the same feature distribution
     grid = [i / 100 for i in range(0, 96)]
@@ -587,9 +573,7 @@ def batch_composition(batch_sizes=(2, 8, 32), num_steps: int = 16, num_hiddens: 
     Raises:
         TypeError / ValueError: for a batch size below 2 or other bad arguments.
     """
-    batch_sizes = [check_positive_int("batch_sizes entry", b) for b in batch_sizes]
-    if not batch_sizes or min(batch_sizes) < 2:
-        raise ValueError(f"batch_sizes must be a non-empty list of ints >= 2, got {batch_sizes}")
+    batch_sizes = check_int_sequence("batch_sizes", batch_sizes, minimum=2)
     seed = _check_seed(seed)
     rows = []
     for b in batch_sizes:
@@ -634,9 +618,7 @@ def train_eval_mismatch(checkpoints=(1, 2, 5, 10, 20, 50, 100), batch_size: int 
     Raises:
         TypeError / ValueError: for empty or non-increasing checkpoints or bad sizes.
     """
-    checkpoints = [check_positive_int("checkpoints entry", k) for k in checkpoints]
-    if not checkpoints or any(b <= a for a, b in zip(checkpoints, checkpoints[1:])):
-        raise ValueError(f"checkpoints must be a non-empty increasing list of ints >= 1, got {checkpoints}")
+    checkpoints = check_int_sequence("checkpoints", checkpoints, increasing=True)
     seed = _check_seed(seed)
     bn = SequenceBatchNorm(num_hiddens, momentum=momentum)
     rows, wanted = [], set(checkpoints)
@@ -771,9 +753,7 @@ def plot_norm_axes(lengths=(4, 2, 3), num_hiddens: int = 5):
     Raises:
         TypeError / ValueError: for empty or non-positive lengths or bad ``num_hiddens``.
     """
-    lengths = [check_positive_int("lengths entry", n) for n in lengths]
-    if not lengths:
-        raise ValueError("lengths must hold at least one sequence length")
+    lengths = check_int_sequence("lengths", lengths)
     d = check_positive_int("num_hiddens", num_hiddens)
     n, gap = max(lengths), 0.6
     starts = [s * (n + gap) for s in range(len(lengths))]
@@ -833,8 +813,7 @@ def plot_padding_sweep(sweep: PaddingSweep, mark: float | None = None):
     Raises:
         TypeError: if ``sweep`` is not a :class:`PaddingSweep`.
     """
-    if not isinstance(sweep, PaddingSweep):
-        raise TypeError(f"sweep must be a PaddingSweep, got {type(sweep).__name__}")
+    check_instance("sweep", sweep, PaddingSweep)
     fig, axes = new_figure(2, width=8.0, height=3.0)
     share = [100 * p for p in sweep.column("padding_share")]
     grid = [100 * p for p in sweep.curve_padding]

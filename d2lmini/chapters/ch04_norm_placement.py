@@ -16,6 +16,7 @@ import math
 
 import matplotlib
 
+from .._checks import check_choice, check_int_in, check_positive_int
 from ..data import CharCorpus
 from ..norms import NORMS
 from ..plot import (PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS, figure_png,
@@ -44,8 +45,7 @@ def probe_placements(depth: int = 32, placements=PROBED_PLACEMENTS, **kwargs) ->
     """
     probes = {}
     for name in placements:
-        if name not in PROBED_PLACEMENTS:
-            raise ValueError(f"placements must be among {PROBED_PLACEMENTS}, got {name!r}")
+        check_choice("placements", name, PROBED_PLACEMENTS)
         if name == "sandwich_scaled":
             probes[name] = probe_depth("sandwich", depth=depth, sublayer_norm_gain=1 / math.sqrt(depth), **kwargs)
         else:
@@ -100,8 +100,7 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
     from matplotlib.patches import FancyBboxPatch
 
     for p in placements:
-        if p not in PLACEMENT_FORMULAS:
-            raise ValueError(f"placements must be among {tuple(PLACEMENT_FORMULAS)}, got {p!r}")
+        check_choice("placements", p, PLACEMENT_FORMULAS)
     fig, axes = new_figure(len(placements), width=1.75 * len(placements), height=3.4)
     axes = [axes] if len(placements) == 1 else list(axes)
     stream_x, branch_x, add_y = 0.3, 0.72, 0.72
@@ -220,14 +219,10 @@ class DepthExplorer:
 
         import ipywidgets as widgets
 
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
-            raise ValueError(f"max_depth must be an int >= 1, got {max_depth!r}")
-        if not 1 <= depth <= max_depth:
-            raise ValueError(f"depth must be in [1, max_depth={max_depth}], got {depth}")
-        if placement not in PROBED_PLACEMENTS:
-            raise ValueError(f"placement must be one of {PROBED_PLACEMENTS}, got {placement!r}")
-        if norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        max_depth = check_positive_int("max_depth", max_depth)
+        check_int_in("depth", depth, 1, max_depth)
+        check_choice("placement", placement, PROBED_PLACEMENTS)
+        check_choice("norm", norm, NORMS)
         allowed = set(inspect.signature(probe_depth).parameters) - {"placement", "norm", "depth", "sublayer_norm_gain"}
         unknown = sorted(set(probe_kwargs) - allowed)
         if unknown:

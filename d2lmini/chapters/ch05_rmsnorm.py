@@ -22,7 +22,6 @@ Shapes use the legend ``*`` = any leading dimensions, ``d`` = num_hiddens.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import matplotlib
@@ -30,7 +29,8 @@ import torch
 from torch import nn
 
 from .._checks import check_seed as _check_seed
-from .._checks import check_positive_float, check_positive_int
+from .._checks import (check_dtype_name, check_finite_float, check_float_tensor, check_int_sequence,
+                       check_positive_float, check_positive_floats, check_positive_int, check_sequence, check_vector)
 from ..block import TransformerBlock
 from ..norms import RMSNorm
 from ..plot import STYLE, new_figure
@@ -51,43 +51,6 @@ HALF_VARIANTS = {
 
 #: One colour per variant in :func:`plot_half_precision_errors`.
 HALF_COLORS = {"upcast": "#2471a3", "torch_mean": "#d68910", "no_upcast": "#c0392b"}
-
-
-def _check_float_tensor(name: str, X) -> torch.Tensor:
-    if not isinstance(X, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(X).__name__}")
-    if not X.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {X.dtype}")
-    if X.dim() == 0:
-        raise ValueError(f"{name} must have at least one dimension (*, num_hiddens), got a scalar")
-    return X
-
-
-def _check_weight(weight, X: torch.Tensor):
-    if weight is None:
-        return None
-    d = X.shape[-1]
-    if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != (d,):
-        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
-        raise ValueError(f"weight must be None or a tensor of shape ({d},), got {shape}")
-    return weight
-
-
-def _check_scales(scales) -> tuple[float, ...]:
-    if isinstance(scales, (str, bytes)) or not hasattr(scales, "__iter__"):
-        raise TypeError(f"scales must be a sequence of positive floats, got {type(scales).__name__}")
-    scales = tuple(check_positive_float("scales", s) for s in scales)
-    if not scales:
-        raise ValueError("scales must hold at least one value, got an empty sequence")
-    return scales
-
-
-def _check_dtype_name(name: str, value, allowed: dict) -> str:
-    if isinstance(value, torch.dtype):
-        value = next((k for k, v in allowed.items() if v == value), str(value))
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name} must be one of {tuple(allowed)} (or the torch dtypes), got {value!r}")
-    return value
 
 
 # --- the counter-example and the same-style LayerNorm -------------------------------
@@ -116,7 +79,7 @@ def half_precision_sum(X: torch.Tensor) -> torch.Tensor:
         TypeError: if ``X`` is not a floating-point tensor.
         ValueError: if ``X`` is a scalar.
     """
-    X = _check_float_tensor("X", X)
+    X = check_float_tensor("X", X)
     width = 1
     while width < X.shape[-1]:
         width *= 2
@@ -152,9 +115,9 @@ def rms_norm_no_upcast(X: torch.Tensor, weight: torch.Tensor | None = None,
         TypeError: if ``X`` is not a floating-point tensor or ``eps`` not a number.
         ValueError: if ``X`` is a scalar, ``eps <= 0``, or ``weight`` is not ``(d,)``.
     """
-    X = _check_float_tensor("X", X)
+    X = check_float_tensor("X", X)
     eps = check_positive_float("eps", eps)
-    weight = _check_weight(weight, X)
+    weight = check_vector("weight", weight, X.shape[-1])
     mean_square = half_precision_sum(X * X) / X.shape[-1]
     Y = X * torch.rsqrt(mean_square + eps)
     return Y if weight is None else Y * weight.to(X.dtype)
@@ -183,9 +146,9 @@ def rms_norm_torch_mean(X: torch.Tensor, weight: torch.Tensor | None = None,
     Raises:
         TypeError / ValueError: as :func:`rms_norm_no_upcast`.
     """
-    X = _check_float_tensor("X", X)
+    X = check_float_tensor("X", X)
     eps = check_positive_float("eps", eps)
-    weight = _check_weight(weight, X)
+    weight = check_vector("weight", weight, X.shape[-1])
     Y = X * torch.rsqrt(X.pow(2).mean(dim=-1, keepdim=True) + eps)
     return Y if weight is None else Y * weight.to(X.dtype)
 
@@ -226,8 +189,7 @@ def compare_with_layernorm(num_hiddens: int = 512, num_tokens: int = 64, offset:
     num_tokens = check_positive_int("num_tokens", num_tokens)
     eps = check_positive_float("eps", eps)
     seed = _check_seed(seed)
-    if isinstance(offset, bool) or not isinstance(offset, numbers.Real) or not abs(offset) < float("inf"):
-        raise ValueError(f"offset must be a finite number, got {offset!r}")
+    offset = check_finite_float("offset", offset)
     layer, rms = nn.LayerNorm(num_hiddens, eps=eps), RMSNorm(num_hiddens, eps=eps)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -318,15 +280,12 @@ def compare_with_torch(num_hiddens: int = 512, num_tokens: int = 64,
     """
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
     num_tokens = check_positive_int("num_tokens", num_tokens)
-    scales = _check_scales(scales)
+    scales = check_positive_floats("scales", scales)
     eps = check_positive_float("eps", eps)
     seed = _check_seed(seed)
     allowed = {"float32": torch.float32, **HALF_DTYPES}
-    if isinstance(dtypes, (str, torch.dtype)) or not hasattr(dtypes, "__iter__"):
-        raise TypeError(f"dtypes must be a sequence of dtype names from {tuple(allowed)}, got {dtypes!r}")
-    names = [_check_dtype_name("dtypes", d, allowed) for d in dtypes]
-    if not names:
-        raise ValueError("dtypes must hold at least one dtype name, got an empty sequence")
+    names = check_sequence("dtypes", dtypes, lambda name, d: check_dtype_name(name, d, allowed),
+                           f"dtype names from {tuple(allowed)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         Z = torch.randn(len(scales), num_tokens, num_hiddens)
@@ -378,11 +337,7 @@ def parameter_counts(num_hiddens=(512, 4096), block_num_hiddens: int = 512,
         TypeError / ValueError: for a width that is not a positive int, or heads that
             do not divide the block's width.
     """
-    if isinstance(num_hiddens, (str, bytes)) or not hasattr(num_hiddens, "__iter__"):
-        raise TypeError(f"num_hiddens must be a sequence of positive ints, got {num_hiddens!r}")
-    widths = [check_positive_int("num_hiddens", d) for d in num_hiddens]
-    if not widths:
-        raise ValueError("num_hiddens must hold at least one width, got an empty sequence")
+    widths = check_int_sequence("num_hiddens", num_hiddens)
 
     def count(module: nn.Module) -> int:
         return sum(p.numel() for p in module.parameters())
@@ -461,12 +416,9 @@ def half_precision_errors(dtypes=("bfloat16", "float16"), scales=(1e-3, 1e-2, 0.
     Raises:
         TypeError / ValueError: for unknown dtypes, non-positive scales or sizes, bad seed.
     """
-    if isinstance(dtypes, (str, torch.dtype)) or not hasattr(dtypes, "__iter__"):
-        raise TypeError(f"dtypes must be a sequence of names from {tuple(HALF_DTYPES)}, got {dtypes!r}")
-    names = [_check_dtype_name("dtypes", d, HALF_DTYPES) for d in dtypes]
-    if not names:
-        raise ValueError("dtypes must hold at least one dtype name, got an empty sequence")
-    scales = _check_scales(scales)
+    names = check_sequence("dtypes", dtypes, lambda name, d: check_dtype_name(name, d, HALF_DTYPES),
+                           f"dtype names from {tuple(HALF_DTYPES)}")
+    scales = check_positive_floats("scales", scales)
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
     num_tokens = check_positive_int("num_tokens", num_tokens)
     eps = check_positive_float("eps", eps)

@@ -23,6 +23,7 @@ d_h = head_dim.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -32,7 +33,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from .._checks import check_seed as _check_seed
-from .._checks import check_bool, check_choice, check_positive_float, check_positive_int, check_sequence_tensor
+from .._checks import (check_bool, check_choice, check_float_dtype, check_float_tensor, check_instance,
+                       check_int_at_least, check_optional_choice, check_positive_float, check_positive_floats,
+                       check_positive_int, check_sequence, check_sequence_tensor)
 from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..widgets import FrameExplorer, round_frame_values
 
@@ -54,14 +57,11 @@ QK_NORM_MODELS = {"per_head": "Qwen3, Gemma 3", "projection": "OLMo 2, MiniMax-M
                   "per_head_distinct": "(d2lmini option)"}
 
 
-def _check_qk_norm(name: str, value) -> str | None:
-    return None if value is None else check_choice(name, value, QK_NORMS)
-
-
-def _check_attention(attention) -> MultiHeadAttention:
-    if not isinstance(attention, MultiHeadAttention):
-        raise TypeError(f"attention must be a d2lmini MultiHeadAttention, got {type(attention).__name__}")
-    return attention
+# The two checks of this module's arguments, bound once: a QK-norm setting (None or a
+# variant) and an attention module.
+_check_qk_norm = functools.partial(check_optional_choice, allowed=QK_NORMS)
+_check_attention = functools.partial(check_instance, "attention", kind=MultiHeadAttention,
+                                     what="a d2lmini MultiHeadAttention")
 
 
 # --------------------------------------------------------------------------- logits from a module
@@ -174,8 +174,7 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     Raises:
         TypeError: if ``weights`` is not a floating tensor.
     """
-    if not isinstance(weights, torch.Tensor) or not weights.is_floating_point():
-        raise TypeError(f"weights must be a floating torch.Tensor, got {type(weights).__name__}")
+    check_float_tensor("weights", weights)
     return -(weights * torch.log(weights.clamp_min(torch.finfo(weights.dtype).tiny))).sum(dim=-1)
 
 
@@ -342,18 +341,11 @@ def logit_scale_sweep(scales=None, qk_norms=(None, "per_head"), num_hiddens: int
     Raises:
         ValueError / TypeError: invalid scales, settings, sizes or dtype.
     """
-    scales = log_spaced_scales() if scales is None else [check_positive_float("scales", s) for s in scales]
-    if not scales:
-        raise ValueError("scales must contain at least one scale")
-    qk_norms = tuple(_check_qk_norm("qk_norms", q) for q in qk_norms)
-    if not qk_norms:
-        raise ValueError("qk_norms must name at least one setting (None or a QK_NORMS variant)")
-    num_steps = check_positive_int("num_steps", num_steps)
-    if num_steps < 2:
-        raise ValueError(f"num_steps must be >= 2, got {num_steps}")
+    scales = log_spaced_scales() if scales is None else check_positive_floats("scales", scales)
+    qk_norms = tuple(check_sequence("qk_norms", qk_norms, _check_qk_norm, "None or names from QK_NORMS"))
+    num_steps = check_int_at_least("num_steps", num_steps, 2)
     _check_seed(seed)
-    if dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    check_float_dtype("dtype", dtype, (torch.float32, torch.float64))
     config = dict(qk_norms=qk_norms, num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps,
                   seed=seed, dtype=str(dtype).replace("torch.", ""))
     with torch.random.fork_rng(devices=[]):
@@ -505,13 +497,10 @@ def rope_order_check(qk_norm: str = "per_head", num_hiddens: int = 64, num_heads
         ValueError / TypeError: for invalid arguments.
     """
     qk_norm = check_choice("qk_norm", qk_norm, QK_NORMS)
-    num_steps, shift = check_positive_int("num_steps", num_steps), check_positive_int("shift", shift)
-    if num_steps < 2:
-        raise ValueError(f"num_steps must be >= 2, got {num_steps}")
+    num_steps, shift = check_int_at_least("num_steps", num_steps, 2), check_positive_int("shift", shift)
     gain_spread = check_positive_float("gain_spread", gain_spread)
     _check_seed(seed)
-    if dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    check_float_dtype("dtype", dtype, (torch.float32, torch.float64))
     config = dict(qk_norm=qk_norm, num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps,
                   shift=shift, gain_spread=gain_spread, rope_theta=rope_theta, seed=seed,
                   dtype=str(dtype).replace("torch.", ""))

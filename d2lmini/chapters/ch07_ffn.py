@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional as F
 
-from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
+from .._checks import check_seeds as _check_seeds
+from .._checks import (check_bool, check_choice, check_float_tensor, check_instance, check_int_in, check_last_dim,
+                       check_positive_float, check_positive_int, check_seed, check_sequence)
 from ..data import CharCorpus
 from ..ffn import ACTS, GATED_ACTS, FeedForward
 from ..plot import STYLE, new_figure
@@ -77,23 +79,6 @@ SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "geglu": 1.942, "sw
 _SDPA_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
 
 
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    return seed
-
-
-def _check_seeds(seeds) -> list[int]:
-    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
-        raise TypeError(f"seeds must be a sequence of ints >= 0, got {type(seeds).__name__} {seeds!r}")
-    seeds = [_check_seed(s) for s in seeds]
-    if not seeds:
-        raise ValueError("seeds must contain at least one seed, got an empty sequence")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct, got {seeds}")
-    return seeds
-
-
 # --------------------------------------------------------------------------------------
 # Parameter budget
 # --------------------------------------------------------------------------------------
@@ -122,11 +107,9 @@ def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu",
     Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
     """
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-    if isinstance(acts, str):
-        raise TypeError(f"acts must be a sequence of names from {ACTS}, got the string {acts!r}")
+    acts = check_sequence("acts", acts, lambda name, act: check_choice(name, act, ACTS), f"names from {ACTS}")
     rows = []
     for act in acts:
-        check_choice("act", act, ACTS)
         ffn = FeedForward(num_hiddens, act=act).to("meta")  # shapes only, no memory
         params = sum(p.numel() for p in ffn.parameters())
         rows.append(dict(act=act, gated=act in GATED_ACTS, matrices=3 if act in GATED_ACTS else 2,
@@ -228,15 +211,9 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
 
     Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
     """
-    if not isinstance(ffn, FeedForward):
-        raise TypeError(f"ffn must be a d2lmini FeedForward, got {type(ffn).__name__}")
-    if not isinstance(X, torch.Tensor):
-        raise TypeError(f"X must be a torch.Tensor, got {type(X).__name__}")
-    if X.dim() < 2 or X.shape[-1] != ffn.num_hiddens:
-        raise ValueError(f"X must have shape (..., num_steps, {ffn.num_hiddens}), got {tuple(X.shape)}")
-    top_k = check_positive_int("top_k", top_k)
-    if top_k > ffn.ffn_num_hiddens:
-        raise ValueError(f"top_k must be <= ffn_num_hiddens={ffn.ffn_num_hiddens}, got {top_k}")
+    check_instance("ffn", ffn, FeedForward, "a d2lmini FeedForward")
+    check_last_dim("X", check_float_tensor("X", X, min_dim=2), ffn.num_hiddens)
+    top_k = check_int_in("top_k", top_k, 1, ffn.ffn_num_hiddens)
     X = X.reshape(-1, ffn.num_hiddens)
     with torch.no_grad():
         keys, values = ffn.W_1.weight, ffn.W_2.weight          # (h, d), (d, h): k_i = keys[i], v_i = values[:, i]
@@ -288,15 +265,13 @@ def memory_triggers(model: TinyLM, corpus: CharCorpus, block: int = 0, num_memor
 
     Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
     """
-    if not isinstance(model, TinyLM):
-        raise TypeError(f"model must be a d2lmini TinyLM, got {type(model).__name__}")
-    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < len(model.blocks):
-        raise ValueError(f"block must be an int in [0, {len(model.blocks)}), got {block!r}")
+    check_instance("model", model, TinyLM, "a d2lmini TinyLM")
+    check_int_in("block", block, 0, len(model.blocks) - 1)
     num_memories = check_positive_int("num_memories", num_memories)
     top = check_positive_int("top", top)
     context = check_positive_int("context", context)
     num_windows = check_positive_int("num_windows", num_windows)
-    _check_seed(seed)
+    check_seed(seed)
     ffn = model.blocks[block].ffn
     if num_memories > ffn.ffn_num_hiddens or top > num_windows:
         raise ValueError(f"num_memories must be <= {ffn.ffn_num_hiddens} and top <= num_windows, "
@@ -742,8 +717,7 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: st
 
     runs = (result._run(baseline), result._run(other))
     num_steps = len(runs[0].train_loss[0])
-    if isinstance(skip, bool) or not isinstance(skip, int) or not 1 <= skip <= num_steps:
-        raise ValueError(f"skip must be an int in [1, {num_steps}], got {skip!r}")
+    check_int_in("skip", skip, 1, num_steps)
     names = [ACT_LABELS.get(run.act, run.act) for run in runs]
     fig, (ax, ax_gap) = new_figure(2, width=width, height=height)
     with matplotlib.rc_context(STYLE):

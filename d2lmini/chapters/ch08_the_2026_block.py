@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._checks import check_bool, check_positive_int
+from .._checks import check_bool, check_instance, check_int_at_least, check_positive_int
 from ..attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
-from ..moe import MixtureOfExperts
+from ..moe import ROUTERS, MixtureOfExperts
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..ffn import ACTS, FeedForward
 from ..norms import NORMS
@@ -668,8 +668,7 @@ def describe_block(block: TransformerBlock, positions_note: str | None = None) -
 
     Introduced in the chapter "One block, every configuration".
     """
-    if not isinstance(block, TransformerBlock):
-        raise TypeError(f"block must be a d2lmini TransformerBlock, got {type(block).__name__}")
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
     att, ffn = block.attention, block.ffn
     if isinstance(ffn, MixtureOfExperts):
         ffn_name = f"{_ACT_NAMES[ffn.act]} MoE ({ffn.router_kind} router"
@@ -831,9 +830,7 @@ def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: i
     """
     from ..reference import compare_with_reference
 
-    n, m = check_positive_int("num_steps", num_steps), check_positive_int("memory_steps", memory_steps)
-    if n < 2:
-        raise ValueError(f"num_steps must be >= 2, got {n}")
+    n, m = check_int_at_least("num_steps", num_steps, 2), check_positive_int("memory_steps", memory_steps)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         block = TransformerDecoderBlock(num_hiddens, num_heads, norm="layer", act="relu", placement="post",
