@@ -214,8 +214,8 @@ class MultiHeadAttention(nn.Module):
         elif self.qk_norm == "projection":
             self.q_norm, self.k_norm = RMSNorm(q_hiddens, eps), RMSNorm(kv_hiddens, eps)
         elif self.qk_norm == "per_head_distinct":
-            self.q_norm = HeadwiseRMSNorm(self.num_heads, self.head_dim, eps)
-            self.k_norm = HeadwiseRMSNorm(self.num_kv_heads, self.head_dim, eps)
+            self.q_norm = HeadwiseRMSNorm(self.num_heads, self.head_dim, eps=eps)
+            self.k_norm = HeadwiseRMSNorm(self.num_kv_heads, self.head_dim, eps=eps)
         else:
             self.q_norm = self.k_norm = None
         self._rotary_cache: dict = {}

@@ -161,7 +161,7 @@ class TransformerBlock(nn.Module):
                           MultiHeadAttention(num_hiddens, num_heads, dropout, bias, num_kv_heads, causal,
                                              head_dim, qk_norm, qk_norm_eps, rope_theta, attn_scale))
         self.ffn = (ffn_factory() if ffn_factory is not None else
-                    FeedForward(num_hiddens, ffn_num_hiddens, act, bias, dropout))
+                    FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias, dropout=dropout))
         for name, module in (("attn_factory", self.attention), ("ffn_factory", self.ffn)):
             if not isinstance(module, nn.Module):
                 raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")

@@ -9,7 +9,7 @@ prints), which is part of the standard library on every machine.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 
@@ -46,6 +46,7 @@ class CharCorpus:
 
     text: str
     vocab: list[str]
+    _: KW_ONLY
     train: torch.Tensor
     val: torch.Tensor
     sha256: str = field(repr=False)
@@ -66,7 +67,8 @@ class CharCorpus:
         index = {ch: i for i, ch in enumerate(vocab)}
         ids = torch.tensor([index[ch] for ch in text], dtype=torch.long)
         split = int(len(ids) * (1 - val_fraction))
-        return cls(text, vocab, ids[:split], ids[split:], hashlib.sha256(text.encode("utf-8")).hexdigest())
+        sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return cls(text, vocab, train=ids[:split], val=ids[split:], sha256=sha256)
 
     @property
     def vocab_size(self) -> int:

@@ -67,7 +67,7 @@ class FeedForward(nn.Module):
         TypeError: arguments of the wrong type.
     """
 
-    def __init__(self, num_hiddens: int, ffn_num_hiddens: int | None = None, act: str = "gelu",
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int | None = None, *, act: str = "gelu",
                  bias: bool = False, dropout: float = 0.0):
         super().__init__()
         self.act = check_choice("act", act, ACTS)

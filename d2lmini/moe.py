@@ -63,7 +63,7 @@ class MixtureOfExperts(nn.Module):
     Introduced in the chapter "One block, every configuration".
     """
 
-    def __init__(self, num_hiddens: int, num_experts: int = 8, top_k: int = 2, ffn_num_hiddens: int | None = None,
+    def __init__(self, num_hiddens: int, num_experts: int = 8, *, top_k: int = 2, ffn_num_hiddens: int | None = None,
                  act: str = "swiglu", router: str = "softmax", num_shared_experts: int = 0,
                  route_scale: float = 1.0, bias: bool = False):
         super().__init__()
@@ -78,10 +78,10 @@ class MixtureOfExperts(nn.Module):
         self.route_scale = check_positive_float("route_scale", route_scale)
         check_bool("bias", bias)
         self.router = nn.Linear(num_hiddens, num_experts, bias=False)
-        self.experts = nn.ModuleList(FeedForward(num_hiddens, ffn_num_hiddens, act, bias)
+        self.experts = nn.ModuleList(FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias)
                                      for _ in range(num_experts))
         width = self.experts[0].ffn_num_hiddens
-        self.shared = (FeedForward(num_hiddens, width * num_shared_experts, act, bias)
+        self.shared = (FeedForward(num_hiddens, width * num_shared_experts, act=act, bias=bias)
                        if num_shared_experts else None)
         self.register_buffer("expert_bias", torch.zeros(num_experts))
 

@@ -49,7 +49,7 @@ class RMSNorm(nn.Module):
             dimension is not ``num_hiddens``.
     """
 
-    def __init__(self, num_hiddens: int, eps: float = 1e-6, gain: float = 1.0):
+    def __init__(self, num_hiddens: int, eps: float = 1e-6, *, gain: float = 1.0):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.eps = check_positive_float("eps", eps)
@@ -107,7 +107,7 @@ class HeadwiseRMSNorm(nn.Module):
         input ``(batch, num_steps, num_heads, head_dim)``, output the same.
     """
 
-    def __init__(self, num_heads: int, head_dim: int, eps: float = 1e-6):
+    def __init__(self, num_heads: int, head_dim: int, *, eps: float = 1e-6):
         super().__init__()
         self.eps = check_positive_float("eps", eps)
         self.weight = nn.Parameter(torch.ones(check_positive_int("num_heads", num_heads),
@@ -146,7 +146,7 @@ class SequenceBatchNorm(nn.Module):
             position per feature.
     """
 
-    def __init__(self, num_hiddens: int, eps: float = DEFAULT_EPS["layer"], momentum: float = 0.1):
+    def __init__(self, num_hiddens: int, eps: float = DEFAULT_EPS["layer"], *, momentum: float = 0.1):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.bn = nn.BatchNorm1d(self.num_hiddens, eps=check_positive_float("eps", eps),

@@ -9,7 +9,7 @@ and how much gradient each block's weights receive.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch import nn
@@ -74,6 +74,7 @@ class DepthProbe:
 
     config: dict
     stream_rms: list[float]
+    _: KW_ONLY
     token_spread: list[float]
     grad_norms: dict[str, list[float]] = field(default_factory=dict)
 

@@ -10,7 +10,7 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch import nn
@@ -140,6 +140,7 @@ class NormTiming:
 
     shape: tuple[int, ...]
     repeats: int
+    _: KW_ONLY
     times_ms: dict[str, dict[str, float]]
     machine: dict
     clock: str = "thread"

@@ -45,7 +45,7 @@ class TinyLM(nn.Module):
             for sequences longer than ``max_len``.
     """
 
-    def __init__(self, vocab_size: int, num_hiddens: int = 64, num_heads: int = 4, num_layers: int = 4,
+    def __init__(self, vocab_size: int, num_hiddens: int = 64, *, num_heads: int = 4, num_layers: int = 4,
                  max_len: int = 256, **block_kwargs):
         super().__init__()
         self.vocab_size = check_positive_int("vocab_size", vocab_size)

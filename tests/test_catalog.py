@@ -87,7 +87,7 @@ def test_moe_counts_active_parameters():
 
 
 def test_moe_drops_into_a_block_and_trains():
-    block = TransformerBlock(16, 2, causal=True, ffn_factory=lambda: MixtureOfExperts(16, 4, 2))
+    block = TransformerBlock(16, 2, causal=True, ffn_factory=lambda: MixtureOfExperts(16, 4, top_k=2))
     X = torch.randn(2, 6, 16, requires_grad=True)
     block(X).pow(2).mean().backward()
     assert block.ffn.router.weight.grad.abs().sum() > 0  # the router learns through the mixing weights

@@ -18,7 +18,7 @@ Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch import nn
@@ -118,6 +118,7 @@ class StackAnatomy:
 
     config: dict
     shapes: list[tuple[tuple[int, ...], tuple[int, ...]]]
+    _: KW_ONLY
     parameter_shapes: dict[str, tuple[int, ...]]
     same_parameter_shapes: bool
     num_parameters: list[int]
@@ -238,6 +239,7 @@ class PositionMixing:
 
     config: dict
     permutation: list[int]
+    _: KW_ONLY
     block_permuted: float
     ffn_alone: float
     attention_alone: float
@@ -505,6 +507,7 @@ class ResidualSum:
 
     config: dict
     labels: list[str]
+    _: KW_ONLY
     input_rms: float
     contribution_rms: list[float]
     stream_rms: list[float]

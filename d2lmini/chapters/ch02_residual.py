@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch import nn
@@ -94,7 +94,7 @@ class PlainBlock(nn.Module):
             ``residual``/``causal``; at call time an input that is not ``(b, n, d)``.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, act: str = "relu", residual: bool = True,
+    def __init__(self, num_hiddens: int, num_heads: int, *, act: str = "relu", residual: bool = True,
                  causal: bool = False):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
@@ -186,6 +186,7 @@ class SkipProbe:
 
     placement: str
     residual: bool
+    _: KW_ONLY
     stream_rms: list[float]
     token_spread: list[float]
     block_grad: dict[int, list[float]] = field(default_factory=dict)
@@ -315,7 +316,7 @@ def depth_gradients(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: i
             streams.append(block(streams[-1]))
             rms.append(stream_rms(streams[-1].detach()))
             spread.append(token_spread(streams[-1].detach()))
-        probe = SkipProbe(placement, residual, rms, spread)
+        probe = SkipProbe(placement, residual, stream_rms=rms, token_spread=spread)
         for L in depths:
             Y = streams[L] if final_norm is None else final_norm(streams[L])
             loss = (Y * R).sum() / math.sqrt(Y.numel())

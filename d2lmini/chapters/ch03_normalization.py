@@ -16,7 +16,7 @@ Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import matplotlib
 import torch
@@ -205,6 +205,7 @@ class PaddedBatch:
 
     X: torch.Tensor
     valid_lens: torch.Tensor
+    _: KW_ONLY
     feature_mean: torch.Tensor
     feature_scale: torch.Tensor
 
@@ -434,6 +435,7 @@ class PaddingErrors:
 
     padding_target: float
     padding_share: float
+    _: KW_ONLY
     mean_len: float
     max_len: int
     mean_error: float
@@ -508,6 +510,7 @@ class PaddingSweep:
 
     results: list[PaddingErrors]
     curve_padding: list[float] = field(default_factory=list)
+    _: KW_ONLY
     curve_mean_error: list[float] = field(default_factory=list)
     curve_var_error: list[float] = field(default_factory=list)
 

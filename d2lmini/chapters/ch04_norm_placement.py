@@ -213,7 +213,7 @@ class DepthExplorer:
         TypeError: for a keyword that :func:`~d2lmini.probes.probe_depth` does not take.
     """
 
-    def __init__(self, max_depth: int = 64, depth: int = 32, placement: str = "post", norm: str = "layer",
+    def __init__(self, max_depth: int = 64, depth: int = 32, *, placement: str = "post", norm: str = "layer",
                  **probe_kwargs):
         import inspect
 

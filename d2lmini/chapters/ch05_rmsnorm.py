@@ -22,7 +22,7 @@ Shapes use the legend ``*`` = any leading dimensions, ``d`` = num_hiddens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import matplotlib
 import torch
@@ -226,6 +226,7 @@ class TorchComparison:
 
     scales: list[float]
     eps: float
+    _: KW_ONLY
     equal_eps: dict[str, list[float]]
     default_eps_dev: dict[str, list[float]]
     default_eps_fit: dict[str, dict[float, float]]

@@ -26,7 +26,7 @@ import copy
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch import nn
@@ -259,6 +259,7 @@ class LogitScaleSweep:
 
     scales: list[float]
     entropy: dict = field(default_factory=dict)
+    _: KW_ONLY
     max_logit: dict = field(default_factory=dict)
     grad_q: dict = field(default_factory=dict)
     grad_k: dict = field(default_factory=dict)
@@ -457,6 +458,7 @@ class RopeOrderCheck:
 
     equal_gains: float
     unequal_gains: float
+    _: KW_ONLY
     shift_change: dict
     config: dict
 

@@ -33,7 +33,7 @@ import statistics
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch.nn import functional as F
@@ -181,6 +181,7 @@ class MemoryReading:
 
     act: str
     coefficients: torch.Tensor = field(repr=False)
+    _: KW_ONLY
     max_abs_diff: float
     active_fraction: float
     top_share: float
@@ -230,8 +231,8 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
         ffn.train(was_training)
         size = m.abs()
         top = size.topk(top_k, dim=-1).values.sum(-1) / size.sum(-1).clamp_min(1e-30)
-    return MemoryReading(ffn.act, m, float((out - memory_sum).abs().max()), float((m != 0).double().mean()),
-                         float(top.mean()), top_k)
+    return MemoryReading(ffn.act, m, max_abs_diff=float((out - memory_sum).abs().max()),
+                         active_fraction=float((m != 0).double().mean()), top_share=float(top.mean()), top_k=top_k)
 
 
 def memory_triggers(model: TinyLM, corpus: CharCorpus, block: int = 0, num_memories: int = 4, top: int = 3,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 
@@ -202,7 +202,7 @@ def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_exper
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         block = TransformerBlock(num_hiddens, num_heads, causal=True,
-                                 ffn_factory=lambda: MixtureOfExperts(num_hiddens, num_experts, top_k))
+                                 ffn_factory=lambda: MixtureOfExperts(num_hiddens, num_experts, top_k=top_k))
         X = torch.randn(batch_size, num_steps, num_hiddens)
         seen = []
         handle = block.ffn.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
@@ -289,6 +289,7 @@ class Step:
 
     name: str
     flag: str
+    _: KW_ONLY
     core: bool
     kwargs: dict
     parameters: dict
@@ -343,8 +344,8 @@ def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: i
             with torch.no_grad():
                 shape = tuple(block(X).shape)
             att = block.attention
-            steps.append(Step(name, flag, core, dict(kwargs), _count_parts(block),
-                              2 * att.num_kv_heads * att.head_dim, shape))
+            steps.append(Step(name, flag, core=core, kwargs=dict(kwargs), parameters=_count_parts(block),
+                              kv_cache_per_token=2 * att.num_kv_heads * att.head_dim, output_shape=shape))
     return steps
 
 
@@ -508,12 +509,13 @@ def from_afmoe_layer(layer, config) -> TransformerBlock:
 
     if layer.moe_enabled:
         def ffn():
-            return MixtureOfExperts(d, config.num_experts, config.num_experts_per_tok,
-                                    config.moe_intermediate_size, "swiglu", "sigmoid",
-                                    config.num_shared_experts, float(config.route_scale))
+            return MixtureOfExperts(d, config.num_experts, top_k=config.num_experts_per_tok,
+                                    ffn_num_hiddens=config.moe_intermediate_size, act="swiglu", router="sigmoid",
+                                    num_shared_experts=config.num_shared_experts,
+                                    route_scale=float(config.route_scale))
     else:
         def ffn():
-            return FeedForward(d, config.intermediate_size, "swiglu")
+            return FeedForward(d, config.intermediate_size, act="swiglu")
     block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps, causal=True,
                              attn_factory=attention, ffn_factory=ffn)
     ours = block.attention
@@ -750,8 +752,9 @@ def describe_trinity_without_reference(positions_note: str) -> dict:
                                                                  head_dim=c["head_dim"], causal=True,
                                                                  qk_norm="per_head"),
                              ffn_factory=lambda: MixtureOfExperts(c["hidden_size"], c["num_experts"],
-                                                                  c["num_experts_per_tok"],
-                                                                  c["moe_intermediate_size"], router="sigmoid",
+                                                                  top_k=c["num_experts_per_tok"],
+                                                                  ffn_num_hiddens=c["moe_intermediate_size"],
+                                                                  router="sigmoid",
                                                                   num_shared_experts=c["num_shared_experts"]))
     return describe_block(block, positions_note)
 
