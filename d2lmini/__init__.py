@@ -10,7 +10,8 @@ QK-norm and RoPE, and gated attention), :mod:`d2lmini.ffn` (:class:`FeedForward`
 :mod:`d2lmini.moe` (a mixture of experts) and :mod:`d2lmini.block`
 (:class:`TransformerBlock` and the decoder block with cross-attention).
 
-**The shared machinery**: :mod:`d2lmini.probes` (depth measurements at
+**The shared machinery**: :mod:`d2lmini.parameters` (counting a module's parameters,
+in total or part by part), :mod:`d2lmini.probes` (depth measurements at
 initialization), :mod:`d2lmini.data` and :mod:`d2lmini.train` (the character corpus, a
 tiny language model and the one training loop), :mod:`d2lmini.plot` (the house style,
 every colour and label), :mod:`d2lmini.widgets` (live explorers and their static
@@ -40,6 +41,7 @@ from .ffn import ACTS, FeedForward, default_ffn_num_hiddens
 from .moe import MixtureOfExperts
 from .norms import NORMS, RMSNorm, make_norm
 from .notebook import glue
+from .parameters import num_parameters
 from .probes import PROBED_PLACEMENTS, DepthProbe, init_linear_weights_, probe_depth, stream_rms, token_spread
 from .widgets import FrameExplorer, StaticTwin
 
@@ -60,7 +62,7 @@ __all__ = [
     "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "FrameExplorer", "GatedAttention",
     "MixtureOfExperts", "MultiHeadAttention", "RMSNorm", "StaticTwin", "TransformerBlock",
     "TransformerDecoderBlock", "apply_rotary", "default_ffn_num_hiddens", "depth_explorer",
-    "depth_explorer_static", "depth_table", "glue", "init_linear_weights_", "make_norm", "probe_depth",
-    "probe_placements", "qk_scale_explorer", "residual_explorer", "rotary_cos_sin", "stream_rms",
+    "depth_explorer_static", "depth_table", "glue", "init_linear_weights_", "make_norm", "num_parameters",
+    "probe_depth", "probe_placements", "qk_scale_explorer", "residual_explorer", "rotary_cos_sin", "stream_rms",
     "token_spread", "valid_lens_mask",
 ]

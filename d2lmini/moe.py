@@ -8,6 +8,7 @@ from torch import nn
 from ._checks import (check_bool, check_choice, check_last_dim, check_nonnegative_int,
                       check_positive_float, check_positive_int)
 from .ffn import ACTS, FeedForward
+from .parameters import num_parameters
 
 
 #: Routers accepted by :class:`MixtureOfExperts`.
@@ -119,9 +120,8 @@ class MixtureOfExperts(nn.Module):
 
     def num_active_parameters(self) -> int:
         """Parameters one token uses: router, shared expert and ``top_k`` routed experts."""
-        per_expert = sum(p.numel() for p in self.experts[0].parameters())
-        shared = 0 if self.shared is None else sum(p.numel() for p in self.shared.parameters())
-        return self.router.weight.numel() + shared + self.top_k * per_expert
+        shared = 0 if self.shared is None else num_parameters(self.shared)
+        return num_parameters(self.router) + shared + self.top_k * num_parameters(self.experts[0])
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, top_k={self.top_k}, router={self.router_kind!r}, "

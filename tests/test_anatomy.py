@@ -241,3 +241,19 @@ def test_plot_has_one_bar_per_sublayer():
 def test_bad_arguments_raise_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_num_parameters_counts_totals_parts_and_tied_weights_once():
+    from d2lmini.parameters import BLOCK_PARTS, num_parameters
+
+    block = TransformerBlock(**SMALL)
+    assert num_parameters(block) == sum(p.numel() for p in block.parameters())
+    assert num_parameters(block, BLOCK_PARTS) == count_parameters(block)
+    linear = nn.Linear(4, 4)
+    assert num_parameters(nn.Sequential(linear, linear)) == 20  # a tied layer counts once
+    assert num_parameters(linear, {"weights": "weight", "biases": ("bias",)}) == {"weights": 16, "biases": 4,
+                                                                              "total": 20}
+    with pytest.raises(ValueError, match="'bias' belongs to none"):
+        num_parameters(linear, {"weights": "weight"})
+    with pytest.raises(TypeError, match="module"):
+        num_parameters([linear])

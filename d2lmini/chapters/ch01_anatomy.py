@@ -8,7 +8,7 @@ measurements on :class:`~d2lmini.block.TransformerBlock`:
 * :func:`position_mixing` -- attention is the only sublayer in which positions
   interact;
 * :func:`count_parameters`, :func:`parameter_counts` -- where a block's parameters
-  are, counted from the modules themselves;
+  are, counted from the modules themselves (:func:`d2lmini.parameters.num_parameters`);
 * :func:`record_contributions`, :func:`residual_sum` -- the residual stream as a
   running sum of the sublayers' outputs.
 
@@ -27,6 +27,7 @@ from .._checks import check_seed as _check_seed
 from .._checks import (check_bool, check_choice, check_float_dtype, check_instance, check_int_at_least,
                        check_positive_int, check_sequence_tensor)
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
+from ..parameters import BLOCK_PARTS, num_parameters
 from ..plot import STYLE, new_figure
 from ..probes import INITS, init_linear_weights_, stream_rms
 
@@ -52,8 +53,8 @@ BLOCK_SHAPES = {
                                  causal=True, rope_theta=500000.0),
 }
 
-#: The parts :func:`count_parameters` reports, in order.
-PARTS = ("attention", "ffn", "norms")
+#: The parts :func:`count_parameters` reports, in order (see :data:`d2lmini.parameters.BLOCK_PARTS`).
+PARTS = tuple(BLOCK_PARTS)
 
 
 def sublayer_labels(depth: int) -> list[str]:
@@ -211,7 +212,7 @@ def stack_anatomy(depth: int = 4, num_hiddens: int = 64, num_heads: int = 4, num
     config = dict(depth=depth, num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps,
                   batch_size=batch_size, seed=seed, **block_kwargs)
     return StackAnatomy(config=config, shapes=shapes, parameter_shapes=first, same_parameter_shapes=same,
-                        num_parameters=[sum(p.numel() for p in block.parameters()) for block in stack],
+                        num_parameters=[num_parameters(block) for block in stack],
                         shared_tensors=shared_parameters(stack), w_q_gap=gaps)
 
 
@@ -334,7 +335,8 @@ def position_mixing(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 
 def count_parameters(block: nn.Module) -> dict[str, int]:
     """Count a block's parameters per part, from the module itself.
 
-    Every parameter is assigned by the submodule that holds it: ``attention`` (and a
+    :func:`d2lmini.parameters.num_parameters` with :data:`~d2lmini.parameters.BLOCK_PARTS`:
+    every parameter is assigned by the submodule that holds it: ``attention`` (and a
     decoder block's ``cross_attention``; QK-norm gains included) -> ``'attention'``;
     ``ffn`` -> ``'ffn'``; the residual connections' norms (``addnorm1``, ``addnorm2``,
     ...) -> ``'norms'``. Works on the ``meta`` device (only shapes are read).
@@ -350,22 +352,8 @@ def count_parameters(block: nn.Module) -> dict[str, int]:
         TypeError: if ``block`` is not a :class:`~d2lmini.block.TransformerBlock`.
         ValueError: if the block holds a parameter outside those submodules.
     """
-    if not isinstance(block, TransformerBlock):
-        raise TypeError(f"block must be a d2lmini TransformerBlock, got {type(block).__name__}")
-    counts = dict.fromkeys(PARTS, 0)
-    for name, p in block.named_parameters():
-        top = name.split(".", 1)[0]
-        if top in ("attention", "cross_attention"):
-            part = "attention"
-        elif top == "ffn":
-            part = "ffn"
-        elif top.startswith("addnorm"):
-            part = "norms"
-        else:
-            raise ValueError(f"parameter {name!r} belongs to none of attention, ffn, addnorm*")
-        counts[part] += p.numel()
-    counts["total"] = sum(p.numel() for p in block.parameters())
-    return counts
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    return num_parameters(block, BLOCK_PARTS)
 
 
 def parameter_counts(shapes: dict[str, dict] | None = None, device: str | torch.device = "meta") -> list[dict]:

@@ -33,6 +33,7 @@ from .._checks import (check_dtype_name, check_finite_float, check_float_tensor,
                        check_positive_float, check_positive_floats, check_positive_int, check_sequence, check_vector)
 from ..block import TransformerBlock
 from ..norms import RMSNorm
+from ..parameters import num_parameters
 from ..plot import STYLE, new_figure
 
 #: The epsilon this chapter uses for every RMSNorm (Llama 3, Qwen3, OLMo 2).
@@ -339,16 +340,12 @@ def parameter_counts(num_hiddens=(512, 4096), block_num_hiddens: int = 512,
             do not divide the block's width.
     """
     widths = check_int_sequence("num_hiddens", num_hiddens)
-
-    def count(module: nn.Module) -> int:
-        return sum(p.numel() for p in module.parameters())
-
-    rows = [{"d": d, "LayerNorm": count(nn.LayerNorm(d)), "RMSNorm": count(RMSNorm(d)),
-             "torch.nn.RMSNorm": count(nn.RMSNorm(d))} for d in widths]
+    rows = [{"d": d, "LayerNorm": num_parameters(nn.LayerNorm(d)), "RMSNorm": num_parameters(RMSNorm(d)),
+             "torch.nn.RMSNorm": num_parameters(nn.RMSNorm(d))} for d in widths]
     block = {"d": check_positive_int("block_num_hiddens", block_num_hiddens)}
     for norm in ("layer", "rms"):
-        block[norm] = count(TransformerBlock(block_num_hiddens, num_heads, norm=norm,
-                                             act="swiglu", placement="pre"))
+        block[norm] = num_parameters(TransformerBlock(block_num_hiddens, num_heads, norm=norm,
+                                                      act="swiglu", placement="pre"))
     return {"rows": rows, "block": block}
 
 

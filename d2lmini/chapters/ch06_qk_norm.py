@@ -37,6 +37,7 @@ from .._checks import (check_bool, check_choice, check_float_dtype, check_float_
                        check_int_at_least, check_optional_choice, check_positive_float, check_positive_floats,
                        check_positive_int, check_sequence, check_sequence_tensor)
 from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
+from ..parameters import num_parameters
 from ..widgets import FrameExplorer, round_frame_values
 
 #: Colour of each QK-norm setting in this chapter's figures (none: the book's red;
@@ -556,7 +557,7 @@ def qk_norm_variants(num_hiddens: int = 64, num_heads: int = 4, num_kv_heads: in
         layer = MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=num_kv_heads, qk_norm=variant)
         q_shape, k_shape = tuple(layer.q_norm.weight.shape), tuple(layer.k_norm.weight.shape)
         rows.append({"variant": variant, "models": QK_NORM_MODELS[variant], "q_norm": q_shape,
-                     "k_norm": k_shape, "parameters": layer.q_norm.weight.numel() + layer.k_norm.weight.numel(),
+                     "k_norm": k_shape, "parameters": num_parameters(layer.q_norm) + num_parameters(layer.k_norm),
                      "statistic": "all heads" if variant == "projection" else "one head"})
     return rows
 

@@ -43,6 +43,7 @@ from .._checks import (check_bool, check_choice, check_float_tensor, check_insta
                        check_positive_float, check_positive_int, check_seed, check_sequence)
 from ..data import CharCorpus
 from ..ffn import ACTS, GATED_ACTS, FeedForward
+from ..parameters import num_parameters
 from ..plot import STYLE, new_figure
 from ..train import TinyLM, lr_at, moving_average
 
@@ -111,7 +112,7 @@ def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu",
     rows = []
     for act in acts:
         ffn = FeedForward(num_hiddens, act=act).to("meta")  # shapes only, no memory
-        params = sum(p.numel() for p in ffn.parameters())
+        params = num_parameters(ffn)
         rows.append(dict(act=act, gated=act in GATED_ACTS, matrices=3 if act in GATED_ACTS else 2,
                          ffn_num_hiddens=ffn.ffn_num_hiddens, params=params,
                          per_d2=params / num_hiddens ** 2, rel_diff=params / (8 * num_hiddens ** 2) - 1))

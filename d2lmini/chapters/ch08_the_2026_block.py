@@ -36,6 +36,7 @@ from ..moe import ROUTERS, MixtureOfExperts
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..ffn import ACTS, FeedForward
 from ..norms import NORMS
+from ..parameters import BLOCK_PARTS, num_parameters
 from ..plot import STYLE, new_figure
 
 # --------------------------------------------------------------------------- the constructor
@@ -154,7 +155,7 @@ def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads
                 mha.W_v.weight.copy_(_repeat_kv_weight(gqa.W_v.weight, g, group))
                 diff = float((gqa(X, X, X) - mha(X, X, X)).abs().max())
             kind = "MHA" if g == num_heads else ("MQA" if g == 1 else "GQA")
-            rows.append({"kv_heads": g, "kind": kind, "parameters": sum(p.numel() for p in gqa.parameters()),
+            rows.append({"kv_heads": g, "kind": kind, "parameters": num_parameters(gqa),
                          "kv_cache_per_token": 2 * g * gqa.head_dim, "max_abs_diff": diff})
     return rows
 
@@ -218,10 +219,10 @@ def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_exper
     counts = torch.bincount(experts.flatten(), minlength=num_experts).tolist()
     return {
         "input_shape": tuple(X.shape), "output_shape": tuple(Y.shape), "tokens_per_expert": counts,
-        "ffn_parameters": sum(p.numel() for p in block.ffn.parameters()),
+        "ffn_parameters": num_parameters(block.ffn),
         "ffn_active_parameters": block.ffn.num_active_parameters(),
-        "dense_ffn_parameters": sum(p.numel() for p in block.ffn.experts[0].parameters()),
-        "block_parameters": sum(p.numel() for p in block.parameters()),
+        "dense_ffn_parameters": num_parameters(block.ffn.experts[0]),
+        "block_parameters": num_parameters(block),
         "max_abs_diff": diff, "block": block,
     }
 
@@ -297,15 +298,6 @@ class Step:
     output_shape: tuple = field(default_factory=tuple)
 
 
-def _count_parts(block: TransformerBlock) -> dict:
-    counts = {"attention": 0, "ffn": 0, "norms": 0}
-    for name, p in block.named_parameters():
-        top = name.split(".", 1)[0]
-        counts["attention" if "attention" in top else "ffn" if top == "ffn" else "norms"] += p.numel()
-    counts["total"] = sum(counts.values())
-    return counts
-
-
 def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: int = 2, num_steps: int = 16,
                        seed: int = 0) -> list[Step]:
     """Turn the 2017 block into the 2026 block one constructor argument at a time.
@@ -344,7 +336,7 @@ def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: i
             with torch.no_grad():
                 shape = tuple(block(X).shape)
             att = block.attention
-            steps.append(Step(name, flag, core=core, kwargs=dict(kwargs), parameters=_count_parts(block),
+            steps.append(Step(name, flag, core=core, kwargs=dict(kwargs), parameters=num_parameters(block, BLOCK_PARTS),
                               kv_cache_per_token=2 * att.num_kv_heads * att.head_dim, output_shape=shape))
     return steps
 
@@ -848,9 +840,9 @@ def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: i
             Y_future = block(X2, memory)
             Y_memory = block(X, memory2)
         reference = compare_with_reference("TransformerDecoderLayer", seed=seed)
-    parts = {"self-attention": "attention", "cross-attention": "cross_attention", "FFN": "ffn"}
-    params = {label: sum(p.numel() for p in getattr(block, attr).parameters()) for label, attr in parts.items()}
-    params["norms"] = sum(p.numel() for name, p in block.named_parameters() if name.startswith("addnorm"))
+    params = num_parameters(block, {"self-attention": "attention.", "cross-attention": "cross_attention.",
+                                    "FFN": "ffn.", "norms": "addnorm"})
+    params.pop("total")
     reference.pop("block")
     return {"output_shape": tuple(Y.shape),
             "future_leak": float((Y_future - Y)[:, :t].abs().max()),
@@ -893,13 +885,10 @@ def model_parameter_count(shape: dict | None = None) -> dict:
     shape = dict(LLAMA3_8B if shape is None else shape)
     with torch.device("meta"):
         model = TinyLM(max_len=8, **shape)
-
-    def count(module):
-        return sum(p.numel() for p in module.parameters())
-
-    return {"total": count(model), "blocks": count(model.blocks), "per_block": count(model.blocks[0]),
-            "embedding": count(model.embedding), "head": count(model.head),
-            "final_norm": count(model.final_norm) if model.final_norm is not None else 0,
+    return {"total": num_parameters(model), "blocks": num_parameters(model.blocks),
+            "per_block": num_parameters(model.blocks[0]), "embedding": num_parameters(model.embedding),
+            "head": num_parameters(model.head),
+            "final_norm": num_parameters(model.final_norm) if model.final_norm is not None else 0,
             "head_bias": model.head.bias.numel() if model.head.bias is not None else 0}
 
 
