@@ -14,6 +14,8 @@ import io
 import matplotlib
 from matplotlib.figure import Figure
 
+from ._checks import check_bool, check_choice
+
 #: One colour per norm placement, used by every figure and widget.
 PLACEMENT_COLORS = {
     "post": "#c0392b",
@@ -33,6 +35,80 @@ PLACEMENT_LABELS = {
 #: Colours of the attention weights in gradient plots: queries/keys blue, values/outputs red
 #: (the second of each pair is drawn dashed).
 WEIGHT_COLORS = {"W_q": "#1f5fa8", "W_k": "#1f5fa8", "W_v": "#c0392b", "W_o": "#c0392b"}
+
+#: One colour per part of a block (chapters "Anatomy" and "One block, every configuration").
+PART_COLORS = {"attention": "#1f5fa8", "ffn": "#d68910", "norms": "#7f8c8d"}
+#: Names of the parts of a block (and of the whole, ``'total'``), for tables and legends.
+PART_LABELS = {"attention": "attention", "ffn": "FFN", "norms": "norms", "total": "block"}
+#: Colour of the residual stream's running sum in the chapter "Anatomy" (the pre-LN blue).
+RUNNING_SUM_COLOR = "#2471a3"
+
+#: The stacks of the chapter "Residual connections", by norm placement (no norms:
+#: grey-brown; pre-LN: the book's pre-LN blue; post-LN: the book's post-LN red).
+#: Stacks without skips are drawn dashed in the same colour.
+SKIP_COLORS = {"none": "#7f6a4f", "pre": "#2471a3", "post": "#c0392b"}
+#: Names of those norm placements, for :func:`skip_label`.
+SKIP_NORM_LABELS = {"none": "no norms", "pre": "pre-LN", "post": "post-LN"}
+
+#: One colour per norm in the chapter "Normalization" (BatchNorm orange, LayerNorm blue).
+NORM_COLORS = {"batch": "#d35400", "layer": "#2471a3"}
+#: Names of the norms, for legends, controls and tables.
+NORM_LABELS = {"batch": "BatchNorm", "layer": "LayerNorm", "rms": "RMSNorm"}
+#: Fill of a real token's cell and edge of a padding cell in the chapter "Normalization".
+CELL_COLORS = {"real": "#d6dbdf", "padding": "#99a3a4"}
+
+#: The variants of RMSNorm in half precision (chapter "RMSNorm"), with a label for legends.
+HALF_VARIANT_LABELS = {
+    "upcast": "float32 upcast (d2lmini.RMSNorm)",
+    "torch_mean": "half, torch .mean()",
+    "no_upcast": "half throughout",
+}
+#: One colour per variant of :data:`HALF_VARIANT_LABELS`.
+HALF_VARIANT_COLORS = {"upcast": "#2471a3", "torch_mean": "#d68910", "no_upcast": "#c0392b"}
+
+#: Colour of each QK-norm setting in the chapter "QK-norm" (none: the book's red;
+#: per head: the book's blue; the other two variants: purple and green).
+QK_COLORS = {None: "#c0392b", "per_head": "#2471a3", "projection": "#7d3c98",
+             "per_head_distinct": "#229954"}
+#: Legend label of each QK-norm setting.
+QK_LABELS = {None: "no QK-norm", "per_head": "QK-norm (per head)", "projection": "QK-norm (projection)",
+             "per_head_distinct": "QK-norm (per head, distinct gains)"}
+
+#: Colours of the FFN activations in the chapter "The feed-forward network" (plain MLPs
+#: warm, gated cool).
+ACT_COLORS = {"relu": "#7f8c8d", "gelu": "#c0392b", "gelu_tanh": "#e67e22",
+              "swiglu": "#2471a3", "geglu": "#229954"}
+#: Human-readable names of the FFN variants, for tables and legends.
+ACT_LABELS = {"relu": "ReLU MLP", "gelu": "GELU MLP", "gelu_tanh": "GELU (tanh) MLP",
+              "swiglu": "SwiGLU", "geglu": "GeGLU"}
+#: The activation functions themselves (SiLU is SwiGLU's), as drawn in the same chapter.
+ACT_FUNCTION_LABELS = {"relu": "ReLU", "gelu": r"GELU  $x\,\Phi(x)$", "gelu_tanh": "GELU (tanh)",
+                       "silu": r"SiLU  $x\,\sigma(x)$"}
+#: Their colours: those of the FFNs that use them.
+ACT_FUNCTION_COLORS = {"relu": ACT_COLORS["relu"], "gelu": ACT_COLORS["gelu"], "gelu_tanh": ACT_COLORS["gelu_tanh"],
+                       "silu": ACT_COLORS["swiglu"]}
+
+#: Short names for the "who uses what" table of the chapter "One block, every configuration".
+PLACEMENT_SHORT_LABELS = {"post": "post", "pre": "pre", "post_sublayer": "post-sublayer", "sandwich": "sandwich"}
+QK_SHORT_LABELS = {None: "—", "per_head": "per head", "projection": "whole projection",
+                   "per_head_distinct": "per head, own gains"}
+ACT_SHORT_LABELS = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swiglu": "SwiGLU", "geglu": "GeGLU"}
+
+
+def skip_label(placement: str, residual: bool) -> str:
+    """Legend label of a stack of the chapter "Residual connections", e.g. ``'pre-LN, with skips'``.
+
+    Args:
+        placement: a key of :data:`SKIP_NORM_LABELS` (``'none'``, ``'pre'``, ``'post'``).
+        residual: whether the stack has its skip connections.
+
+    Raises:
+        ValueError / TypeError: unknown ``placement`` or non-bool ``residual``.
+    """
+    check_choice("placement", placement, SKIP_NORM_LABELS)
+    check_bool("residual", residual)
+    return f"{SKIP_NORM_LABELS[placement]}, {'with' if residual else 'no'} skips"
+
 
 STYLE = {
     "font.size": 11,

@@ -10,8 +10,9 @@ from matplotlib.figure import Figure
 
 from d2lmini import TransformerBlock
 from d2lmini.data import python_reference_corpus
+from d2lmini.plot import skip_label
 from d2lmini.chapters.ch02_residual import (SKIP_CONFIGS, PlainBlock, depth_gradients, jacobian_spectra, make_skip_stack,
-                              plot_depth_gradients, plot_jacobian_spectra, plot_skip_training, skip_label,
+                              plot_depth_gradients, plot_jacobian_spectra, plot_skip_training,
                               skip_training, unigram_entropy, zero_output_projections_, zeroed_block_gaps)
 
 SMALL = dict(num_hiddens=16, num_heads=2)

@@ -28,14 +28,11 @@ from .._checks import (check_bool, check_choice, check_float_dtype, check_instan
                        check_positive_int, check_sequence_tensor)
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..parameters import BLOCK_PARTS, num_parameters
-from ..plot import STYLE, new_figure
+from ..plot import PART_COLORS, PART_LABELS, RUNNING_SUM_COLOR, STYLE, new_figure
 from ..probes import INITS, init_linear_weights_, stream_rms
 
 #: The two sublayers of a block, in the order they act on the stream.
 SUBLAYERS = ("attention", "ffn")
-
-#: Colours of the two sublayers in this chapter's figures.
-SUBLAYER_COLORS = {"attention": "#1f5fa8", "ffn": "#d68910"}
 
 #: Block shapes whose parameters :func:`parameter_counts` counts by default: name ->
 #: keyword arguments of :class:`~d2lmini.block.TransformerBlock`.
@@ -403,11 +400,10 @@ def parameter_table(rows: list[dict], formatted: bool = False):
     check_bool("formatted", formatted)
     import pandas as pd  # the book has pandas; the package itself does not need it
 
-    labels = {"attention": "attention", "ffn": "FFN", "norms": "norms", "total": "block"}
     records = []
     for row in rows:
         counts, d2 = row["counts"], row["num_hiddens"] ** 2
-        for part, label in labels.items():
+        for part, label in PART_LABELS.items():
             records.append({"model": row["model"], "part": label, "parameters": counts[part],
                             "÷ d²": counts[part] / d2, "share of block": counts[part] / counts["total"]})
     table = pd.DataFrame(records).set_index(["model", "part"])
@@ -583,7 +579,7 @@ def plot_residual_sum(result: ResidualSum, width: float = 8.0, height: float = 3
     """Draw every sublayer's contribution RMS and the running sum's RMS.
 
     Left: one bar per sublayer, grouped by block (attention and FFN coloured by
-    :data:`SUBLAYER_COLORS`), the input's RMS as a dashed line. Right: the RMS of the running sum
+    :data:`d2lmini.plot.PART_COLORS`), the input's RMS as a dashed line. Right: the RMS of the running sum
     ``X_0 + C_1 + ... + C_j`` after each sublayer ``j``, next to
     ``sqrt(rms(X_0)^2 + sum_i rms(C_i)^2)``, what it would be if the contributions
     were orthogonal to each other and to ``X_0``.
@@ -603,8 +599,8 @@ def plot_residual_sum(result: ResidualSum, width: float = 8.0, height: float = 3
         ax = axes[0]
         for offset, sublayer in enumerate(SUBLAYERS):
             blocks = [k + (offset - 0.5) * 0.4 for k in range(1, depth + 1)]
-            ax.bar(blocks, result.sublayer_rms(sublayer), color=SUBLAYER_COLORS[sublayer], width=0.4,
-                   label="attention" if sublayer == "attention" else "FFN")
+            ax.bar(blocks, result.sublayer_rms(sublayer), color=PART_COLORS[sublayer], width=0.4,
+                   label=PART_LABELS[sublayer])
         ax.axhline(result.input_rms, color="0.3", linestyle="--", linewidth=1, label=r"input $X_0$")
         ax.set_xticks(range(1, depth + 1))
         ax.set(xlabel="block", ylabel="RMS of contribution", title="What each sublayer adds")
@@ -616,7 +612,8 @@ def plot_residual_sum(result: ResidualSum, width: float = 8.0, height: float = 3
         squares = [result.input_rms ** 2]
         for r in result.contribution_rms:
             squares.append(squares[-1] + r ** 2)
-        ax.plot(j, result.stream_rms, color="#2471a3", marker="o", markersize=3, label="running sum (measured)")
+        ax.plot(j, result.stream_rms, color=RUNNING_SUM_COLOR, marker="o", markersize=3,
+                label="running sum (measured)")
         ax.plot(j, [math.sqrt(s) for s in squares], color="0.4", linestyle="--",
                 label="if contributions were orthogonal")
         ax.set(xlabel="sublayers added, j", ylabel="stream RMS", title=r"$X_0 + C_1 + \dots + C_j$")
@@ -627,7 +624,7 @@ def plot_residual_sum(result: ResidualSum, width: float = 8.0, height: float = 3
 
 
 __all__ = [
-    "BLOCK_SHAPES", "PARTS", "SUBLAYERS", "SUBLAYER_COLORS", "PositionMixing", "ResidualSum", "StackAnatomy",
+    "BLOCK_SHAPES", "PARTS", "SUBLAYERS", "PositionMixing", "ResidualSum", "StackAnatomy",
     "count_parameters", "make_stack", "parameter_counts", "parameter_table", "plot_residual_sum",
     "position_mixing", "record_contributions", "residual_sum", "shared_parameters", "stack_anatomy",
     "sublayer_labels",

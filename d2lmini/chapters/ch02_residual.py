@@ -32,7 +32,7 @@ from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
 from ..ffn import FeedForward
 from ..norms import make_norm
-from ..plot import STYLE, new_figure
+from ..plot import SKIP_COLORS, SKIP_NORM_LABELS, STYLE, new_figure, skip_label
 from ..probes import INITS, init_linear_weights_, stream_rms, token_spread
 from ..widgets import FrameExplorer, round_frame_values
 
@@ -45,27 +45,10 @@ from ..widgets import FrameExplorer, round_frame_values
 #:
 #: With ``residual=False`` the ``x +`` is dropped: ``x <- F(x)``, ``x <- F(Norm(x))``,
 #: ``x <- Norm(F(x))``.
-SKIP_PLACEMENTS = ("none", "pre", "post")
+SKIP_PLACEMENTS = tuple(SKIP_NORM_LABELS)
 
 #: The four stacks of the chapter's experiments, as ``(placement, residual)`` pairs.
 SKIP_CONFIGS = (("none", False), ("none", True), ("pre", False), ("pre", True))
-
-#: One colour per placement (no norms: grey-brown; pre-LN: the book's pre-LN blue;
-#: post-LN: the book's post-LN red). Stacks without skips are drawn dashed.
-SKIP_COLORS = {"none": "#7f6a4f", "pre": "#2471a3", "post": "#c0392b"}
-
-
-def skip_label(placement: str, residual: bool) -> str:
-    """Legend label of a stack, e.g. ``'pre-LN, with skips'`` or ``'no norms, no skips'``.
-
-    Raises:
-        ValueError / TypeError: unknown ``placement`` or non-bool ``residual``.
-    """
-    check_choice("placement", placement, SKIP_PLACEMENTS)
-    check_bool("residual", residual)
-    name = {"none": "no norms", "pre": "pre-LN", "post": "post-LN"}[placement]
-    return f"{name}, {'with' if residual else 'no'} skips"
-
 
 class PlainBlock(nn.Module):
     r"""A Transformer block without norms: attention, then the FFN, on one stream.
@@ -750,7 +733,7 @@ def plot_skip_training(result: SkipTraining, window: int = 20, width: float = 8.
 __all__ = [
     "SKIP_CONFIGS", "SKIP_PLACEMENTS", "DepthGradients", "JacobianSpectra", "PlainBlock", "SkipProbe",
     "SkipTraining", "depth_gradients", "jacobian_spectra", "make_skip_stack", "plot_depth_gradients",
-    "plot_jacobian_spectra", "plot_skip_training", "skip_label", "skip_training", "unigram_entropy",
+    "plot_jacobian_spectra", "plot_skip_training", "skip_training", "unigram_entropy",
     "zero_output_projections_", "zeroed_block_gaps",
 ]
 

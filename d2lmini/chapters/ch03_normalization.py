@@ -28,10 +28,7 @@ from .._checks import (check_float_tensor, check_instance, check_int_sequence, c
                        check_positive_int, check_probability, check_sequence, check_vector)
 from ..block import TransformerBlock
 from ..norms import SequenceBatchNorm
-from ..plot import STYLE, new_figure
-
-#: One colour per norm in this chapter's figures.
-NORM_COLORS = {"batch": "#d35400", "layer": "#2471a3"}
+from ..plot import CELL_COLORS, NORM_COLORS, NORM_LABELS, STYLE, new_figure
 
 #: Default epsilon of both norms (PyTorch's ``nn.LayerNorm`` and ``nn.BatchNorm1d`` default).
 EPS = 1e-5
@@ -775,8 +772,8 @@ def plot_norm_axes(lengths=(4, 2, 3), num_hiddens: int = 5):
                 for t in range(n):
                     real = t < length
                     for j in range(d):
-                        ax.add_patch(Rectangle((x0 + t, j), 1, 1, facecolor="#d6dbdf" if real else "white",
-                                               edgecolor="white" if real else "#99a3a4",
+                        ax.add_patch(Rectangle((x0 + t, j), 1, 1, facecolor=CELL_COLORS["real"] if real else "white",
+                                               edgecolor="white" if real else CELL_COLORS["padding"],
                                                hatch=None if real else "////", linewidth=1.2 if real else 0.6))
                 ax.text(x0 + n / 2, -0.25, f"seq. {starts.index(x0) + 1}", ha="center", va="bottom", fontsize=10)
             if kind == "batch":  # one feature row, across every position of every sequence

@@ -19,8 +19,8 @@ import matplotlib
 from .._checks import check_choice, check_int_in, check_positive_int
 from ..data import CharCorpus
 from ..norms import NORMS
-from ..plot import (PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS, figure_png,
-                    new_figure)
+from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
+                    figure_png, new_figure)
 from ..probes import ATTENTION_WEIGHTS, PROBED_PLACEMENTS, DepthProbe, probe_depth
 from ..train import TrainResult, train_lm
 from ..widgets import StaticTwin, round_frame_values
@@ -236,7 +236,7 @@ class DepthExplorer:
         self.placement_dropdown = widgets.Dropdown(
             options=[(PLACEMENT_LABELS[p], p) for p in PROBED_PLACEMENTS], value=placement,
             description="placement")
-        self.norm_toggle = widgets.ToggleButtons(options=[("LayerNorm", "layer"), ("RMSNorm", "rms")],
+        self.norm_toggle = widgets.ToggleButtons(options=[(NORM_LABELS[n], n) for n in NORMS],
                                                  value=norm, description="norm")
         self.image = widgets.Image(format="png")
         self.fig, self.axes = new_figure(3, width=10.0, height=3.4)
@@ -294,7 +294,7 @@ class DepthExplorer:
             for ax in self.axes:
                 ax.set_xlim(0, self.max_depth)
                 ax.grid(True, alpha=0.3)
-            self.fig.suptitle(f"{PLACEMENT_LABELS[placement]}, {'LayerNorm' if norm == 'layer' else 'RMSNorm'}, "
+            self.fig.suptitle(f"{PLACEMENT_LABELS[placement]}, {NORM_LABELS[norm]}, "
                               f"L = {depth}: RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
                               f"top-block q,k/v,o gradient ratio {result.qk_vo_ratio(depth):.1e}", fontsize=10)
 
@@ -337,7 +337,7 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
                 grads = [dict(y=round_frame_values(result.grad_norms[w]), x0=1, color=WEIGHT_COLORS[w], label=w,
                               dash=w in ("W_k", "W_o")) for w in ATTENTION_WEIGHTS]
                 frames[f"{p}|{L}|{n}"] = dict(
-                    title=(f"{PLACEMENT_LABELS[p]}, {'LayerNorm' if n == 'layer' else 'RMSNorm'}, L = {L}: "
+                    title=(f"{PLACEMENT_LABELS[p]}, {NORM_LABELS[n]}, L = {L}: "
                            f"RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
                            f"q,k/v,o gradient ratio {result.qk_vo_ratio(L):.1e}"),
                     panels=[[dict(y=round_frame_values(result.stream_rms), x0=0, color=PLACEMENT_COLORS[p])],
@@ -348,7 +348,7 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
              options=[[p, PLACEMENT_LABELS[p]] for p in placements], value=placement),
         dict(name="depth", label="depth L", type="range", values=list(depths), value=depth),
         dict(name="norm", label="norm", type="select",
-             options=[[n, "LayerNorm" if n == "layer" else "RMSNorm"] for n in norms], value=norm),
+             options=[[n, NORM_LABELS[n]] for n in norms], value=norm),
     ]
     panels = [dict(title="Size of the stream", xlabel="depth k", ylabel="stream RMS", log=False,
                    xmin=0, xmax=max(depths), ymin=0),

@@ -34,7 +34,7 @@ from .._checks import (check_dtype_name, check_finite_float, check_float_tensor,
 from ..block import TransformerBlock
 from ..norms import RMSNorm
 from ..parameters import num_parameters
-from ..plot import STYLE, new_figure
+from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, STYLE, new_figure
 
 #: The epsilon this chapter uses for every RMSNorm (Llama 3, Qwen3, OLMo 2).
 EPS = 1e-6
@@ -43,15 +43,9 @@ EPS = 1e-6
 HALF_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-#: The variants :func:`half_precision_errors` measures, with a label for legends.
-HALF_VARIANTS = {
-    "upcast": "float32 upcast (d2lmini.RMSNorm)",
-    "torch_mean": "half, torch .mean()",
-    "no_upcast": "half throughout",
-}
-
-#: One colour per variant in :func:`plot_half_precision_errors`.
-HALF_COLORS = {"upcast": "#2471a3", "torch_mean": "#d68910", "no_upcast": "#c0392b"}
+#: The variants :func:`half_precision_errors` measures (their labels and colours:
+#: :data:`d2lmini.plot.HALF_VARIANT_LABELS`, :data:`d2lmini.plot.HALF_VARIANT_COLORS`).
+HALF_VARIANTS = tuple(HALF_VARIANT_LABELS)
 
 
 # --- the counter-example and the same-style LayerNorm -------------------------------
@@ -493,9 +487,9 @@ def plot_half_precision_errors(rows: list[dict]):
         for ax, name in zip(axes, names):
             mine = [r for r in rows if r["dtype"] == name]
             scales = [r["scale"] for r in mine]
-            for variant, label in HALF_VARIANTS.items():
+            for variant, label in HALF_VARIANT_LABELS.items():
                 ax.loglog(scales, [r[variant] for r in mine], marker="o", markersize=4,
-                          color=HALF_COLORS[variant], label=label,
+                          color=HALF_VARIANT_COLORS[variant], label=label,
                           linestyle="--" if variant == "torch_mean" else "-")
             ax.set(xlabel="input RMS", title=name)
         axes[0].set_ylabel("relative error vs float32\n(worst token)")

@@ -38,16 +38,8 @@ from .._checks import (check_bool, check_choice, check_float_dtype, check_float_
                        check_positive_int, check_sequence, check_sequence_tensor)
 from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..parameters import num_parameters
+from ..plot import QK_COLORS, QK_LABELS
 from ..widgets import FrameExplorer, round_frame_values
-
-#: Colour of each QK-norm setting in this chapter's figures (none: the book's red;
-#: per head: the book's blue; the other two variants: purple and green).
-QK_COLORS = {None: "#c0392b", "per_head": "#2471a3", "projection": "#7d3c98",
-             "per_head_distinct": "#229954"}
-
-#: Legend label of each QK-norm setting.
-QK_LABELS = {None: "no QK-norm", "per_head": "QK-norm (per head)", "projection": "QK-norm (projection)",
-             "per_head_distinct": "QK-norm (per head, distinct gains)"}
 
 #: The models whose code in Hugging Face ``transformers`` uses each variant. The
 #: book's tests check it numerically: Qwen3, OLMo 2 and Gemma 3 layers in
@@ -804,7 +796,7 @@ def plot_qk_norm_training(results: dict, window: int = 20, width: float = 8.0, h
 
 
 __all__ = [
-    "QK_COLORS", "QK_LABELS", "QK_NORM_MODELS", "LogitRecorder", "LogitScaleSweep", "LogitTrainResult",
+    "QK_NORM_MODELS", "LogitRecorder", "LogitScaleSweep", "LogitTrainResult",
     "RopeOrderCheck", "attention_entropy", "attention_logits", "log_spaced_scales", "logit_scale_sweep",
     "make_attention", "plot_logit_scale_sweep", "plot_qk_norm_training", "qk_norm_training",
     "qk_norm_variants", "rope_order_check", "scale_qk_", "train_with_logit_probe",

@@ -44,15 +44,8 @@ from .._checks import (check_bool, check_choice, check_float_tensor, check_insta
 from ..data import CharCorpus
 from ..ffn import ACTS, GATED_ACTS, FeedForward
 from ..parameters import num_parameters
-from ..plot import STYLE, new_figure
+from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, STYLE, new_figure
 from ..train import TinyLM, lr_at, moving_average
-
-#: Colours of the activations in this chapter's figures (plain MLPs warm, gated cool).
-ACT_COLORS = {"relu": "#7f8c8d", "gelu": "#c0392b", "gelu_tanh": "#e67e22",
-              "swiglu": "#2471a3", "geglu": "#229954"}
-#: Human-readable names of the activations, for tables and legends.
-ACT_LABELS = {"relu": "ReLU MLP", "gelu": "GELU MLP", "gelu_tanh": "GELU (tanh) MLP",
-              "swiglu": "SwiGLU", "geglu": "GeGLU"}
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
 #: a 2-block, 48-wide pre-norm character model (2 heads of 24 features, RMSNorm, no
@@ -140,10 +133,6 @@ def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float 
 
     functions = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
                  "silu": F.silu}
-    labels = {"relu": "ReLU", "gelu": r"GELU  $x\,\Phi(x)$", "gelu_tanh": "GELU (tanh)",
-              "silu": r"SiLU  $x\,\sigma(x)$"}
-    colors = {"relu": ACT_COLORS["relu"], "gelu": ACT_COLORS["gelu"], "gelu_tanh": ACT_COLORS["gelu_tanh"],
-              "silu": ACT_COLORS["swiglu"]}
     for act in acts:
         check_choice("acts", act, tuple(functions))
     if not lo < hi:
@@ -154,8 +143,9 @@ def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float 
         for act in acts:
             y = functions[act](x)
             (grad,) = torch.autograd.grad(y.sum(), x)
-            ax.plot(x.detach(), y.detach(), color=colors[act], label=labels[act])
-            ax_grad.plot(x.detach(), grad, color=colors[act], label=labels[act])
+            color, label = ACT_FUNCTION_COLORS[act], ACT_FUNCTION_LABELS[act]
+            ax.plot(x.detach(), y.detach(), color=color, label=label)
+            ax_grad.plot(x.detach(), grad, color=color, label=label)
         ax.set(xlabel="pre-activation $x$", ylabel=r"$\varphi(x)$", title="Activation")
         ax_grad.set(xlabel="pre-activation $x$", ylabel=r"$\varphi'(x)$", title="Slope")
         ax.legend(loc="upper left")
@@ -757,7 +747,7 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: st
 
 
 __all__ = [
-    "ACT_COLORS", "ACT_LABELS", "COMPARISON_CONFIG", "SHAZEER_2020_LOG_PERPLEXITY",
+    "COMPARISON_CONFIG", "SHAZEER_2020_LOG_PERPLEXITY",
     "EnsembleRun", "FFNComparison", "MemoryReading",
     "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "memory_triggers", "plot_activations",
     "plot_ffn_comparison", "train_ensemble", "trigger_table", "validation_batches",

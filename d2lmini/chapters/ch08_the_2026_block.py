@@ -37,7 +37,8 @@ from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..ffn import ACTS, FeedForward
 from ..norms import NORMS
 from ..parameters import BLOCK_PARTS, num_parameters
-from ..plot import STYLE, new_figure
+from ..plot import (ACT_SHORT_LABELS, NORM_LABELS, PART_COLORS, PART_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS,
+                    STYLE, new_figure)
 
 # --------------------------------------------------------------------------- the constructor
 
@@ -385,14 +386,12 @@ def plot_substitution_params(steps: list[Step], width: float = 8.0, height: floa
     import matplotlib
 
     fig, ax = new_figure(1, width=width, height=height)
-    colors = {"attention": "#1f5fa8", "ffn": "#d68910", "norms": "#7f8c8d"}
-    labels = {"attention": "attention", "ffn": "FFN", "norms": "norms"}
     names = [s.name for s in steps][::-1]
     with matplotlib.rc_context(STYLE):
         left = [0.0] * len(steps)
         for part in ("attention", "ffn", "norms"):
             values = [s.parameters[part] / 1e6 for s in steps][::-1]
-            ax.barh(names, values, left=left, color=colors[part], label=labels[part])
+            ax.barh(names, values, left=left, color=PART_COLORS[part], label=PART_LABELS[part])
             left = [a + b for a, b in zip(left, values)]
         for y, total in enumerate(left):
             ax.text(total + 0.03, y, f"{total:.2f} M", va="center", fontsize=9)
@@ -636,12 +635,6 @@ MODELS = (
 #: Largest absolute difference (float32) of outputs and input gradients for a row to count as verified.
 TOLERANCE = 1e-5
 
-_NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
-_PLACEMENT_NAMES = {"post": "post", "pre": "pre", "post_sublayer": "post-sublayer", "sandwich": "sandwich"}
-_QK_NAMES = {None: "—", "per_head": "per head", "projection": "whole projection",
-             "per_head_distinct": "per head, own gains"}
-_ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swiglu": "SwiGLU", "geglu": "GeGLU"}
-
 
 def describe_block(block: TransformerBlock, positions_note: str | None = None) -> dict:
     """The "who uses what" columns, read from a block's modules rather than typed.
@@ -665,10 +658,10 @@ def describe_block(block: TransformerBlock, positions_note: str | None = None) -
     check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
     att, ffn = block.attention, block.ffn
     if isinstance(ffn, MixtureOfExperts):
-        ffn_name = f"{_ACT_NAMES[ffn.act]} MoE ({ffn.router_kind} router"
+        ffn_name = f"{ACT_SHORT_LABELS[ffn.act]} MoE ({ffn.router_kind} router"
         ffn_name += ", shared expert)" if ffn.shared is not None else ")"
     else:
-        ffn_name = _ACT_NAMES[ffn.act]
+        ffn_name = ACT_SHORT_LABELS[ffn.act]
     kind = "MHA" if att.num_kv_heads == att.num_heads else "GQA"
     kind = ("gated " + kind) if isinstance(att, GatedAttention) else kind
     if att.rope_theta is not None:
@@ -677,8 +670,8 @@ def describe_block(block: TransformerBlock, positions_note: str | None = None) -
         raise ValueError("the block has no RoPE: pass positions_note (where the model's positions come from)")
     else:
         positions = positions_note
-    return {"norm": _NORM_NAMES[block.norm], "placement": _PLACEMENT_NAMES[block.placement],
-            "qk_norm": _QK_NAMES[att.qk_norm], "ffn": ffn_name,
+    return {"norm": NORM_LABELS[block.norm], "placement": PLACEMENT_SHORT_LABELS[block.placement],
+            "qk_norm": QK_SHORT_LABELS[att.qk_norm], "ffn": ffn_name,
             "attention": f"{kind}, {'causal' if att.causal else 'bidirectional'}", "positions": positions}
 
 
