@@ -28,7 +28,7 @@ from .._checks import (check_float_tensor, check_instance, check_int_sequence, c
                        check_positive_int, check_probability, check_sequence, check_vector)
 from ..block import TransformerBlock
 from ..norms import SequenceBatchNorm
-from ..plot import CELL_COLORS, NORM_COLORS, NORM_LABELS, STYLE, new_figure
+from ..plot import CELL_COLORS, NORM_COLORS, STYLE, new_figure
 
 #: Default epsilon of both norms (PyTorch's ``nn.LayerNorm`` and ``nn.BatchNorm1d`` default).
 EPS = 1e-5
