@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from ._checks import (check_bool, check_choice, check_dtype_matches, check_positive_float, check_positive_int,
                       check_probability, check_sequence_tensor)
+from ._shown import shown_in
 from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 
 #: QK-norm variants accepted by ``MultiHeadAttention(qk_norm=...)``; all are RMSNorms
@@ -227,6 +228,7 @@ class MultiHeadAttention(nn.Module):
                                                       like.device, like.dtype)}
         return self._rotary_cache[key]
 
+    @shown_in("ch06")
     def _project(self, X: torch.Tensor, W: nn.Linear, norm: nn.Module | None, num_heads: int) -> torch.Tensor:
         """Project, QK-normalize, split into heads: (b, n, d) -> (b, heads, n, head_dim)."""
         Y = W(X)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ._checks import check_bool, check_choice, check_dtype_matches, check_positive_int, check_probability, check_sequence_tensor
+from ._shown import shown_in
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
 from .norms import NORMS, make_norm
@@ -79,6 +80,7 @@ class AddNorm(nn.Module):
         self.norm_post = make_norm(norm, num_hiddens, eps) if placement == "post" else None
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
+    @shown_in("ch02", "ch04")
     def forward(self, X: torch.Tensor,
                 branch: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         Y = branch(X if self.norm_in is None else self.norm_in(X))
@@ -172,6 +174,7 @@ class TransformerBlock(nn.Module):
                               num_kv_heads=num_kv_heads, head_dim=head_dim, placement=placement, norm=norm,
                               eps=eps, sublayer_norm_gain=sublayer_norm_gain, residual=residual)
 
+    @shown_in("ch01")
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the block to ``X`` (b, n, d); ``valid_lens`` ``None``, (b,) or (b, n). Returns (b, n, d).
 
@@ -221,6 +224,7 @@ class TransformerDecoderBlock(TransformerBlock):
         self.addnorm3 = AddNorm(num_hiddens, st["placement"], st["norm"], st["eps"], st["dropout"],
                                 st["sublayer_norm_gain"], st["residual"])
 
+    @shown_in("ch08")
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attend (causally), cross-attend to ``enc_outputs`` (b, m, d), then the FFN; returns (b, n, d)."""

@@ -7,6 +7,7 @@ from torch import nn
 
 from ._checks import (check_bool, check_choice, check_last_dim, check_nonnegative_int,
                       check_positive_float, check_positive_int)
+from ._shown import shown_in
 from .ffn import ACTS, FeedForward
 from .parameters import num_parameters
 
@@ -103,6 +104,7 @@ class MixtureOfExperts(nn.Module):
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
         return weights, experts
 
+    @shown_in("ch08")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d)."""
         check_last_dim("X", X, self.num_hiddens)

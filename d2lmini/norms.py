@@ -10,6 +10,7 @@ from torch import nn
 
 from ._checks import (check_choice, check_last_dim, check_positive_float, check_positive_int, check_probability,
                       check_sequence_tensor)
+from ._shown import shown_in
 
 #: Names accepted by :func:`make_norm` (and by ``TransformerBlock(norm=...)``).
 NORMS = ("layer", "rms")
@@ -55,6 +56,7 @@ class RMSNorm(nn.Module):
         self.eps = check_positive_float("eps", eps)
         self.weight = nn.Parameter(torch.full((self.num_hiddens,), float(gain)))
 
+    @shown_in("ch05")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize ``X``, shape ``(*, num_hiddens)``, over its last dimension; returns the same shape."""
         check_last_dim("X", X, self.num_hiddens)

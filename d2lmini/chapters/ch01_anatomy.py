@@ -26,6 +26,7 @@ from torch import nn
 from .._checks import check_seed as _check_seed
 from .._checks import (check_bool, check_choice, check_float_dtype, check_instance, check_int_at_least,
                        check_positive_int, check_sequence_tensor)
+from .._shown import shown_in
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..plot import PART_COLORS, PART_LABELS, RUNNING_SUM_COLOR, STYLE, new_figure
@@ -417,6 +418,7 @@ def parameter_table(rows: list[dict], formatted: bool = False):
 # --------------------------------------------------------------------------- residual stream
 
 
+@shown_in("ch01")
 def record_contributions(blocks, X: torch.Tensor, valid_lens: torch.Tensor | None = None):
     r"""Run ``X`` through ``blocks`` and record what every sublayer adds to the stream.
 

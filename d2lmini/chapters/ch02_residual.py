@@ -28,6 +28,7 @@ from torch import nn
 from .._checks import check_seed as _check_seed
 from .._checks import (check_bool, check_choice, check_int_at_least, check_int_sequence, check_int_tensor, check_pair,
                        check_positive_int, check_sequence, check_sequence_tensor)
+from .._shown import shown_in
 from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
 from ..ffn import FeedForward
@@ -85,6 +86,7 @@ class PlainBlock(nn.Module):
         self.attention = MultiHeadAttention(num_hiddens, num_heads, causal=check_bool("causal", causal))
         self.ffn = FeedForward(num_hiddens, act=act)
 
+    @shown_in("ch02")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Apply attention, then the FFN, to ``X`` (b, n, d); returns (b, n, d)."""
         check_sequence_tensor("X", X, self.num_hiddens)
