@@ -9,6 +9,7 @@ dark mode.
 
 from __future__ import annotations
 
+import contextlib
 import io
 
 import matplotlib
@@ -155,6 +156,24 @@ def new_figure(ncols: int = 1, nrows: int = 1, width: float = 9.0, height: float
     # rc_context only holds while artists are created; store the style on the figure.
     fig.set_facecolor("white")
     return fig, axes
+
+
+@contextlib.contextmanager
+def styled_figure(ncols: int = 1, nrows: int = 1, width: float = 9.0, height: float = 3.0, **subplot_kw):
+    """A :func:`new_figure`, drawn on in the house style: ``with styled_figure(2) as (fig, axes): ...``.
+
+    Every figure function of the chapters starts this way: the figure and its axes are
+    made, and everything drawn inside the ``with`` block uses :data:`STYLE`.
+
+    Args:
+        ncols, nrows, width, height, **subplot_kw: as for :func:`new_figure`.
+
+    Yields:
+        ``(fig, axes)``, as :func:`new_figure` returns them.
+    """
+    fig, axes = new_figure(ncols, nrows, width, height, **subplot_kw)
+    with matplotlib.rc_context(STYLE):
+        yield fig, axes
 
 
 def figure_png(fig: Figure, dpi: int = 100) -> bytes:

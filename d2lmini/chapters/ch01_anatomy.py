@@ -29,7 +29,7 @@ from .._checks import (check_bool, check_choice, check_float_dtype, check_instan
 from .._shown import shown_in
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..parameters import BLOCK_PARTS, num_parameters
-from ..plot import PART_COLORS, PART_LABELS, RUNNING_SUM_COLOR, STYLE, new_figure
+from ..plot import PART_COLORS, PART_LABELS, RUNNING_SUM_COLOR, styled_figure
 from ..probes import INITS, init_linear_weights_, stream_rms
 
 #: The two sublayers of a block, in the order they act on the stream.
@@ -593,11 +593,8 @@ def plot_residual_sum(result: ResidualSum, width: float = 8.0, height: float = 3
     Returns:
         A pyplot-free ``matplotlib.figure.Figure`` (:func:`d2lmini.plot.new_figure`).
     """
-    import matplotlib
-
-    fig, axes = new_figure(2, width=width, height=height)
     n, depth = len(result.contribution_rms), result.depth
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(2, width=width, height=height) as (fig, axes):
         ax = axes[0]
         for offset, sublayer in enumerate(SUBLAYERS):
             blocks = [k + (offset - 0.5) * 0.4 for k in range(1, depth + 1)]

@@ -33,7 +33,7 @@ from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
 from ..ffn import FeedForward
 from ..norms import make_norm
-from ..plot import SKIP_COLORS, SKIP_NORM_LABELS, STYLE, new_figure, skip_label
+from ..plot import SKIP_COLORS, SKIP_NORM_LABELS, skip_label, styled_figure
 from ..probes import INITS, init_linear_weights_, stream_rms, token_spread
 from ..widgets import FrameExplorer, round_frame_values
 
@@ -332,11 +332,8 @@ def plot_depth_gradients(result: DepthGradients, width: float = 8.0, height: flo
     Returns:
         A pyplot-free ``matplotlib.figure.Figure`` (:func:`d2lmini.plot.new_figure`).
     """
-    import matplotlib
-
-    fig, axes = new_figure(3, width=width, height=height)
     depths = result.config["depths"]
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(3, width=width, height=height) as (fig, axes):
         for probe in result.probes:
             # Stacks without skips are dashed and drawn on top, so that a dashed line
             # that lies on a solid one stays visible.
@@ -477,15 +474,12 @@ def plot_jacobian_spectra(result: JacobianSpectra, depth: int | None = None, rto
     Raises:
         ValueError: if ``depth`` was not measured.
     """
-    import matplotlib
-
     depths = result.config["depths"]
     depth = depths[-1] if depth is None else depth
     if depth not in depths:
         raise ValueError(f"depth must be one of {depths}, got {depth!r}")
     size = result.config["num_steps"] * result.config["num_hiddens"]
-    fig, axes = new_figure(2, width=width, height=height)
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(2, width=width, height=height) as (fig, axes):
         for (placement, residual), by_depth in result.singular_values.items():
             style = dict(color=SKIP_COLORS[placement], linestyle="-" if residual else "--",
                          zorder=2 if residual else 3)
@@ -713,11 +707,8 @@ def plot_skip_training(result: SkipTraining, window: int = 20, width: float = 8.
     Returns:
         A pyplot-free ``matplotlib.figure.Figure``.
     """
-    import matplotlib
-
-    fig, ax = new_figure(1, width=width, height=height)
     color = SKIP_COLORS[result.config["placement"]] if result.config["placement"] in SKIP_COLORS else None
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(1, width=width, height=height) as (fig, ax):
         for run, residual in ((result.with_skips, True), (result.without_skips, False)):
             label = skip_label(result.config["placement"], residual) if color else f"skips: {residual}"
             style = dict(color=color, linestyle="-" if residual else "--")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field
 
-import matplotlib
 import torch
 from matplotlib.patches import Rectangle
 from torch import nn
@@ -28,7 +27,7 @@ from .._checks import (check_float_tensor, check_instance, check_int_sequence, c
                        check_positive_int, check_probability, check_sequence, check_vector)
 from ..block import TransformerBlock
 from ..norms import SequenceBatchNorm
-from ..plot import CELL_COLORS, NORM_COLORS, STYLE, new_figure
+from ..plot import CELL_COLORS, NORM_COLORS, styled_figure
 
 #: Default epsilon of both norms (PyTorch's ``nn.LayerNorm`` and ``nn.BatchNorm1d`` default).
 EPS = 1e-5
@@ -758,14 +757,13 @@ def plot_norm_axes(lengths=(4, 2, 3), num_hiddens: int = 5):
     n, gap = max(lengths), 0.6
     starts = [s * (n + gap) for s in range(len(lengths))]
     width = starts[-1] + n
-    fig, axes = new_figure(2, width=8.0, height=3.0)
     panels = (
         ("BatchNorm: per feature, over the batch", "batch",
          "mean and variance of one feature over\nevery position, padding included"),
         ("LayerNorm: per token, over the features", "layer",
          "mean and variance of one token over\nits own features, no other token"),
     )
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(2, width=8.0, height=3.0) as (fig, axes):
         for ax, (title, kind, note) in zip(axes, panels):
             color = NORM_COLORS[kind]
             for x0, length in zip(starts, lengths):
@@ -814,11 +812,10 @@ def plot_padding_sweep(sweep: PaddingSweep, mark: float | None = None):
         TypeError: if ``sweep`` is not a :class:`PaddingSweep`.
     """
     check_instance("sweep", sweep, PaddingSweep)
-    fig, axes = new_figure(2, width=8.0, height=3.0)
     share = [100 * p for p in sweep.column("padding_share")]
     grid = [100 * p for p in sweep.curve_padding]
     bn, ln = NORM_COLORS["batch"], NORM_COLORS["layer"]
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(2, width=8.0, height=3.0) as (fig, axes):
         ax = axes[0]
         ax.plot(grid, sweep.curve_mean_error, color="0.45", linestyle="--", linewidth=1.2)
         ax.plot(grid, sweep.curve_var_error, color="0.45", linestyle=":", linewidth=1.2)

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
-
 from .._checks import check_choice, check_int_in, check_positive_int
 from ..data import CharCorpus
 from ..norms import NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
-                    figure_png, new_figure)
+                    figure_png, new_figure, styled_figure)
 from ..probes import ATTENTION_WEIGHTS, PROBED_PLACEMENTS, DepthProbe, probe_depth
 from ..train import TrainResult, train_lm
 from ..widgets import StaticTwin, round_frame_values
@@ -101,8 +99,6 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
 
     for p in placements:
         check_choice("placements", p, PLACEMENT_FORMULAS)
-    fig, axes = new_figure(len(placements), width=1.75 * len(placements), height=3.4)
-    axes = [axes] if len(placements) == 1 else list(axes)
     stream_x, branch_x, add_y = 0.3, 0.72, 0.72
 
     def box(ax, x, y, text, color, width=0.34, height=0.1):
@@ -116,8 +112,8 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
         ax.annotate("", xy=end, xytext=start, zorder=2,
                     arrowprops=dict(arrowstyle="-|>", color="0.25", linewidth=1.2, shrinkA=0, shrinkB=0))
 
-    with matplotlib.rc_context(STYLE):
-        for ax, placement in zip(axes, placements):
+    with styled_figure(len(placements), width=1.75 * len(placements), height=3.4) as (fig, axes):
+        for ax, placement in zip(axes if len(placements) > 1 else [axes], placements):
             color = PLACEMENT_COLORS[placement]
             has_in = placement in ("pre", "sandwich", "sandwich_scaled")
             has_out = placement in ("post_sublayer", "sandwich", "sandwich_scaled")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field
 
-import matplotlib
 import torch
 from torch import nn
 
@@ -34,7 +33,7 @@ from .._checks import (check_dtype_name, check_finite_float, check_float_tensor,
 from ..block import TransformerBlock
 from ..norms import RMSNorm
 from ..parameters import num_parameters
-from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, STYLE, new_figure
+from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, styled_figure
 
 #: The epsilon this chapter uses for every RMSNorm (Llama 3, Qwen3, OLMo 2).
 EPS = 1e-6
@@ -481,9 +480,8 @@ def plot_half_precision_errors(rows: list[dict]):
     if not rows:
         raise ValueError("rows must hold at least one result of half_precision_errors, got none")
     names = list(dict.fromkeys(r["dtype"] for r in rows))
-    fig, axes = new_figure(len(names), width=8.0, height=3.1, sharey=True)
-    axes = [axes] if len(names) == 1 else list(axes)
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(len(names), width=8.0, height=3.1, sharey=True) as (fig, axes):
+        axes = [axes] if len(names) == 1 else list(axes)
         for ax, name in zip(axes, names):
             mine = [r for r in rows if r["dtype"] == name]
             scales = [r["scale"] for r in mine]

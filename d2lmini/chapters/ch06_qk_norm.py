@@ -38,7 +38,7 @@ from .._checks import (check_bool, check_choice, check_float_dtype, check_float_
                        check_positive_int, check_sequence, check_sequence_tensor)
 from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..parameters import num_parameters
-from ..plot import QK_COLORS, QK_LABELS
+from ..plot import QK_COLORS, QK_LABELS, styled_figure
 from ..widgets import FrameExplorer, round_frame_values
 
 #: The models whose code in Hugging Face ``transformers`` uses each variant. The
@@ -392,13 +392,8 @@ def plot_logit_scale_sweep(result: LogitScaleSweep, floor: float = 1e-20, mark: 
     Returns:
         A pyplot-free ``matplotlib.figure.Figure``.
     """
-    import matplotlib
-
-    from ..plot import STYLE, new_figure
-
     floor = check_positive_float("floor", floor)
-    fig, (ax_h, ax_g) = new_figure(2, width=width, height=height)
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(2, width=width, height=height) as (fig, (ax_h, ax_g)):
         for qk_norm in result.entropy:
             color, label = QK_COLORS.get(qk_norm), QK_LABELS.get(qk_norm, str(qk_norm))
             ax_h.plot(result.scales, result.entropy[qk_norm], marker="o", markersize=3.5, color=color,
@@ -767,12 +762,7 @@ def plot_qk_norm_training(results: dict, window: int = 20, width: float = 8.0, h
         A pyplot-free ``matplotlib.figure.Figure``; each run's validation loss after
         the last step is a marker on the right panel.
     """
-    import matplotlib
-
-    from ..plot import STYLE, new_figure
-
-    fig, (ax_l, ax_loss) = new_figure(2, width=width, height=height)
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(2, width=width, height=height) as (fig, (ax_l, ax_loss)):
         for qk_norm, run in results.items():
             color, label = QK_COLORS.get(qk_norm), QK_LABELS.get(qk_norm, str(qk_norm))
             steps = range(1, len(run.train_loss) + 1)

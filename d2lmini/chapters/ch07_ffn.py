@@ -44,7 +44,7 @@ from .._checks import (check_bool, check_choice, check_float_tensor, check_insta
 from ..data import CharCorpus
 from ..ffn import ACTS, GATED_ACTS, FeedForward
 from ..parameters import num_parameters
-from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, STYLE, new_figure
+from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, styled_figure
 from ..train import TinyLM, lr_at, moving_average
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
@@ -129,8 +129,6 @@ def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float 
     Raises:
         ValueError: for an unknown activation name or ``lo >= hi``.
     """
-    import matplotlib
-
     functions = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
                  "silu": F.silu}
     for act in acts:
@@ -138,8 +136,7 @@ def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float 
     if not lo < hi:
         raise ValueError(f"lo must be < hi, got lo={lo}, hi={hi}")
     x = torch.linspace(lo, hi, 401, dtype=torch.float64, requires_grad=True)
-    fig, (ax, ax_grad) = new_figure(2, width=width, height=height)
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(2, width=width, height=height) as (fig, (ax, ax_grad)):
         for act in acts:
             y = functions[act](x)
             (grad,) = torch.autograd.grad(y.sum(), x)
@@ -705,14 +702,11 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: st
         ValueError: if ``baseline`` or ``other`` was not part of the comparison, or
             ``skip`` is not a step of the runs.
     """
-    import matplotlib
-
     runs = (result._run(baseline), result._run(other))
     num_steps = len(runs[0].train_loss[0])
     check_int_in("skip", skip, 1, num_steps)
     names = [ACT_LABELS.get(run.act, run.act) for run in runs]
-    fig, (ax, ax_gap) = new_figure(2, width=width, height=height)
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(2, width=width, height=height) as (fig, (ax, ax_gap)):
         lowest = min(min(losses) for run in runs for losses in run.val_loss)
         for run, label in zip(runs, names):
             color = ACT_COLORS.get(run.act)

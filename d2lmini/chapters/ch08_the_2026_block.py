@@ -38,7 +38,7 @@ from ..ffn import ACTS, FeedForward
 from ..norms import NORMS
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..plot import (ACT_SHORT_LABELS, NORM_LABELS, PART_COLORS, PART_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS,
-                    STYLE, new_figure)
+                    styled_figure)
 
 # --------------------------------------------------------------------------- the constructor
 
@@ -383,11 +383,8 @@ def plot_substitution_params(steps: list[Step], width: float = 8.0, height: floa
     Returns:
         A ``matplotlib.figure.Figure`` (pyplot-free, house style).
     """
-    import matplotlib
-
-    fig, ax = new_figure(1, width=width, height=height)
     names = [s.name for s in steps][::-1]
-    with matplotlib.rc_context(STYLE):
+    with styled_figure(1, width=width, height=height) as (fig, ax):
         left = [0.0] * len(steps)
         for part in ("attention", "ffn", "norms"):
             values = [s.parameters[part] / 1e6 for s in steps][::-1]
