@@ -11,7 +11,8 @@ QK-norm and RoPE, and gated attention), :mod:`d2lmini.ffn` (:class:`FeedForward`
 (:class:`TransformerBlock` and the decoder block with cross-attention).
 
 **The shared machinery**: :mod:`d2lmini.parameters` (counting a module's parameters,
-in total or part by part), :mod:`d2lmini.probes` (depth measurements at
+in total or part by part), :mod:`d2lmini.seeding` (seeded draws that leave the global
+random state alone), :mod:`d2lmini.probes` (depth measurements at
 initialization), :mod:`d2lmini.data` and :mod:`d2lmini.train` (the character corpus, a
 tiny language model and the one training loop), :mod:`d2lmini.plot` (the house style,
 every colour and label), :mod:`d2lmini.widgets` (live explorers and their static

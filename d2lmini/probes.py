@@ -17,6 +17,7 @@ from torch import nn
 from ._checks import check_choice, check_instance, check_int_at_least, check_int_in, check_positive_int, check_seed
 from .block import TransformerBlock
 from .norms import make_norm
+from .seeding import seeded
 
 #: Initializations accepted by :func:`probe_depth`: Xavier/Glorot uniform for every
 #: linear weight (the 2017 Transformer's choice), or PyTorch's default ``nn.Linear`` init.
@@ -201,8 +202,7 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
                   residual=residual, seed=seed,
                   dtype=str(dtype).replace("torch.", ""))
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         blocks = nn.ModuleList(
             init_linear_weights_(
                 TransformerBlock(num_hiddens, num_heads, norm=norm, act=act, placement=placement,

@@ -18,6 +18,7 @@ from torch import nn
 from ._checks import (check_bool, check_choice, check_instance, check_nonnegative_int, check_positive_int, check_seed,
                       check_sequence)
 from .norms import DEFAULT_EPS, LayerNormByHand, RMSNorm
+from .seeding import seeded
 
 #: The epsilon of the timed RMSNorms.
 EPS = DEFAULT_EPS["rms"]
@@ -291,8 +292,7 @@ def _measure(config: dict) -> dict:
     d = shape[-1]
     norms = {"layer_torch": nn.LayerNorm(d), "rms_torch": nn.RMSNorm(d, eps=EPS),
              "rms_d2lmini": RMSNorm(d, eps=EPS), "layer_by_hand": LayerNormByHand(d)}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config["seed"])
+    with seeded(config["seed"]):
         X, grad = torch.randn(*shape), torch.randn(*shape)
 
     def forward(norm):

@@ -55,3 +55,18 @@ def test_shared_checks(call, error, fragment):
 def test_wrong_kinds_raise_type_error(call, error):
     with pytest.raises(error):
         call()
+
+
+def test_seeded_draws_repeat_and_leave_the_global_rng_alone():
+    from d2lmini.seeding import seeded
+
+    state = torch.random.get_rng_state()
+    with seeded(3):
+        a = torch.randn(4)
+    with seeded(3):
+        b = torch.randn(4)
+    assert torch.equal(a, b)
+    assert torch.equal(state, torch.random.get_rng_state())
+    with pytest.raises(TypeError, match="seed"):
+        with seeded(1.5):
+            pass

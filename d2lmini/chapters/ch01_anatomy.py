@@ -31,6 +31,7 @@ from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..plot import PART_COLORS, PART_LABELS, RUNNING_SUM_COLOR, styled_figure
 from ..probes import INITS, init_linear_weights_, stream_rms
+from ..seeding import seeded
 
 #: The two sublayers of a block, in the order they act on the stream.
 SUBLAYERS = ("attention", "ffn")
@@ -89,8 +90,7 @@ def make_stack(depth: int, num_hiddens: int = 64, num_heads: int = 4, seed: int 
     depth = check_positive_int("depth", depth)
     _check_seed(seed)
     check_choice("init", init, INITS)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         return nn.Sequential(*(init_linear_weights_(TransformerBlock(num_hiddens, num_heads, **block_kwargs), init)
                                for _ in range(depth)))
 
@@ -194,8 +194,7 @@ def stack_anatomy(depth: int = 4, num_hiddens: int = 64, num_heads: int = 4, num
     num_steps = check_positive_int("num_steps", num_steps)
     batch_size = check_positive_int("batch_size", batch_size)
     stack = make_stack(depth, num_hiddens, num_heads, seed, **block_kwargs)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 1)
+    with seeded(seed + 1):
         X = torch.randn(batch_size, num_steps, num_hiddens)
     shapes = []
     with torch.no_grad():
@@ -288,8 +287,7 @@ def position_mixing(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 
     for name in ("causal", "rope_theta"):
         if name in block_kwargs:
             raise ValueError(f"position_mixing sets {name} itself; do not pass it in block_kwargs")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         block = TransformerBlock(num_hiddens, num_heads, **block_kwargs)
         X = torch.randn(1, num_steps, num_hiddens)
         perm = torch.randperm(num_steps)
@@ -557,8 +555,7 @@ def residual_sum(placement: str = "pre", depth: int = 6, num_hiddens: int = 64, 
     check_float_dtype("dtype", dtype)
     stack = make_stack(depth, num_hiddens, num_heads, seed, init, norm=norm, act=act, placement=placement)
     stack.to(dtype).eval()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 1)
+    with seeded(seed + 1):
         X0 = torch.randn(1, num_steps, num_hiddens).to(dtype)
     with torch.no_grad():
         Y, contributions = record_contributions(stack, X0)

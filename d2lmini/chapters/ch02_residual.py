@@ -36,6 +36,7 @@ from ..norms import make_norm
 from ..plot import SKIP_COLORS, SKIP_NORM_LABELS, skip_label, styled_figure
 from ..probes import INITS, init_linear_weights_, stream_rms, token_spread
 from ..widgets import FrameExplorer, round_frame_values
+from ..seeding import seeded
 
 #: Where a stack built by :func:`make_skip_stack` puts its norms:
 #:
@@ -139,8 +140,7 @@ def make_skip_stack(depth: int, placement: str = "pre", residual: bool = True, n
         return TransformerBlock(num_hiddens, num_heads, norm=norm, act=act, placement=placement,
                                 residual=residual)
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         return nn.ModuleList(init_linear_weights_(block(), init) for _ in range(depth))
 
 
@@ -286,8 +286,7 @@ def depth_gradients(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: i
         skip_label(placement, residual)  # checks both
     num_steps = check_int_at_least("num_steps", num_steps, 2, "token spread compares tokens")
     _check_seed(seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         X0 = torch.randn(1, num_steps, num_hiddens, dtype=dtype)
         R = torch.randn(1, num_steps, num_hiddens, dtype=dtype)
     probes = []
@@ -433,8 +432,7 @@ def jacobian_spectra(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: 
     if size > 4096:
         raise ValueError(f"num_steps * num_hiddens must be <= 4096 (the Jacobian is (nd)^2), got {size}")
     _check_seed(seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         X0 = torch.randn(1, num_steps, num_hiddens, dtype=dtype)
     unit = torch.eye(size, dtype=dtype).reshape(size, num_steps, num_hiddens)
     spectra: dict[tuple[str, bool], dict[int, list[float]]] = {}
@@ -567,8 +565,7 @@ def zeroed_block_gaps(num_hiddens: int = 64, num_heads: int = 4, num_steps: int 
     depth = check_positive_int("depth", depth)
     _check_seed(seed)
     rows = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         X = 0.5 + 2.0 * torch.randn(1, check_positive_int("num_steps", num_steps), num_hiddens)
         for name, kwargs in ZEROED_BLOCKS.items():
             def make():

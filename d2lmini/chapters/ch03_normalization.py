@@ -28,6 +28,7 @@ from .._checks import (check_float_tensor, check_instance, check_int_sequence, c
 from ..block import TransformerBlock
 from ..norms import SequenceBatchNorm
 from ..plot import CELL_COLORS, NORM_COLORS, styled_figure
+from ..seeding import seeded
 
 #: Default epsilon of both norms (PyTorch's ``nn.LayerNorm`` and ``nn.BatchNorm1d`` default).
 EPS = 1e-5
@@ -288,9 +289,7 @@ def padded_batch(batch_size: int = 32, max_len: int = 100, padding: float = 0.7,
     max_len = check_positive_int("max_len", max_len)
     padding = check_probability("padding", padding)
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-    seed = _check_seed(seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         feature_mean, feature_scale = _feature_distribution(num_hiddens)
         torch.manual_seed(seed + 1)
         Z = torch.randn(batch_size, max_len, num_hiddens)
@@ -319,8 +318,7 @@ def token_embeddings(batch_size: int, num_steps: int, num_hiddens: int = 64, see
     shape = [check_positive_int(name, value) for name, value in
              (("batch_size", batch_size), ("num_steps", num_steps), ("num_hiddens", num_hiddens))]
     seed, feature_seed = _check_seed(seed), _check_seed(feature_seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(feature_seed)
+    with seeded(feature_seed):
         feature_mean, feature_scale = _feature_distribution(shape[2])
         torch.manual_seed(seed)
         Z = torch.randn(*shape)
@@ -358,8 +356,7 @@ def compare_with_torch(batch_size: int = 4, num_steps: int = 10, num_hiddens: in
     """
     seed = _check_seed(seed)
     X = token_embeddings(batch_size, num_steps, num_hiddens, seed=seed, feature_seed=seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 7)
+    with seeded(seed + 7):
         weight, bias = 1 + 0.1 * torch.randn(num_hiddens), 0.1 * torch.randn(num_hiddens)
     ln, bn = nn.LayerNorm(num_hiddens), nn.BatchNorm1d(num_hiddens)
     with torch.no_grad():
@@ -708,8 +705,7 @@ def block_padding_check(batch_size: int = 8, max_len: int = 32, padding: float =
     """
     seed = _check_seed(seed)
     batch = padded_batch(batch_size, max_len, padding, num_hiddens, seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         ln_block = TransformerBlock(num_hiddens, num_heads, norm="layer", placement="pre")
         bn_block = TransformerBlock(num_hiddens, num_heads, norm="layer", placement="pre")
     bn_block.load_state_dict(ln_block.state_dict())

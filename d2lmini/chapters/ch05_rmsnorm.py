@@ -34,6 +34,7 @@ from ..block import TransformerBlock
 from ..norms import RMSNorm
 from ..parameters import num_parameters
 from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, styled_figure
+from ..seeding import seeded
 
 #: The epsilon this chapter uses for every RMSNorm (Llama 3, Qwen3, OLMo 2).
 EPS = 1e-6
@@ -185,8 +186,7 @@ def compare_with_layernorm(num_hiddens: int = 512, num_tokens: int = 64, offset:
     seed = _check_seed(seed)
     offset = check_finite_float("offset", offset)
     layer, rms = nn.LayerNorm(num_hiddens, eps=eps), RMSNorm(num_hiddens, eps=eps)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         X = torch.randn(num_tokens, num_hiddens) + float(offset)
     centred = X - X.mean(dim=-1, keepdim=True)
     with torch.no_grad():
@@ -281,8 +281,7 @@ def compare_with_torch(num_hiddens: int = 512, num_tokens: int = 64,
     allowed = {"float32": torch.float32, **HALF_DTYPES}
     names = check_sequence("dtypes", dtypes, lambda name, d: check_dtype_name(name, d, allowed),
                            f"dtype names from {tuple(allowed)}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         Z = torch.randn(len(scales), num_tokens, num_hiddens)
 
     def max_dev(A, B):
@@ -413,9 +412,7 @@ def half_precision_errors(dtypes=("bfloat16", "float16"), scales=(1e-3, 1e-2, 0.
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
     num_tokens = check_positive_int("num_tokens", num_tokens)
     eps = check_positive_float("eps", eps)
-    seed = _check_seed(seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         Z = torch.randn(len(scales), num_tokens, num_hiddens)
     reference_norm = RMSNorm(num_hiddens, eps=eps)
     rows = []

@@ -40,6 +40,7 @@ from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_s
 from ..parameters import num_parameters
 from ..plot import QK_COLORS, QK_LABELS, styled_figure
 from ..widgets import FrameExplorer, round_frame_values
+from ..seeding import seeded
 
 #: The models whose code in Hugging Face ``transformers`` uses each variant. The
 #: book's tests check it numerically: Qwen3, OLMo 2 and Gemma 3 layers in
@@ -196,8 +197,7 @@ def make_attention(qk_norm: str | None = None, num_hiddens: int = 64, num_heads:
     """
     _check_seed(seed)
     qk_norm = _check_qk_norm("qk_norm", qk_norm)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         layer = MultiHeadAttention(num_hiddens, num_heads, qk_norm=qk_norm, **kwargs)
     return layer.eval()
 
@@ -342,8 +342,7 @@ def logit_scale_sweep(scales=None, qk_norms=(None, "per_head"), num_hiddens: int
     check_float_dtype("dtype", dtype, (torch.float32, torch.float64))
     config = dict(qk_norms=qk_norms, num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps,
                   seed=seed, dtype=str(dtype).replace("torch.", ""))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 1)
+    with seeded(seed + 1):
         X = torch.randn(1, num_steps, num_hiddens, dtype=torch.float64).to(dtype)
         R = torch.randn(1, num_steps, num_hiddens, dtype=torch.float64).to(dtype)
     result = LogitScaleSweep(scales=list(scales), max_entropy=math.log(num_steps), config=config)
@@ -495,8 +494,7 @@ def rope_order_check(qk_norm: str = "per_head", num_hiddens: int = 64, num_heads
                   shift=shift, gain_spread=gain_spread, rope_theta=rope_theta, seed=seed,
                   dtype=str(dtype).replace("torch.", ""))
     layer = make_attention(qk_norm, num_hiddens, num_heads, seed, rope_theta=rope_theta).to(dtype)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 1)
+    with seeded(seed + 1):
         X = torch.randn(1, num_steps + shift, num_hiddens, dtype=dtype)
         gains = [1 + gain_spread * torch.randn(norm.weight.shape, dtype=dtype)
                  for norm in (layer.q_norm, layer.k_norm)]
@@ -816,8 +814,7 @@ def qk_scale_explorer(scales=None, qk_norms=(None, "per_head"), scale: float = 1
     scales = list(scales or log_spaced_scales(0.25, 64.0, 2))
     sweep = logit_scale_sweep(scales, qk_norms, num_hiddens=num_hiddens, num_heads=num_heads,
                               num_steps=num_steps, seed=seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 1)
+    with seeded(seed + 1):
         X = torch.randn(1, num_steps, num_hiddens)
     log2 = [math.log2(s) for s in scales]
     step = (log2[-1] - log2[0]) / max(1, len(scales) - 1)

@@ -39,6 +39,7 @@ from ..norms import NORMS
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..plot import (ACT_SHORT_LABELS, NORM_LABELS, PART_COLORS, PART_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS,
                     styled_figure)
+from ..seeding import seeded
 
 # --------------------------------------------------------------------------- the constructor
 
@@ -142,8 +143,7 @@ def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads
     Introduced in the chapter "One block, every configuration".
     """
     rows = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         X = torch.randn(2, check_positive_int("num_steps", num_steps), num_hiddens)
         for g in kv_heads:
             gqa = MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=g, causal=True)
@@ -201,8 +201,7 @@ def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_exper
     """
     check_positive_int("batch_size", batch_size)
     check_positive_int("num_steps", num_steps)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         block = TransformerBlock(num_hiddens, num_heads, causal=True,
                                  ffn_factory=lambda: MixtureOfExperts(num_hiddens, num_experts, top_k=top_k))
         X = torch.randn(batch_size, num_steps, num_hiddens)
@@ -327,8 +326,7 @@ def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: i
         raise ValueError(f"num_heads must be divisible by 4 (the GQA step uses h/4 key/value heads), got {num_heads}")
     kwargs = dict(BLOCK_2017)
     steps = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         X = torch.randn(check_positive_int("batch_size", batch_size), check_positive_int("num_steps", num_steps),
                         num_hiddens)
         for name, flag, change, core in (("2017 Transformer", "", {}, True),) + SUBSTITUTIONS:
@@ -429,8 +427,7 @@ def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: i
     check_positive_int("num_tokens", num_tokens)
     n = check_positive_int("num_steps", num_steps)
     total = n + max(shifts)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         tokens = torch.randn(num_tokens, num_hiddens)
         W_q = torch.randn(num_hiddens, head_dim) / math.sqrt(num_hiddens)
         W_k = torch.randn(num_hiddens, head_dim) / math.sqrt(num_hiddens)
@@ -567,8 +564,7 @@ def make_trinity_layer(seed: int = 0):
         raise ImportError(f"this transformers has no AfmoeDecoderLayer ({error})") from error
     from ..reference import _randomize_
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         config = AfmoeConfig(**TRINITY_TINY)
         config._attn_implementation = "sdpa"
         config._experts_implementation = "eager"  # the plain loop over experts
@@ -816,8 +812,7 @@ def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: i
     from ..reference import compare_with_reference
 
     n, m = check_int_at_least("num_steps", num_steps, 2), check_positive_int("memory_steps", memory_steps)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         block = TransformerDecoderBlock(num_hiddens, num_heads, norm="layer", act="relu", placement="post",
                                         bias=True).eval()
         X, memory = torch.randn(1, n, num_hiddens), torch.randn(1, m, num_hiddens)
