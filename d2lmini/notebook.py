@@ -5,6 +5,8 @@ Introduced in the chapter "Where the norm goes".
 
 from __future__ import annotations
 
+from ._checks import check_instance
+
 
 def glue(name: str, value, display: bool = True) -> None:
     """Store ``value`` under ``name`` for the book's prose, or just show it outside the build.
@@ -23,8 +25,7 @@ def glue(name: str, value, display: bool = True) -> None:
     Raises:
         TypeError: if ``name`` is not a string.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    check_instance("name", name, str, "a str")
     try:
         from myst_nb import glue as myst_glue
     except ImportError:

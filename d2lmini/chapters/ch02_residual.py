@@ -27,7 +27,7 @@ from torch import nn
 
 from .._checks import check_seed as _check_seed
 from .._checks import (check_bool, check_choice, check_int_at_least, check_int_sequence, check_int_tensor, check_pair,
-                       check_positive_int, check_sequence, check_sequence_tensor)
+                       check_positive_int, check_real, check_sequence, check_sequence_tensor)
 from .._shown import shown_in
 from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
@@ -378,9 +378,10 @@ class JacobianSpectra:
         the strongest (out of ``n d``).
 
         Raises:
+            TypeError: if ``rtol`` is not a number.
             ValueError: for a stack or depth that was not measured, or ``rtol`` not in (0, 1].
         """
-        if not 0 < rtol <= 1:
+        if not 0 < check_real("rtol", rtol) <= 1:
             raise ValueError(f"rtol must be in (0, 1], got {rtol!r}")
         key = (placement, residual)
         if key not in self.singular_values:
