@@ -158,6 +158,10 @@ class MultiHeadAttention(nn.Module):
     Attributes:
         W_q, W_k, W_v, W_o: the projections (``nn.Linear``).
         q_norm, k_norm: the QK-norms, or ``None``.
+        logit_scale: the scale in effect (``scale`` or ``1 / sqrt(head_dim)``).
+
+    :meth:`queries_and_keys` returns the queries and keys exactly as :meth:`forward`
+    hands them to the attention kernel.
 
     Shape:
         ``forward(queries, keys, values, valid_lens=None)`` with queries
@@ -227,15 +231,54 @@ class MultiHeadAttention(nn.Module):
                                                       like.device, like.dtype)}
         return self._rotary_cache[key]
 
-    def _project(self, X: torch.Tensor, W: nn.Linear, norm: nn.Module | None, num_heads: int) -> torch.Tensor:
-        """Project, QK-normalize, split into heads: (b, n, d) -> (b, heads, n, head_dim)."""
-        Y = W(X)
-        if norm is not None and self.qk_norm == "projection":
-            Y = norm(Y)
-        Y = Y.unflatten(-1, (num_heads, self.head_dim))  # (b, n, heads, head_dim)
-        if norm is not None and self.qk_norm != "projection":
-            Y = norm(Y)
-        return Y.transpose(1, 2)
+    @property
+    def logit_scale(self) -> float:
+        """The factor ``q . k`` is multiplied by before the softmax: ``scale``, or ``1/sqrt(head_dim)``."""
+        return self.scale if self.scale is not None else self.head_dim ** -0.5
+
+    def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys exactly as they enter the attention kernel.
+
+        Project (``W_q``, ``W_k``), QK-normalize (if ``qk_norm``: over the whole
+        projection, or per head after the split), split into heads, rotate by RoPE
+        (if ``rope_theta``): the norm comes before the rotation, as in Qwen3, OLMo 2
+        and Gemma 3. :meth:`forward` calls it; so does the chapter "QK-norm", which
+        computes the logits ``logit_scale * q @ k.transpose(-1, -2)`` from it.
+
+        Args:
+            queries: ``(b, n_q, d)``.
+            keys: ``(b, n_k, d)``.
+
+        Returns:
+            ``(q, k)`` of shapes ``(b, h, n_q, head_dim)`` and ``(b, h_kv, n_k, head_dim)``
+            (``h_kv = num_kv_heads``: with grouped-query attention, query head ``i``
+            reads key head ``i // (h // h_kv)``).
+
+        Raises:
+            TypeError: inputs that are not floating tensors, or not of the weights' dtype.
+            ValueError: inputs that are not ``(b, n, d)``, different batch sizes, or RoPE
+                with different query and key lengths.
+        """
+        check_sequence_tensor("queries", queries, self.num_hiddens)
+        check_dtype_matches("queries", queries, self)
+        check_sequence_tensor("keys", keys, self.num_hiddens)
+        if keys.shape[0] != queries.shape[0]:
+            raise ValueError(f"queries and keys must have the same batch size, got {queries.shape[0]} and {keys.shape[0]}")
+        if self.rope_theta is not None and queries.shape[1] != keys.shape[1]:
+            raise ValueError("RoPE needs as many queries as keys (self-attention), "
+                             f"got {queries.shape[1]} queries and {keys.shape[1]} keys")
+        q, k = self.W_q(queries), self.W_k(keys)  # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
+        if self.qk_norm == "projection":  # one statistic over all heads (OLMo 2)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.unflatten(-1, (self.num_heads, self.head_dim))  # (b, n_q, h, head_dim)
+        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))  # (b, n_k, h_kv, head_dim)
+        if self.qk_norm is not None and self.qk_norm != "projection":  # one statistic per head (Qwen3)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # heads first
+        if self.rope_theta is not None:
+            cos, sin = self._rotary(q.shape[2], q)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q, k
 
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
         """Attend from ``queries`` (b, q, d) to ``keys``/``values`` (b, k, d); returns (b, q, d).
@@ -243,31 +286,21 @@ class MultiHeadAttention(nn.Module):
         ``valid_lens``: ``None``, ``(b,)`` or ``(b, q)`` integer lengths in ``[1, k]``;
         keys at positions >= the length are masked. See the class docstring for errors.
         """
-        check_sequence_tensor("queries", queries, self.num_hiddens)
-        check_dtype_matches("queries", queries, self)
-        check_sequence_tensor("keys", keys, self.num_hiddens)
+        q, k = self.queries_and_keys(queries, keys)
         check_sequence_tensor("values", values, self.num_hiddens)
         if keys.shape != values.shape:
             raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} and {tuple(values.shape)}")
-        if keys.shape[0] != queries.shape[0]:
-            raise ValueError(f"queries and keys must have the same batch size, got {queries.shape[0]} and {keys.shape[0]}")
         batch_size, num_queries, _ = queries.shape
         num_keys = keys.shape[1]
-        if (self.causal or self.rope_theta is not None) and num_queries != num_keys:
-            raise ValueError("causal attention and RoPE need as many queries as keys (self-attention), "
+        if self.causal and num_queries != num_keys:
+            raise ValueError("causal attention needs as many queries as keys (self-attention), "
                              f"got {num_queries} queries and {num_keys} keys")
         mask = valid_lens_mask(valid_lens, batch_size, num_queries, num_keys, device=queries.device)
         if self.causal:
             # An explicit mask, not SDPA's is_causal: on CPU its masked kernel is the faster one.
             causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=queries.device).tril()
             mask = causal if mask is None else mask & causal
-
-        q = self._project(queries, self.W_q, self.q_norm, self.num_heads)
-        k = self._project(keys, self.W_k, self.k_norm, self.num_kv_heads)
         v = self.W_v(values).unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        if self.rope_theta is not None:
-            cos, sin = self._rotary(num_queries, q)
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         extra = {}
         if self.num_kv_heads != self.num_heads:
             if _SDPA_HAS_GQA:  # SDPA reads the shared heads in place: no copies saved for backward

@@ -295,7 +295,7 @@ def test_qk_norm_variants_normalize_where_the_models_do():
     X = torch.randn(2, 6, 32)
     for variant in d2lmini.QK_NORMS:
         mha = MultiHeadAttention(32, 4, num_kv_heads=2, qk_norm=variant)
-        q = mha._project(X, mha.W_q, mha.q_norm, 4)  # (b, heads, n, head_dim)
+        q, _ = mha.queries_and_keys(X, X)  # (b, heads, n, head_dim); no RoPE here
         if variant == "projection":  # RMS 1 over all heads' features of a token
             rms = q.transpose(1, 2).flatten(-2).pow(2).mean(-1).sqrt()
         else:  # RMS 1 within every head
@@ -335,11 +335,13 @@ def test_rope_is_applied_after_qk_norm():
     with torch.no_grad():
         mha.q_norm.weight.uniform_(0.5, 2.0)
     X = torch.randn(1, 5, 32)
-    q = mha._project(X, mha.W_q, mha.q_norm, 2)
+    q, _ = mha.queries_and_keys(X, X)
     cos, sin = d2lmini.rotary_cos_sin(5, 16, 10000.0)
-    expected = d2lmini.apply_rotary(q, cos, sin)  # norm first, then rotate
+    normed = mha.q_norm(mha.W_q(X).unflatten(-1, (2, 16))).transpose(1, 2)
+    expected = d2lmini.apply_rotary(normed, cos, sin)  # norm first, then rotate
     wrong = mha.q_norm(d2lmini.apply_rotary(mha.W_q(X).unflatten(-1, (2, 16)).transpose(1, 2), cos, sin)
                        .transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(q, expected)
     assert not torch.allclose(expected, wrong, atol=1e-3)
 
 
@@ -379,3 +381,66 @@ def test_catalogued_misuses_raise_under_python_dash_O():
             "print(sorted({row['error'] for row in misuse_table()}))\n")
     out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['TypeError', 'ValueError']"
+
+
+# --------------------------------------------------------------------------- one way to do each thing
+
+
+def _random_gains_(mha: MultiHeadAttention) -> MultiHeadAttention:
+    with torch.no_grad():  # gains that are not all one, so the place of every norm matters
+        for norm in (mha.q_norm, mha.k_norm):
+            if norm is not None:
+                norm.weight.uniform_(0.5, 1.5)
+    return mha
+
+
+@pytest.mark.parametrize("qk_norm", (None,) + d2lmini.QK_NORMS)
+@pytest.mark.parametrize("rope_theta", (None, 100.0))
+@pytest.mark.parametrize("num_kv_heads", (4, 2))
+def test_queries_and_keys_are_what_the_kernel_sees(qk_norm, rope_theta, num_kv_heads):
+    # Fails if forward feeds the kernel anything but queries_and_keys' output (e.g. its own q/k path
+    # without the QK-norm), or if queries_and_keys rotates before normalizing, skips a step, or
+    # returns key heads already repeated for grouped-query attention.
+    mha = _random_gains_(MultiHeadAttention(32, 4, num_kv_heads=num_kv_heads, qk_norm=qk_norm,
+                                            rope_theta=rope_theta, causal=True, bias=True))
+    X, valid_lens = torch.randn(2, 6, 32), torch.tensor([6, 4])
+    q, k = mha.queries_and_keys(X, X)
+    assert q.shape == (2, 4, 6, 8) and k.shape == (2, num_kv_heads, 6, 8)
+
+    # the same by hand: project, QK-norm (whole projection, or per head), split, rotate
+    q_hand, k_hand = mha.W_q(X), mha.W_k(X)
+    if qk_norm == "projection":
+        q_hand, k_hand = mha.q_norm(q_hand), mha.k_norm(k_hand)
+    q_hand, k_hand = q_hand.view(2, 6, 4, 8), k_hand.view(2, 6, num_kv_heads, 8)
+    if qk_norm in ("per_head", "per_head_distinct"):
+        q_hand, k_hand = mha.q_norm(q_hand), mha.k_norm(k_hand)
+    q_hand, k_hand = q_hand.transpose(1, 2), k_hand.transpose(1, 2)
+    if rope_theta is not None:
+        cos, sin = d2lmini.rotary_cos_sin(6, 8, rope_theta)
+        q_hand, k_hand = d2lmini.apply_rotary(q_hand, cos, sin), d2lmini.apply_rotary(k_hand, cos, sin)
+    torch.testing.assert_close(q, q_hand, atol=0, rtol=0)
+    torch.testing.assert_close(k, k_hand, atol=0, rtol=0)
+
+    # forward's output rebuilt from them with the kernel and the output projection
+    group = 4 // num_kv_heads
+    v = mha.W_v(X).unflatten(-1, (num_kv_heads, 8)).transpose(1, 2)
+    mask = (torch.arange(6) < valid_lens[:, None])[:, None, None] & torch.ones(6, 6, dtype=torch.bool).tril()
+    heads = nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(group, dim=1),
+                                                       v.repeat_interleave(group, dim=1), attn_mask=mask)
+    expected = mha.W_o(heads.transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(mha(X, X, X, valid_lens), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_queries_and_keys_checks_its_inputs():
+    # Fails if the checks move back into forward only (the public method would accept bad input).
+    roped = MultiHeadAttention(16, 2, rope_theta=100.0)
+    with pytest.raises(ValueError, match="as many queries as keys"):
+        roped.queries_and_keys(torch.randn(1, 3, 16), torch.randn(1, 4, 16))
+    with pytest.raises(ValueError, match="same batch size"):
+        roped.queries_and_keys(torch.randn(1, 3, 16), torch.randn(2, 3, 16))
+    with pytest.raises(ValueError, match="num_hiddens=16"):
+        roped.queries_and_keys(torch.randn(1, 3, 8), torch.randn(1, 3, 16))
+    with pytest.raises(TypeError, match="dtype"):
+        roped.queries_and_keys(torch.randn(1, 3, 16, dtype=torch.float64), torch.randn(1, 3, 16))
+    assert MultiHeadAttention(16, 2).logit_scale == 8 ** -0.5
+    assert MultiHeadAttention(16, 2, scale=0.3).logit_scale == 0.3
