@@ -155,6 +155,8 @@ class MultiHeadAttention(nn.Module):
         scale: the logit scale; default ``1 / sqrt(head_dim)`` (Gemma 3 uses
             ``query_pre_attn_scalar ** -0.5``).
 
+    Every argument after ``num_heads`` is keyword-only.
+
     Attributes:
         W_q, W_k, W_v, W_o: the projections (``nn.Linear``).
         q_norm, k_norm: the QK-norms, or ``None``.
@@ -181,7 +183,7 @@ class MultiHeadAttention(nn.Module):
         TypeError: arguments of the wrong type.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
+    def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, bias: bool = False,
                  num_kv_heads: int | None = None, causal: bool = False, head_dim: int | None = None,
                  qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, scale: float | None = None):

@@ -61,7 +61,7 @@ class AddNorm(nn.Module):
             sublayer-output norm.
     """
 
-    def __init__(self, num_hiddens: int, placement: str = "pre", norm: str = "rms",
+    def __init__(self, num_hiddens: int, placement: str = "pre", *, norm: str = "rms",
                  eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None,
                  residual: bool = True):
         super().__init__()
@@ -137,11 +137,12 @@ class TransformerBlock(nn.Module):
             the allowed names), ``num_hiddens`` not divisible by ``num_heads``,
             ``num_heads`` not divisible by ``num_kv_heads``, dropout outside [0, 1); at
             call time an input that is not ``(b, n, d)`` or bad ``valid_lens``.
-        TypeError: arguments or inputs of the wrong type, or an input whose dtype
-            differs from the block's weights.
+        TypeError: arguments or inputs of the wrong type (every argument after
+            ``num_heads`` is keyword-only), or an input whose dtype differs from the
+            block's weights.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, norm: str = "rms",
+    def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, norm: str = "rms",
                  act: str = "swiglu", placement: str = "pre", bias: bool = False,
                  num_kv_heads: int | None = None, ffn_num_hiddens: int | None = None,
                  eps: float | None = None, causal: bool = False,
@@ -158,15 +159,19 @@ class TransformerBlock(nn.Module):
             if factory is not None and not callable(factory):
                 raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
         self.attention = (attn_factory() if attn_factory is not None else
-                          MultiHeadAttention(num_hiddens, num_heads, dropout, bias, num_kv_heads, causal,
-                                             head_dim, qk_norm, qk_norm_eps, rope_theta, attn_scale))
+                          MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
+                                             num_kv_heads=num_kv_heads, causal=causal, head_dim=head_dim,
+                                             qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
+                                             scale=attn_scale))
         self.ffn = (ffn_factory() if ffn_factory is not None else
-                    FeedForward(num_hiddens, ffn_num_hiddens, act, bias, dropout))
+                    FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias, dropout=dropout))
         for name, module in (("attn_factory", self.attention), ("ffn_factory", self.ffn)):
             if not isinstance(module, nn.Module):
                 raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
-        self.addnorm1 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain, residual)
-        self.addnorm2 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain, residual)
+        addnorm = dict(placement=placement, norm=norm, eps=eps, dropout=dropout,
+                       sublayer_norm_gain=sublayer_norm_gain, residual=residual)
+        self.addnorm1 = AddNorm(num_hiddens, **addnorm)
+        self.addnorm2 = AddNorm(num_hiddens, **addnorm)
         # Kept for subclasses that add sublayers with the same settings.
         self._settings = dict(num_hiddens=num_hiddens, num_heads=num_heads, dropout=dropout, bias=bias,
                               num_kv_heads=num_kv_heads, head_dim=head_dim, placement=placement, norm=norm,
@@ -213,13 +218,13 @@ class TransformerDecoderBlock(TransformerBlock):
             ``enc_outputs`` that is not ``(b, m, d)`` or bad ``enc_valid_lens``.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, causal: bool = True, **kwargs):
+    def __init__(self, num_hiddens: int, num_heads: int, *, causal: bool = True, **kwargs):
         super().__init__(num_hiddens, num_heads, causal=causal, **kwargs)
         st = self._settings
-        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, st["dropout"], st["bias"],
-                                                  st["num_kv_heads"], head_dim=st["head_dim"])
-        self.addnorm3 = AddNorm(num_hiddens, st["placement"], st["norm"], st["eps"], st["dropout"],
-                                st["sublayer_norm_gain"], st["residual"])
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout=st["dropout"], bias=st["bias"],
+                                                  num_kv_heads=st["num_kv_heads"], head_dim=st["head_dim"])
+        self.addnorm3 = AddNorm(num_hiddens, st["placement"], norm=st["norm"], eps=st["eps"], dropout=st["dropout"],
+                                sublayer_norm_gain=st["sublayer_norm_gain"], residual=st["residual"])
 
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:

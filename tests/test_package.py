@@ -44,7 +44,7 @@ def test_placements_put_the_norms_where_the_literature_says():
     X = torch.randn(2, 6, 16)
     branch = nn.Linear(16, 16)
     for placement in d2lmini.PLACEMENTS:
-        add = d2lmini.AddNorm(16, placement, "layer")
+        add = d2lmini.AddNorm(16, placement, norm="layer")
         ln = nn.LayerNorm(16)
         expected = {
             "post": ln(X + branch(X)),
@@ -56,7 +56,7 @@ def test_placements_put_the_norms_where_the_literature_says():
 
 
 def test_sublayer_norm_gain_scales_the_branch_output():
-    add = d2lmini.AddNorm(16, "sandwich", "rms", sublayer_norm_gain=0.25)
+    add = d2lmini.AddNorm(16, "sandwich", norm="rms", sublayer_norm_gain=0.25)
     torch.testing.assert_close(add.norm_out.weight, torch.full((16,), 0.25))
     assert torch.equal(add.norm_in.weight, torch.ones(16))
 
@@ -444,3 +444,24 @@ def test_queries_and_keys_checks_its_inputs():
         roped.queries_and_keys(torch.randn(1, 3, 16, dtype=torch.float64), torch.randn(1, 3, 16))
     assert MultiHeadAttention(16, 2).logit_scale == 8 ** -0.5
     assert MultiHeadAttention(16, 2, scale=0.3).logit_scale == 0.3
+
+
+KEYWORD_ONLY = {
+    "MultiHeadAttention": (MultiHeadAttention, (16, 2, 0.1)),
+    "GatedAttention": (d2lmini.GatedAttention, (16, 2, 0.1)),
+    "TransformerBlock": (TransformerBlock, (16, 2, 0.1)),
+    "TransformerDecoderBlock": (d2lmini.TransformerDecoderBlock, (16, 2, True)),
+    "AddNorm": (d2lmini.AddNorm, (16, "pre", "layer")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEYWORD_ONLY))
+def test_arguments_after_the_first_two_are_keyword_only(name):
+    # Fails if the `*` is dropped from the constructor's signature.
+    cls, positional = KEYWORD_ONLY[name]
+    with pytest.raises(TypeError, match="positional argument"):
+        cls(*positional)
+    import inspect
+
+    params = list(inspect.signature(cls.__init__).parameters.values())[3:]  # after self and the first two
+    assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params), name
