@@ -6,6 +6,7 @@ norm goes". Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
@@ -172,10 +173,6 @@ class TransformerBlock(nn.Module):
                        sublayer_norm_gain=sublayer_norm_gain, residual=residual)
         self.addnorm1 = AddNorm(num_hiddens, **addnorm)
         self.addnorm2 = AddNorm(num_hiddens, **addnorm)
-        # Kept for subclasses that add sublayers with the same settings.
-        self._settings = dict(num_hiddens=num_hiddens, num_heads=num_heads, dropout=dropout, bias=bias,
-                              num_kv_heads=num_kv_heads, head_dim=head_dim, placement=placement, norm=norm,
-                              eps=eps, sublayer_norm_gain=sublayer_norm_gain, residual=residual)
 
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the block to ``X`` (b, n, d); ``valid_lens`` ``None``, (b,) or (b, n). Returns (b, n, d).
@@ -198,9 +195,14 @@ class TransformerDecoderBlock(TransformerBlock):
     Causal self-attention, then cross-attention (queries from the decoder's stream,
     keys and values from the encoder's outputs), then the FFN, each with its own
     residual connection and norms placed as ``placement`` says (Vaswani et al., 2017,
-    Section 3.1). It takes every argument of :class:`TransformerBlock`; ``causal``
-    defaults to ``True``. The cross-attention is a plain :class:`MultiHeadAttention`
-    (same heads, ``head_dim`` and bias; no RoPE, no QK-norm).
+    Section 3.1). It takes every argument of :class:`TransformerBlock` (all but the
+    first two keyword-only); the ones below differ.
+
+    Args:
+        causal: whether the self-attention is causal (default ``True``).
+        dropout, bias, num_kv_heads, head_dim: as in :class:`TransformerBlock`, and also
+            those of the cross-attention, a plain :class:`MultiHeadAttention` (no RoPE,
+            no QK-norm, not causal).
 
     Attributes:
         attention, cross_attention, ffn: the three sublayers.
@@ -218,13 +220,14 @@ class TransformerDecoderBlock(TransformerBlock):
             ``enc_outputs`` that is not ``(b, m, d)`` or bad ``enc_valid_lens``.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, *, causal: bool = True, **kwargs):
-        super().__init__(num_hiddens, num_heads, causal=causal, **kwargs)
-        st = self._settings
-        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout=st["dropout"], bias=st["bias"],
-                                                  num_kv_heads=st["num_kv_heads"], head_dim=st["head_dim"])
-        self.addnorm3 = AddNorm(num_hiddens, st["placement"], norm=st["norm"], eps=st["eps"], dropout=st["dropout"],
-                                sublayer_norm_gain=st["sublayer_norm_gain"], residual=st["residual"])
+    def __init__(self, num_hiddens: int, num_heads: int, *, causal: bool = True, dropout: float = 0.0,
+                 bias: bool = False, num_kv_heads: int | None = None, head_dim: int | None = None, **kwargs):
+        super().__init__(num_hiddens, num_heads, causal=causal, dropout=dropout, bias=bias,
+                         num_kv_heads=num_kv_heads, head_dim=head_dim, **kwargs)
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
+                                                  num_kv_heads=num_kv_heads, head_dim=head_dim)
+        # A third residual connection like the other two: same placement, norms, dropout; its own weights.
+        self.addnorm3 = copy.deepcopy(self.addnorm2)
 
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:

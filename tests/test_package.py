@@ -465,3 +465,20 @@ def test_arguments_after_the_first_two_are_keyword_only(name):
 
     params = list(inspect.signature(cls.__init__).parameters.values())[3:]  # after self and the first two
     assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params), name
+
+
+def test_decoder_block_settings_reach_all_three_sublayers():
+    # Fails if the third residual connection or the cross-attention ignores a setting, or if the
+    # third connection shares its norms with the second (addnorm3 = addnorm2).
+    block = d2lmini.TransformerDecoderBlock(24, 4, num_kv_heads=2, head_dim=4, bias=True, dropout=0.1,
+                                            norm="layer", placement="sandwich", eps=1e-3,
+                                            sublayer_norm_gain=0.5, residual=False)
+    cross = block.cross_attention
+    assert (cross.num_kv_heads, cross.head_dim, cross.dropout, cross.causal) == (2, 4, 0.1, False)
+    assert cross.W_q.bias is not None and block.attention.causal
+    for add in (block.addnorm1, block.addnorm2, block.addnorm3):
+        assert add.placement == "sandwich" and add.residual is False and add.dropout.p == 0.1
+        assert isinstance(add.norm_in, nn.LayerNorm) and add.norm_in.eps == 1e-3
+        torch.testing.assert_close(add.norm_out.weight, torch.full((24,), 0.5))
+    shared = {id(p) for p in block.addnorm2.parameters()} & {id(p) for p in block.addnorm3.parameters()}
+    assert not shared
