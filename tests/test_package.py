@@ -467,6 +467,50 @@ def test_arguments_after_the_first_two_are_keyword_only(name):
     assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params), name
 
 
+ATTENTION_ONLY = dict(num_kv_heads=1, causal=True, head_dim=4, qk_norm="per_head", qk_norm_eps=1e-5,
+                      rope_theta=1e4, attn_scale=0.5)
+
+
+@pytest.mark.parametrize("argument", sorted(ATTENTION_ONLY))
+def test_attention_arguments_with_an_attn_factory_raise(argument):
+    # Fails if TransformerBlock stops checking an argument that attn_factory makes meaningless.
+    value = ATTENTION_ONLY[argument]
+    with pytest.raises(ValueError, match=rf"{argument}={value!r} would be ignored: attn_factory"):
+        TransformerBlock(16, 2, attn_factory=lambda: MultiHeadAttention(16, 2), **{argument: value})
+
+
+@pytest.mark.parametrize("argument, value", [("act", "relu"), ("ffn_num_hiddens", 32)])
+def test_ffn_arguments_with_an_ffn_factory_raise(argument, value):
+    # Fails if TransformerBlock stops checking an argument that ffn_factory makes meaningless.
+    with pytest.raises(ValueError, match=rf"{argument}={value!r} would be ignored: ffn_factory"):
+        TransformerBlock(16, 2, ffn_factory=lambda: FeedForward(16), **{argument: value})
+
+
+def test_factories_keep_the_arguments_they_do_not_replace():
+    # Fails if a factory check is too broad (rejects what still applies) or num_heads is not checked.
+    block = TransformerBlock(16, 2, attn_factory=lambda: d2lmini.GatedAttention(16, 2, causal=True),
+                             act="relu", ffn_num_hiddens=24, bias=True, norm="layer", dropout=0.1)
+    assert block.attention.causal and block.ffn.act == "relu" and block.ffn.W_1.out_features == 24
+    block = TransformerBlock(16, 2, ffn_factory=lambda: FeedForward(16), causal=True, qk_norm="per_head")
+    assert block.attention.causal and block.attention.qk_norm == "per_head"
+    with pytest.raises(ValueError, match="num_heads=4 differs from the num_heads=2"):
+        TransformerBlock(16, 4, attn_factory=lambda: MultiHeadAttention(16, 2))
+    headless = TransformerBlock(16, 3, attn_factory=lambda: nn.Identity())  # no num_heads to check against
+    assert isinstance(headless.attention, nn.Identity)
+
+
+def test_decoder_block_with_an_attn_factory():
+    # Fails if the decoder forwards causal/num_kv_heads to a factory-built self-attention (the block
+    # would raise), drops them from its cross-attention, or lets causal=False pass silently.
+    factory = lambda: MultiHeadAttention(16, 4, causal=True)  # noqa: E731
+    block = d2lmini.TransformerDecoderBlock(16, 4, num_kv_heads=2, attn_factory=factory)
+    assert block.attention.num_kv_heads == 4 and block.cross_attention.num_kv_heads == 2
+    with pytest.raises(ValueError, match="causal=False would be ignored: attn_factory"):
+        d2lmini.TransformerDecoderBlock(16, 4, causal=False, attn_factory=factory)
+    with pytest.raises(ValueError, match="qk_norm='per_head' would be ignored"):
+        d2lmini.TransformerDecoderBlock(16, 4, qk_norm="per_head", attn_factory=factory)
+
+
 def test_decoder_block_settings_reach_all_three_sublayers():
     # Fails if the third residual connection or the cross-attention ignores a setting, or if the
     # third connection shares its norms with the second (addnorm3 = addnorm2).
