@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .attention import valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
 
 # --------------------------------------------------------------------------- copying helpers
@@ -365,24 +366,32 @@ def from_gemma3_layer(layer, config) -> TransformerBlock:
 
 
 def additive_mask(valid_lens: torch.Tensor | None, num_steps: int, causal: bool, dtype=torch.float32,
-                  batch_size: int | None = None) -> torch.Tensor | None:
-    """A float mask ``(batch, 1, n, n)``: 0 where attention is allowed, the dtype's minimum elsewhere.
+                  batch_size: int | None = None) -> torch.Tensor:
+    """A float mask ``(b, 1, n, n)``: 0 where attention is allowed, the dtype's minimum elsewhere.
 
     This is the explicit mask Hugging Face layers take (valid for both SDPA and eager
-    attention). Keys at positions >= ``valid_lens[b]`` are masked, and with ``causal``
-    every key after the query.
+    attention): the boolean :func:`d2lmini.attention.valid_lens_mask` of the keys
+    (positions >= ``valid_lens[b]`` are masked), with ``causal`` also every key after
+    the query, turned into an additive mask.
+
+    Args:
+        valid_lens: ``None`` (no padding) or ``(b,)`` integer lengths in ``[0, n]``.
+        num_steps: ``n``, queries and keys.
+        causal: whether to mask the keys after each query as well.
+        dtype: of the mask (the layer's dtype).
+        batch_size: ``b`` when ``valid_lens`` is ``None`` (default 1).
+
+    Raises:
+        TypeError / ValueError: bad ``valid_lens`` (see :func:`~d2lmini.attention.valid_lens_mask`).
     """
     allowed = torch.ones(num_steps, num_steps, dtype=torch.bool)
     if causal:
         allowed = allowed.tril()
-    if valid_lens is not None:
-        keys_ok = torch.arange(num_steps)[None, :] < valid_lens[:, None]
-        allowed = allowed[None] & keys_ok[:, None, :]
+    if valid_lens is None:
+        allowed = allowed.expand(batch_size or 1, -1, -1)
     else:
-        allowed = allowed[None].expand(batch_size or 1, -1, -1)
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[:, None]
+        allowed = allowed & valid_lens_mask(valid_lens, num_steps)[:, None, :]  # (b, n, n)
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 def _randomize_(module: nn.Module, seed: int, unit_offset_norms: bool = False) -> nn.Module:
@@ -429,6 +438,11 @@ class Reference:
 TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=160)
 
 
+def _padding(valid_lens: torch.Tensor | None, num_steps: int) -> torch.Tensor | None:
+    """The key-padding mask of ``nn.Transformer*`` layers, ``(b, n)``: ``True`` at padding (masked)."""
+    return None if valid_lens is None else ~valid_lens_mask(valid_lens, num_steps)
+
+
 def _torch_encoder(norm_first: bool, activation: str):
     def make(seed):
         torch.manual_seed(seed)
@@ -437,8 +451,7 @@ def _torch_encoder(norm_first: bool, activation: str):
         return _randomize_(layer, seed).eval(), None
 
     def call(layer, config, X, valid_lens):
-        padding = None if valid_lens is None else torch.arange(X.shape[1])[None, :] >= valid_lens[:, None]
-        return layer(X, src_key_padding_mask=padding)
+        return layer(X, src_key_padding_mask=_padding(valid_lens, X.shape[1]))
 
     return make, call
 
@@ -521,11 +534,8 @@ def _build_references() -> dict[str, Reference]:
     def decoder_call(layer, config, X, valid_lens, memory, memory_valid_lens):
         n = X.shape[1]
         causal = torch.ones(n, n, dtype=torch.bool).triu(1)  # True = masked, as nn.Transformer* expects
-        tgt_padding = None if valid_lens is None else torch.arange(n)[None, :] >= valid_lens[:, None]
-        mem_padding = (None if memory_valid_lens is None else
-                       torch.arange(memory.shape[1])[None, :] >= memory_valid_lens[:, None])
-        return layer(X, memory, tgt_mask=causal, tgt_key_padding_mask=tgt_padding,
-                     memory_key_padding_mask=mem_padding)
+        return layer(X, memory, tgt_mask=causal, tgt_key_padding_mask=_padding(valid_lens, n),
+                     memory_key_padding_mask=_padding(memory_valid_lens, memory.shape[1]))
 
     refs["TransformerDecoderLayer"] = Reference(
         "TransformerDecoderLayer", "PyTorch, encoder-decoder Transformer (2017)", _torch_decoder_make,
@@ -594,25 +604,22 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
         memory = torch.randn(batch_size, ref.memory, d, generator=gen)
         memory_valid_lens = None if valid_lens is None else torch.full((batch_size,), ref.memory).index_fill_(0, torch.tensor([1]), ref.memory // 2)
         extra_ref, extra_ours = (memory, memory_valid_lens), (memory, memory_valid_lens)
+    keep = torch.ones(batch_size, num_steps, 1, dtype=torch.bool)  # (b, n, 1): the positions compared
+    if valid_lens is not None:
+        keep = valid_lens_mask(valid_lens, num_steps)[..., None]
     outputs, grads = [], []
     for run in (lambda Z: ref.call(layer, config, Z, valid_lens, *extra_ref),
                 lambda Z: block(Z, *extra_ours, valid_lens) if ref.memory else block(Z, valid_lens)):
         Z = X.clone().requires_grad_(True)  # grad mode: nn.TransformerEncoderLayer takes its exact path
         Y = run(Z)
         Y = Y[0] if isinstance(Y, tuple) else Y
-        (Y * R * _valid(valid_lens, batch_size, num_steps)).sum().backward()
+        (Y * R * keep).sum().backward()
         outputs.append(Y.detach())
         grads.append(Z.grad)
-    keep = _valid(valid_lens, batch_size, num_steps).bool().expand_as(outputs[0])
+    keep = keep.expand_as(outputs[0])
     return {
         "max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
         "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
         "max_abs_output": float(outputs[0][keep].abs().max()),
         "block": block,
     }
-
-
-def _valid(valid_lens, batch_size, num_steps) -> torch.Tensor:
-    if valid_lens is None:
-        return torch.ones(batch_size, num_steps, 1)
-    return (torch.arange(num_steps)[None, :] < valid_lens[:, None]).float()[..., None]

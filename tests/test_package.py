@@ -526,3 +526,33 @@ def test_decoder_block_settings_reach_all_three_sublayers():
         torch.testing.assert_close(add.norm_out.weight, torch.full((24,), 0.5))
     shared = {id(p) for p in block.addnorm2.parameters()} & {id(p) for p in block.addnorm3.parameters()}
     assert not shared
+
+
+def test_valid_lens_mask_is_position_below_length():
+    # Fails if the comparison becomes <= (one padded position leaks in) or the bounds checks go.
+    valid_lens = torch.tensor([3, 0, 5])
+    expected = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(d2lmini.valid_lens_mask(valid_lens, 5), expected)
+    per_query = torch.tensor([[1, 2], [2, 2]])
+    assert d2lmini.valid_lens_mask(per_query, 3).shape == (2, 2, 3)
+    assert torch.equal(d2lmini.valid_lens_mask(per_query, 3)[0], torch.tensor([[1, 0, 0], [1, 1, 0]], dtype=torch.bool))
+    assert d2lmini.valid_lens_mask(None, 5) is None
+    with pytest.raises(ValueError, match=r"\[1, 5\], got min 0"):
+        d2lmini.valid_lens_mask(valid_lens, 5, min_len=1)
+    with pytest.raises(ValueError, match=r"\[0, 4\]"):
+        d2lmini.valid_lens_mask(valid_lens, 4)
+    with pytest.raises(TypeError, match="integer dtype"):
+        d2lmini.valid_lens_mask(valid_lens.float(), 5)
+
+
+def test_additive_mask_is_the_boolean_mask_made_additive():
+    # Fails if additive_mask builds its own padding rule that disagrees with valid_lens_mask.
+    from d2lmini.reference import additive_mask
+
+    valid_lens = torch.tensor([4, 2])
+    mask = additive_mask(valid_lens, 4, causal=True)
+    allowed = d2lmini.valid_lens_mask(valid_lens, 4)[:, None, :] & torch.ones(4, 4, dtype=torch.bool).tril()
+    assert mask.shape == (2, 1, 4, 4)
+    assert torch.equal(mask[:, 0] == 0, allowed)
+    assert torch.equal(mask[:, 0][~allowed], torch.full(((~allowed).sum().item(),), torch.finfo(torch.float32).min))
+    assert torch.equal(additive_mask(None, 3, causal=False, batch_size=2), torch.zeros(2, 1, 3, 3))
