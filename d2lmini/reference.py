@@ -2,7 +2,9 @@
 
 Introduced in the chapter "One block, every configuration". For each reference
 layer there is a ``from_*`` function that returns a d2lmini block configured like
-the layer and holding its weights, so both compute the same function. The
+the layer and holding copies of its weights (not shared), so both compute the same
+function; the block is on the layer's device and dtype, in the layer's train/eval
+mode. The
 references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` and, from Hugging Face ``transformers`` (an optional
 dependency, imported only here), ``BertLayer``, ``GPT2Block``, ``LlamaDecoderLayer``,
@@ -166,11 +168,10 @@ def from_bert_layer(layer, config) -> TransformerBlock:
     biases everywhere, bidirectional attention.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``BertLayer`` and its ``BertConfig``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The post-LN block.
     """
     attn = layer.attention.self
     block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="layer",
@@ -196,11 +197,10 @@ def from_gpt2_block(layer, config) -> TransformerBlock:
     they are transposed into ``nn.Linear``'s (out, in).
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``GPT2Block`` and its ``GPT2Config``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The pre-LN causal block.
 
     Raises:
         ValueError: for GPT-2 options d2lmini does not implement
@@ -272,11 +272,10 @@ def from_llama_layer(layer, config) -> TransformerBlock:
     Pre-LN with RMSNorm, grouped-query attention, RoPE (``rope_theta``), SwiGLU, no biases.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``LlamaDecoderLayer`` and its ``LlamaConfig``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The pre-norm causal block with grouped-query attention and RoPE.
     """
     block = _gated_decoder(layer, config, "pre", None)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
@@ -291,11 +290,10 @@ def from_qwen3_layer(layer, config) -> TransformerBlock:
     ``head_dim`` set independently of ``hidden_size / num_attention_heads``.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``Qwen3DecoderLayer`` and its ``Qwen3Config``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The Llama-style block with per-head QK-norm.
 
     Raises:
         ValueError: for a sliding-window layer (d2lmini has no sliding window).
@@ -316,11 +314,10 @@ def from_olmo2_layer(layer, config) -> TransformerBlock:
     before the head split, RoPE, SwiGLU.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``Olmo2DecoderLayer`` and its ``Olmo2Config``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The ``'post_sublayer'`` block with QK-norm over the projection.
     """
     block = _gated_decoder(layer, config, "post_sublayer", "projection")
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
@@ -337,11 +334,10 @@ def from_gemma3_layer(layer, config) -> TransformerBlock:
     layers' base.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``Gemma3DecoderLayer`` and its ``Gemma3TextConfig``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The ``'sandwich'`` block with per-head QK-norm.
 
     Raises:
         ValueError: for a sliding-window (local) layer, or logit soft-capping.
