@@ -3,12 +3,12 @@
 The package is laid out as the book is:
 
 **The model parts**, each in a module named after what it holds:
-:mod:`d2lmini.norms` (every norm: :class:`RMSNorm`, the per-head RMSNorm of QK-norm,
-LayerNorm written by hand, BatchNorm for sequences, and the factory :func:`make_norm`),
-:mod:`d2lmini.attention` (:class:`MultiHeadAttention` with grouped-query attention,
-QK-norm and RoPE, and gated attention), :mod:`d2lmini.ffn` (:class:`FeedForward`),
+:mod:`d2lmini.norms` (every norm: :class:`~d2lmini.norms.RMSNorm`, the per-head RMSNorm of QK-norm,
+LayerNorm written by hand, BatchNorm for sequences, and the factory :func:`~d2lmini.norms.make_norm`),
+:mod:`d2lmini.attention` (:class:`~d2lmini.attention.MultiHeadAttention` with grouped-query attention,
+QK-norm and RoPE, and gated attention), :mod:`d2lmini.ffn` (:class:`~d2lmini.ffn.FeedForward`),
 :mod:`d2lmini.moe` (a mixture of experts) and :mod:`d2lmini.block`
-(:class:`TransformerBlock` and the decoder block with cross-attention).
+(:class:`~d2lmini.block.TransformerBlock` and the decoder block with cross-attention).
 
 **The shared machinery**: :mod:`d2lmini.parameters` (counting a module's parameters,
 in total or part by part), :mod:`d2lmini.seeding` (seeded draws that leave the global
@@ -19,7 +19,7 @@ every colour and label), :mod:`d2lmini.widgets` (live explorers and their static
 twins), :mod:`d2lmini.reference` (real layers as d2lmini blocks) and
 :mod:`d2lmini.timing` (the timing harness).
 
-**Each chapter's experiments**, one module per notebook in :mod:`d2lmini.chapters`:
+**Each chapter's experiments**, one module per notebook in ``d2lmini.chapters``:
 
 ============================================================  =============================================
 chapter                                                       module

@@ -8,9 +8,10 @@ argument, the value received and what would have been accepted. They are plain
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -276,3 +277,19 @@ def check_dtype_matches(name: str, X: torch.Tensor, module: torch.nn.Module) -> 
         f"{name} has dtype {X.dtype} but the module's weights are {weight.dtype}; "
         f"convert one of them, e.g. module.to({X.dtype}) or {name}.to({weight.dtype})"
     )
+
+
+def check_left_at_default(reason: str, function: Callable, **values) -> None:
+    """Raise ``ValueError`` if any of ``values`` differs from its default in ``function``'s signature.
+
+    For arguments that another argument makes meaningless (e.g. ``qk_norm`` when
+    ``attn_factory`` builds the attention): setting one is then an error, not
+    silently ignored. The message names each such argument, its value and its
+    default, and says why (``reason``).
+    """
+    params = inspect.signature(function).parameters
+    changed = {name: value for name, value in values.items() if value != params[name].default}
+    if changed:
+        given = ", ".join(f"{name}={value!r}" for name, value in changed.items())
+        defaults = ", ".join(f"{name}={params[name].default!r}" for name in changed)
+        raise ValueError(f"{given} would be ignored: {reason}; leave the default ({defaults})")

@@ -79,28 +79,32 @@ def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return X * cos + rotated * sin
 
 
-def valid_lens_mask(valid_lens, batch_size: int, num_queries: int, num_keys: int, device=None) -> torch.Tensor | None:
-    """Turn d2l-style ``valid_lens`` into a boolean attention mask.
+def valid_lens_mask(valid_lens: torch.Tensor | None, num_steps: int, min_len: int = 0) -> torch.Tensor | None:
+    """Which positions of a padded batch are real: ``mask[..., t] = t < valid_lens[...]``.
 
-    Key position ``j`` is visible to query ``i`` of sequence ``b`` when
-    ``j < valid_lens[b]`` (shape ``(batch,)``) or ``j < valid_lens[b, i]``
-    (shape ``(batch, num_queries)``), as in d2l's ``masked_softmax``.
+    The one place d2lmini turns d2l-style ``valid_lens`` into a mask: attention masks
+    the keys with it (``MultiHeadAttention``, with ``min_len=1``), the chapter
+    "Normalization" averages over the real tokens with it, and
+    :mod:`d2lmini.reference` derives the masks of PyTorch and Hugging Face layers from
+    it (``~mask`` is their key-padding mask; an additive float mask is
+    ``torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(dtype).min)``).
 
     Args:
-        valid_lens: ``None`` (every key visible) or an integer tensor of shape
-            ``(batch,)`` or ``(batch, num_queries)`` with values in ``[1, num_keys]``.
-        batch_size, num_queries, num_keys: the sizes the mask must fit.
-        device: where to build the mask (defaults to ``valid_lens``' device).
+        valid_lens: ``None`` (no padding), or an integer tensor of lengths: ``(b,)``,
+            one per sequence, or ``(b, q)``, one per query (as in d2l's ``masked_softmax``).
+        num_steps: ``n``, the padded length (for attention: the number of keys).
+        min_len: the smallest length allowed; attention needs 1 (a query that may
+            see no key has no defined output), a padding mask allows 0.
 
     Returns:
-        ``None`` or a bool tensor of shape ``(batch, 1, num_queries, num_keys)``,
-        ``True`` where attention is allowed (the convention of
-        ``torch.nn.functional.scaled_dot_product_attention``).
+        ``None`` for ``valid_lens=None``; else a bool tensor of shape
+        ``valid_lens.shape + (n,)`` -- ``(b, n)`` or ``(b, q, n)`` -- on ``valid_lens``'
+        device, ``True`` at the real positions (the convention of
+        ``torch.nn.functional.scaled_dot_product_attention``'s ``attn_mask``).
 
     Raises:
-        TypeError: if ``valid_lens`` is not an integer tensor.
-        ValueError: if its shape does not match, or a value is outside
-            ``[1, num_keys]`` (a query that may see no key has no defined output).
+        TypeError: if ``valid_lens`` is neither ``None`` nor a tensor with an integer dtype.
+        ValueError: if a length lies outside ``[min_len, num_steps]``.
     """
     if valid_lens is None:
         return None
@@ -108,21 +112,12 @@ def valid_lens_mask(valid_lens, batch_size: int, num_queries: int, num_keys: int
         raise TypeError(f"valid_lens must be None or an integer torch.Tensor, got {type(valid_lens).__name__}")
     if valid_lens.is_floating_point() or valid_lens.is_complex() or valid_lens.dtype == torch.bool:
         raise TypeError(f"valid_lens must have an integer dtype, got {valid_lens.dtype}")
-    if tuple(valid_lens.shape) not in ((batch_size,), (batch_size, num_queries)):
+    if valid_lens.numel() and (int(valid_lens.min()) < min_len or int(valid_lens.max()) > num_steps):
         raise ValueError(
-            f"valid_lens must have shape ({batch_size},) or ({batch_size}, {num_queries}), "
-            f"got {tuple(valid_lens.shape)}"
-        )
-    if valid_lens.numel() and (int(valid_lens.min()) < 1 or int(valid_lens.max()) > num_keys):
-        raise ValueError(
-            f"valid_lens values must lie in [1, {num_keys}] (the number of keys), "
+            f"valid_lens values must lie in [{min_len}, {num_steps}], "
             f"got min {int(valid_lens.min())} and max {int(valid_lens.max())}"
         )
-    device = valid_lens.device if device is None else device
-    lens = valid_lens.to(device)
-    lens = lens[:, None] if lens.dim() == 1 else lens  # (batch, num_queries or 1)
-    positions = torch.arange(num_keys, device=device)
-    return (positions[None, None, :] < lens[:, :, None])[:, None]  # (batch, 1, q, k)
+    return torch.arange(num_steps, device=valid_lens.device) < valid_lens[..., None]
 
 
 class MultiHeadAttention(nn.Module):
@@ -156,9 +151,15 @@ class MultiHeadAttention(nn.Module):
         scale: the logit scale; default ``1 / sqrt(head_dim)`` (Gemma 3 uses
             ``query_pre_attn_scalar ** -0.5``).
 
+    Every argument after ``num_heads`` is keyword-only.
+
     Attributes:
         W_q, W_k, W_v, W_o: the projections (``nn.Linear``).
         q_norm, k_norm: the QK-norms, or ``None``.
+        logit_scale: the scale in effect (``scale`` or ``1 / sqrt(head_dim)``).
+
+    :meth:`queries_and_keys` returns the queries and keys exactly as :meth:`forward`
+    hands them to the attention kernel.
 
     Shape:
         ``forward(queries, keys, values, valid_lens=None)`` with queries
@@ -178,7 +179,7 @@ class MultiHeadAttention(nn.Module):
         TypeError: arguments of the wrong type.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
+    def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, bias: bool = False,
                  num_kv_heads: int | None = None, causal: bool = False, head_dim: int | None = None,
                  qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, scale: float | None = None):
@@ -228,16 +229,73 @@ class MultiHeadAttention(nn.Module):
                                                       like.device, like.dtype)}
         return self._rotary_cache[key]
 
+    @property
+    def logit_scale(self) -> float:
+        """The factor ``q . k`` is multiplied by before the softmax: ``scale``, or ``1/sqrt(head_dim)``."""
+        return self.scale if self.scale is not None else self.head_dim ** -0.5
+
     @shown_in("ch06")
-    def _project(self, X: torch.Tensor, W: nn.Linear, norm: nn.Module | None, num_heads: int) -> torch.Tensor:
-        """Project, QK-normalize, split into heads: (b, n, d) -> (b, heads, n, head_dim)."""
-        Y = W(X)
-        if norm is not None and self.qk_norm == "projection":
-            Y = norm(Y)
-        Y = Y.unflatten(-1, (num_heads, self.head_dim))  # (b, n, heads, head_dim)
-        if norm is not None and self.qk_norm != "projection":
-            Y = norm(Y)
-        return Y.transpose(1, 2)
+    def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys exactly as they enter the attention kernel.
+
+        Project (``W_q``, ``W_k``), QK-normalize (if ``qk_norm``: over the whole
+        projection, or per head after the split), split into heads, rotate by RoPE
+        (if ``rope_theta``): the norm comes before the rotation, as in Qwen3, OLMo 2
+        and Gemma 3. :meth:`forward` calls it; so does the chapter "QK-norm", which
+        computes the logits ``logit_scale * q @ k.transpose(-1, -2)`` from it.
+
+        Args:
+            queries: ``(b, n_q, d)``.
+            keys: ``(b, n_k, d)``.
+
+        Returns:
+            ``(q, k)`` of shapes ``(b, h, n_q, head_dim)`` and ``(b, h_kv, n_k, head_dim)``
+            (``h_kv = num_kv_heads``: with grouped-query attention, query head ``i``
+            reads key head ``i // (h // h_kv)``).
+
+        Raises:
+            TypeError: inputs that are not floating tensors, or not of the weights' dtype.
+            ValueError: inputs that are not ``(b, n, d)``, different batch sizes, or RoPE
+                with different query and key lengths.
+        """
+        check_sequence_tensor("queries", queries, self.num_hiddens)
+        check_dtype_matches("queries", queries, self)
+        check_sequence_tensor("keys", keys, self.num_hiddens)
+        if keys.shape[0] != queries.shape[0]:
+            raise ValueError(f"queries and keys must have the same batch size, got {queries.shape[0]} and {keys.shape[0]}")
+        if self.rope_theta is not None and queries.shape[1] != keys.shape[1]:
+            raise ValueError("RoPE needs as many queries as keys (self-attention), "
+                             f"got {queries.shape[1]} queries and {keys.shape[1]} keys")
+        q, k = self.W_q(queries), self.W_k(keys)  # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
+        if self.qk_norm == "projection":  # one statistic over all heads (OLMo 2)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.unflatten(-1, (self.num_heads, self.head_dim))  # (b, n_q, h, head_dim)
+        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))  # (b, n_k, h_kv, head_dim)
+        if self.qk_norm is not None and self.qk_norm != "projection":  # one statistic per head (Qwen3)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # heads first
+        if self.rope_theta is not None:
+            cos, sin = self._rotary(q.shape[2], q)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q, k
+
+    def _mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device) -> torch.Tensor | None:
+        """The boolean ``attn_mask``, (b, 1, 1 or q, k), of ``valid_lens`` and ``causal``; ``None`` if none."""
+        if self.causal and num_queries != num_keys:
+            raise ValueError("causal attention needs as many queries as keys (self-attention), "
+                             f"got {num_queries} queries and {num_keys} keys")
+        mask = valid_lens_mask(valid_lens, num_keys, min_len=1)  # (b, k) or (b, q, k)
+        if mask is not None:
+            if tuple(valid_lens.shape) not in ((batch_size,), (batch_size, num_queries)):
+                raise ValueError(f"valid_lens must have shape ({batch_size},) or ({batch_size}, {num_queries}), "
+                                 f"got {tuple(valid_lens.shape)}")
+            mask = mask.to(device)
+            mask = mask[:, None, None] if valid_lens.dim() == 1 else mask[:, None]
+        if self.causal:
+            # An explicit mask, not SDPA's is_causal: on CPU its masked kernel is the faster one.
+            causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()
+            mask = causal if mask is None else mask & causal
+        return mask
 
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
         """Attend from ``queries`` (b, q, d) to ``keys``/``values`` (b, k, d); returns (b, q, d).
@@ -245,31 +303,12 @@ class MultiHeadAttention(nn.Module):
         ``valid_lens``: ``None``, ``(b,)`` or ``(b, q)`` integer lengths in ``[1, k]``;
         keys at positions >= the length are masked. See the class docstring for errors.
         """
-        check_sequence_tensor("queries", queries, self.num_hiddens)
-        check_dtype_matches("queries", queries, self)
-        check_sequence_tensor("keys", keys, self.num_hiddens)
+        q, k = self.queries_and_keys(queries, keys)
         check_sequence_tensor("values", values, self.num_hiddens)
         if keys.shape != values.shape:
             raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} and {tuple(values.shape)}")
-        if keys.shape[0] != queries.shape[0]:
-            raise ValueError(f"queries and keys must have the same batch size, got {queries.shape[0]} and {keys.shape[0]}")
-        batch_size, num_queries, _ = queries.shape
-        num_keys = keys.shape[1]
-        if (self.causal or self.rope_theta is not None) and num_queries != num_keys:
-            raise ValueError("causal attention and RoPE need as many queries as keys (self-attention), "
-                             f"got {num_queries} queries and {num_keys} keys")
-        mask = valid_lens_mask(valid_lens, batch_size, num_queries, num_keys, device=queries.device)
-        if self.causal:
-            # An explicit mask, not SDPA's is_causal: on CPU its masked kernel is the faster one.
-            causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=queries.device).tril()
-            mask = causal if mask is None else mask & causal
-
-        q = self._project(queries, self.W_q, self.q_norm, self.num_heads)
-        k = self._project(keys, self.W_k, self.k_norm, self.num_kv_heads)
+        mask = self._mask(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1], queries.device)
         v = self.W_v(values).unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        if self.rope_theta is not None:
-            cos, sin = self._rotary(num_queries, q)
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         extra = {}
         if self.num_kv_heads != self.num_heads:
             if _SDPA_HAS_GQA:  # SDPA reads the shared heads in place: no copies saved for backward

@@ -6,12 +6,14 @@ norm goes". Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
 from torch import nn
 
-from ._checks import check_bool, check_choice, check_dtype_matches, check_positive_int, check_probability, check_sequence_tensor
+from ._checks import (check_bool, check_choice, check_dtype_matches, check_left_at_default, check_positive_int,
+                      check_probability, check_sequence_tensor)
 from ._shown import shown_in
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
@@ -62,7 +64,7 @@ class AddNorm(nn.Module):
             sublayer-output norm.
     """
 
-    def __init__(self, num_hiddens: int, placement: str = "pre", norm: str = "rms",
+    def __init__(self, num_hiddens: int, placement: str = "pre", *, norm: str = "rms",
                  eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None,
                  residual: bool = True):
         super().__init__()
@@ -88,6 +90,14 @@ class AddNorm(nn.Module):
             Y = self.norm_out(Y)
         X = X + self.dropout(Y) if self.residual else self.dropout(Y)
         return X if self.norm_post is None else self.norm_post(X)
+
+
+def _build(name: str, factory: Callable[[], nn.Module]) -> nn.Module:
+    """Call a sublayer factory (``name`` is its argument's name) and check that it returned a module."""
+    module = factory()
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
+    return module
 
 
 class TransformerBlock(nn.Module):
@@ -121,9 +131,14 @@ class TransformerBlock(nn.Module):
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
         attn_factory: zero-argument callable returning the attention module, called as
             ``attn(X, X, X, valid_lens)``; default a :class:`MultiHeadAttention` built
-            from the arguments above.
+            from the arguments above. When given, the module is configured by the
+            factory alone: the attention-only arguments (``num_kv_heads``, ``causal``,
+            ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``)
+            must keep their defaults, and ``num_heads`` must equal the module's
+            ``num_heads`` if it has one (``ValueError`` otherwise).
         ffn_factory: zero-argument callable returning the FFN module, called as
-            ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`.
+            ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
+            and ``ffn_num_hiddens`` must keep their defaults.
 
     Attributes:
         attention, ffn: the two sublayers.
@@ -137,13 +152,16 @@ class TransformerBlock(nn.Module):
     Raises:
         ValueError: an unknown ``norm``, ``act`` or ``placement`` (the message lists
             the allowed names), ``num_hiddens`` not divisible by ``num_heads``,
-            ``num_heads`` not divisible by ``num_kv_heads``, dropout outside [0, 1); at
-            call time an input that is not ``(b, n, d)`` or bad ``valid_lens``.
-        TypeError: arguments or inputs of the wrong type, or an input whose dtype
-            differs from the block's weights.
+            ``num_heads`` not divisible by ``num_kv_heads``, dropout outside [0, 1), an
+            argument that a factory makes meaningless set to a non-default value, or
+            ``num_heads`` unequal to the factory's module's; at call time an input that
+            is not ``(b, n, d)`` or bad ``valid_lens``.
+        TypeError: arguments or inputs of the wrong type (every argument after
+            ``num_heads`` is keyword-only), a factory that is not callable or does not
+            return an ``nn.Module``, or an input whose dtype differs from the block's weights.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, norm: str = "rms",
+    def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, norm: str = "rms",
                  act: str = "swiglu", placement: str = "pre", bias: bool = False,
                  num_kv_heads: int | None = None, ffn_num_hiddens: int | None = None,
                  eps: float | None = None, causal: bool = False,
@@ -159,20 +177,32 @@ class TransformerBlock(nn.Module):
         for name, factory in (("attn_factory", attn_factory), ("ffn_factory", ffn_factory)):
             if factory is not None and not callable(factory):
                 raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
-        self.attention = (attn_factory() if attn_factory is not None else
-                          MultiHeadAttention(num_hiddens, num_heads, dropout, bias, num_kv_heads, causal,
-                                             head_dim, qk_norm, qk_norm_eps, rope_theta, attn_scale))
-        self.ffn = (ffn_factory() if ffn_factory is not None else
-                    FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias, dropout=dropout))
-        for name, module in (("attn_factory", self.attention), ("ffn_factory", self.ffn)):
-            if not isinstance(module, nn.Module):
-                raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
-        self.addnorm1 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain, residual)
-        self.addnorm2 = AddNorm(num_hiddens, placement, norm, eps, dropout, sublayer_norm_gain, residual)
-        # Kept for subclasses that add sublayers with the same settings.
-        self._settings = dict(num_hiddens=num_hiddens, num_heads=num_heads, dropout=dropout, bias=bias,
-                              num_kv_heads=num_kv_heads, head_dim=head_dim, placement=placement, norm=norm,
-                              eps=eps, sublayer_norm_gain=sublayer_norm_gain, residual=residual)
+        if attn_factory is None:
+            self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
+                                                num_kv_heads=num_kv_heads, causal=causal, head_dim=head_dim,
+                                                qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
+                                                scale=attn_scale)
+        else:
+            check_left_at_default("attn_factory builds the attention, so set these on the module it returns",
+                                  TransformerBlock.__init__, num_kv_heads=num_kv_heads, causal=causal,
+                                  head_dim=head_dim, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps,
+                                  rope_theta=rope_theta, attn_scale=attn_scale)
+            self.attention = _build("attn_factory", attn_factory)
+            check_positive_int("num_heads", num_heads)
+            heads = getattr(self.attention, "num_heads", num_heads)  # checked where the module has one
+            if heads != num_heads:
+                raise ValueError(f"num_heads={num_heads} differs from the num_heads={heads} of the module "
+                                 f"attn_factory returned; pass num_heads={heads}")
+        if ffn_factory is None:
+            self.ffn = FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias, dropout=dropout)
+        else:
+            check_left_at_default("ffn_factory builds the FFN, so set these on the module it returns",
+                                  TransformerBlock.__init__, act=act, ffn_num_hiddens=ffn_num_hiddens)
+            self.ffn = _build("ffn_factory", ffn_factory)
+        addnorm = dict(placement=placement, norm=norm, eps=eps, dropout=dropout,
+                       sublayer_norm_gain=sublayer_norm_gain, residual=residual)
+        self.addnorm1 = AddNorm(num_hiddens, **addnorm)
+        self.addnorm2 = AddNorm(num_hiddens, **addnorm)
 
     @shown_in("ch01")
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
@@ -196,9 +226,16 @@ class TransformerDecoderBlock(TransformerBlock):
     Causal self-attention, then cross-attention (queries from the decoder's stream,
     keys and values from the encoder's outputs), then the FFN, each with its own
     residual connection and norms placed as ``placement`` says (Vaswani et al., 2017,
-    Section 3.1). It takes every argument of :class:`TransformerBlock`; ``causal``
-    defaults to ``True``. The cross-attention is a plain :class:`MultiHeadAttention`
-    (same heads, ``head_dim`` and bias; no RoPE, no QK-norm).
+    Section 3.1). It takes every argument of :class:`TransformerBlock` (all but the
+    first two keyword-only); the ones below differ.
+
+    Args:
+        causal: whether the self-attention is causal (default ``True``). With
+            ``attn_factory`` the module it returns decides, and ``causal`` must stay ``True``.
+        dropout, bias, num_kv_heads, head_dim: as in :class:`TransformerBlock`, and also
+            those of the cross-attention, a plain :class:`MultiHeadAttention` (no RoPE,
+            no QK-norm, not causal). With ``attn_factory``, ``num_kv_heads`` and
+            ``head_dim`` configure the cross-attention only.
 
     Attributes:
         attention, cross_attention, ffn: the three sublayers.
@@ -212,17 +249,24 @@ class TransformerDecoderBlock(TransformerBlock):
         (decoder padding, combined with the causal mask). Returns ``(b, n, d)``.
 
     Raises:
-        ValueError / TypeError: as :class:`TransformerBlock`; at call time also for
-            ``enc_outputs`` that is not ``(b, m, d)`` or bad ``enc_valid_lens``.
+        ValueError / TypeError: as :class:`TransformerBlock`, and ``causal=False`` with
+            ``attn_factory``; at call time also for ``enc_outputs`` that is not
+            ``(b, m, d)`` or bad ``enc_valid_lens``.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, causal: bool = True, **kwargs):
-        super().__init__(num_hiddens, num_heads, causal=causal, **kwargs)
-        st = self._settings
-        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, st["dropout"], st["bias"],
-                                                  st["num_kv_heads"], head_dim=st["head_dim"])
-        self.addnorm3 = AddNorm(num_hiddens, st["placement"], st["norm"], st["eps"], st["dropout"],
-                                st["sublayer_norm_gain"], st["residual"])
+    def __init__(self, num_hiddens: int, num_heads: int, *, causal: bool = True, dropout: float = 0.0,
+                 bias: bool = False, num_kv_heads: int | None = None, head_dim: int | None = None,
+                 attn_factory: Callable[[], nn.Module] | None = None, **kwargs):
+        if attn_factory is None:  # the self-attention gets the cross-attention's heads, and is causal
+            kwargs.update(causal=causal, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        else:
+            check_left_at_default("attn_factory builds the self-attention, so make the module it returns causal",
+                                  TransformerDecoderBlock.__init__, causal=causal)
+        super().__init__(num_hiddens, num_heads, dropout=dropout, bias=bias, attn_factory=attn_factory, **kwargs)
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
+                                                  num_kv_heads=num_kv_heads, head_dim=head_dim)
+        # A third residual connection like the other two: same placement, norms, dropout; its own weights.
+        self.addnorm3 = copy.deepcopy(self.addnorm2)
 
     @shown_in("ch08")
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,

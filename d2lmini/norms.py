@@ -1,6 +1,13 @@
-"""Normalization layers: RMSNorm and the factory every block uses to make its norms.
+"""Every normalization layer of the book, and the factory every block uses to make its norms.
 
-Introduced in the chapters "Where the norm goes" (placement) and "RMSNorm".
+* :class:`RMSNorm` and :func:`make_norm` (``'layer'`` or ``'rms'``) -- the block's norms,
+  introduced in the chapters "Where the norm goes" and "RMSNorm";
+* :class:`HeadwiseRMSNorm` -- RMSNorm over each head with a gain per head, one of the
+  QK-norm variants of the chapter "QK-norm";
+* :class:`LayerNormByHand` -- LayerNorm written like :class:`RMSNorm`, for the timing of
+  the chapter "RMSNorm";
+* :class:`SequenceBatchNorm` -- BatchNorm for ``(b, n, d)`` sequences, the counter-example
+  of the chapter "Normalization: why LayerNorm, not BatchNorm".
 """
 
 from __future__ import annotations

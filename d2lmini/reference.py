@@ -2,7 +2,9 @@
 
 Introduced in the chapter "One block, every configuration". For each reference
 layer there is a ``from_*`` function that returns a d2lmini block configured like
-the layer and holding its weights, so both compute the same function. The
+the layer and holding copies of its weights (not shared), so both compute the same
+function; the block is on the layer's device and dtype, in the layer's train/eval
+mode. The
 references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` and, from Hugging Face ``transformers`` (an optional
 dependency, imported only here), ``BertLayer``, ``GPT2Block``, ``LlamaDecoderLayer``,
@@ -32,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .attention import valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
 
 # --------------------------------------------------------------------------- copying helpers
@@ -165,11 +168,10 @@ def from_bert_layer(layer, config) -> TransformerBlock:
     biases everywhere, bidirectional attention.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``BertLayer`` and its ``BertConfig``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The post-LN block.
     """
     attn = layer.attention.self
     block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="layer",
@@ -195,11 +197,10 @@ def from_gpt2_block(layer, config) -> TransformerBlock:
     they are transposed into ``nn.Linear``'s (out, in).
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``GPT2Block`` and its ``GPT2Config``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The pre-LN causal block.
 
     Raises:
         ValueError: for GPT-2 options d2lmini does not implement
@@ -271,11 +272,10 @@ def from_llama_layer(layer, config) -> TransformerBlock:
     Pre-LN with RMSNorm, grouped-query attention, RoPE (``rope_theta``), SwiGLU, no biases.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``LlamaDecoderLayer`` and its ``LlamaConfig``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The pre-norm causal block with grouped-query attention and RoPE.
     """
     block = _gated_decoder(layer, config, "pre", None)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
@@ -290,11 +290,10 @@ def from_qwen3_layer(layer, config) -> TransformerBlock:
     ``head_dim`` set independently of ``hidden_size / num_attention_heads``.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``Qwen3DecoderLayer`` and its ``Qwen3Config``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The Llama-style block with per-head QK-norm.
 
     Raises:
         ValueError: for a sliding-window layer (d2lmini has no sliding window).
@@ -315,11 +314,10 @@ def from_olmo2_layer(layer, config) -> TransformerBlock:
     before the head split, RoPE, SwiGLU.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``Olmo2DecoderLayer`` and its ``Olmo2Config``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The ``'post_sublayer'`` block with QK-norm over the projection.
     """
     block = _gated_decoder(layer, config, "post_sublayer", "projection")
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
@@ -336,11 +334,10 @@ def from_gemma3_layer(layer, config) -> TransformerBlock:
     layers' base.
 
     Args:
-        layer: the Hugging Face layer (its weights are copied, not shared).
-        config: the layer's configuration object.
+        layer, config: a ``Gemma3DecoderLayer`` and its ``Gemma3TextConfig``.
 
     Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
+        The ``'sandwich'`` block with per-head QK-norm.
 
     Raises:
         ValueError: for a sliding-window (local) layer, or logit soft-capping.
@@ -365,24 +362,32 @@ def from_gemma3_layer(layer, config) -> TransformerBlock:
 
 
 def additive_mask(valid_lens: torch.Tensor | None, num_steps: int, causal: bool, dtype=torch.float32,
-                  batch_size: int | None = None) -> torch.Tensor | None:
-    """A float mask ``(batch, 1, n, n)``: 0 where attention is allowed, the dtype's minimum elsewhere.
+                  batch_size: int | None = None) -> torch.Tensor:
+    """A float mask ``(b, 1, n, n)``: 0 where attention is allowed, the dtype's minimum elsewhere.
 
     This is the explicit mask Hugging Face layers take (valid for both SDPA and eager
-    attention). Keys at positions >= ``valid_lens[b]`` are masked, and with ``causal``
-    every key after the query.
+    attention): the boolean :func:`d2lmini.attention.valid_lens_mask` of the keys
+    (positions >= ``valid_lens[b]`` are masked), with ``causal`` also every key after
+    the query, turned into an additive mask.
+
+    Args:
+        valid_lens: ``None`` (no padding) or ``(b,)`` integer lengths in ``[0, n]``.
+        num_steps: ``n``, queries and keys.
+        causal: whether to mask the keys after each query as well.
+        dtype: of the mask (the layer's dtype).
+        batch_size: ``b`` when ``valid_lens`` is ``None`` (default 1).
+
+    Raises:
+        TypeError / ValueError: bad ``valid_lens`` (see :func:`~d2lmini.attention.valid_lens_mask`).
     """
     allowed = torch.ones(num_steps, num_steps, dtype=torch.bool)
     if causal:
         allowed = allowed.tril()
-    if valid_lens is not None:
-        keys_ok = torch.arange(num_steps)[None, :] < valid_lens[:, None]
-        allowed = allowed[None] & keys_ok[:, None, :]
+    if valid_lens is None:
+        allowed = allowed.expand(batch_size or 1, -1, -1)
     else:
-        allowed = allowed[None].expand(batch_size or 1, -1, -1)
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[:, None]
+        allowed = allowed & valid_lens_mask(valid_lens, num_steps)[:, None, :]  # (b, n, n)
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 def _randomize_(module: nn.Module, seed: int, unit_offset_norms: bool = False) -> nn.Module:
@@ -429,6 +434,11 @@ class Reference:
 TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=160)
 
 
+def _padding(valid_lens: torch.Tensor | None, num_steps: int) -> torch.Tensor | None:
+    """The key-padding mask of ``nn.Transformer*`` layers, ``(b, n)``: ``True`` at padding (masked)."""
+    return None if valid_lens is None else ~valid_lens_mask(valid_lens, num_steps)
+
+
 def _torch_encoder(norm_first: bool, activation: str):
     def make(seed):
         torch.manual_seed(seed)
@@ -437,8 +447,7 @@ def _torch_encoder(norm_first: bool, activation: str):
         return _randomize_(layer, seed).eval(), None
 
     def call(layer, config, X, valid_lens):
-        padding = None if valid_lens is None else torch.arange(X.shape[1])[None, :] >= valid_lens[:, None]
-        return layer(X, src_key_padding_mask=padding)
+        return layer(X, src_key_padding_mask=_padding(valid_lens, X.shape[1]))
 
     return make, call
 
@@ -521,11 +530,8 @@ def _build_references() -> dict[str, Reference]:
     def decoder_call(layer, config, X, valid_lens, memory, memory_valid_lens):
         n = X.shape[1]
         causal = torch.ones(n, n, dtype=torch.bool).triu(1)  # True = masked, as nn.Transformer* expects
-        tgt_padding = None if valid_lens is None else torch.arange(n)[None, :] >= valid_lens[:, None]
-        mem_padding = (None if memory_valid_lens is None else
-                       torch.arange(memory.shape[1])[None, :] >= memory_valid_lens[:, None])
-        return layer(X, memory, tgt_mask=causal, tgt_key_padding_mask=tgt_padding,
-                     memory_key_padding_mask=mem_padding)
+        return layer(X, memory, tgt_mask=causal, tgt_key_padding_mask=_padding(valid_lens, n),
+                     memory_key_padding_mask=_padding(memory_valid_lens, memory.shape[1]))
 
     refs["TransformerDecoderLayer"] = Reference(
         "TransformerDecoderLayer", "PyTorch, encoder-decoder Transformer (2017)", _torch_decoder_make,
@@ -594,25 +600,22 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
         memory = torch.randn(batch_size, ref.memory, d, generator=gen)
         memory_valid_lens = None if valid_lens is None else torch.full((batch_size,), ref.memory).index_fill_(0, torch.tensor([1]), ref.memory // 2)
         extra_ref, extra_ours = (memory, memory_valid_lens), (memory, memory_valid_lens)
+    keep = torch.ones(batch_size, num_steps, 1, dtype=torch.bool)  # (b, n, 1): the positions compared
+    if valid_lens is not None:
+        keep = valid_lens_mask(valid_lens, num_steps)[..., None]
     outputs, grads = [], []
     for run in (lambda Z: ref.call(layer, config, Z, valid_lens, *extra_ref),
                 lambda Z: block(Z, *extra_ours, valid_lens) if ref.memory else block(Z, valid_lens)):
         Z = X.clone().requires_grad_(True)  # grad mode: nn.TransformerEncoderLayer takes its exact path
         Y = run(Z)
         Y = Y[0] if isinstance(Y, tuple) else Y
-        (Y * R * _valid(valid_lens, batch_size, num_steps)).sum().backward()
+        (Y * R * keep).sum().backward()
         outputs.append(Y.detach())
         grads.append(Z.grad)
-    keep = _valid(valid_lens, batch_size, num_steps).bool().expand_as(outputs[0])
+    keep = keep.expand_as(outputs[0])
     return {
         "max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
         "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
         "max_abs_output": float(outputs[0][keep].abs().max()),
         "block": block,
     }
-
-
-def _valid(valid_lens, batch_size, num_steps) -> torch.Tensor:
-    if valid_lens is None:
-        return torch.ones(batch_size, num_steps, 1)
-    return (torch.arange(num_steps)[None, :] < valid_lens[:, None]).float()[..., None]

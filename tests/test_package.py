@@ -44,7 +44,7 @@ def test_placements_put_the_norms_where_the_literature_says():
     X = torch.randn(2, 6, 16)
     branch = nn.Linear(16, 16)
     for placement in d2lmini.PLACEMENTS:
-        add = d2lmini.AddNorm(16, placement, "layer")
+        add = d2lmini.AddNorm(16, placement, norm="layer")
         ln = nn.LayerNorm(16)
         expected = {
             "post": ln(X + branch(X)),
@@ -56,7 +56,7 @@ def test_placements_put_the_norms_where_the_literature_says():
 
 
 def test_sublayer_norm_gain_scales_the_branch_output():
-    add = d2lmini.AddNorm(16, "sandwich", "rms", sublayer_norm_gain=0.25)
+    add = d2lmini.AddNorm(16, "sandwich", norm="rms", sublayer_norm_gain=0.25)
     torch.testing.assert_close(add.norm_out.weight, torch.full((16,), 0.25))
     assert torch.equal(add.norm_in.weight, torch.ones(16))
 
@@ -295,7 +295,7 @@ def test_qk_norm_variants_normalize_where_the_models_do():
     X = torch.randn(2, 6, 32)
     for variant in d2lmini.QK_NORMS:
         mha = MultiHeadAttention(32, 4, num_kv_heads=2, qk_norm=variant)
-        q = mha._project(X, mha.W_q, mha.q_norm, 4)  # (b, heads, n, head_dim)
+        q, _ = mha.queries_and_keys(X, X)  # (b, heads, n, head_dim); no RoPE here
         if variant == "projection":  # RMS 1 over all heads' features of a token
             rms = q.transpose(1, 2).flatten(-2).pow(2).mean(-1).sqrt()
         else:  # RMS 1 within every head
@@ -335,11 +335,13 @@ def test_rope_is_applied_after_qk_norm():
     with torch.no_grad():
         mha.q_norm.weight.uniform_(0.5, 2.0)
     X = torch.randn(1, 5, 32)
-    q = mha._project(X, mha.W_q, mha.q_norm, 2)
+    q, _ = mha.queries_and_keys(X, X)
     cos, sin = d2lmini.rotary_cos_sin(5, 16, 10000.0)
-    expected = d2lmini.apply_rotary(q, cos, sin)  # norm first, then rotate
+    normed = mha.q_norm(mha.W_q(X).unflatten(-1, (2, 16))).transpose(1, 2)
+    expected = d2lmini.apply_rotary(normed, cos, sin)  # norm first, then rotate
     wrong = mha.q_norm(d2lmini.apply_rotary(mha.W_q(X).unflatten(-1, (2, 16)).transpose(1, 2), cos, sin)
                        .transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(q, expected)
     assert not torch.allclose(expected, wrong, atol=1e-3)
 
 
@@ -379,3 +381,188 @@ def test_catalogued_misuses_raise_under_python_dash_O():
             "print(sorted({row['error'] for row in misuse_table()}))\n")
     out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['TypeError', 'ValueError']"
+
+
+# --------------------------------------------------------------------------- one way to do each thing
+
+
+def _random_gains_(mha: MultiHeadAttention) -> MultiHeadAttention:
+    with torch.no_grad():  # gains that are not all one, so the place of every norm matters
+        for norm in (mha.q_norm, mha.k_norm):
+            if norm is not None:
+                norm.weight.uniform_(0.5, 1.5)
+    return mha
+
+
+@pytest.mark.parametrize("qk_norm", (None,) + d2lmini.QK_NORMS)
+@pytest.mark.parametrize("rope_theta", (None, 100.0))
+@pytest.mark.parametrize("num_kv_heads", (4, 2))
+def test_queries_and_keys_are_what_the_kernel_sees(qk_norm, rope_theta, num_kv_heads):
+    # Fails if forward feeds the kernel anything but queries_and_keys' output (e.g. its own q/k path
+    # without the QK-norm), or if queries_and_keys rotates before normalizing, skips a step, or
+    # returns key heads already repeated for grouped-query attention.
+    mha = _random_gains_(MultiHeadAttention(32, 4, num_kv_heads=num_kv_heads, qk_norm=qk_norm,
+                                            rope_theta=rope_theta, causal=True, bias=True))
+    X, valid_lens = torch.randn(2, 6, 32), torch.tensor([6, 4])
+    q, k = mha.queries_and_keys(X, X)
+    assert q.shape == (2, 4, 6, 8) and k.shape == (2, num_kv_heads, 6, 8)
+
+    # the same by hand: project, QK-norm (whole projection, or per head), split, rotate
+    q_hand, k_hand = mha.W_q(X), mha.W_k(X)
+    if qk_norm == "projection":
+        q_hand, k_hand = mha.q_norm(q_hand), mha.k_norm(k_hand)
+    q_hand, k_hand = q_hand.view(2, 6, 4, 8), k_hand.view(2, 6, num_kv_heads, 8)
+    if qk_norm in ("per_head", "per_head_distinct"):
+        q_hand, k_hand = mha.q_norm(q_hand), mha.k_norm(k_hand)
+    q_hand, k_hand = q_hand.transpose(1, 2), k_hand.transpose(1, 2)
+    if rope_theta is not None:
+        cos, sin = d2lmini.rotary_cos_sin(6, 8, rope_theta)
+        q_hand, k_hand = d2lmini.apply_rotary(q_hand, cos, sin), d2lmini.apply_rotary(k_hand, cos, sin)
+    torch.testing.assert_close(q, q_hand, atol=0, rtol=0)
+    torch.testing.assert_close(k, k_hand, atol=0, rtol=0)
+
+    # forward's output rebuilt from them with the kernel and the output projection
+    group = 4 // num_kv_heads
+    v = mha.W_v(X).unflatten(-1, (num_kv_heads, 8)).transpose(1, 2)
+    mask = (torch.arange(6) < valid_lens[:, None])[:, None, None] & torch.ones(6, 6, dtype=torch.bool).tril()
+    heads = nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(group, dim=1),
+                                                       v.repeat_interleave(group, dim=1), attn_mask=mask)
+    expected = mha.W_o(heads.transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(mha(X, X, X, valid_lens), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_queries_and_keys_checks_its_inputs():
+    # Fails if the checks move back into forward only (the public method would accept bad input).
+    roped = MultiHeadAttention(16, 2, rope_theta=100.0)
+    with pytest.raises(ValueError, match="as many queries as keys"):
+        roped.queries_and_keys(torch.randn(1, 3, 16), torch.randn(1, 4, 16))
+    with pytest.raises(ValueError, match="same batch size"):
+        roped.queries_and_keys(torch.randn(1, 3, 16), torch.randn(2, 3, 16))
+    with pytest.raises(ValueError, match="num_hiddens=16"):
+        roped.queries_and_keys(torch.randn(1, 3, 8), torch.randn(1, 3, 16))
+    with pytest.raises(TypeError, match="dtype"):
+        roped.queries_and_keys(torch.randn(1, 3, 16, dtype=torch.float64), torch.randn(1, 3, 16))
+    assert MultiHeadAttention(16, 2).logit_scale == 8 ** -0.5
+    assert MultiHeadAttention(16, 2, scale=0.3).logit_scale == 0.3
+
+
+KEYWORD_ONLY = {
+    "MultiHeadAttention": (MultiHeadAttention, (16, 2, 0.1)),
+    "GatedAttention": (d2lmini.GatedAttention, (16, 2, 0.1)),
+    "TransformerBlock": (TransformerBlock, (16, 2, 0.1)),
+    "TransformerDecoderBlock": (d2lmini.TransformerDecoderBlock, (16, 2, True)),
+    "AddNorm": (d2lmini.AddNorm, (16, "pre", "layer")),
+    "RMSNorm": (RMSNorm, (8, 1e-6, 1.0)),
+    "HeadwiseRMSNorm": (d2lmini.norms.HeadwiseRMSNorm, (2, 4, 1e-6)),
+    "SequenceBatchNorm": (d2lmini.norms.SequenceBatchNorm, (8, 1e-5, 0.1)),
+    "FeedForward": (FeedForward, (16, 64, "gelu")),
+    "MixtureOfExperts": (d2lmini.MixtureOfExperts, (16, 4, 2)),
+    "TinyLM": (d2lmini.train.TinyLM, (20, 16, 2)),
+    "PlainBlock": (d2lmini.ch02_residual.PlainBlock, (16, 2, "relu")),
+    "DepthExplorer": (d2lmini.DepthExplorer, (4, 2, "pre")),
+    "DepthProbe": (d2lmini.DepthProbe, ({}, [1.0], [1.0])),
+    "CharCorpus": (d2lmini.data.CharCorpus, ("ab", ["a", "b"], torch.zeros(1))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEYWORD_ONLY))
+def test_arguments_after_the_first_two_are_keyword_only(name):
+    # Fails if the `*` is dropped from the constructor's signature.
+    cls, positional = KEYWORD_ONLY[name]
+    with pytest.raises(TypeError, match="positional argument"):
+        cls(*positional)
+    import inspect
+
+    params = list(inspect.signature(cls.__init__).parameters.values())[3:]  # after self and the first two
+    assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params), name
+
+
+ATTENTION_ONLY = dict(num_kv_heads=1, causal=True, head_dim=4, qk_norm="per_head", qk_norm_eps=1e-5,
+                      rope_theta=1e4, attn_scale=0.5)
+
+
+@pytest.mark.parametrize("argument", sorted(ATTENTION_ONLY))
+def test_attention_arguments_with_an_attn_factory_raise(argument):
+    # Fails if TransformerBlock stops checking an argument that attn_factory makes meaningless.
+    value = ATTENTION_ONLY[argument]
+    with pytest.raises(ValueError, match=rf"{argument}={value!r} would be ignored: attn_factory"):
+        TransformerBlock(16, 2, attn_factory=lambda: MultiHeadAttention(16, 2), **{argument: value})
+
+
+@pytest.mark.parametrize("argument, value", [("act", "relu"), ("ffn_num_hiddens", 32)])
+def test_ffn_arguments_with_an_ffn_factory_raise(argument, value):
+    # Fails if TransformerBlock stops checking an argument that ffn_factory makes meaningless.
+    with pytest.raises(ValueError, match=rf"{argument}={value!r} would be ignored: ffn_factory"):
+        TransformerBlock(16, 2, ffn_factory=lambda: FeedForward(16), **{argument: value})
+
+
+def test_factories_keep_the_arguments_they_do_not_replace():
+    # Fails if a factory check is too broad (rejects what still applies) or num_heads is not checked.
+    block = TransformerBlock(16, 2, attn_factory=lambda: d2lmini.GatedAttention(16, 2, causal=True),
+                             act="relu", ffn_num_hiddens=24, bias=True, norm="layer", dropout=0.1)
+    assert block.attention.causal and block.ffn.act == "relu" and block.ffn.W_1.out_features == 24
+    block = TransformerBlock(16, 2, ffn_factory=lambda: FeedForward(16), causal=True, qk_norm="per_head")
+    assert block.attention.causal and block.attention.qk_norm == "per_head"
+    with pytest.raises(ValueError, match="num_heads=4 differs from the num_heads=2"):
+        TransformerBlock(16, 4, attn_factory=lambda: MultiHeadAttention(16, 2))
+    headless = TransformerBlock(16, 3, attn_factory=lambda: nn.Identity())  # no num_heads to check against
+    assert isinstance(headless.attention, nn.Identity)
+
+
+def test_decoder_block_with_an_attn_factory():
+    # Fails if the decoder forwards causal/num_kv_heads to a factory-built self-attention (the block
+    # would raise), drops them from its cross-attention, or lets causal=False pass silently.
+    factory = lambda: MultiHeadAttention(16, 4, causal=True)  # noqa: E731
+    block = d2lmini.TransformerDecoderBlock(16, 4, num_kv_heads=2, attn_factory=factory)
+    assert block.attention.num_kv_heads == 4 and block.cross_attention.num_kv_heads == 2
+    with pytest.raises(ValueError, match="causal=False would be ignored: attn_factory"):
+        d2lmini.TransformerDecoderBlock(16, 4, causal=False, attn_factory=factory)
+    with pytest.raises(ValueError, match="qk_norm='per_head' would be ignored"):
+        d2lmini.TransformerDecoderBlock(16, 4, qk_norm="per_head", attn_factory=factory)
+
+
+def test_decoder_block_settings_reach_all_three_sublayers():
+    # Fails if the third residual connection or the cross-attention ignores a setting, or if the
+    # third connection shares its norms with the second (addnorm3 = addnorm2).
+    block = d2lmini.TransformerDecoderBlock(24, 4, num_kv_heads=2, head_dim=4, bias=True, dropout=0.1,
+                                            norm="layer", placement="sandwich", eps=1e-3,
+                                            sublayer_norm_gain=0.5, residual=False)
+    cross = block.cross_attention
+    assert (cross.num_kv_heads, cross.head_dim, cross.dropout, cross.causal) == (2, 4, 0.1, False)
+    assert cross.W_q.bias is not None and block.attention.causal
+    for add in (block.addnorm1, block.addnorm2, block.addnorm3):
+        assert add.placement == "sandwich" and add.residual is False and add.dropout.p == 0.1
+        assert isinstance(add.norm_in, nn.LayerNorm) and add.norm_in.eps == 1e-3
+        torch.testing.assert_close(add.norm_out.weight, torch.full((24,), 0.5))
+    shared = {id(p) for p in block.addnorm2.parameters()} & {id(p) for p in block.addnorm3.parameters()}
+    assert not shared
+
+
+def test_valid_lens_mask_is_position_below_length():
+    # Fails if the comparison becomes <= (one padded position leaks in) or the bounds checks go.
+    valid_lens = torch.tensor([3, 0, 5])
+    expected = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(d2lmini.valid_lens_mask(valid_lens, 5), expected)
+    per_query = torch.tensor([[1, 2], [2, 2]])
+    assert d2lmini.valid_lens_mask(per_query, 3).shape == (2, 2, 3)
+    assert torch.equal(d2lmini.valid_lens_mask(per_query, 3)[0], torch.tensor([[1, 0, 0], [1, 1, 0]], dtype=torch.bool))
+    assert d2lmini.valid_lens_mask(None, 5) is None
+    with pytest.raises(ValueError, match=r"\[1, 5\], got min 0"):
+        d2lmini.valid_lens_mask(valid_lens, 5, min_len=1)
+    with pytest.raises(ValueError, match=r"\[0, 4\]"):
+        d2lmini.valid_lens_mask(valid_lens, 4)
+    with pytest.raises(TypeError, match="integer dtype"):
+        d2lmini.valid_lens_mask(valid_lens.float(), 5)
+
+
+def test_additive_mask_is_the_boolean_mask_made_additive():
+    # Fails if additive_mask builds its own padding rule that disagrees with valid_lens_mask.
+    from d2lmini.reference import additive_mask
+
+    valid_lens = torch.tensor([4, 2])
+    mask = additive_mask(valid_lens, 4, causal=True)
+    allowed = d2lmini.valid_lens_mask(valid_lens, 4)[:, None, :] & torch.ones(4, 4, dtype=torch.bool).tril()
+    assert mask.shape == (2, 1, 4, 4)
+    assert torch.equal(mask[:, 0] == 0, allowed)
+    assert torch.equal(mask[:, 0][~allowed], torch.full(((~allowed).sum().item(),), torch.finfo(torch.float32).min))
+    assert torch.equal(additive_mask(None, 3, causal=False, batch_size=2), torch.zeros(2, 1, 3, 3))

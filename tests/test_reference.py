@@ -125,3 +125,24 @@ def test_decoder_block_cross_attends_to_the_encoder():
     torch.testing.assert_close(block(X, changed, torch.tensor([7, 4])), base)
     changed[1, 0] += 1.0
     assert not torch.allclose(block(X, changed, torch.tensor([7, 4]))[1], base[1])
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_decoder_block_matches_torch_transformer_decoder_layer(norm_first):
+    # Fails if the decoder block's cross-attention or third residual connection is built from the
+    # wrong settings (e.g. without biases, or sharing addnorm2's norms: copying norm3 into it
+    # would overwrite norm2), or if the masks disagree with torch's padding masks.
+    torch.manual_seed(0)
+    layer = reference._randomize_(nn.TransformerDecoderLayer(32, 4, dim_feedforward=64, dropout=0.0,
+                                                             activation="gelu", batch_first=True,
+                                                             norm_first=norm_first), seed=1).eval()
+    block = reference.from_torch_decoder_layer(layer).eval()
+    assert block.attention.causal and not block.cross_attention.causal
+    X, memory = torch.randn(2, 6, 32), torch.randn(2, 5, 32)
+    valid_lens, memory_lens = torch.tensor([6, 4]), torch.tensor([5, 3])
+    expected = layer(X, memory, tgt_mask=torch.ones(6, 6, dtype=torch.bool).triu(1),
+                     tgt_key_padding_mask=torch.arange(6) >= valid_lens[:, None],
+                     memory_key_padding_mask=torch.arange(5) >= memory_lens[:, None])
+    ours = block(X, memory, memory_lens, valid_lens)
+    keep = torch.arange(6) < valid_lens[:, None]
+    torch.testing.assert_close(ours[keep], expected[keep], atol=TOLERANCE, rtol=0)

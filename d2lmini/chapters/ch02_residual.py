@@ -35,8 +35,8 @@ from ..ffn import FeedForward
 from ..norms import make_norm
 from ..plot import SKIP_COLORS, SKIP_NORM_LABELS, skip_label, styled_figure
 from ..probes import INITS, init_linear_weights_, stream_rms, token_spread
-from ..widgets import FrameExplorer, round_frame_values
 from ..seeding import seeded
+from ..widgets import FrameExplorer, round_frame_values
 
 #: Where a stack built by :func:`make_skip_stack` puts its norms:
 #:

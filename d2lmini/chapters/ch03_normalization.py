@@ -25,6 +25,7 @@ from torch import nn
 from .._checks import check_seed as _check_seed
 from .._checks import (check_float_tensor, check_instance, check_int_sequence, check_positive_float,
                        check_positive_int, check_probability, check_sequence, check_vector)
+from ..attention import valid_lens_mask
 from ..block import TransformerBlock
 from ..norms import SequenceBatchNorm
 from ..plot import CELL_COLORS, NORM_COLORS, styled_figure
@@ -42,32 +43,6 @@ def _affine(Y: torch.Tensor, weight, bias) -> torch.Tensor:
     if bias is not None:
         Y = Y + bias
     return Y
-
-
-def valid_mask(valid_lens: torch.Tensor, num_steps: int) -> torch.Tensor:
-    """Boolean mask of the real (non-padding) positions of a padded batch.
-
-    Args:
-        valid_lens: ``(b,)`` integer tensor, the length of every sequence
-            (each in ``[0, num_steps]``).
-        num_steps: ``n``, the padded length.
-
-    Returns:
-        ``(b, n)`` bool tensor, ``True`` where ``t < valid_lens[b]``.
-
-    Raises:
-        TypeError: if ``valid_lens`` is not an integer tensor.
-        ValueError: if it is not one-dimensional or a length lies outside ``[0, num_steps]``.
-    """
-    if not isinstance(valid_lens, torch.Tensor) or valid_lens.is_floating_point() or valid_lens.dtype == torch.bool:
-        kind = valid_lens.dtype if isinstance(valid_lens, torch.Tensor) else type(valid_lens).__name__
-        raise TypeError(f"valid_lens must be an integer torch.Tensor, got {kind}")
-    if valid_lens.dim() != 1:
-        raise ValueError(f"valid_lens must have shape (batch,), got {tuple(valid_lens.shape)}")
-    if valid_lens.numel() and (int(valid_lens.min()) < 0 or int(valid_lens.max()) > num_steps):
-        raise ValueError(f"valid_lens values must lie in [0, {num_steps}], got min {int(valid_lens.min())} "
-                         f"and max {int(valid_lens.max())}")
-    return torch.arange(num_steps, device=valid_lens.device)[None, :] < valid_lens[:, None]
 
 
 def layer_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -122,7 +97,7 @@ def batch_norm_stats(X: torch.Tensor, valid_lens: torch.Tensor | None = None) ->
         return mean, (rows - mean).pow(2).mean(dim=0)
     if X.dim() != 3:
         raise ValueError(f"X must have shape (batch, num_steps, num_hiddens) with valid_lens, got {tuple(X.shape)}")
-    mask = valid_mask(valid_lens, X.shape[1])
+    mask = valid_lens_mask(valid_lens, X.shape[1])  # (b, n) when valid_lens is (b,)
     if tuple(mask.shape) != tuple(X.shape[:2]):
         raise ValueError(f"valid_lens must have shape ({X.shape[0]},), got {tuple(valid_lens.shape)}")
     rows = X[mask]
@@ -209,7 +184,7 @@ class PaddedBatch:
     @property
     def mask(self) -> torch.Tensor:
         """``(b, n)`` bool, ``True`` at real tokens."""
-        return valid_mask(self.valid_lens, self.X.shape[1])
+        return valid_lens_mask(self.valid_lens, self.X.shape[1])
 
     @property
     def padding_share(self) -> float:
@@ -294,7 +269,7 @@ def padded_batch(batch_size: int = 32, max_len: int = 100, padding: float = 0.7,
         torch.manual_seed(seed + 1)
         Z = torch.randn(batch_size, max_len, num_hiddens)
         valid_lens = _draw_lengths(batch_size, max_len, padding)
-    mask = valid_mask(valid_lens, max_len)
+    mask = valid_lens_mask(valid_lens, max_len)
     X = (feature_mean + feature_scale * Z) * mask[..., None]
     return PaddedBatch(X=X, valid_lens=valid_lens, feature_mean=feature_mean, feature_scale=feature_scale)
 

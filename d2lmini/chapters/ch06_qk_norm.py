@@ -39,8 +39,8 @@ from .._checks import (check_bool, check_choice, check_float_dtype, check_float_
 from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..parameters import num_parameters
 from ..plot import QK_COLORS, QK_LABELS, styled_figure
-from ..widgets import FrameExplorer, round_frame_values
 from ..seeding import seeded
+from ..widgets import FrameExplorer, round_frame_values
 
 #: The models whose code in Hugging Face ``transformers`` uses each variant. The
 #: book's tests check it numerically: Qwen3, OLMo 2 and Gemma 3 layers in
@@ -61,72 +61,41 @@ _check_attention = functools.partial(check_instance, "attention", kind=MultiHead
 # --------------------------------------------------------------------------- logits from a module
 
 
-def _heads(attention: MultiHeadAttention, Y: torch.Tensor, norm, num_heads: int) -> torch.Tensor:
-    """QK-normalize and split a projection as ``attention`` does: (b, n, heads*d_h) -> (b, heads, n, d_h)."""
-    if norm is not None and attention.qk_norm == "projection":
-        Y = norm(Y)
-    Y = Y.unflatten(-1, (num_heads, attention.head_dim))
-    if norm is not None and attention.qk_norm != "projection":
-        Y = norm(Y)
-    return Y.transpose(1, 2)
+def _norm_after_rope(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor):
+    """The bug, spelled out: project, split, rotate, *then* QK-normalize.
 
-
-def _rope_then_norm(attention: MultiHeadAttention, Y: torch.Tensor, norm, num_heads: int, cos, sin):
-    """The bug: split, rotate, *then* QK-normalize. (b, n, heads*d_h) -> (b, heads, n, d_h)."""
-    Y = Y.unflatten(-1, (num_heads, attention.head_dim)).transpose(1, 2)  # (b, heads, n, d_h)
-    Y = apply_rotary(Y, cos, sin)
-    if norm is None:
-        return Y
-    if attention.qk_norm == "projection":
-        b, heads, n, d_h = Y.shape
-        return norm(Y.transpose(1, 2).flatten(-2)).unflatten(-1, (heads, d_h)).transpose(1, 2)
-    return norm(Y.transpose(1, 2)).transpose(1, 2)
-
-
-def _qk(attention: MultiHeadAttention, q_proj: torch.Tensor, k_proj: torch.Tensor, norm_after_rope: bool,
-        repeat_kv: bool = True):
-    """Queries and keys as they enter the dot product, (b, h, n_q, d_h) and (b, h, n_k, d_h)
-    (keys: (b, h_kv, n_k, d_h) with ``repeat_kv=False``)."""
-    if norm_after_rope:
-        if attention.rope_theta is None:
-            raise ValueError("norm_after_rope=True needs an attention module with RoPE (rope_theta set)")
-        if q_proj.shape[1] != k_proj.shape[1]:
-            raise ValueError("RoPE needs as many queries as keys (self-attention), "
-                             f"got {q_proj.shape[1]} queries and {k_proj.shape[1]} keys")
-        cos, sin = rotary_cos_sin(q_proj.shape[1], attention.head_dim, attention.rope_theta,
-                                  q_proj.device, q_proj.dtype)
-        q = _rope_then_norm(attention, q_proj, attention.q_norm, attention.num_heads, cos, sin)
-        k = _rope_then_norm(attention, k_proj, attention.k_norm, attention.num_kv_heads, cos, sin)
-    else:
-        q = _heads(attention, q_proj, attention.q_norm, attention.num_heads)
-        k = _heads(attention, k_proj, attention.k_norm, attention.num_kv_heads)
-        if attention.rope_theta is not None:
-            if q.shape[2] != k.shape[2]:
-                raise ValueError("RoPE needs as many queries as keys (self-attention), "
-                                 f"got {q.shape[2]} queries and {k.shape[2]} keys")
-            cos, sin = rotary_cos_sin(q.shape[2], attention.head_dim, attention.rope_theta, q.device, q.dtype)
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    group = attention.num_heads // attention.num_kv_heads
-    if repeat_kv and group > 1:  # query head i reads key head i // group, as in MultiHeadAttention
-        k = k.repeat_interleave(group, dim=1)
-    return q, k
-
-
-def _logit_scale(attention: MultiHeadAttention) -> float:
-    return attention.scale if attention.scale is not None else attention.head_dim ** -0.5
+    The wrong-order twin of ``MultiHeadAttention.queries_and_keys`` (same shapes:
+    ``(b, h, n_q, d_h)`` and ``(b, h_kv, n_k, d_h)``).
+    """
+    if attention.rope_theta is None:
+        raise ValueError("norm_after_rope=True needs an attention module with RoPE (rope_theta set)")
+    if queries.shape[1] != keys.shape[1]:
+        raise ValueError("RoPE needs as many queries as keys (self-attention), "
+                         f"got {queries.shape[1]} queries and {keys.shape[1]} keys")
+    cos, sin = rotary_cos_sin(queries.shape[1], attention.head_dim, attention.rope_theta,
+                              queries.device, queries.dtype)
+    out = []
+    for X, W, norm, heads in ((queries, attention.W_q, attention.q_norm, attention.num_heads),
+                              (keys, attention.W_k, attention.k_norm, attention.num_kv_heads)):
+        Y = apply_rotary(W(X).unflatten(-1, (heads, attention.head_dim)).transpose(1, 2), cos, sin)
+        if norm is not None and attention.qk_norm == "projection":  # (b, heads, n, d_h) -> (b, n, heads * d_h)
+            Y = norm(Y.transpose(1, 2).flatten(-2)).unflatten(-1, (heads, attention.head_dim)).transpose(1, 2)
+        elif norm is not None:
+            Y = norm(Y.transpose(1, 2)).transpose(1, 2)
+        out.append(Y)
+    return tuple(out)
 
 
 def attention_logits(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor | None = None,
                      norm_after_rope: bool = False) -> torch.Tensor:
     r"""The scaled attention logits ``scale * q . k`` that ``attention`` feeds its softmax.
 
-    Recomputes, from the module's own projections and norms, what
-    :class:`~d2lmini.attention.MultiHeadAttention` computes inside
-    ``scaled_dot_product_attention``: project, QK-normalize (if the module has
-    QK-norm), split into heads, rotate (if it has RoPE), and take
-    ``scale * q k^T`` with ``scale = 1/sqrt(d_h)`` unless the module sets its own.
-    No mask is applied. With ``norm_after_rope=True`` it applies the QK-norm
-    *after* the rotation instead -- the bug the chapter demonstrates.
+    Takes the queries and keys exactly as the module hands them to
+    ``scaled_dot_product_attention`` (``attention.queries_and_keys``: project,
+    QK-normalize if the module has QK-norm, split into heads, rotate if it has
+    RoPE) and returns ``attention.logit_scale * q k^T`` (``1/sqrt(d_h)`` unless the
+    module sets its own scale). No mask is applied. With ``norm_after_rope=True`` it
+    applies the QK-norm *after* the rotation instead -- the bug the chapter demonstrates.
 
     Args:
         attention: a :class:`~d2lmini.attention.MultiHeadAttention`.
@@ -146,11 +115,15 @@ def attention_logits(attention: MultiHeadAttention, queries: torch.Tensor, keys:
     """
     _check_attention(attention)
     keys = queries if keys is None else keys
-    check_sequence_tensor("queries", queries, attention.num_hiddens)
-    check_sequence_tensor("keys", keys, attention.num_hiddens)
     check_bool("norm_after_rope", norm_after_rope)
-    q, k = _qk(attention, attention.W_q(queries), attention.W_k(keys), norm_after_rope)
-    return q @ k.transpose(-1, -2) * _logit_scale(attention)
+    if norm_after_rope:
+        check_sequence_tensor("queries", queries, attention.num_hiddens)
+        check_sequence_tensor("keys", keys, attention.num_hiddens)
+        q, k = _norm_after_rope(attention, queries, keys)
+    else:
+        q, k = attention.queries_and_keys(queries, keys)
+    k = k.repeat_interleave(attention.num_heads // attention.num_kv_heads, dim=1)  # query head i reads i // group
+    return q @ k.transpose(-1, -2) * attention.logit_scale
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
@@ -351,12 +324,14 @@ def logit_scale_sweep(scales=None, qk_norms=(None, "per_head"), num_hiddens: int
         series = {name: [] for name in LogitScaleSweep.SERIES}
         for s in scales:
             layer = scale_qk_(copy.deepcopy(base), s)
-            q_proj, v_proj = layer.W_q(X), layer.W_v(X)
-            q, k = _qk(layer, q_proj, layer.W_k(X), norm_after_rope=False, repeat_kv=False)
+            projections = []  # X W_q, kept as queries_and_keys computes it, to read the gradient reaching it
+            layer.W_q.register_forward_hook(lambda module, args, output: projections.append(output))
+            q, k = layer.queries_and_keys(X, X)
+            q_proj, v_proj = projections[0], layer.W_v(X)
             for t in (q_proj, v_proj, q, k):
                 t.retain_grad()
             group = layer.num_heads // layer.num_kv_heads
-            logits = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) * _logit_scale(layer)
+            logits = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) * layer.logit_scale
             weights = torch.softmax(logits, dim=-1)
             v = v_proj.unflatten(-1, (layer.num_kv_heads, layer.head_dim)).transpose(1, 2)
             Y = layer.W_o((weights @ v.repeat_interleave(group, dim=1)).transpose(1, 2).flatten(-2))

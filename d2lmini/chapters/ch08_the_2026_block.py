@@ -501,7 +501,7 @@ def from_afmoe_layer(layer, config) -> TransformerBlock:
     else:
         def ffn():
             return FeedForward(d, config.intermediate_size, act="swiglu")
-    block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps, causal=True,
+    block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps,
                              attn_factory=attention, ffn_factory=ffn)
     ours = block.attention
     for mine, theirs in ((ours.attention.W_q, attn.q_proj), (ours.attention.W_k, attn.k_proj),
@@ -724,7 +724,6 @@ def describe_trinity_without_reference(positions_note: str) -> dict:
     """
     c = TRINITY_TINY
     block = TransformerBlock(c["hidden_size"], c["num_attention_heads"], norm="rms", placement="sandwich",
-                             causal=True,
                              attn_factory=lambda: GatedAttention(c["hidden_size"], c["num_attention_heads"],
                                                                  num_kv_heads=c["num_key_value_heads"],
                                                                  head_dim=c["head_dim"], causal=True,
