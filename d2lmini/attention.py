@@ -238,20 +238,38 @@ class MultiHeadAttention(nn.Module):
     def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys exactly as they enter the attention kernel.
 
-        Project (``W_q``, ``W_k``), QK-normalize (if ``qk_norm``: over the whole
-        projection, or per head after the split), split into heads, rotate by RoPE
-        (if ``rope_theta``): the norm comes before the rotation, as in Qwen3, OLMo 2
-        and Gemma 3. :meth:`forward` calls it; so does the chapter "QK-norm", which
-        computes the logits ``logit_scale * q @ k.transpose(-1, -2)`` from it.
+        Project, QK-normalize (if ``qk_norm``: the whole projection, or each head),
+        split into heads, then rotate by RoPE (if ``rope_theta``): the norm comes before
+        the rotation, as in Qwen3, OLMo 2 and Gemma 3. Used by :meth:`forward` and by
+        the chapter "QK-norm" (logits ``logit_scale * q @ k.transpose(-1, -2)``).
 
         Args:
-            queries: ``(b, n_q, d)``.
-            keys: ``(b, n_k, d)``.
+            queries: ``(b, n_q, d)``; keys: ``(b, n_k, d)``.
 
         Returns:
-            ``(q, k)`` of shapes ``(b, h, n_q, head_dim)`` and ``(b, h_kv, n_k, head_dim)``
-            (``h_kv = num_kv_heads``: with grouped-query attention, query head ``i``
-            reads key head ``i // (h // h_kv)``).
+            ``(q, k)``, shapes ``(b, h, n_q, head_dim)`` and ``(b, h_kv, n_k, head_dim)``;
+            with grouped-query attention query head ``i`` reads key head ``i // (h // h_kv)``.
+
+        Raises:
+            TypeError / ValueError: inputs that are not floating ``(b, n, d)`` tensors of
+                the weights' dtype and one batch size (with RoPE, also one length).
+        """
+        self._check_inputs(queries, keys)
+        q, k = self.W_q(queries), self.W_k(keys)  # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
+        if self.qk_norm == "projection":  # one statistic over all heads (OLMo 2)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.unflatten(-1, (self.num_heads, self.head_dim))  # (b, n_q, h, head_dim)
+        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))  # (b, n_k, h_kv, head_dim)
+        if self.qk_norm is not None and self.qk_norm != "projection":  # one statistic per head (Qwen3)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # heads first
+        if self.rope_theta is not None:
+            cos, sin = self._rotary(q.shape[2], q)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q, k
+
+    def _check_inputs(self, queries: torch.Tensor, keys: torch.Tensor) -> None:
+        """Raise for inputs :meth:`queries_and_keys` cannot take.
 
         Raises:
             TypeError: inputs that are not floating tensors, or not of the weights' dtype.
@@ -266,18 +284,6 @@ class MultiHeadAttention(nn.Module):
         if self.rope_theta is not None and queries.shape[1] != keys.shape[1]:
             raise ValueError("RoPE needs as many queries as keys (self-attention), "
                              f"got {queries.shape[1]} queries and {keys.shape[1]} keys")
-        q, k = self.W_q(queries), self.W_k(keys)  # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
-        if self.qk_norm == "projection":  # one statistic over all heads (OLMo 2)
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = q.unflatten(-1, (self.num_heads, self.head_dim))  # (b, n_q, h, head_dim)
-        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))  # (b, n_k, h_kv, head_dim)
-        if self.qk_norm is not None and self.qk_norm != "projection":  # one statistic per head (Qwen3)
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # heads first
-        if self.rope_theta is not None:
-            cos, sin = self._rotary(q.shape[2], q)
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        return q, k
 
     def _mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device) -> torch.Tensor | None:
         """The boolean ``attn_mask``, (b, 1, 1 or q, k), of ``valid_lens`` and ``causal``; ``None`` if none."""

@@ -78,8 +78,7 @@ def test_marked_object_is_printed_by_the_chapters_it_names(obj):
 
 
 #: Listings known to be too long, with what to do; strict, so the entry must go once it is fixed.
-TOO_LONG = {"ch06:d2lmini.MultiHeadAttention.queries_and_keys":
-            "44 lines since queries_and_keys replaced _project: shorten its docstring or print a slice"}
+TOO_LONG = {}
 
 
 @pytest.mark.parametrize("shown", [
