@@ -48,7 +48,7 @@ class StaticTwin:
         TypeError: for float values on a range control.
     """
 
-    def __init__(self, controls, panels, frames, width: int = 900, height: int = 300, description: str = ""):
+    def __init__(self, controls, panels, *, frames, width: int = 900, height: int = 300, description: str = ""):
         import itertools
 
         for c in controls:  # keys are built in Python and in JavaScript: both must spell them alike
@@ -131,8 +131,8 @@ class FrameExplorer:
         ValueError: if a combination of control values has no frame.
     """
 
-    def __init__(self, controls, panels, frames, width: float = 10.0, height: float = 3.4, description: str = ""):
-        self.twin = StaticTwin(controls, panels, frames, description=description)  # checks completeness
+    def __init__(self, controls, panels, *, frames, width: float = 10.0, height: float = 3.4, description: str = ""):
+        self.twin = StaticTwin(controls, panels, frames=frames, description=description)  # checks completeness
         self.controls, self.panels, self.frames = controls, panels, frames
         self.size = (width, height)
         self._pictures: dict = {}

@@ -462,6 +462,8 @@ KEYWORD_ONLY = {
     "DepthExplorer": (d2lmini.DepthExplorer, (4, 2, "pre")),
     "DepthProbe": (d2lmini.DepthProbe, ({}, [1.0], [1.0])),
     "CharCorpus": (d2lmini.data.CharCorpus, ("ab", ["a", "b"], torch.zeros(1))),
+    "StaticTwin": (d2lmini.StaticTwin, ([], [], {})),
+    "FrameExplorer": (d2lmini.FrameExplorer, ([], [], {})),
 }
 
 

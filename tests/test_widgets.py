@@ -83,7 +83,7 @@ def test_static_twin_refuses_missing_frames():
     panels = [dict(title="t", xlabel="k", ylabel="y", log=False, xmin=0, xmax=2)]
     frame = dict(title="one", panels=[[dict(y=[1.0, 2.0], x0=0, color="red")]])
     with pytest.raises(ValueError, match="missing"):
-        d2lmini.StaticTwin(controls, panels, {"1": frame})
+        d2lmini.StaticTwin(controls, panels, frames={"1": frame})
 
 
 def test_residual_explorer_live_and_static_share_the_measurements():
@@ -111,4 +111,4 @@ def test_qk_scale_explorer_covers_every_scale_and_setting():
     explorer.inputs["scale"].value = "8"
     assert explorer.image.value != first
     with pytest.raises(TypeError, match="ints or strings"):
-        d2lmini.StaticTwin([dict(name="s", label="s", type="range", values=[0.5], value=0.5)], [], {"0.5": {}})
+        d2lmini.StaticTwin([dict(name="s", label="s", type="range", values=[0.5], value=0.5)], [], frames={"0.5": {}})

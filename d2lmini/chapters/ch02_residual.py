@@ -764,4 +764,4 @@ def residual_explorer(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), depth: int = 
     panels = [dict(title="Size of the stream", xlabel="depth k", ylabel="stream RMS", log=True, xmin=0, xmax=top),
               dict(title="Token spread", xlabel="depth k", ylabel="token spread", log=True, xmin=0, xmax=top),
               dict(title="Gradient per block", xlabel="block k", ylabel="gradient norm", log=True, xmin=0, xmax=top)]
-    return FrameExplorer(controls, panels, frames, description="Residual stacks with and without skip connections")
+    return FrameExplorer(controls, panels, frames=frames, description="Residual stacks with and without skip connections")

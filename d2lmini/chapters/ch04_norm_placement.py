@@ -352,5 +352,5 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
                    xmin=0, xmax=max(depths), ymin=1e-6, ymax=1.0),
               dict(title="Gradient per block", xlabel="block k", ylabel="gradient norm", log=True,
                    xmin=0, xmax=max(depths))]
-    return StaticTwin(controls, panels, frames, width=960, height=320,
+    return StaticTwin(controls, panels, frames=frames, width=960, height=320,
                       description="Stream RMS, token spread and per-block gradient norms of a fresh stack")

@@ -822,5 +822,5 @@ def qk_scale_explorer(scales=None, qk_norms=(None, "per_head"), scale: float = 1
                    log=True, xmin=log2[0], xmax=log2[-1],
                    ymin=max(1e-16, 10 ** math.floor(math.log10(min(grads)))) if grads else 1e-12,
                    ymax=10 ** math.ceil(math.log10(max(grads))) if grads else 1.0)]
-    return FrameExplorer(controls, panels, frames,
+    return FrameExplorer(controls, panels, frames=frames,
                          description="Attention entropy and query gradients as W_q and W_k are scaled")
