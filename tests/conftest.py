@@ -131,6 +131,23 @@ def colab_python(tmp_path_factory) -> Path:
     shutil.rmtree(where, ignore_errors=True)  # several GB
 
 
+# --------------------------------------------------------------------------- the quick loop
+
+# A test that uses one of these fixtures (directly or through another fixture) builds the
+# book, drives the browser on it, or runs in another Python environment: minutes, not
+# seconds. `pytest -m "not slow"` leaves them out; plain `pytest` runs everything.
+SLOW_FIXTURES = frozenset({"html", "colab_python", "python_of"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects by marker
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` every test whose fixtures include one of :data:`SLOW_FIXTURES`, so a new
+    test of the built book or of another environment is left out of the quick loop by itself."""
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Run a module's tests on one torch thread (tiny models; two threads mostly wait on each other)."""

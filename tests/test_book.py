@@ -21,6 +21,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 import d2lmini
 from conftest import ROOT, build, toc_files  # the html fixture (conftest.py) builds the book once
 
+# Every test here runs jupyter-book: on the whole book (the html fixture) or on a tiny one.
+pytestmark = pytest.mark.slow
+
 
 def page(html: Path, name: str) -> BeautifulSoup:
     return BeautifulSoup((html / f"{name}.html").read_text(encoding="utf-8"), "html.parser")

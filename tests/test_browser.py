@@ -20,6 +20,9 @@ import pytest
 
 from conftest import ROOT, toc_files
 
+# The built book (the html fixture) in a browser: out of the quick loop.
+pytestmark = pytest.mark.slow
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

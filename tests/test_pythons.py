@@ -22,6 +22,9 @@ import pytest
 
 from conftest import COLAB_PYTHON, ROOT, find_python, make_venv, releases
 
+# Other Python environments, each made fresh: out of the quick loop.
+pytestmark = pytest.mark.slow
+
 SUITES = ["tests/test_widgets.py", "tests/test_package.py", "tests/test_train.py"]
 
 # Python -> (what is installed first, as a platform would have it; then the rest)
