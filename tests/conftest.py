@@ -148,15 +148,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session", autouse=True)
 def one_thread():
-    """Run a module's tests on one torch thread (tiny models; two threads mostly wait on each other)."""
+    """Every test runs on one torch thread: the models are tiny, and two threads mostly wait
+    on each other -- on a busy 2-core machine a training test then costs 4x the CPU time.
+    A test that checks a function restores the thread count asks for ``two_threads``."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def two_threads(one_thread):
+    """Two torch threads for one test, so that a function that sets one thread and is meant to
+    restore the caller's count is seen to restore it (with one thread already, it cannot fail)."""
+    import torch
+
+    torch.set_num_threads(2)
+    yield 2
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

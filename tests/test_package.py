@@ -276,16 +276,26 @@ def test_mismatched_keys_and_values_are_rejected():
         mha(torch.randn(1, 3, 16), torch.randn(1, 4, 16), torch.randn(1, 5, 16))
 
 
-def test_errors_survive_python_dash_O():
+@pytest.fixture(scope="module")
+def under_dash_O():
+    """What one ``python -O`` process (assert statements stripped) prints: a bad block's error,
+    then the error types of every catalogued misuse. One process for both tests: each start
+    imports torch again."""
     code = (
         "import d2lmini\n"
         "try:\n"
         "    d2lmini.TransformerBlock(30, 4)\n"
         "except ValueError as e:\n"
         "    print('raised:', e)\n"
+        "from d2lmini.chapters.errors import misuse_table\n"
+        "print(sorted({row['error'] for row in misuse_table()}))\n"
     )
     out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
-    assert "raised: num_hiddens=30 must be divisible by num_heads=4" in out.stdout
+    return out.stdout.strip().splitlines()
+
+
+def test_errors_survive_python_dash_O(under_dash_O):
+    assert under_dash_O[0].startswith("raised: num_hiddens=30 must be divisible by num_heads=4")
 
 
 # --------------------------------------------------------------------------- QK-norm, RoPE, head_dim, scale
@@ -376,11 +386,8 @@ def test_every_catalogued_misuse_raises_a_clear_error():
         assert len(row["message"]) > 20, row
 
 
-def test_catalogued_misuses_raise_under_python_dash_O():
-    code = ("from d2lmini.chapters.errors import misuse_table\n"
-            "print(sorted({row['error'] for row in misuse_table()}))\n")
-    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['TypeError', 'ValueError']"
+def test_catalogued_misuses_raise_under_python_dash_O(under_dash_O):
+    assert under_dash_O[-1] == "['TypeError', 'ValueError']"
 
 
 # --------------------------------------------------------------------------- one way to do each thing

@@ -17,9 +17,6 @@ from d2lmini.chapters.ch06_qk_norm import (LogitRecorder, attention_entropy, att
 from d2lmini.train import train_lm
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 @pytest.fixture(scope="module")
 def corpus():
     return python_reference_corpus()

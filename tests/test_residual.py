@@ -18,9 +18,6 @@ from d2lmini.chapters.ch02_residual import (SKIP_CONFIGS, PlainBlock, depth_grad
 SMALL = dict(num_hiddens=16, num_heads=2)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 @pytest.fixture(scope="module")
 def sweep():
     return depth_gradients(depths=(2, 4, 8), num_steps=8, seed=0, **SMALL)
