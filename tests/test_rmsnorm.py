@@ -157,16 +157,28 @@ def test_machine_description_names_the_machine():
     assert machine["threads"] == torch.get_num_threads()
 
 
-def test_time_norms_in_process_shape_and_keys():
-    threads = torch.get_num_threads()
-    timing = tm.time_norms(shape=(1, 8, 64), repeats=3, warmup=1, fresh_process=False, clock="wall")
-    assert torch.get_num_threads() == threads  # restored
+def _assert_times_are_measurements(timing):
+    """Both modes, every timed norm, each a positive finite number of milliseconds.
+
+    Which norm is faster is not asserted: comparing two timings belongs to benchmarks/,
+    which print ratios; a test only checks that the timing runs and reports sensibly."""
     assert set(timing.times_ms) == {"forward", "forward_backward"}
     for times in timing.times_ms.values():
-        assert set(times) == set(tm.TIMED_NORMS) and all(t > 0 for t in times.values())
+        assert set(times) == set(tm.TIMED_NORMS)
+        assert all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times.values()), times
+
+
+def test_time_norms_in_process_shape_and_keys(two_threads):
+    timing = tm.time_norms(shape=(1, 8, 64), repeats=3, warmup=1, fresh_process=False, clock="wall")
+    assert torch.get_num_threads() == two_threads  # restored after timing on one thread
+    _assert_times_are_measurements(timing)
     assert timing.machine["threads"] == 1
-    assert timing.ratio("rms_d2lmini", "rms_d2lmini") == 1.0
-    assert list(timing.table().index) == list(tm.TIMED_NORMS.values())
+    assert timing.shape == (1, 8, 64) and timing.repeats == 3 and not timing.fresh_process
+    forward = timing.times_ms["forward"]
+    assert timing.ratio("rms_d2lmini", "layer_torch") == forward["rms_d2lmini"] / forward["layer_torch"]
+    table = timing.table()
+    assert list(table.index) == list(tm.TIMED_NORMS.values())
+    assert table.iloc[:, 0].tolist() == list(forward.values())
     with pytest.raises(KeyError):
         timing.ratio("rms", "layer_torch")
     with pytest.raises(KeyError):
@@ -174,21 +186,26 @@ def test_time_norms_in_process_shape_and_keys():
 
 
 def test_time_norms_in_a_fresh_process():
-    timing = tm.time_norms(shape=(2, 64, 256), repeats=5, warmup=1)
+    timing = tm.time_norms(shape=(1, 8, 64), repeats=3, warmup=1)
     assert timing.fresh_process and timing.clock == "thread"
     assert timing.machine["threads"] == 1
-    fb = timing.times_ms["forward_backward"]
-    fwd = timing.times_ms["forward"]
-    # The claim the chapter makes, with a wide margin: written alike, RMSNorm's
-    # forward is cheaper than LayerNorm's, and backward costs more than forward.
-    assert fwd["rms_d2lmini"] < fwd["layer_by_hand"]
-    assert all(fb[k] > fwd[k] for k in fb)
+    _assert_times_are_measurements(timing)
     if timing.page_faults is not None:
-        assert timing.page_faults["forward"]["rms_d2lmini"] <= 1
-    # the fresh process lists the operations: one fused kernel against a composition
-    assert timing.ops["layer_torch"] == ["native_layer_norm"]
-    assert timing.ops["rms_d2lmini"] == ["pow", "mean", "add", "rsqrt", "mul", "mul"]
-    assert timing.ops["layer_by_hand"].count("mean") == 2
+        assert set(timing.page_faults) == {"forward", "forward_backward"}
+        assert set(timing.page_faults["forward"]) == set(tm.TIMED_NORMS)
+    # the fresh process lists every norm's operations (which ones is PyTorch's business)
+    assert set(timing.ops) == set(tm.TIMED_NORMS)
+    for ops in timing.ops.values():
+        assert ops and all(isinstance(op, str) and op and not op.startswith("aten::") for op in ops), ops
+
+
+class _ExpThenNeg(nn.Module):
+    def forward(self, X):
+        return torch.neg(torch.exp(X))
+
+
+def test_forward_ops_lists_a_forwards_operations_in_call_order():
+    assert tm.forward_ops(_ExpThenNeg(), torch.ones(2, 3)) == ["exp", "neg"]
 
 
 def test_forward_ops_rejects_bad_arguments():
