@@ -172,6 +172,32 @@ def two_threads(one_thread):
     torch.set_num_threads(1)
 
 
+@pytest.fixture
+def sdpa_inputs(monkeypatch):
+    """``sdpa_inputs(attention, X)``: runs ``attention(X, X, X)`` and returns the queries and keys
+    its forward hands to ``torch.nn.functional.scaled_dot_product_attention``, each
+    ``(b, heads, n, head_dim)`` (keys with the key/value heads only, when those are shared).
+
+    What the module really computes, rather than a re-computation of it beside the module."""
+    import torch
+
+    def run(attention, X):
+        seen = []
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def spy(q, k, v, *args, **kwargs):
+            seen.append((q.detach(), k.detach()))
+            return sdpa(q, k, v, *args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+            attention(X, X, X)
+        assert len(seen) == 1, f"the forward called scaled_dot_product_attention {len(seen)} times"
+        return seen[0]
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

@@ -301,16 +301,18 @@ def test_errors_survive_python_dash_O(under_dash_O):
 # --------------------------------------------------------------------------- QK-norm, RoPE, head_dim, scale
 
 
-def test_qk_norm_variants_normalize_where_the_models_do():
-    X = torch.randn(2, 6, 32)
+def test_qk_norm_variants_normalize_where_the_models_do(sdpa_inputs):
+    X = torch.randn(2, 6, 32) * 3
     for variant in d2lmini.QK_NORMS:
         mha = MultiHeadAttention(32, 4, num_kv_heads=2, qk_norm=variant)
-        q, _ = mha.queries_and_keys(X, X)  # (b, heads, n, head_dim); no RoPE here
-        if variant == "projection":  # RMS 1 over all heads' features of a token
-            rms = q.transpose(1, 2).flatten(-2).pow(2).mean(-1).sqrt()
-        else:  # RMS 1 within every head
-            rms = q.pow(2).mean(-1).sqrt()
-        torch.testing.assert_close(rms, torch.ones_like(rms), atol=1e-4, rtol=0)
+        for heads in sdpa_inputs(mha, X):  # queries, then keys, as the forward feeds them to SDPA
+            if variant == "projection":  # RMS 1 over all heads' features of a token
+                rms = heads.transpose(1, 2).flatten(-2).pow(2).mean(-1).sqrt()
+            else:  # RMS 1 within every head
+                rms = heads.pow(2).mean(-1).sqrt()
+            torch.testing.assert_close(rms, torch.ones_like(rms), atol=1e-4, rtol=0)
+    plain_q, plain_k = sdpa_inputs(MultiHeadAttention(32, 4, num_kv_heads=2), X)
+    assert (plain_q.pow(2).mean(-1).sqrt() - 1).abs().max() > 0.1  # without QK-norm: not RMS 1
     distinct = MultiHeadAttention(32, 4, num_kv_heads=2, qk_norm="per_head_distinct")
     assert distinct.q_norm.weight.shape == (4, 8) and distinct.k_norm.weight.shape == (2, 8)
     shared = MultiHeadAttention(32, 4, qk_norm="per_head")
@@ -339,20 +341,29 @@ def test_rope_scores_depend_only_on_relative_position():
     torch.testing.assert_close(Q.norm(dim=-1), q.norm().expand(12))  # a rotation keeps lengths
 
 
-def test_rope_is_applied_after_qk_norm():
+def test_rope_is_applied_after_qk_norm(sdpa_inputs):
     """QK-norm after RoPE would normalize rotated pairs -- a known bug class."""
     mha = MultiHeadAttention(32, 2, qk_norm="per_head", rope_theta=10000.0)
-    with torch.no_grad():
+    with torch.no_grad():  # unequal gains: only then does the order show
         mha.q_norm.weight.uniform_(0.5, 2.0)
+        mha.k_norm.weight.uniform_(0.5, 2.0)
     X = torch.randn(1, 5, 32)
-    q, _ = mha.queries_and_keys(X, X)
     cos, sin = d2lmini.rotary_cos_sin(5, 16, 10000.0)
-    normed = mha.q_norm(mha.W_q(X).unflatten(-1, (2, 16))).transpose(1, 2)
-    expected = d2lmini.apply_rotary(normed, cos, sin)  # norm first, then rotate
-    wrong = mha.q_norm(d2lmini.apply_rotary(mha.W_q(X).unflatten(-1, (2, 16)).transpose(1, 2), cos, sin)
-                       .transpose(1, 2)).transpose(1, 2)
-    torch.testing.assert_close(q, expected)
-    assert not torch.allclose(expected, wrong, atol=1e-3)
+
+    def heads(W):  # (b, n, d) -> (b, n, heads, head_dim)
+        return W(X).unflatten(-1, (2, 16))
+
+    def norm_then_rotate(W, norm):
+        return d2lmini.apply_rotary(norm(heads(W)).transpose(1, 2), cos, sin)
+
+    def rotate_then_norm(W, norm):
+        return norm(d2lmini.apply_rotary(heads(W).transpose(1, 2), cos, sin).transpose(1, 2)).transpose(1, 2)
+
+    q, k = sdpa_inputs(mha, X)  # what the forward really attends with
+    with torch.no_grad():
+        torch.testing.assert_close(q, norm_then_rotate(mha.W_q, mha.q_norm), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(k, norm_then_rotate(mha.W_k, mha.k_norm), atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(q, rotate_then_norm(mha.W_q, mha.q_norm), atol=1e-3)
 
 
 def test_head_dim_and_scale_override():

@@ -110,14 +110,25 @@ def test_make_attention_shares_projections_across_settings_and_keeps_the_global_
         make_attention(None, 32, 4, seed=1.5)
 
 
-def test_scaling_wq_wk_multiplies_logits_by_s_squared_unless_qk_normed():
+def _fed_logits(sdpa_inputs, layer, X):
+    """q . k as the module's forward computes them (before its softmax's scale)."""
+    q, k = sdpa_inputs(layer, X)
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    return q @ k.transpose(-1, -2)
+
+
+def test_scaling_wq_wk_multiplies_logits_by_s_squared_unless_qk_normed(sdpa_inputs):
     X = torch.randn(1, 6, 32)
-    for qk_norm in (None, "per_head", "projection"):
+    for qk_norm in (None,) + QK_NORMS:
         layer = make_attention(qk_norm, 32, 4, seed=0, bias=True)
         before = attention_logits(layer, X).detach()
+        fed_before = _fed_logits(sdpa_inputs, layer, X)
         after = attention_logits(scale_qk_(layer, 3.0), X).detach()
-        expected = before * 9.0 if qk_norm is None else before
-        torch.testing.assert_close(after, expected, rtol=1e-4, atol=1e-5)
+        fed_after = _fed_logits(sdpa_inputs, layer, X)
+        factor = 9.0 if qk_norm is None else 1.0
+        torch.testing.assert_close(after, before * factor, rtol=1e-4, atol=1e-5)
+        # ... and so do the logits the forward itself feeds its softmax
+        torch.testing.assert_close(fed_after, fed_before * factor, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="scale"):
         scale_qk_(make_attention(None, 16, 2), 0.0)
     with pytest.raises(TypeError, match="MultiHeadAttention"):
