@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -92,10 +93,21 @@ def test_every_page_loads_offline_without_script_errors_and_images_have_a_size(s
         assert not problems, (name, problems)
 
 
+# A static twin is made by one of d2lmini's ``*_static(...)`` functions or an explorer's ``.static()``.
+MAKES_A_TWIN = re.compile(r"_static\(|\.static\(")
+
+
 def _twin_pages():
-    """Chapters whose notebook makes a static twin (a call to one of d2lmini's ``*_static``)."""
+    """Chapters whose notebook makes a static twin."""
     return [name for name in toc_files()
-            if (ROOT / f"{name}.ipynb").exists() and "_static(" in (ROOT / f"{name}.ipynb").read_text()]
+            if (ROOT / f"{name}.ipynb").exists() and MAKES_A_TWIN.search((ROOT / f"{name}.ipynb").read_text())]
+
+
+def test_every_page_with_a_static_twin_has_its_controls_tested(html):
+    """The pages the control test below visits are all the pages the build put a twin on."""
+    built = [name for name in toc_files() if 'class="d2l-twin"' in (html / f"{name}.html").read_text(encoding="utf-8")]
+    assert built, "no page of the built book holds a static twin"
+    assert built == _twin_pages()
 
 
 @pytest.mark.parametrize("name", _twin_pages())
