@@ -1,4 +1,6 @@
-"""Shared fixtures: the repository root and the chapters the table of contents lists."""
+"""Shared fixtures: the repository root, the chapters the table of contents lists, the built
+book, the Colab-like environment; the quick loop's "slow" marker; and the background jobs that
+let the slow tests use both cores (see Jobs)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,22 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The suite runs two processes at a time on its two cores (see Jobs below): the book build's
+# kernels beside the Colab-like runs and the other Pythons' test runs. Each gets one torch
+# thread: the models are tiny, and two threads per process on a busy machine mostly wait on
+# each other (measured: 4x the CPU time for the same training). Set before torch is imported
+# here, and inherited by every process the tests start.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def toc_files() -> list[str]:
@@ -74,19 +86,33 @@ def make_venv(python: Path | str, where: Path, *installs: list[str]) -> Path:
     """
     if UV is None:
         pytest.fail("uv is not installed (pip install -r requirements.txt installs it)")
+    env = _uv_env()
+    subprocess.run([UV, "venv", "-q", "--seed", "--python", str(python), str(where)], check=True, env=env,
+                   capture_output=True)
+    venv_python = where / "bin" / "python"
+    for packages in installs:
+        uv_install(venv_python, packages)
+    return venv_python
+
+
+def _uv_env() -> dict:
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}  # the interpreter given, never a download
     if os.environ.get("PIP_FIND_LINKS"):  # uv sees the local wheels pip is told of (torch's CPU build)
         env.setdefault("UV_FIND_LINKS", os.environ["PIP_FIND_LINKS"])
-    subprocess.run([UV, "venv", "-q", "--seed", "--python", str(python), str(where)], check=True, env=env)
-    venv_python = where / "bin" / "python"
-    for packages in installs:
-        # --compile-bytecode, as pip does: with PYTHONDONTWRITEBYTECODE set (CI sets it), every
-        # process would otherwise compile torch's modules anew, seconds each time.
-        proc = subprocess.run([UV, "pip", "install", "-q", "--compile-bytecode", "--python", str(venv_python),
-                               *packages],
-                              capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return venv_python
+    return env
+
+
+def uv_install(venv_python: Path, packages: list[str]) -> None:
+    """Install ``packages`` into the environment of ``venv_python`` with uv."""
+    # --compile-bytecode, as pip does: with PYTHONDONTWRITEBYTECODE set (CI sets it), every
+    # process would otherwise compile torch's modules anew, seconds each time.
+    proc = subprocess.run([UV, "pip", "install", "-q", "--compile-bytecode", "--python", str(venv_python),
+                           *packages], capture_output=True, text=True, env=_uv_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+
+
+# Building d2lmini from this checkout writes into it (build/, d2lmini.egg-info): one build at a time.
+CHECKOUT_BUILDS = threading.Lock()
 
 
 def releases(python: Path | str) -> dict[str, str]:
@@ -110,25 +136,207 @@ COLAB_PACKAGES = ["transformers==5.24.0", "ipywidgets==7.7.1", "matplotlib>=3.10
                   "numpy>=2.1,<2.2", "pandas>=2.2", "ipykernel", "nbclient", "nbformat", "pytest"]
 
 
+@dataclass
+class ColabEnv:
+    """The Colab-like environment: its ``python``, the ``wheel`` of d2lmini that its pip built
+    from this checkout (what each chapter's setup cell installs), the ``versions`` it runs
+    (:func:`releases`), and whether it is the ``fallback`` (no Python 3.13 here)."""
+
+    python: Path
+    wheel: Path
+    versions: dict
+    fallback: bool
+
+
+def make_colab_env(where: Path) -> ColabEnv:
+    """A fresh virtual environment pinned like Google Colab (see above) in ``where``. Without
+    Python 3.13 here, Colab's packages on this Python and the torch wheel on disk."""
+    python, torch = find_python(COLAB_PYTHON), COLAB_TORCH
+    fallback = python is None
+    if fallback:
+        python, torch = sys.executable, "torch==2.13.0"
+    venv_python = make_venv(python, where / "venv", [torch], COLAB_PACKAGES)  # torch is preinstalled on Colab
+    versions = releases(venv_python)
+    assert versions["ipywidgets"] == "7.7.1" and versions["matplotlib"].startswith("3.10."), versions
+    assert versions["numpy"].startswith("2.1.") and versions["torch"].startswith(torch.split("==")[1]), versions
+    # d2lmini built from source once, by this environment's pip, as Colab's pip builds it from
+    # the repository; each chapter then installs the wheel (several chapters, one build).
+    with CHECKOUT_BUILDS:
+        proc = subprocess.run([str(venv_python), "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                               str(where / "wheel"), str(ROOT)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    (wheel,) = (where / "wheel").glob("d2lmini-*.whl")
+    return ColabEnv(venv_python, wheel, versions, fallback)
+
+
+COLAB_JOB = "the Colab-like environment"
+
+
+def queue_colab_env(jobs: "Jobs", tmp_path_factory) -> None:
+    """Queue the Colab-like environment (once); it is removed at the end of the session."""
+    if COLAB_JOB not in jobs:
+        where = tmp_path_factory.mktemp("colab")
+        jobs.add(COLAB_JOB, lambda: make_colab_env(where))
+        jobs.cleanup(lambda: shutil.rmtree(where, ignore_errors=True))  # several GB
+
+
 @pytest.fixture(scope="session")
-def colab_python(tmp_path_factory) -> Path:
-    """The python of a fresh virtual environment pinned like Google Colab (see above); removed
-    at the end of the session. Without Python 3.13 here, Colab's packages on this Python."""
-    python = find_python(COLAB_PYTHON)
-    torch = COLAB_TORCH
-    if python is None:  # still Colab's packages, on this interpreter and the torch wheel on disk
+def colab_env(jobs) -> ColabEnv:
+    """The Colab-like environment of this session (made in the background, see Jobs)."""
+    env = jobs.result(COLAB_JOB)
+    if env.fallback:
         warnings.warn(f"Python {COLAB_PYTHON} is not installed here; the Colab-like notebook runs "
                       f"use Python {sys.version_info.major}.{sys.version_info.minor} and torch 2.13.0")
-        python, torch = sys.executable, "torch==2.13.0"
-    where = tmp_path_factory.mktemp("colab") / "venv"
-    venv_python = make_venv(python, where, [torch], COLAB_PACKAGES)  # torch is preinstalled on Colab
-    versions = releases(venv_python)
     print("Colab-like environment: Python {python}, ipywidgets {ipywidgets}, matplotlib {matplotlib}, "
-          "numpy {numpy}, torch {torch}".format(**versions))
-    assert versions["ipywidgets"] == "7.7.1" and versions["matplotlib"].startswith("3.10.")
-    assert versions["numpy"].startswith("2.1.") and versions["torch"].startswith(torch.split("==")[1])
-    yield venv_python
-    shutil.rmtree(where, ignore_errors=True)  # several GB
+          "numpy {numpy}, torch {torch}".format(**env.versions))
+    return env
+
+
+# --------------------------------------------------------------------------- background jobs
+
+
+class _Job:
+    def __init__(self, fn, group):
+        self.fn, self.group = fn, group
+        self.state, self.value, self.error, self.seconds = "queued", None, None, None
+
+
+class Jobs:
+    """Slow work that runs in subprocesses (making the Colab-like environment, each chapter run
+    alone in it, the other Pythons' test runs, the tiny books' builds), queued when the session
+    starts and run by a background thread while the main thread runs the tests -- the book
+    build first. Both threads mostly wait on subprocesses, so both cores are busy.
+
+    A test asks for a job's result with :meth:`result`: if no thread has started the job, the
+    asking thread runs it; while another thread runs it, the asking thread runs other queued
+    jobs, or waits. An exception raised by a job (a failed assert, ``pytest.skip``) is raised
+    again in each test that asks for its result. Jobs of one ``group`` never run at once.
+
+    A test module queues its jobs with a function ``queue_jobs(item, jobs, tmp_path_factory)``,
+    called at the start of the session for each of its selected tests; nothing is queued for
+    tests that do not run (``pytest -m "not slow"`` starts nothing).
+    """
+
+    def __init__(self):
+        self._jobs: dict = {}
+        self._cleanups: list = []
+        self._changed = threading.Condition()
+        self._busy_groups: set = set()
+        self._thread = None
+
+    def __contains__(self, key) -> bool:
+        return key in self._jobs
+
+    def add(self, key, fn, group: str | None = None) -> None:
+        """Queue ``fn()`` under ``key`` (once; a key already queued is kept)."""
+        with self._changed:
+            self._jobs.setdefault(key, _Job(fn, group))
+
+    def cleanup(self, fn) -> None:
+        """Call ``fn()`` at the end of the session, after the jobs."""
+        self._cleanups.append(fn)
+
+    def start(self) -> None:
+        if self._jobs and self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="pytest background jobs", daemon=True)
+            self._thread.start()
+
+    def _claim(self, *jobs):  # with self._changed held: the first of jobs (default: all) free to start
+        for job in jobs or self._jobs.values():
+            if job.state == "queued" and job.group not in self._busy_groups:
+                job.state = "running"
+                if job.group is not None:
+                    self._busy_groups.add(job.group)
+                return job
+        return None
+
+    def _run(self, job) -> None:
+        start = time.perf_counter()
+        try:
+            job.value = job.fn()
+        except BaseException as error:  # noqa: BLE001 -- raised again in the test that asks
+            job.error = error
+        with self._changed:
+            job.seconds = time.perf_counter() - start
+            job.state = "done"
+            self._busy_groups.discard(job.group)
+            self._changed.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                job = self._claim()
+                while job is None:
+                    if not any(j.state == "queued" for j in self._jobs.values()):
+                        return
+                    self._changed.wait()  # the queued ones wait for their group
+                    job = self._claim()
+            self._run(job)
+
+    def result(self, key):
+        """The value ``fn()`` returned for ``key``, once it has run."""
+        job = self._jobs[key]
+        while True:
+            with self._changed:
+                if job.state == "done":
+                    break
+                mine = self._claim(job) or self._claim()  # this job, else another one meanwhile
+                if mine is None:
+                    self._changed.wait()
+                    continue
+            self._run(mine)
+        if job.error is not None:
+            raise job.error
+        return job.value
+
+    def seconds(self) -> dict:
+        """Key -> seconds the job ran, for the jobs that ran."""
+        return {key: job.seconds for key, job in self._jobs.items() if job.seconds is not None}
+
+    def close(self) -> None:
+        """Drop the jobs not started, wait for the running ones, then clean up."""
+        with self._changed:
+            for job in self._jobs.values():
+                if job.state == "queued":
+                    job.state, job.error = "done", RuntimeError("the session ended before this job ran")
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        while any(job.state == "running" for job in self._jobs.values()):  # run by a test's thread
+            time.sleep(0.1)
+        for fn in self._cleanups:
+            fn()
+
+
+_SESSION_JOBS: list[Jobs] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jobs(request, tmp_path_factory) -> Jobs:
+    """This session's background jobs (see :class:`Jobs`), queued for the selected tests and
+    started before the first test runs."""
+    queue = Jobs()
+    items = request.session.items
+    if any("colab_env" in item.fixturenames for item in items):
+        queue_colab_env(queue, tmp_path_factory)  # first: the chapter runs need it
+    for item in items:
+        queue_jobs = getattr(getattr(item, "module", None), "queue_jobs", None)
+        if queue_jobs is not None:
+            queue_jobs(item, queue, tmp_path_factory)
+    queue.start()
+    _SESSION_JOBS.append(queue)
+    yield queue
+    queue.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How long each background job ran (they overlap the tests, so --durations misses them)."""
+    seconds = {key: s for queue in _SESSION_JOBS for key, s in queue.seconds().items()}
+    if seconds:
+        terminalreporter.section("background jobs")
+        for key, s in seconds.items():
+            terminalreporter.write_line(f"{s:7.1f}s  {key if isinstance(key, str) else ' '.join(map(str, key))}")
+        terminalreporter.write_line(f"{sum(seconds.values()):7.1f}s  in all")
 
 
 # --------------------------------------------------------------------------- the quick loop
@@ -136,7 +344,7 @@ def colab_python(tmp_path_factory) -> Path:
 # A test that uses one of these fixtures (directly or through another fixture) builds the
 # book, drives the browser on it, or runs in another Python environment: minutes, not
 # seconds. `pytest -m "not slow"` leaves them out; plain `pytest` runs everything.
-SLOW_FIXTURES = frozenset({"html", "colab_python", "python_of"})
+SLOW_FIXTURES = frozenset({"html", "colab_env", "python_run"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects by marker
@@ -146,6 +354,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+    # The order: the book build (the longest single task) and its readers first, while the
+    # background jobs start; then the tests that run here; last, the tests of modules with
+    # background jobs (see Jobs), whose results are ready by then or being finished by both cores.
+    def order(item) -> int:
+        if "html" in getattr(item, "fixturenames", ()):
+            return 0
+        return 2 if hasattr(getattr(item, "module", None), "queue_jobs") else 1
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -131,14 +131,30 @@ def _fixture_book(tmp_path: Path, cell_source: str) -> Path:
     return book
 
 
-def test_a_cell_that_raises_fails_the_build(tmp_path):
-    proc = build(_fixture_book(tmp_path, 'raise RuntimeError("this chapter is broken")'), tmp_path / "out")
+# The one cell of the tiny book each test builds.
+TINY_BOOK_CELLS = {
+    "test_a_cell_that_raises_fails_the_build": 'raise RuntimeError("this chapter is broken")',
+    "test_the_same_fixture_builds_when_the_cell_is_fine": 'print("this chapter is fine")',
+}
+
+
+def queue_jobs(item, jobs, tmp_path_factory):
+    """At the start of the session, queue the build of each selected test's tiny book (conftest.Jobs):
+    they run in the background, beside the whole book's build."""
+    cell = TINY_BOOK_CELLS.get(item.originalname)
+    if cell is not None:
+        folder = tmp_path_factory.mktemp("tiny_book")
+        jobs.add(("tiny book", item.originalname), lambda: build(_fixture_book(folder, cell), folder / "out"))
+
+
+def test_a_cell_that_raises_fails_the_build(jobs):
+    proc = jobs.result(("tiny book", "test_a_cell_that_raises_fails_the_build"))
     assert proc.returncode != 0
     assert "this chapter is broken" in proc.stdout + proc.stderr
 
 
-def test_the_same_fixture_builds_when_the_cell_is_fine(tmp_path):
-    proc = build(_fixture_book(tmp_path, 'print("this chapter is fine")'), tmp_path / "out")
+def test_the_same_fixture_builds_when_the_cell_is_fine(jobs):
+    proc = jobs.result(("tiny book", "test_the_same_fixture_builds_when_the_cell_is_fine"))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 import yaml
 
-from conftest import ROOT, chapter_notebooks, toc_files
+from conftest import COLAB_JOB, ROOT, chapter_notebooks, toc_files
 
 NOTEBOOKS = chapter_notebooks()
 
@@ -46,9 +46,9 @@ def test_setup_cell_installs_from_the_configured_repository(path):
         assert package not in setup.source, f"the setup cell must never install {package}"
 
 
-# Each chapter runs alone in the Colab-like environment (conftest.colab_python), as a reader's
-# notebook would; only d2lmini comes from the chapter's own setup cell, pointed at this
-# checkout through D2LMINI_SOURCE.
+# Each chapter runs alone in the Colab-like environment (conftest.colab_env), as a reader's
+# notebook would; only d2lmini comes from the chapter's own setup cell, pointed through
+# D2LMINI_SOURCE at the wheel that environment's pip built from this checkout.
 RUNNER = """
 import sys, nbformat
 from nbclient import NotebookClient
@@ -64,13 +64,28 @@ print("widget views:", views, "errors:", len(errors))
 """
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_alone_in_a_colab_like_environment(path, colab_python, tmp_path):
-    alone = tmp_path / path.name  # the notebook copied alone into an empty folder
+def run_alone(path: Path, colab, folder: Path) -> subprocess.CompletedProcess:
+    """Run the chapter ``path``, copied alone into the empty ``folder``, in the Colab-like environment."""
+    alone = folder / path.name
     shutil.copy(path, alone)
-    env = {**os.environ, "D2LMINI_SOURCE": str(ROOT)}
-    proc = subprocess.run([str(colab_python), "-c", RUNNER, str(alone)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=1800)
+    env = {**os.environ, "D2LMINI_SOURCE": str(colab.wheel)}
+    return subprocess.run([str(colab.python), "-c", RUNNER, str(alone)], capture_output=True, text=True,
+                          env=env, cwd=folder, timeout=1800)
+
+
+def queue_jobs(item, jobs, tmp_path_factory):
+    """At the start of the session, queue the Colab-like run of each selected chapter (conftest.Jobs):
+    they run in the background, beside the book build, one at a time (each installs d2lmini
+    into the one environment)."""
+    if item.originalname == "test_notebook_runs_alone_in_a_colab_like_environment":
+        path, folder = item.callspec.params["path"], tmp_path_factory.mktemp(item.callspec.id)
+        jobs.add(("alone", path.name), lambda: run_alone(path, jobs.result(COLAB_JOB), folder),
+                 group="installs into the Colab-like environment")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_alone_in_a_colab_like_environment(path, colab_env, jobs):
+    proc = jobs.result(("alone", path.name))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     skipped_in_build = sum("skip-execution" in c.metadata.get("tags", [])
                            for c in nbformat.read(path, as_version=4).cells)

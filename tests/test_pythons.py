@@ -20,7 +20,8 @@ import subprocess
 
 import pytest
 
-from conftest import COLAB_PYTHON, ROOT, find_python, make_venv, releases
+from conftest import (CHECKOUT_BUILDS, COLAB_JOB, COLAB_PYTHON, ROOT, find_python, make_venv,
+                      queue_colab_env, releases, uv_install)
 
 # Other Python environments, each made fresh: out of the quick loop.
 pytestmark = pytest.mark.slow
@@ -36,35 +37,55 @@ ENVIRONMENTS = {
 }
 
 
-@pytest.fixture
-def python_of(request, tmp_path_factory):
-    """The python of a fresh environment for the version in ``request.param``; removed afterwards."""
-    version = request.param
+def run_suites(version: str, jobs, where) -> tuple[dict, subprocess.CompletedProcess]:
+    """The releases in a fresh environment of Python ``version`` (in ``where``), and the run of
+    SUITES there; the environment is removed afterwards (several GB). For 3.13, the Colab-like one."""
     interpreter = find_python(version)
     if interpreter is None:
         pytest.skip(f"Python {version} is not installed on this machine")
     if version == COLAB_PYTHON:
-        yield request.getfixturevalue("colab_python")
-        return
-    where = tmp_path_factory.mktemp(f"py{version}") / "venv"
-    first, rest = ENVIRONMENTS[version]
-    # The package itself, with its extras, must install over those pins without changing them.
-    yield make_venv(interpreter, where, first, rest, ["-e", f"{ROOT}[widgets,book]"])
-    shutil.rmtree(where, ignore_errors=True)  # several GB
+        python = jobs.result(COLAB_JOB).python
+    else:
+        first, rest = ENVIRONMENTS[version]
+        python = make_venv(interpreter, where / "venv", first, rest)
+        # The package itself, with its extras, must install over those pins without changing them.
+        with CHECKOUT_BUILDS:
+            uv_install(python, ["-e", f"{ROOT}[widgets,book]"])
+    try:
+        installed = releases(python)
+        # Run from the checkout, so the tests import this checkout's d2lmini.
+        proc = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITES],
+                              cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    finally:
+        shutil.rmtree(where / "venv", ignore_errors=True)
+    return installed, proc
 
 
-@pytest.mark.parametrize("python_of", [*ENVIRONMENTS, COLAB_PYTHON], indirect=True)
-def test_package_and_explorers_pass(python_of, request):
-    version = request.node.callspec.params["python_of"]
-    installed = releases(python_of)
+def queue_jobs(item, jobs, tmp_path_factory):
+    """At the start of the session, queue each selected Python's environment and test run
+    (conftest.Jobs): they run in the background, beside the book build."""
+    version = item.callspec.params["python_run"]
+    if version == COLAB_PYTHON:
+        queue_colab_env(jobs, tmp_path_factory)
+    where = tmp_path_factory.mktemp(f"py{version}")
+    jobs.add(("Python", version), lambda: run_suites(version, jobs, where))
+
+
+@pytest.fixture
+def python_run(request, jobs):
+    """The releases in the environment of Python ``request.param`` and the finished run of SUITES there."""
+    return jobs.result(("Python", request.param))
+
+
+@pytest.mark.parametrize("python_run", [*ENVIRONMENTS, COLAB_PYTHON], indirect=True)
+def test_package_and_explorers_pass(python_run, request):
+    version = request.node.callspec.params["python_run"]
+    installed, proc = python_run
     print(installed)
     assert installed["python"] == version
     for pin in [pin for group in ENVIRONMENTS.get(version, ()) for pin in group]:
         name, _, wanted = pin.partition("==")  # the pins held: installing the package changed none
         if name in installed and wanted:
             assert installed[name].split("+")[0] == wanted, (name, installed[name])
-    # Run from the checkout, so the tests import this checkout's d2lmini.
-    proc = subprocess.run([str(python_of), "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITES],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
     print(proc.stdout.splitlines()[-1])
