@@ -173,11 +173,12 @@ COLAB_JOB = "the Colab-like environment"
 
 
 def queue_colab_env(jobs: "Jobs", tmp_path_factory) -> None:
-    """Queue the Colab-like environment (once); it is removed at the end of the session."""
+    """Queue the Colab-like environment (once). It is removed (several GB, a minute) as soon as
+    the last job that uses it has run, beside the other jobs rather than after them."""
     if COLAB_JOB not in jobs:
         where = tmp_path_factory.mktemp("colab")
         jobs.add(COLAB_JOB, lambda: make_colab_env(where))
-        jobs.cleanup(lambda: shutil.rmtree(where, ignore_errors=True))  # several GB
+        jobs.after_last_use(COLAB_JOB, lambda: shutil.rmtree(where, ignore_errors=True))
 
 
 @pytest.fixture(scope="session")
@@ -196,8 +197,8 @@ def colab_env(jobs) -> ColabEnv:
 
 
 class _Job:
-    def __init__(self, fn, group):
-        self.fn, self.group = fn, group
+    def __init__(self, fn, group, uses):
+        self.fn, self.group, self.uses = fn, group, uses
         self.state, self.value, self.error, self.seconds = "queued", None, None, None
 
 
@@ -220,6 +221,8 @@ class Jobs:
     def __init__(self):
         self._jobs: dict = {}
         self._cleanups: list = []
+        self._users: dict = {}  # key -> queued jobs that use its result, not yet run
+        self._after_last_use: dict = {}
         self._changed = threading.Condition()
         self._busy_groups: set = set()
         self._thread = None
@@ -227,10 +230,19 @@ class Jobs:
     def __contains__(self, key) -> bool:
         return key in self._jobs
 
-    def add(self, key, fn, group: str | None = None) -> None:
-        """Queue ``fn()`` under ``key`` (once; a key already queued is kept)."""
+    def add(self, key, fn, group: str | None = None, uses=None) -> None:
+        """Queue ``fn()`` under ``key`` (once; a key already queued is kept). ``uses``: the key of
+        a job whose result this one needs (see :meth:`after_last_use`)."""
         with self._changed:
-            self._jobs.setdefault(key, _Job(fn, group))
+            if key not in self._jobs:
+                self._jobs[key] = _Job(fn, group, uses)
+                if uses is not None:
+                    self._users[uses] = self._users.get(uses, 0) + 1
+
+    def after_last_use(self, key, fn) -> None:
+        """Call ``fn()`` once every queued job that uses ``key`` has run (by the thread that ran
+        the last of them, while the other one goes on), or at the end of the session."""
+        self._after_last_use[key] = fn
 
     def cleanup(self, fn) -> None:
         """Call ``fn()`` at the end of the session, after the jobs."""
@@ -256,11 +268,18 @@ class Jobs:
             job.value = job.fn()
         except BaseException as error:  # noqa: BLE001 -- raised again in the test that asks
             job.error = error
+        release = None
         with self._changed:
             job.seconds = time.perf_counter() - start
             job.state = "done"
             self._busy_groups.discard(job.group)
+            if job.uses is not None:
+                self._users[job.uses] -= 1
+                if self._users[job.uses] == 0:
+                    release = self._after_last_use.pop(job.uses, None)
             self._changed.notify_all()
+        if release is not None:
+            release()
 
     def _work(self) -> None:
         while True:
@@ -304,8 +323,9 @@ class Jobs:
             self._thread.join()
         while any(job.state == "running" for job in self._jobs.values()):  # run by a test's thread
             time.sleep(0.1)
-        for fn in self._cleanups:
+        for fn in [*self._after_last_use.values(), *self._cleanups]:
             fn()
+        self._after_last_use.clear()
 
 
 _SESSION_JOBS: list[Jobs] = []

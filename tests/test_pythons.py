@@ -68,7 +68,8 @@ def queue_jobs(item, jobs, tmp_path_factory):
     if version == COLAB_PYTHON:
         queue_colab_env(jobs, tmp_path_factory)
     where = tmp_path_factory.mktemp(f"py{version}")
-    jobs.add(("Python", version), lambda: run_suites(version, jobs, where))
+    jobs.add(("Python", version), lambda: run_suites(version, jobs, where),
+             uses=COLAB_JOB if version == COLAB_PYTHON else None)
 
 
 @pytest.fixture
