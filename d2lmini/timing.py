@@ -105,7 +105,9 @@ def forward_ops(norm: nn.Module, X: torch.Tensor) -> list[str]:
         with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
             norm(X)
     kept, names = set(), []
-    events = getattr(prof, "function_events", None) or prof.events()
+    events = getattr(prof, "function_events", None)  # the legacy profiler's; may be empty
+    if events is None:
+        events = prof.events()
     for event in sorted(events, key=lambda e: e.time_range.start):
         if not event.name.startswith("aten::") or event.name in BOOKKEEPING_OPS | WRAPPER_OPS:
             continue

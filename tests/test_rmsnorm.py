@@ -208,6 +208,11 @@ def test_forward_ops_lists_a_forwards_operations_in_call_order():
     assert tm.forward_ops(_ExpThenNeg(), torch.ones(2, 3)) == ["exp", "neg"]
 
 
+def test_forward_ops_of_a_forward_without_operations_is_empty():
+    # Fails if an empty event list is taken for a missing one.
+    assert tm.forward_ops(nn.Identity(), torch.ones(2, 3)) == []
+
+
 def test_forward_ops_rejects_bad_arguments():
     with pytest.raises(TypeError, match="norm"):
         tm.forward_ops(lambda X: X, torch.ones(2, 4))

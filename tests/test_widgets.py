@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import matplotlib
@@ -45,13 +44,10 @@ def test_depth_explorer_caches_each_configuration():
     try:
         explorer.depth_slider.value = 15
         explorer.depth_slider.value = 16
-        start = time.perf_counter()
-        explorer.depth_slider.value = 15
-        cached_redraw = time.perf_counter() - start
+        explorer.depth_slider.value = 15  # cached: no new measurement
     finally:
         d2lmini.chapters.ch04_norm_placement.probe_placements = original
     assert calls == [((15, ("pre",)), "layer")]
-    assert cached_redraw < 5.0  # a sanity bound only; latency is measured in benchmarks/
 
 
 def test_depth_scaled_sandwich_is_one_of_the_placements():
