@@ -33,6 +33,13 @@ def cells(row) -> list[str]:
     return [cell.get_text(" ", strip=True) for cell in row.find_all(["th", "td"])]
 
 
+def table_with(soup: BeautifulSoup, text: str):
+    """The page's one table with a cell that reads ``text``."""
+    tables = [t for t in soup.find_all("table") if text in map(str.strip, t.find_all(string=True))]
+    assert len(tables) == 1, f"{len(tables)} tables with a cell {text!r}"
+    return tables[0]
+
+
 def test_status_page_is_back_matter():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     back = next(part for part in toc["parts"] if part.get("caption") == "Back matter")
@@ -41,7 +48,7 @@ def test_status_page_is_back_matter():
 
 
 def test_status_page_gives_every_notebooks_run_time(html):
-    table = next(t for t in status_page(html).find_all("table") if "Run Time (s)" in t.get_text())
+    table = table_with(status_page(html), "Run Time (s)")  # myst-nb's nb-exec-table
     header = cells(table.find("thead"))
     rows = {row[0]: dict(zip(header, row)) for row in map(cells, table.find("tbody").find_all("tr"))}
     for notebook in chapter_notebooks():  # every chapter in the toc, and each back-matter notebook
@@ -52,8 +59,7 @@ def test_status_page_gives_every_notebooks_run_time(html):
 
 
 def test_status_page_shows_the_releases_this_build_ran(html):
-    table = next(t for t in status_page(html).find_all("table")
-                 if any(cells(row)[:1] == ["torch"] for row in t.find_all("tr")))
+    table = table_with(status_page(html), "torch threads")
     shown = {row[0]: row[1] for row in map(cells, table.find("tbody").find_all("tr"))}
     assert shown["Python"] == platform.python_version()
     assert shown["torch"] == torch.__version__
