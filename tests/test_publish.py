@@ -98,6 +98,8 @@ def test_workflow_builds_with_the_readme_command_and_publishes_the_html():
     build = next(command for command in readme_commands() if "jupyter-book build" in command)
     parts = [part.strip() for part in build.split("&&")]  # install, then build: one step each
     assert any(runs[i:i + len(parts)] == parts for i in range(len(runs))), (runs, parts)
+    # Built from scratch (the status page says so): no execution cache carried between runs.
+    assert not any(step.get("uses", "").startswith("actions/cache") for step in build_steps)
     upload = next(step for step in build_steps if step.get("uses", "").startswith("actions/upload-pages-artifact@"))
     assert upload["with"]["path"] == "_build/html"
     deploy = config["jobs"]["deploy"]
