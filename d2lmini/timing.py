@@ -58,6 +58,36 @@ def machine_description() -> dict:
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count() or 0, "load_avg_1min": load}
 
+#: The packages whose releases :func:`build_environment` reports.
+BUILD_PACKAGES = ("torch", "jupyter-book", "myst-nb", "transformers", "numpy", "d2lmini")
+
+
+def build_environment(packages=BUILD_PACKAGES) -> dict:
+    """What a build of the book ran on: Python, the releases of ``packages``, CPU, GPU, threads.
+
+    Shown on the book's execution statistics page; the machine part is
+    :func:`machine_description`.
+
+    Args:
+        packages: distribution names; one that is not installed reads ``"not installed"``.
+
+    Returns:
+        An ordered dict of strings: ``"Python"``, one entry per package, ``"CPU"``,
+        ``"GPU"`` and ``"torch threads"``.
+    """
+    import importlib.metadata
+
+    def release(name):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    machine = machine_description()
+    return {"Python": platform.python_version(), **{name: release(name) for name in packages},
+            "CPU": f"{machine['processor']}, {machine['machine']} ({machine['cpu_count']} logical cores)",
+            "GPU": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+            "torch threads": str(machine["threads"])}
 
 
 #: Operations :func:`forward_ops` leaves out: memory bookkeeping and dtype casts that
