@@ -23,6 +23,15 @@ def check_positive_int(name: str, value) -> int:
     return int(value)
 
 
+def check_nonnegative_int(name: str, value) -> int:
+    """Return ``value`` if it is an int >= 0, else raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int >= 0, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value}")
+    return int(value)
+
+
 def check_seed(seed) -> int:
     """Return ``seed`` if it is an int (not a bool), else raise ``TypeError`` naming it."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
@@ -62,6 +71,13 @@ def check_bool(name: str, value) -> bool:
     """Return ``value`` if it is a bool, else raise naming ``name``."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_callable(name: str, value):
+    """Return ``value`` if it can be called, else raise ``TypeError`` naming ``name``."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r}")
     return value
 
 
