@@ -14,22 +14,23 @@ from typing import Iterable
 import torch
 
 
-def check_positive_int(name: str, value) -> int:
-    """Return ``value`` if it is an int >= 1, else raise naming ``name``."""
+def check_int_at_least(name: str, value, low: int) -> int:
+    """Return ``value`` if it is an int (not a bool) >= ``low``, else raise naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
     return int(value)
+
+
+def check_positive_int(name: str, value) -> int:
+    """Return ``value`` if it is an int >= 1, else raise naming ``name``."""
+    return check_int_at_least(name, value, 1)
 
 
 def check_nonnegative_int(name: str, value) -> int:
     """Return ``value`` if it is an int >= 0, else raise naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int >= 0, got {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value}")
-    return int(value)
+    return check_int_at_least(name, value, 0)
 
 
 def check_seed(seed) -> int:
