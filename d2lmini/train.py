@@ -290,11 +290,15 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     Raises:
         ValueError / TypeError: for invalid arguments, e.g. not one seed per model.
     """
-    if not models or not all(isinstance(model, nn.Module) for model in models):
-        raise TypeError(f"models must be a non-empty list of torch.nn.Module, got {models!r}")
+    if not isinstance(models, (list, tuple)) or not all(isinstance(model, nn.Module) for model in models):
+        raise TypeError(f"models must be a list of torch.nn.Module (for one model: [model]), "
+                        f"got {type(models).__name__}")
+    if not isinstance(seeds, (list, tuple)):
+        raise TypeError(f"seeds must be a list of ints, one per model, got {type(seeds).__name__} {seeds!r}")
+    if not models or len(seeds) != len(models):
+        raise ValueError(f"models and seeds must be non-empty and of equal length (one seed per model), "
+                         f"got {len(models)} models and {len(seeds)} seeds")
     seeds = [check_seed(seed) for seed in seeds]
-    if len(seeds) != len(models):
-        raise ValueError(f"seeds must give one seed per model ({len(models)}), got {len(seeds)}")
     num_steps = check_positive_int("num_steps", num_steps)
     batch_size, seq_len = check_positive_int("batch_size", batch_size), check_positive_int("seq_len", seq_len)
     check_positive_float("lr", lr)

@@ -163,8 +163,12 @@ def test_bad_loop_arguments(corpus):
     run = dict(num_steps=2, batch_size=2, seq_len=16)
     with pytest.raises(ValueError, match="one seed per model"):
         train_models([model], corpus, [0, 1], **run)
-    with pytest.raises(TypeError, match="models"):
+    with pytest.raises(ValueError, match="non-empty"):
         train_models([], corpus, [], **run)
+    with pytest.raises(TypeError, match=r"\[model\]"):
+        train_models(model, corpus, [0], **run)
+    with pytest.raises(TypeError, match="seeds"):
+        train_models([model], corpus, 0, **run)
     with pytest.raises(TypeError, match="on_step"):
         train_models([model], corpus, [0], on_step="print", **run)
     with pytest.raises(TypeError, match="stop_on_divergence"):
