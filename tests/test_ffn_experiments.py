@@ -156,7 +156,7 @@ def test_ensemble_rejects_bad_arguments(corpus):
     with pytest.raises(TypeError, match="vectorize"):
         train_ensemble(corpus, vectorize=1, eval_steps=(), **TINY)
     with pytest.raises(ValueError, match="warmup_steps"):
-        train_ensemble(corpus, **{**TINY, "warmup_steps": -1})
+        train_ensemble(corpus, eval_steps=(), **{**TINY, "warmup_steps": -1})
 
 
 # ---------------------------------------------------------------- the comparison
