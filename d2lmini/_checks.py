@@ -250,6 +250,13 @@ def check_vector(name: str, value, size: int) -> torch.Tensor | None:
     return value
 
 
+def check_callable(name: str, value):
+    """Return ``value`` if it can be called, else raise ``TypeError`` naming ``name``."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r}")
+    return value
+
+
 def check_sequence_tensor(name: str, X, num_hiddens: int) -> torch.Tensor:
     """Check that ``X`` is a floating tensor of shape (batch, num_steps, num_hiddens)."""
     if not isinstance(X, torch.Tensor):

@@ -1,22 +1,30 @@
-"""A tiny character-level language model and the loop that trains it.
+"""A tiny character-level language model and the one loop that trains it.
 
 Introduced in the chapter "Where the norm goes" (the warm-up demo); the chapters on
-residual connections and on the feed-forward network train the same model with
-other flags. Deterministic for a given seed: the weights, the batches and the
-order of updates all come from it.
+residual connections, QK-norm and the feed-forward network train the same model with
+other flags. Every experiment goes through :func:`train_models`, which trains one
+model or several in lockstep and calls a hook after every step: validation, the
+attention-logit probe of the QK-norm chapter and the seed ensembles of the FFN
+chapter are all built on it (:func:`train_lm` is the one-model case). Deterministic
+for a given seed: the weights, the batches and the order of updates all come from it.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
 import time
+import warnings
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_choice, check_positive_float, check_positive_int
+from ._checks import (check_bool, check_callable, check_choice, check_nonnegative_int, check_positive_float,
+                      check_positive_int, check_seed)
 from .block import TransformerBlock
 from .data import CharCorpus
 from .norms import make_norm
@@ -147,18 +155,206 @@ def evaluate(model: nn.Module, corpus: CharCorpus, batch_size: int, num_steps: i
     return total / num_batches
 
 
+#: The per-step hook of :func:`train_models`: ``on_step(step, models, losses)`` with the
+#: 0-based step index, the models and their losses on that step's batches.
+StepHook = Callable[[int, list[nn.Module], list[float]], None]
+
+# Seeding goes through the global RNG, which threads share (ffn_comparison trains in threads).
+_SEEDING_LOCK = threading.Lock()
+
+# vmap has no batching rule for the CPU flash-attention kernel; PyTorch then loops over
+# the models for that one op (correct, and cheap for a few models) and warns about it.
+_SDPA_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
+
+
+def seeded_tiny_lm(vocab_size: int, seed: int, **model_kwargs) -> TinyLM:
+    """The :class:`TinyLM` whose initial weights are drawn from ``seed`` -- those :func:`train_lm` trains.
+
+    The weights come from the global RNG seeded with ``seed`` inside ``torch.random.fork_rng``,
+    so the caller's random state is left as it was (and threads take turns).
+
+    Args:
+        vocab_size: number of distinct tokens.
+        seed: seeds the weights.
+        **model_kwargs: passed to :class:`TinyLM` (``num_hiddens``, ``max_len``, ``norm``, ...).
+
+    Raises:
+        ValueError / TypeError: for a seed that is not an int, or arguments ``TinyLM`` rejects.
+    """
+    seed = check_seed(seed)
+    with _SEEDING_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return TinyLM(vocab_size, **model_kwargs)
+
+
+def lockstep_losses(models: list[nn.Module], vectorize: bool = False):
+    """A function from one ``(X, Y)`` batch per model to the models' losses.
+
+    The returned ``losses_of(batches)`` takes a list of ``(X, Y)`` pairs of token ids
+    ``(b, n)``, one per model, and returns the next-token cross-entropy of each model on
+    its own batch, a tensor of shape ``(len(models),)`` through which gradients flow back
+    to every model's own weights.
+
+    Args:
+        models: language models of the same architecture (logits ``(b, n, vocab)``).
+        vectorize: instead of a Python loop over the models, stack their weights along a
+            new leading dimension and run one forward pass of ``models[0]``'s architecture
+            vectorized over it (``torch.vmap`` over ``torch.func.functional_call``): one
+            kernel launch serves every model, the fast choice on a GPU. The weights are
+            stacked anew at every call, so they are always the models' current ones.
+
+    Raises:
+        TypeError: if ``vectorize`` is not a bool.
+    """
+    if not check_bool("vectorize", vectorize):
+        def losses_of(batches):
+            return torch.stack([F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
+                                for model, (X, Y) in zip(models, batches)])
+        return losses_of
+
+    skeleton = copy.deepcopy(models[0]).to("meta")  # the architecture, no storage
+    weights = [dict(model.named_parameters()) | dict(model.named_buffers()) for model in models]
+
+    def member_loss(weights, X, Y):
+        logits = torch.func.functional_call(skeleton, weights, (X,))
+        return F.cross_entropy(logits.flatten(0, 1), Y.flatten())
+
+    vectorized = torch.vmap(member_loss)
+
+    def losses_of(batches):
+        stacked = {name: torch.stack([w[name] for w in weights]) for name in weights[0]}
+        Xs, Ys = zip(*batches)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_SDPA_FALLBACK_WARNING)
+            return vectorized(stacked, torch.stack(Xs), torch.stack(Ys))
+    return losses_of
+
+
+@dataclass
+class TrainLog:
+    """What :func:`train_models` records.
+
+    Attributes:
+        losses: ``[model][step]`` cross-entropy (nats per character) of each step's
+            training batch, measured before that step's update.
+        lr: the learning rate of every step.
+        diverged: whether at some step every model's loss was NaN or infinite.
+        seconds: wall time of the training steps alone (no set-up, no time spent in the hook).
+    """
+
+    losses: list[list[float]]
+    lr: list[float] = field(default_factory=list)
+    diverged: bool = False
+    seconds: float = 0.0
+
+
+def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: int, batch_size: int = 32,
+                 seq_len: int = 64, lr: float = 1e-3, warmup_steps: int = 0, schedule: str = "constant",
+                 betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0, vectorize: bool = False,
+                 stop_on_divergence: bool = True, on_step: StepHook | None = None) -> TrainLog:
+    """Train one or several language models in lockstep with AdamW: the book's one training loop.
+
+    At every step, model ``i`` draws a random batch of windows from its own generator
+    (seeded with ``seeds[i]``) and computes its next-character cross-entropy; then one
+    AdamW step at the scheduled learning rate (:func:`lr_at`) updates every model. The
+    models share no weights, so the gradient of the summed losses is each model's own
+    gradient, and AdamW acts on every number separately, so one multi-tensor
+    (``foreach``) update of all of them equals one optimizer per model -- training
+    several seeds together gives each the losses it gets alone.
+
+    After every step, ``on_step(step, models, losses)`` is called with the 0-based
+    step index, the models (already updated) and the list of their losses on this
+    step's batches (before the update): what a probe, a validation or a plot needs.
+    If every model's loss is NaN or infinite, ``diverged`` becomes True and (unless
+    ``stop_on_divergence`` is False) that step takes no update; the hook is still
+    called, then training stops.
+
+    Args:
+        models: :class:`TinyLM` or any modules mapping token ids ``(b, n)`` to logits
+            ``(b, n, vocab)``, all on the same device; with ``vectorize`` of one architecture.
+        corpus: the data (see :func:`d2lmini.data.python_reference_corpus`).
+        seeds: one int per model, seeding that model's batches.
+        num_steps: optimizer steps.
+        batch_size, seq_len: windows per batch and characters per window.
+        lr: peak learning rate; warmup_steps: linear warm-up length (0 = none);
+        schedule: ``'constant'`` or ``'cosine'`` (to 10% at ``num_steps``) after the warm-up.
+        betas, weight_decay: AdamW's (the 2017 Transformer used betas (0.9, 0.98)).
+        vectorize: compute the losses with ``torch.vmap`` (see :func:`lockstep_losses`).
+        stop_on_divergence: False trains all ``num_steps`` whatever the losses (a model
+            that diverged keeps recording NaN), so that every list has the same length.
+        on_step: the hook, or None.
+
+    Returns:
+        A :class:`TrainLog`.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments, e.g. not one seed per model.
+    """
+    if not isinstance(models, (list, tuple)) or not all(isinstance(model, nn.Module) for model in models):
+        raise TypeError(f"models must be a list of torch.nn.Module (for one model: [model]), "
+                        f"got {type(models).__name__}")
+    if not isinstance(seeds, (list, tuple)):
+        raise TypeError(f"seeds must be a list of ints, one per model, got {type(seeds).__name__} {seeds!r}")
+    if not models or len(seeds) != len(models):
+        raise ValueError(f"models and seeds must be non-empty and of equal length (one seed per model), "
+                         f"got {len(models)} models and {len(seeds)} seeds")
+    seeds = [check_seed(seed) for seed in seeds]
+    num_steps = check_positive_int("num_steps", num_steps)
+    batch_size, seq_len = check_positive_int("batch_size", batch_size), check_positive_int("seq_len", seq_len)
+    check_positive_float("lr", lr)
+    warmup_steps = check_nonnegative_int("warmup_steps", warmup_steps)
+    check_choice("schedule", schedule, ("constant", "cosine"))
+    check_bool("stop_on_divergence", stop_on_divergence)
+    if on_step is not None:
+        check_callable("on_step", on_step)
+    losses_of = lockstep_losses(models, vectorize)
+    device = next(models[0].parameters()).device
+    parameters = [p for model in models for p in model.parameters()]
+    optimizer = torch.optim.AdamW(parameters, lr=lr, betas=betas, weight_decay=weight_decay, foreach=True)
+    generators = [torch.Generator().manual_seed(seed) for seed in seeds]  # one batch stream per model
+    log = TrainLog([[] for _ in models])
+    for model in models:
+        model.train()
+    for step in range(num_steps):
+        tick = time.perf_counter()
+        step_lr = lr_at(step, lr, warmup_steps, num_steps, schedule)
+        for group in optimizer.param_groups:
+            group["lr"] = step_lr
+        batches = [corpus.random_batch(batch_size, seq_len, gen) for gen in generators]
+        losses = losses_of([(X.to(device), Y.to(device)) for X, Y in batches])
+        values = losses.detach().tolist()
+        for history, value in zip(log.losses, values):
+            history.append(value)
+        log.lr.append(step_lr)
+        if not any(math.isfinite(value) for value in values):
+            log.diverged = True
+        stop = log.diverged and stop_on_divergence
+        if not stop:
+            optimizer.zero_grad(set_to_none=True)
+            losses.sum().backward()  # the models share no weights: each gets its own gradient
+            optimizer.step()
+        log.seconds += time.perf_counter() - tick
+        if on_step is not None:
+            on_step(step, models, values)
+        if stop:
+            break
+    return log
+
+
 def train_lm(corpus: CharCorpus, num_steps: int = 300, batch_size: int = 32, seq_len: int = 64,
              lr: float = 1e-3, warmup_steps: int = 0, schedule: str = "constant",
              betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,
              eval_every: int = 100, eval_batches: int = 8, seed: int = 0, device: str = "cpu",
-             **model_kwargs) -> TrainResult:
-    """Train a :class:`TinyLM` on ``corpus`` with Adam(W) and return its loss curves.
+             on_step: StepHook | None = None, **model_kwargs) -> TrainResult:
+    """Train a :class:`TinyLM` on ``corpus`` with AdamW and return its loss curves.
 
-    Every step draws a random batch of windows (from a generator seeded with
-    ``seed``), computes the next-character cross-entropy and takes one AdamW step
-    at the scheduled learning rate (:func:`lr_at`). The model's weights are
-    initialized from ``seed`` too, so two runs with the same arguments give the
-    same losses.
+    :func:`train_models` with one model: every step draws a random batch of windows
+    (from a generator seeded with ``seed``), computes the next-character cross-entropy
+    and takes one AdamW step at the scheduled learning rate (:func:`lr_at`). The
+    model's weights are initialized from ``seed`` too (:func:`seeded_tiny_lm`), so two
+    runs with the same arguments give the same losses. The validation is itself a
+    hook: every ``eval_every`` steps and after the last one it scores the model with
+    :func:`evaluate`.
 
     Args:
         corpus: the data (see :func:`d2lmini.data.python_reference_corpus`).
@@ -171,52 +367,38 @@ def train_lm(corpus: CharCorpus, num_steps: int = 300, batch_size: int = 32, seq
             on so many fixed batches.
         seed: seeds weights and batches.
         device: where to train.
+        on_step: called after every step as ``on_step(step, [model], [loss])`` (after
+            that step's validation, if any); see :func:`train_models`.
         **model_kwargs: passed to :class:`TinyLM` (``num_hiddens``, ``num_layers``,
             ``norm``, ``act``, ``placement``, ...).
 
     Returns:
-        :class:`TrainResult`. If a loss becomes NaN or infinite, training stops
+        :class:`TrainResult`. If the loss becomes NaN or infinite, training stops
         and ``diverged`` is True.
 
     Raises:
         ValueError / TypeError: for invalid arguments.
     """
-    num_steps = check_positive_int("num_steps", num_steps)
-    check_positive_float("lr", lr)
-    check_choice("schedule", schedule, ("constant", "cosine"))
-    if not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+    seq_len = check_positive_int("seq_len", seq_len)  # also the model's max_len
+    eval_every = check_positive_int("eval_every", eval_every)
+    if on_step is not None:
+        check_callable("on_step", on_step)
     config = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup_steps=warmup_steps,
                   schedule=schedule, betas=betas, weight_decay=weight_decay, seed=seed, **model_kwargs)
     start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = TinyLM(corpus.vocab_size, max_len=max(seq_len, model_kwargs.pop("max_len", seq_len)),
-                       **model_kwargs).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
-    gen = torch.Generator().manual_seed(seed)
+    model = seeded_tiny_lm(corpus.vocab_size, seed, max_len=max(seq_len, model_kwargs.pop("max_len", seq_len)),
+                           **model_kwargs).to(device)
     result = TrainResult(config)
-    model.train()
-    for step in range(num_steps):
-        step_lr = lr_at(step, lr, warmup_steps, num_steps, schedule)
-        for group in optimizer.param_groups:
-            group["lr"] = step_lr
-        X, Y = corpus.random_batch(batch_size, seq_len, gen)
-        logits = model(X.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1), Y.to(device).flatten())
-        value = float(loss.detach())
-        result.train_loss.append(value)
-        result.lr.append(step_lr)
-        if not math.isfinite(value):
-            result.diverged = True
-            break
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if (step + 1) % eval_every == 0 or step + 1 == num_steps:
+
+    def validate(step, models, losses):
+        if math.isfinite(losses[0]) and ((step + 1) % eval_every == 0 or step + 1 == num_steps):
             result.val_steps.append(step + 1)
             result.val_loss.append(evaluate(model, corpus, batch_size, seq_len, eval_batches))
+        if on_step is not None:
+            on_step(step, models, losses)
+
+    log = train_models([model], corpus, [seed], num_steps, batch_size, seq_len, lr, warmup_steps, schedule,
+                       betas, weight_decay, on_step=validate)
+    result.train_loss, result.lr, result.diverged = log.losses[0], log.lr, log.diverged
     result.seconds = time.perf_counter() - start
     return result
-
-

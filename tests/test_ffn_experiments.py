@@ -120,7 +120,11 @@ def test_ensemble_trains_every_seed_exactly_as_train_lm(corpus, vectorize):
     for i, seed in enumerate((0, 5)):
         ref = train_lm(corpus, seed=seed, eval_every=6, eval_batches=2, act="swiglu", norm="rms",
                        placement="pre", **kwargs)
-        assert run.train_loss[i] == pytest.approx(ref.train_loss, abs=1e-5)
+        if vectorize:  # a vmapped forward pass rounds differently in the last bits
+            assert run.train_loss[i] == pytest.approx(ref.train_loss, abs=1e-5)
+        else:  # the same loop, the same arithmetic
+            assert run.train_loss[i] == ref.train_loss
+        # train_lm averages the validation batches in float64, the ensemble in float32
         assert run.val_loss[i] == pytest.approx(ref.val_loss, abs=1e-5)
     # the trained weights come back: the stored model scores the recorded final loss
     model = run.model(5, corpus.vocab_size)
@@ -153,7 +157,7 @@ def test_ensemble_rejects_bad_arguments(corpus):
     with pytest.raises(TypeError, match="vectorize"):
         train_ensemble(corpus, vectorize=1, eval_steps=(), **TINY)
     with pytest.raises(ValueError, match="warmup_steps"):
-        train_ensemble(corpus, **{**TINY, "warmup_steps": -1})
+        train_ensemble(corpus, eval_steps=(), **{**TINY, "warmup_steps": -1})
 
 
 # ---------------------------------------------------------------- the comparison

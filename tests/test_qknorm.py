@@ -304,6 +304,13 @@ def test_training_with_the_probe_takes_the_same_steps_as_train_lm(corpus):
     assert len(probed.qk_gains) == 2 * 2 * 8  # 2 layers x (q, k) x head_dim
 
 
+def test_a_diverged_run_is_probed_up_to_its_nan_step(corpus):
+    run = train_with_logit_probe(corpus, None, lr=30.0, num_steps=12, batch_size=4, seq_len=16, num_hiddens=24,
+                                 num_heads=2, num_layers=1, norm="rms", act="gelu", eval_batches=2)
+    assert run.diverged and math.isnan(run.train_loss[-1]) and math.isnan(run.val_loss)
+    assert len(run.max_logit) == len(run.entropy) == len(run.max_logit_per_layer) == len(run.train_loss) < 12
+
+
 def test_qk_norm_keeps_the_largest_logit_small_at_a_high_learning_rate(runs):
     plain, normed = runs[None], runs["per_head"]
     assert list(runs) == [None, "per_head"]

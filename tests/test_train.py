@@ -8,12 +8,18 @@ import pytest
 import torch
 
 from d2lmini.data import CharCorpus, python_reference_corpus, python_reference_text
-from d2lmini.train import TinyLM, lr_at, train_lm
+from d2lmini.train import TinyLM, evaluate, lr_at, seeded_tiny_lm, train_lm, train_models
 
 
 @pytest.fixture(scope="module")
 def corpus():
     return python_reference_corpus()
+
+
+# A model and run small enough for a few hundredths of a second per step.
+TINY = dict(batch_size=4, seq_len=16, num_hiddens=16, num_heads=2, num_layers=1, norm="rms", act="gelu")
+# A run of that model whose loss becomes NaN at its 9th step (lr 30 after a 3-step warm-up).
+DIVERGING = dict(num_steps=12, lr=30.0, warmup_steps=3, schedule="cosine", **{**TINY, "num_hiddens": 24})
 
 
 def test_python_reference_text_is_real_prose_of_the_stated_size(corpus):
@@ -87,3 +93,89 @@ def test_warmup_comparison_runs_the_three_configurations(corpus):
     assert results["pre-LN, no warm-up"].config["placement"] == "pre"
     with pytest.raises(TypeError, match="placement"):
         warmup_comparison(corpus, placement="pre")
+
+
+# --------------------------------------------------------------------------- the one loop and its hook
+
+
+def test_the_hook_is_called_once_after_every_step_with_its_index(corpus):
+    steps = []
+    result = train_lm(corpus, num_steps=7, lr=1e-2, eval_every=3, eval_batches=1, seed=1,
+                      on_step=lambda step, models, losses: steps.append(step), **TINY)
+    assert steps == list(range(7)) and len(result.train_loss) == 7
+
+
+def test_a_probe_in_the_hook_sees_the_results_losses_and_the_updated_model(corpus):
+    seen, scores = [], {}
+
+    def probe(step, models, losses):
+        (model,) = models
+        seen.append(losses[0])
+        if (step + 1) % 3 == 0:  # the hook's own validation, on train_lm's batches
+            scores[step + 1] = evaluate(model, corpus, TINY["batch_size"], TINY["seq_len"], 2)
+
+    result = train_lm(corpus, num_steps=6, lr=1e-2, eval_every=3, eval_batches=2, seed=1, on_step=probe, **TINY)
+    assert seen == result.train_loss
+    assert list(scores) == result.val_steps and list(scores.values()) == result.val_loss
+
+
+def test_models_in_lockstep_take_exactly_the_steps_they_take_alone(corpus):
+    kwargs = dict(num_steps=5, batch_size=4, seq_len=16, lr=1e-2, warmup_steps=2, schedule="cosine")
+    model = dict(max_len=16, num_hiddens=16, num_heads=2, num_layers=1, norm="rms", act="gelu")
+    seen = []
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, **model) for seed in (0, 5)]
+    log = train_models(models, corpus, [0, 5], on_step=lambda step, ms, losses: seen.append(losses), **kwargs)
+    assert [list(column) for column in zip(*seen)] == log.losses and not log.diverged
+    for i, seed in enumerate((0, 5)):
+        alone = train_models([seeded_tiny_lm(corpus.vocab_size, seed, **model)], corpus, [seed], **kwargs)
+        assert alone.losses[0] == log.losses[i] and alone.lr == log.lr
+
+
+def test_a_diverged_step_is_recorded_and_probed_but_takes_no_update(corpus):
+    steps, weights = [], []
+
+    def probe(step, models, losses):
+        steps.append(step)
+        weights.append([p.detach().clone() for p in models[0].parameters()])
+
+    result = train_lm(corpus, eval_every=3, eval_batches=1, on_step=probe, **DIVERGING)
+    assert result.diverged and math.isnan(result.train_loss[-1]) and len(result.train_loss) == 9
+    assert steps == list(range(9)) and len(result.lr) == 9
+    assert result.val_steps == [3, 6]  # the diverged 9th step is not validated
+    # no update at the NaN step (some weights are NaN already; an update would spread NaN to all)
+    assert all(torch.allclose(a, b, rtol=0, atol=0, equal_nan=True) for a, b in zip(weights[-2], weights[-1]))
+    model_keys = ("num_hiddens", "num_heads", "num_layers", "norm", "act")
+    model = seeded_tiny_lm(corpus.vocab_size, 0, max_len=16, **{k: DIVERGING[k] for k in model_keys})
+    run = {k: v for k, v in DIVERGING.items() if k not in model_keys}
+    full = train_models([model], corpus, [0], stop_on_divergence=False, **run)
+    assert full.diverged and len(full.losses[0]) == 12 and full.losses[0][:8] == result.train_loss[:8]
+
+
+def test_seeded_model_leaves_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    a, b = (seeded_tiny_lm(20, 3, num_hiddens=8, num_heads=2, num_layers=1) for _ in range(2))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_bad_loop_arguments(corpus):
+    model = TinyLM(corpus.vocab_size, num_hiddens=8, num_heads=2, num_layers=1, max_len=16)
+    run = dict(num_steps=2, batch_size=2, seq_len=16)
+    with pytest.raises(ValueError, match="one seed per model"):
+        train_models([model], corpus, [0, 1], **run)
+    with pytest.raises(ValueError, match="non-empty"):
+        train_models([], corpus, [], **run)
+    with pytest.raises(TypeError, match=r"\[model\]"):
+        train_models(model, corpus, [0], **run)
+    with pytest.raises(TypeError, match="seeds"):
+        train_models([model], corpus, 0, **run)
+    with pytest.raises(TypeError, match="on_step"):
+        train_models([model], corpus, [0], on_step="print", **run)
+    with pytest.raises(TypeError, match="stop_on_divergence"):
+        train_models([model], corpus, [0], stop_on_divergence=1, **run)
+    with pytest.raises(TypeError, match="warmup_steps"):
+        train_models([model], corpus, [0], warmup_steps=1.5, **run)
+    with pytest.raises(TypeError, match="on_step"):
+        train_lm(corpus, on_step=42)
+    with pytest.raises(ValueError, match="eval_every"):
+        train_lm(corpus, eval_every=0)

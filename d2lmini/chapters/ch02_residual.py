@@ -629,11 +629,9 @@ class SkipTraining:
 def _init_token_spread(corpus, seed: int, num_windows: int, seq_len: int, **model_kwargs) -> list[float]:
     """Token spread after the embedding and after every block of the TinyLM that
     :func:`d2lmini.train.train_lm` builds from ``seed``, on ``num_windows`` validation windows."""
-    from ..train import TinyLM
+    from ..train import seeded_tiny_lm
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)  # the same draw as train_lm's: the run's initial weights
-        model = TinyLM(corpus.vocab_size, max_len=seq_len, **model_kwargs)
+    model = seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **model_kwargs)
     X, _ = corpus.random_batch(num_windows, seq_len, torch.Generator().manual_seed(seed), split="val")
     model.eval()
     with torch.no_grad():

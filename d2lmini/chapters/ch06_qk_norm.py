@@ -30,7 +30,6 @@ from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .._checks import check_seed as _check_seed
 from .._checks import (check_bool, check_choice, check_float_dtype, check_float_tensor, check_instance,
@@ -622,11 +621,12 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
                            eval_batches: int = 8, seed: int = 0, **model_kwargs) -> LogitTrainResult:
     """Train :class:`~d2lmini.train.TinyLM` exactly as :func:`d2lmini.train.train_lm` does, recording attention logits.
 
-    Same model construction (weights from ``seed``), same batches (a generator
-    seeded with ``seed``), AdamW at a constant learning rate without warm-up --
-    the same losses as ``train_lm`` with the same arguments -- plus a
-    :class:`LogitRecorder` that stores the largest attention logit of every
-    layer at every step.
+    The same loop (:func:`d2lmini.train.train_models`), model (weights from ``seed``)
+    and batches (a generator seeded with ``seed``), AdamW at a constant learning rate
+    without warm-up -- the same losses as ``train_lm`` with the same arguments. The
+    probe is a :class:`LogitRecorder` attached to the model, which measures the
+    logits during each step's forward pass, and a per-step hook that stores what it
+    measured.
 
     Args:
         corpus: a :class:`~d2lmini.data.CharCorpus`.
@@ -646,41 +646,29 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
     Raises:
         ValueError / TypeError: for invalid arguments.
     """
-    from ..train import TinyLM, evaluate
+    from ..train import evaluate, seeded_tiny_lm, train_models
 
     qk_norm = _check_qk_norm("qk_norm", qk_norm)
-    lr = check_positive_float("lr", lr)
-    num_steps = check_positive_int("num_steps", num_steps)
-    batch_size, seq_len = check_positive_int("batch_size", batch_size), check_positive_int("seq_len", seq_len)
+    seq_len = check_positive_int("seq_len", seq_len)  # also the model's max_len
     eval_batches = check_positive_int("eval_batches", eval_batches)
-    _check_seed(seed)
     config = dict(qk_norm=qk_norm, lr=lr, num_steps=num_steps, batch_size=batch_size, seq_len=seq_len,
                   num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers, rope_theta=rope_theta,
                   betas=betas, weight_decay=weight_decay, seed=seed, **model_kwargs)
     start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = TinyLM(corpus.vocab_size, num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers,
-                       max_len=seq_len, qk_norm=qk_norm, rope_theta=rope_theta, **model_kwargs)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
-    gen = torch.Generator().manual_seed(seed)
+    model = seeded_tiny_lm(corpus.vocab_size, seed, num_hiddens=num_hiddens, num_heads=num_heads,
+                           num_layers=num_layers, max_len=seq_len, qk_norm=qk_norm, rope_theta=rope_theta,
+                           **model_kwargs)
     result = LogitTrainResult(config)
-    model.train()
+
+    def record(step, models, losses):
+        result.max_logit_per_layer.append(list(recorder.max_logit))
+        result.max_logit.append(max(recorder.max_logit))
+        result.entropy.append(sum(recorder.entropy) / len(recorder.entropy))
+
     with LogitRecorder(model) as recorder:
-        for _ in range(num_steps):
-            X, Y = corpus.random_batch(batch_size, seq_len, gen)
-            loss = F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
-            value = float(loss.detach())
-            result.train_loss.append(value)
-            result.max_logit_per_layer.append(list(recorder.max_logit))
-            result.max_logit.append(max(recorder.max_logit))
-            result.entropy.append(sum(recorder.entropy) / len(recorder.entropy))
-            if not math.isfinite(value):
-                result.diverged = True
-                break
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+        log = train_models([model], corpus, [seed], num_steps, batch_size, seq_len, lr, betas=betas,
+                           weight_decay=weight_decay, on_step=record)
+    result.train_loss, result.diverged = log.losses[0], log.diverged
     if not result.diverged:
         result.val_loss = evaluate(model, corpus, batch_size, seq_len, eval_batches)
     if qk_norm is not None:

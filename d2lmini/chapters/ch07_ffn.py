@@ -13,39 +13,36 @@ Three things are measured here:
   model with SwiGLU, at matched parameters, over several seeds.
 
 The training code is built for speed, since the comparison is the heaviest cell of
-the book. The seeds of one activation train in lockstep (:func:`train_ensemble`):
-each model computes its loss and gradients, then one ``foreach`` AdamW step updates
-all of them. Adam works element by element, so this is exactly the arithmetic of
-training every seed by itself (:func:`d2lmini.train.train_lm`); the tests check that
-it is. The activations train side by side in worker threads, one per core
-(:func:`ffn_comparison`): on tensors this small, independent workers use the cores
-better than splitting each operation between them. ``train_ensemble(vectorize=True)``
-instead stacks the models' weights (``torch.func.stack_module_state``) and vectorizes
-one forward pass of the real ``TinyLM`` over them (``torch.func.functional_call``
-inside ``torch.vmap``) -- the fast choice on a GPU, about 15% slower on a CPU, where
-the attention kernel has no vmap rule.
+the book. The seeds of one activation train in lockstep (:func:`train_ensemble`, on
+the book's one loop :func:`d2lmini.train.train_models`): each model computes its loss
+and gradients, then one ``foreach`` AdamW step updates all of them. Adam works element
+by element, so this is exactly the arithmetic of training every seed by itself
+(:func:`d2lmini.train.train_lm`); the tests check that it is. The activations train
+side by side in worker threads, one per core (:func:`ffn_comparison`): on tensors this
+small, independent workers use the cores better than splitting each operation between
+them. ``train_ensemble(vectorize=True)`` instead stacks the models' weights and
+vectorizes one forward pass of the real ``TinyLM`` over them
+(``torch.func.functional_call`` inside ``torch.vmap``) -- the fast choice on a GPU,
+about 15% slower on a CPU, where the attention kernel has no vmap rule.
 """
 
 from __future__ import annotations
 
-import copy
 import statistics
-import threading
 import time
-import warnings
 from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch.nn import functional as F
 
 from .._checks import check_seeds as _check_seeds
-from .._checks import (check_bool, check_choice, check_float_tensor, check_instance, check_int_in, check_last_dim,
-                       check_positive_float, check_positive_int, check_seed, check_sequence)
+from .._checks import (check_choice, check_float_tensor, check_instance, check_int_in, check_last_dim,
+                       check_positive_int, check_seed, check_sequence)
 from ..data import CharCorpus
 from ..ffn import ACTS, GATED_ACTS, FeedForward
 from ..parameters import num_parameters
 from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, styled_figure
-from ..train import TinyLM, lr_at, moving_average
+from ..train import TinyLM, lockstep_losses, moving_average, seeded_tiny_lm, train_models
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
 #: a 2-block, 48-wide pre-norm character model (2 heads of 24 features, RMSNorm, no
@@ -67,10 +64,6 @@ COMPARISON_CONFIG = dict(num_hiddens=48, num_heads=2, num_layers=2, norm="rms", 
 #: of a T5-base-sized model (pre-trained on C4) after 65,536 steps, for the FFN variants
 #: this book implements. Published numbers, not measured here.
 SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "geglu": 1.942, "swiglu": 1.944}
-
-# vmap has no batching rule for the CPU flash-attention kernel; PyTorch then loops over
-# the ensemble for that one op (correct, and cheap for a few seeds) and warns about it.
-_SDPA_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
 
 
 # --------------------------------------------------------------------------------------
@@ -361,20 +354,6 @@ class EnsembleRun:
         return model.eval()
 
 
-# Seeding goes through the global RNG, which worker threads share: one at a time.
-_SEEDING_LOCK = threading.Lock()
-
-
-def _build_models(vocab_size: int, seeds, max_len: int, model_kwargs: dict) -> list[TinyLM]:
-    """One TinyLM per seed, initialized exactly as :func:`d2lmini.train.train_lm` does."""
-    models = []
-    for seed in seeds:
-        with _SEEDING_LOCK, torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            models.append(TinyLM(vocab_size, max_len=max_len, **model_kwargs))
-    return models
-
-
 def validation_batches(corpus: CharCorpus, batch_size: int, seq_len: int, num_batches: int,
                        seed: int = 1234) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed held-out batches every model is scored on (those of :func:`d2lmini.train.evaluate`).
@@ -396,21 +375,23 @@ def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num
                    vectorize: bool = False, device: str = "cpu") -> EnsembleRun:
     """Train one :class:`~d2lmini.train.TinyLM` per seed, all seeds in lockstep, and record losses.
 
-    Every seed's model is exactly what :func:`d2lmini.train.train_lm` would train with
-    that seed: the same initial weights, the same stream of random training batches,
-    the same AdamW updates at the same scheduled learning rate
-    (:func:`d2lmini.train.lr_at`). What differs is the bookkeeping, which is built for
-    speed: at every step each model computes its loss and gradients, then *one*
-    ``foreach`` AdamW step updates the weights of all of them (AdamW acts on each
-    number separately, so this equals one optimizer per model, with a few large
-    kernel calls instead of many small ones).
+    The book's one training loop, :func:`d2lmini.train.train_models`, with one model
+    per seed: every seed's model is what :func:`d2lmini.train.train_lm` trains with that
+    seed -- the same initial weights, the same stream of random training batches, the
+    same AdamW updates at the same scheduled learning rate
+    (:func:`d2lmini.train.lr_at`), and the same losses. At every step each model
+    computes its loss and gradients, then *one* ``foreach`` AdamW step updates the
+    weights of all of them (AdamW acts on each number separately, so this equals one
+    optimizer per model, with a few large kernel calls instead of many small ones).
+    The validation is the loop's per-step hook.
 
     With ``vectorize=True`` the models' weights are instead stacked along a new
-    leading dimension (``torch.func.stack_module_state``) and one forward pass of the
-    real ``TinyLM`` is vectorized over that dimension (``torch.vmap`` over
-    ``torch.func.functional_call``): one kernel launch serves every seed, the fast
-    choice on a GPU. On a CPU it is slower, because PyTorch has no vmap rule for the
-    CPU attention kernel and loops over the seeds for that op; the results are the same.
+    leading dimension and one forward pass of the real ``TinyLM`` is vectorized over
+    that dimension (``torch.vmap`` over ``torch.func.functional_call``, see
+    :func:`d2lmini.train.lockstep_losses`): one kernel launch serves every seed, the
+    fast choice on a GPU. On a CPU it is slower, because PyTorch has no vmap rule for
+    the CPU attention kernel and loops over the seeds for that op; the results are the
+    same.
 
     Args:
         corpus: the data (:func:`d2lmini.data.python_reference_corpus`).
@@ -442,19 +423,13 @@ def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num
     check_choice("act", act, ACTS)
     seeds = _check_seeds(seeds)
     num_steps = check_positive_int("num_steps", num_steps)
-    batch_size = check_positive_int("batch_size", batch_size)
-    seq_len = check_positive_int("seq_len", seq_len)
-    check_positive_float("lr", lr)
-    check_choice("schedule", schedule, ("constant", "cosine"))
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+    seq_len = check_positive_int("seq_len", seq_len)  # also the models' max_len
     eval_batches = check_positive_int("eval_batches", eval_batches)
     if isinstance(eval_steps, (str, bytes)) or not hasattr(eval_steps, "__iter__"):
         raise TypeError(f"eval_steps must be a sequence of ints, got {type(eval_steps).__name__}")
     eval_steps = sorted({check_positive_int("eval_steps", s) for s in eval_steps})
     if eval_steps and eval_steps[-1] > num_steps:
         raise ValueError(f"eval_steps must lie in [1, num_steps={num_steps}], got {eval_steps}")
-    check_bool("vectorize", vectorize)
     model_kwargs = dict(num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers, norm=norm,
                         placement=placement, bias=bias, act=act, ffn_num_hiddens=ffn_num_hiddens)
     config = dict(seeds=seeds, num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
@@ -462,61 +437,26 @@ def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num
                   eval_steps=eval_steps, eval_batches=eval_batches, vectorize=vectorize, **model_kwargs)
 
     start = time.perf_counter()
-    models = [m.to(device) for m in _build_models(corpus.vocab_size, seeds, seq_len, model_kwargs)]
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **model_kwargs).to(device) for seed in seeds]
     num_params = sum(p.numel() for p in models[0].parameters())
     ffn_params = sum(p.numel() for block in models[0].blocks for p in block.ffn.parameters())
-    if vectorize:
-        params, buffers = torch.func.stack_module_state(models)  # each (E, *shape), leaves
-        skeleton = copy.deepcopy(models[0]).to("meta")            # the architecture, no storage
-
-        def member_loss(p, b, X, Y):
-            logits = torch.func.functional_call(skeleton, (p, b), (X,))
-            return F.cross_entropy(logits.flatten(0, 1), Y.flatten())
-
-        vectorized = torch.vmap(member_loss)                      # (E, b, n) batches -> (E,)
-
-        def losses_of(Xs, Ys):
-            return vectorized(params, buffers, torch.stack(Xs), torch.stack(Ys))
-
-        weights = list(params.values())
-    else:
-        def losses_of(Xs, Ys):
-            return torch.stack([F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
-                                for model, X, Y in zip(models, Xs, Ys)])
-
-        weights = [p for model in models for p in model.parameters()]
-    optimizer = torch.optim.AdamW(weights, lr=lr, betas=tuple(betas), weight_decay=weight_decay, foreach=True)
-    generators = [torch.Generator().manual_seed(s) for s in seeds]  # train_lm's batch streams
+    losses_of = lockstep_losses(models, vectorize)
     val = [(X.to(device), Y.to(device)) for X, Y in validation_batches(corpus, batch_size, seq_len, eval_batches)]
-    train_loss = [[] for _ in seeds]
     val_loss = [[] for _ in seeds]
-    train_seconds = 0.0
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_SDPA_FALLBACK_WARNING)
-        for step in range(num_steps):
-            tick = time.perf_counter()
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, lr, warmup_steps, num_steps, schedule)
-            batches = [corpus.random_batch(batch_size, seq_len, g) for g in generators]
-            losses = losses_of([X.to(device) for X, _ in batches], [Y.to(device) for _, Y in batches])
-            optimizer.zero_grad(set_to_none=True)
-            losses.sum().backward()                                  # the models share nothing
-            optimizer.step()
-            for history, value in zip(train_loss, losses.detach().tolist()):
+    def validate(step, models, losses):
+        if step + 1 in eval_steps:
+            with torch.no_grad():
+                total = sum(losses_of([(X, Y)] * len(models)) for X, Y in val)
+            for history, value in zip(val_loss, (total / len(val)).tolist()):
                 history.append(value)
-            train_seconds += time.perf_counter() - tick
-            if step + 1 in eval_steps:
-                with torch.no_grad():
-                    total = sum(losses_of([X] * len(seeds), [Y] * len(seeds)) for X, Y in val)
-                for history, value in zip(val_loss, (total / len(val)).tolist()):
-                    history.append(value)
-    if vectorize:
-        state = {k: v.detach() for k, v in params.items()}
-    else:
-        state = {k: torch.stack([m.state_dict()[k] for m in models]).detach() for k in models[0].state_dict()}
-    return EnsembleRun(act, seeds, num_params, ffn_params, train_loss, eval_steps, val_loss,
-                       time.perf_counter() - start, train_seconds, config, state)
+
+    log = train_models(models, corpus, seeds, num_steps, batch_size, seq_len, lr, warmup_steps, schedule,
+                       tuple(betas), weight_decay, vectorize=vectorize, stop_on_divergence=False,
+                       on_step=validate)
+    state = {k: torch.stack([m.state_dict()[k] for m in models]).detach() for k in models[0].state_dict()}
+    return EnsembleRun(act, seeds, num_params, ffn_params, log.losses, eval_steps, val_loss,
+                       time.perf_counter() - start, log.seconds, config, state)
 
 
 # --------------------------------------------------------------------------------------
