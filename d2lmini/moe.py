@@ -16,7 +16,6 @@ from .parameters import num_parameters
 ROUTERS = ("softmax", "sigmoid")
 
 
-
 class MixtureOfExperts(nn.Module):
     r"""A sparse mixture-of-experts FFN: each token is sent to ``top_k`` of ``num_experts`` FFNs.
 

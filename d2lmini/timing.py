@@ -28,7 +28,6 @@ EPS = DEFAULT_EPS["rms"]
 CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter}
 
 
-
 def machine_description() -> dict:
     """Where a timing ran: processor, machine, torch version, threads and load.
 
@@ -97,9 +96,7 @@ BOOKKEEPING_OPS = {"aten::to", "aten::_to_copy", "aten::empty", "aten::empty_str
                    "aten::detach", "aten::reshape", "aten::expand", "aten::as_strided"}
 
 
-
 WRAPPER_OPS = {"aten::rms_norm", "aten::_fused_rms_norm", "aten::layer_norm"}
-
 
 
 def forward_ops(norm: nn.Module, X: torch.Tensor) -> list[str]:
@@ -149,7 +146,6 @@ def forward_ops(norm: nn.Module, X: torch.Tensor) -> list[str]:
             kept.add(id(event))
             names.append(event.name.removeprefix("aten::"))
     return names
-
 
 
 @dataclass
@@ -205,11 +201,9 @@ class NormTiming:
                             index=[TIMED_NORMS[k] for k in keys])
 
 
-
 #: Environment of the fresh process :func:`time_norms` measures in: glibc's malloc
 #: keeps freed blocks (up to 256 MiB) instead of handing them back to the system.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
-
 
 
 def time_norms(shape=(4, 256, 1024), repeats: int = 31, warmup: int = 3, num_threads: int = 1,
@@ -288,7 +282,6 @@ def time_norms(shape=(4, 256, 1024), repeats: int = 31, warmup: int = 3, num_thr
                       fresh_process=fresh_process, ops=result["ops"])
 
 
-
 def _measure_in_fresh_process(config: dict) -> dict:
     import json
     import subprocess
@@ -306,7 +299,6 @@ def _measure_in_fresh_process(config: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-
 def _thread_faults():
     try:
         import resource
@@ -314,7 +306,6 @@ def _thread_faults():
         return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     except (ImportError, AttributeError, OSError):
         return None
-
 
 
 def _measure(config: dict) -> dict:

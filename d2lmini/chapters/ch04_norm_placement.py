@@ -51,7 +51,6 @@ def probe_placements(depth: int = 32, placements=PROBED_PLACEMENTS, **kwargs) ->
     return probes
 
 
-
 def depth_table(probes, ks=(8, 16, 32)):
     """A pandas DataFrame of the measurements of several probes at depths ``ks``.
 
@@ -151,7 +150,6 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
 WARMUP_RUNS = (("post-LN, no warm-up", "post", False),
                ("post-LN, warm-up", "post", True),
                ("pre-LN, no warm-up", "pre", False))
-
 
 
 def warmup_comparison(corpus: CharCorpus, num_steps: int = 300, lr: float = 1e-2, warmup_steps: int = 75,
@@ -300,11 +298,9 @@ class DepthExplorer:
         display(self.widget)
 
 
-
 def depth_explorer(**kwargs) -> DepthExplorer:
     """Make a :class:`DepthExplorer` (see there for the arguments); display it to use it."""
     return DepthExplorer(**kwargs)
-
 
 
 def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placements=PROBED_PLACEMENTS,
