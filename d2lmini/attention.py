@@ -156,7 +156,6 @@ class MultiHeadAttention(nn.Module):
     Attributes:
         W_q, W_k, W_v, W_o: the projections (``nn.Linear``).
         q_norm, k_norm: the QK-norms, or ``None``.
-        logit_scale: the scale in effect (``scale`` or ``1 / sqrt(head_dim)``).
 
     :meth:`queries_and_keys` returns the queries and keys exactly as :meth:`forward`
     hands them to the attention kernel.

@@ -166,7 +166,8 @@ def styled_figure(ncols: int = 1, nrows: int = 1, width: float = 9.0, height: fl
     made, and everything drawn inside the ``with`` block uses :data:`STYLE`.
 
     Args:
-        ncols, nrows, width, height, **subplot_kw: as for :func:`new_figure`.
+        ncols, nrows, width, height: as for :func:`new_figure`.
+        **subplot_kw: as for :func:`new_figure`.
 
     Yields:
         ``(fig, axes)``, as :func:`new_figure` returns them.

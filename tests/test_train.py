@@ -139,16 +139,19 @@ def test_a_diverged_step_is_recorded_and_probed_but_takes_no_update(corpus):
         weights.append([p.detach().clone() for p in models[0].parameters()])
 
     result = train_lm(corpus, eval_every=3, eval_batches=1, on_step=probe, **DIVERGING)
-    assert result.diverged and math.isnan(result.train_loss[-1]) and len(result.train_loss) == 9
-    assert steps == list(range(9)) and len(result.lr) == 9
-    assert result.val_steps == [3, 6]  # the diverged 9th step is not validated
+    # Where exactly the loss first turns NaN depends on the torch release; what follows from it does not.
+    n = len(result.train_loss)
+    assert result.diverged and math.isnan(result.train_loss[-1]) and 3 < n < 12
+    assert all(math.isfinite(v) for v in result.train_loss[:-1])
+    assert steps == list(range(n)) and len(result.lr) == n
+    assert result.val_steps == [s for s in (3, 6, 9) if s < n]  # the diverged step is not validated
     # no update at the NaN step (some weights are NaN already; an update would spread NaN to all)
     assert all(torch.allclose(a, b, rtol=0, atol=0, equal_nan=True) for a, b in zip(weights[-2], weights[-1]))
     model_keys = ("num_hiddens", "num_heads", "num_layers", "norm", "act")
     model = seeded_tiny_lm(corpus.vocab_size, 0, max_len=16, **{k: DIVERGING[k] for k in model_keys})
     run = {k: v for k, v in DIVERGING.items() if k not in model_keys}
     full = train_models([model], corpus, [0], stop_on_divergence=False, **run)
-    assert full.diverged and len(full.losses[0]) == 12 and full.losses[0][:8] == result.train_loss[:8]
+    assert full.diverged and len(full.losses[0]) == 12 and full.losses[0][:n - 1] == result.train_loss[:n - 1]
 
 
 def test_seeded_model_leaves_the_global_rng_alone():
