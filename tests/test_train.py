@@ -141,7 +141,7 @@ def test_a_diverged_step_is_recorded_and_probed_but_takes_no_update(corpus):
     result = train_lm(corpus, eval_every=3, eval_batches=1, on_step=probe, **DIVERGING)
     # Where exactly the loss first turns NaN depends on the torch release; what follows from it does not.
     n = len(result.train_loss)
-    assert result.diverged and math.isnan(result.train_loss[-1]) and 3 < n < 12
+    assert result.diverged and math.isnan(result.train_loss[-1]) and 3 < n <= 12
     assert all(math.isfinite(v) for v in result.train_loss[:-1])
     assert steps == list(range(n)) and len(result.lr) == n
     assert result.val_steps == [s for s in (3, 6, 9) if s < n]  # the diverged step is not validated
