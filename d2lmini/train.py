@@ -28,6 +28,7 @@ from ._checks import (check_bool, check_callable, check_choice, check_nonnegativ
 from .block import TransformerBlock
 from .data import CharCorpus
 from .norms import make_norm
+from .seeding import seeded
 
 
 class TinyLM(nn.Module):
@@ -170,7 +171,7 @@ _SDPA_FALLBACK_WARNING = "There is a performance drop because we have not yet im
 def seeded_tiny_lm(vocab_size: int, seed: int, **model_kwargs) -> TinyLM:
     """The :class:`TinyLM` whose initial weights are drawn from ``seed`` -- those :func:`train_lm` trains.
 
-    The weights come from the global RNG seeded with ``seed`` inside ``torch.random.fork_rng``,
+    The weights come from the global RNG seeded with ``seed`` inside :func:`d2lmini.seeding.seeded`,
     so the caller's random state is left as it was (and threads take turns).
 
     Args:
@@ -181,9 +182,7 @@ def seeded_tiny_lm(vocab_size: int, seed: int, **model_kwargs) -> TinyLM:
     Raises:
         ValueError / TypeError: for a seed that is not an int, or arguments ``TinyLM`` rejects.
     """
-    seed = check_seed(seed)
-    with _SEEDING_LOCK, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with _SEEDING_LOCK, seeded(seed):
         return TinyLM(vocab_size, **model_kwargs)
 
 

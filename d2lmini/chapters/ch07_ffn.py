@@ -438,8 +438,8 @@ def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num
 
     start = time.perf_counter()
     models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **model_kwargs).to(device) for seed in seeds]
-    num_params = sum(p.numel() for p in models[0].parameters())
-    ffn_params = sum(p.numel() for block in models[0].blocks for p in block.ffn.parameters())
+    num_params = num_parameters(models[0])
+    ffn_params = sum(num_parameters(block.ffn) for block in models[0].blocks)
     losses_of = lockstep_losses(models, vectorize)
     val = [(X.to(device), Y.to(device)) for X, Y in validation_batches(corpus, batch_size, seq_len, eval_batches)]
     val_loss = [[] for _ in seeds]
