@@ -41,7 +41,6 @@ from .block import PLACEMENTS, AddNorm, TransformerBlock, TransformerDecoderBloc
 from .ffn import ACTS, FeedForward, default_ffn_num_hiddens
 from .moe import MixtureOfExperts
 from .norms import NORMS, RMSNorm, make_norm
-from .notebook import glue
 from .parameters import num_parameters
 from .probes import PROBED_PLACEMENTS, DepthProbe, init_linear_weights_, probe_depth, stream_rms, token_spread
 from .widgets import FrameExplorer, StaticTwin
@@ -63,7 +62,7 @@ __all__ = [
     "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "FrameExplorer", "GatedAttention",
     "MixtureOfExperts", "MultiHeadAttention", "RMSNorm", "StaticTwin", "TransformerBlock",
     "TransformerDecoderBlock", "apply_rotary", "default_ffn_num_hiddens", "depth_explorer",
-    "depth_explorer_static", "depth_table", "glue", "init_linear_weights_", "make_norm", "num_parameters",
+    "depth_explorer_static", "depth_table", "init_linear_weights_", "make_norm", "num_parameters",
     "probe_depth", "probe_placements", "qk_scale_explorer", "residual_explorer", "rotary_cos_sin", "stream_rms",
     "token_spread", "valid_lens_mask",
 ]

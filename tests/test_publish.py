@@ -19,13 +19,14 @@ from bs4 import BeautifulSoup
 from conftest import ROOT, chapter_notebooks, toc_files  # the html fixture (conftest.py) builds the book once
 from test_repo import readme_commands
 
-STATUS = "chapters/status"
+STATUS = "chapters/status"  # a Markdown page: myst-nb's execution table
+ENVIRONMENT = "chapters/environment"  # a notebook: the releases and machine it ran on
 WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
 
 
-def status_page(html: Path) -> BeautifulSoup:
-    path = html / f"{STATUS}.html"
-    assert path.exists(), f"{STATUS} was not built"
+def status_page(html: Path, name: str = STATUS) -> BeautifulSoup:
+    path = html / f"{name}.html"
+    assert path.exists(), f"{name} was not built"
     return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
 
 
@@ -40,11 +41,12 @@ def table_with(soup: BeautifulSoup, text: str):
     return tables[0]
 
 
-def test_status_page_is_back_matter():
+def test_status_pages_are_back_matter():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     back = next(part for part in toc["parts"] if part.get("caption") == "Back matter")
-    assert {"file": STATUS} in back["chapters"]
-    assert STATUS in toc_files()
+    for name in (STATUS, ENVIRONMENT):
+        assert {"file": name} in back["chapters"]
+        assert name in toc_files()
 
 
 def test_status_page_gives_every_notebooks_run_time(html):
@@ -59,7 +61,7 @@ def test_status_page_gives_every_notebooks_run_time(html):
 
 
 def test_status_page_shows_the_releases_this_build_ran(html):
-    table = table_with(status_page(html), "torch threads")
+    table = table_with(status_page(html, ENVIRONMENT), "torch threads")
     shown = {row[0]: row[1] for row in map(cells, table.find("tbody").find_all("tr"))}
     assert shown["Python"] == platform.python_version()
     assert shown["torch"] == torch.__version__

@@ -42,18 +42,3 @@ def test_package_requirement_on_torch_stays_loose_for_colab():
     assert 'requires-python = ">=3.10"' in pyproject
 
 
-def test_glue_falls_back_to_display_outside_the_book_build(monkeypatch, capsys):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_myst_nb(name, *args, **kwargs):
-        if name.startswith("myst_nb"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_myst_nb)
-    d2lmini.glue("x", 0.125, display=False)
-    assert capsys.readouterr().out == ""
-    d2lmini.glue("x", 0.125)
-    assert "0.125" in capsys.readouterr().out
