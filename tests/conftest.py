@@ -50,6 +50,14 @@ def chapter_notebooks() -> list[Path]:
     return [ROOT / f"{f}.ipynb" for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
 
 
+def code_notebooks() -> list[Path]:
+    """The notebooks of :func:`chapter_notebooks` that hold code (the glossary holds none)."""
+    import nbformat
+
+    return [path for path in chapter_notebooks()
+            if any(cell.cell_type == "code" for cell in nbformat.read(path, as_version=4).cells)]
+
+
 def find_python(version: str) -> Path | None:
     """An interpreter of Python ``version`` (such as ``"3.13"``) on this machine, or None.
 

@@ -12,9 +12,10 @@ import nbformat
 import pytest
 import yaml
 
-from conftest import COLAB_JOB, ROOT, chapter_notebooks, toc_files
+from conftest import COLAB_JOB, ROOT, chapter_notebooks, code_notebooks, toc_files
 
 NOTEBOOKS = chapter_notebooks()
+CODE_NOTEBOOKS = code_notebooks()  # the ones with a setup cell and something to run
 
 
 def test_toc_lists_only_files_that_exist():
@@ -33,7 +34,7 @@ def test_notebook_is_stored_without_outputs(path):
     assert "widgets" not in nb.metadata
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CODE_NOTEBOOKS, ids=lambda p: p.stem)
 def test_setup_cell_installs_from_the_configured_repository(path):
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     url, branch = config["repository"]["url"], config["repository"]["branch"]
@@ -83,7 +84,7 @@ def queue_jobs(item, jobs, tmp_path_factory):
                  group="installs into the Colab-like environment", uses=COLAB_JOB)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CODE_NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_alone_in_a_colab_like_environment(path, colab_env, jobs):
     proc = jobs.result(("alone", path.name))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]

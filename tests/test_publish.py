@@ -16,7 +16,7 @@ import torch
 import yaml
 from bs4 import BeautifulSoup
 
-from conftest import ROOT, chapter_notebooks, toc_files  # the html fixture (conftest.py) builds the book once
+from conftest import ROOT, code_notebooks, toc_files  # the html fixture (conftest.py) builds the book once
 from test_repo import readme_commands
 
 STATUS = "chapters/status"  # a Markdown page: myst-nb's execution table
@@ -53,7 +53,7 @@ def test_status_page_gives_every_notebooks_run_time(html):
     table = table_with(status_page(html), "Run Time (s)")  # myst-nb's nb-exec-table
     header = cells(table.find("thead"))
     rows = {row[0]: dict(zip(header, row)) for row in map(cells, table.find("tbody").find_all("tr"))}
-    for notebook in chapter_notebooks():  # every chapter in the toc, and each back-matter notebook
+    for notebook in code_notebooks():  # every chapter in the toc, and each back-matter notebook with code
         name = notebook.relative_to(ROOT).with_suffix("").as_posix()
         assert name in rows, f"{name} is missing from the execution table"
         assert float(rows[name]["Run Time (s)"]) > 0, rows[name]
