@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import COLAB_JOB, ROOT, chapter_notebooks, code_notebooks, toc_files
+from test_readers import NUMBER, prose_cells, prose_outputs
 
 NOTEBOOKS = chapter_notebooks()
 CODE_NOTEBOOKS = code_notebooks()  # the ones with a setup cell and something to run
@@ -62,7 +63,11 @@ views = sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
             for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
 print("widget views:", views, "errors:", len(errors))
+nbformat.write(nb, sys.argv[2])  # what the reader now sees, for the tests to read
 """
+
+
+EXECUTED = "executed.ipynb"  # the run's notebook, with its outputs, in the run's folder
 
 
 def run_alone(path: Path, colab, folder: Path) -> subprocess.CompletedProcess:
@@ -70,8 +75,8 @@ def run_alone(path: Path, colab, folder: Path) -> subprocess.CompletedProcess:
     alone = folder / path.name
     shutil.copy(path, alone)
     env = {**os.environ, "D2LMINI_SOURCE": str(colab.wheel)}
-    return subprocess.run([str(colab.python), "-c", RUNNER, str(alone)], capture_output=True, text=True,
-                          env=env, cwd=folder, timeout=1800)
+    return subprocess.run([str(colab.python), "-c", RUNNER, str(alone), str(folder / EXECUTED)],
+                          capture_output=True, text=True, env=env, cwd=folder, timeout=1800)
 
 
 def queue_jobs(item, jobs, tmp_path_factory):
@@ -91,3 +96,24 @@ def test_notebook_runs_alone_in_a_colab_like_environment(path, colab_env, jobs):
     skipped_in_build = sum("skip-execution" in c.metadata.get("tags", [])
                            for c in nbformat.read(path, as_version=4).cells)
     assert f"widget views: {skipped_in_build} errors: 0" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("path", CODE_NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_text_shows_this_runs_numbers_in_a_colab_like_run(path, colab_env, jobs, html):
+    """Every paragraph that quotes measured numbers appears, filled in, once its cell has run.
+
+    In Colab and Jupyter such a paragraph is the Markdown output of a collapsed code cell. Here
+    each one must have written exactly one piece of Markdown, with every field filled in, and
+    quoting as many numbers as the same paragraph does on the book's page (the values differ
+    where the run does: another torch, another machine).
+    """
+    proc = jobs.result(("alone", path.name))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    ran = nbformat.read(Path(proc.args[-1]), as_version=4)
+    built = nbformat.read(html.parent / "jupyter_execute" / path.relative_to(ROOT), as_version=4)
+    shown, in_book = prose_outputs(ran), prose_outputs(built)
+    assert len(shown) == len(prose_cells(ran)) == len(in_book), (len(shown), len(in_book))
+    for text, book_text in zip(shown, in_book):
+        assert "numbers[" not in text and not re.search(r"\bnan\b", text), text
+        assert NUMBER.findall(text), text[:200]
+        assert len(NUMBER.findall(text)) == len(NUMBER.findall(book_text)), (text, book_text)

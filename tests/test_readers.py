@@ -52,6 +52,16 @@ def prose_cells(nb) -> list:
     return [cell for cell in nb.cells if cell.cell_type == "code" and cell.source.startswith(PROSE_TITLE)]
 
 
+# A number as a paragraph quotes it: 3, -0.25, 1,024, 1.2e-05, +0.031.
+NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def prose_outputs(nb) -> list[str]:
+    """The Markdown each prose cell of an executed notebook wrote, in order."""
+    return [output["data"]["text/markdown"] for cell in prose_cells(nb) for output in cell.get("outputs", [])
+            if "text/markdown" in output.get("data", {})]
+
+
 def prose_template(cell) -> str:
     """The Markdown a prose cell writes, with every ``{expression:format}`` shown as 0."""
     match = re.fullmatch(r'#@title [^\n]*\nMarkdown\(rf"""\n(.*)\n"""\)', cell.source, re.S)
