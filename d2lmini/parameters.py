@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import nn
 
 from ._checks import check_instance
+from ._shown import shown_in
 
 #: How :func:`num_parameters` splits a :class:`~d2lmini.block.TransformerBlock` (or a
 #: decoder block): part -> the prefixes of the parameter names that belong to it. The
@@ -19,6 +20,7 @@ from ._checks import check_instance
 BLOCK_PARTS = {"attention": ("attention.", "cross_attention."), "ffn": ("ffn.",), "norms": ("addnorm",)}
 
 
+@shown_in("ch01")
 def num_parameters(module: nn.Module, parts: dict | None = None) -> int | dict[str, int]:
     """Count the parameters of ``module``, in total or per part.
 

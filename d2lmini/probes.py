@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ._checks import check_choice, check_instance, check_int_at_least, check_int_in, check_positive_int, check_seed
+from ._shown import shown_in
 from .block import TransformerBlock
 from .norms import make_norm
 from .seeding import seeded
@@ -27,6 +28,7 @@ INITS = ("xavier_uniform", "torch_default")
 ATTENTION_WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
 
 
+@shown_in("ch02")
 def token_spread(X: torch.Tensor) -> float:
     r"""How different the tokens of one sequence are: ``||X - mean_tokens(X)||_F / ||X||_F``.
 

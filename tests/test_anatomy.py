@@ -253,3 +253,46 @@ def test_num_parameters_counts_totals_parts_and_tied_weights_once():
         num_parameters(linear, {"weights": "weight"})
     with pytest.raises(TypeError, match="module"):
         num_parameters([linear])
+
+
+# --------------------------------------------------------------------------- the printed measuring cores
+
+
+def test_permutation_gap_is_zero_without_positions_and_not_with_a_causal_mask():
+    # Fails if permutation_gap compares the wrong rows, or stops applying the permutation.
+    torch.manual_seed(0)
+    X, perm = torch.randn(1, 6, 16), torch.tensor([5, 3, 1, 0, 2, 4])
+    block = TransformerBlock(16, 2).eval()
+    with torch.no_grad():
+        assert anatomy.permutation_gap(block, X, perm) < 1e-5
+        assert anatomy.permutation_gap(block, X, torch.arange(6)) == 0.0
+        causal = TransformerBlock(16, 2, causal=True).eval()
+        causal.load_state_dict(block.state_dict())
+        assert anatomy.permutation_gap(causal, X, perm) > 1e-2
+
+
+def test_alone_vs_in_sequence_measures_each_token_against_its_row():
+    # A sublayer that replaces every row by the mean of all rows: token i alone gives x_i,
+    # in the sequence it gives the mean, so the gaps are known exactly.
+    X = torch.tensor([[[1.0, 0.0], [3.0, 4.0], [2.0, -4.0]]])
+    mean = X.mean(dim=1, keepdim=True)  # [[2, 0]]
+    gap, relative = anatomy.alone_vs_in_sequence(lambda Z: Z.mean(dim=1, keepdim=True).expand_as(Z), X)
+    assert gap == pytest.approx(float((X - mean).abs().max()))  # 4
+    assert relative == pytest.approx(float((X - mean).norm(dim=-1).max() / mean.norm()))  # sqrt(17) / 2
+    # A row-wise sublayer (the FFN) gives the same output alone and in the sequence.
+    ffn = TransformerBlock(16, 2).ffn
+    with torch.no_grad():
+        assert anatomy.alone_vs_in_sequence(ffn, torch.randn(2, 5, 16))[0] < 1e-5
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "post_sublayer", "sandwich"])
+def test_add_sublayer_takes_the_step_of_addnorm(placement):
+    # Fails if add_sublayer drifts from AddNorm.forward, or returns something other than
+    # the branch output that is added (for every placement but post-LN, X' = X + C).
+    block = TransformerBlock(16, 2, placement=placement).eval()
+    X = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        X_next, C = anatomy.add_sublayer(block.addnorm2, block.ffn, X)
+        assert torch.equal(X_next, block.addnorm2(X, block.ffn))
+        if placement != "post":
+            assert torch.equal(X_next, X + C)

@@ -267,3 +267,35 @@ def test_plots_return_figures(sweep, spectra, training):
         plot_jacobian_spectra(spectra, depth=3)
     fig = plot_skip_training(training)
     assert isinstance(fig, Figure) and fig.axes[0].get_legend() is not None
+
+
+# --------------------------------------------------------------------------- the printed measuring cores
+
+
+def test_readout_gradients_match_autograd_on_a_linear_stack():
+    # Y = X0 W1 W2 (two "blocks" with one matrix each); the gradients are known in closed form.
+    from d2lmini.chapters.ch02_residual import readout_gradients
+    g = torch.Generator().manual_seed(0)
+    X0 = torch.randn(1, 3, 4, generator=g, dtype=torch.float64).requires_grad_(True)
+    W1 = torch.randn(4, 4, generator=g, dtype=torch.float64).requires_grad_(True)
+    W2 = torch.randn(4, 4, generator=g, dtype=torch.float64).requires_grad_(True)
+    R = torch.randn(1, 3, 4, generator=g, dtype=torch.float64)
+    Y = X0 @ W1 @ W2
+    input_grad, per_block = readout_gradients(Y, R, X0, [[W1], [W2]])
+    G = R[0] / math.sqrt(12)  # dl/dY
+    with torch.no_grad():
+        assert input_grad == pytest.approx(float((G @ W2.T @ W1.T).norm()))
+        assert per_block[0] == pytest.approx(float((X0[0].T @ G @ W2.T).norm()))
+        assert per_block[1] == pytest.approx(float(((X0[0] @ W1).T @ G).norm()))
+
+
+def test_jacobian_singular_values_of_a_tokenwise_linear_map():
+    # Y = X A applied to each of n tokens: the Jacobian is I_n (x) A^T, whose singular values
+    # are those of A, each n times.
+    from d2lmini.chapters.ch02_residual import jacobian_singular_values
+    n, d = 3, 4
+    A = torch.randn(d, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    X = torch.randn(1, n, d, dtype=torch.float64).expand(n * d, -1, -1).clone().requires_grad_(True)
+    got = jacobian_singular_values(X @ A, X)
+    expected = sorted(torch.linalg.svdvals(A).tolist() * n, reverse=True)
+    assert got == pytest.approx(expected)

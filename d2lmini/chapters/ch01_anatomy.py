@@ -5,12 +5,13 @@ measurements on :class:`~d2lmini.block.TransformerBlock`:
 
 * :func:`stack_anatomy` -- blocks map ``(b, n, d)`` to ``(b, n, d)`` and so stack,
   each with parameters of its own;
-* :func:`position_mixing` -- attention is the only sublayer in which positions
+* :func:`position_mixing` (with :func:`permutation_gap` and
+  :func:`alone_vs_in_sequence`) -- attention is the only sublayer in which positions
   interact;
 * :func:`count_parameters`, :func:`parameter_counts` -- where a block's parameters
   are, counted from the modules themselves (:func:`d2lmini.parameters.num_parameters`);
-* :func:`record_contributions`, :func:`residual_sum` -- the residual stream as a
-  running sum of the sublayers' outputs.
+* :func:`add_sublayer`, :func:`record_contributions`, :func:`residual_sum` -- the
+  residual stream as a running sum of the sublayers' outputs.
 
 Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 """
@@ -137,6 +138,7 @@ class StackAnatomy:
                 for k, (shape_in, shape_out) in enumerate(self.shapes)]
 
 
+@shown_in("ch01")
 def shared_parameters(blocks) -> int:
     """How many parameter tensors of ``blocks`` share memory with a parameter of another block.
 
@@ -247,6 +249,35 @@ class PositionMixing:
     block_permuted_rope: float
 
 
+@shown_in("ch01")
+def permutation_gap(block: nn.Module, X: torch.Tensor, perm: torch.Tensor) -> float:
+    """``max |block(P X) - P block(X)|``: permute the tokens before or after the block.
+
+    ``X`` is ``(b, n, d)`` and ``perm`` a permutation of the ``n`` positions. About
+    1e-7 in float32 when the block does not see the order of its tokens.
+    """
+    before = block(X[:, perm])  # permute the input tokens, then apply the block
+    after = block(X)[:, perm]  # apply the block, then permute its output rows
+    return float((before - after).abs().max())
+
+
+@shown_in("ch01")
+def alone_vs_in_sequence(sublayer, X: torch.Tensor) -> tuple[float, float]:
+    """How far a sublayer's output for token ``i`` alone is from row ``i`` of its output for all of ``X``.
+
+    ``sublayer`` maps ``(b, n, d)`` to ``(b, n, d)``; ``X`` is ``(b, n, d)``. Returns
+    ``(largest absolute difference of one entry, largest |difference| / |row|)``,
+    both over all tokens ``i`` (row lengths are Euclidean norms).
+    """
+    full = sublayer(X)
+    gap = relative = 0.0
+    for i in range(X.shape[1]):
+        diff = sublayer(X[:, i:i + 1]) - full[:, i:i + 1]  # token i alone vs. in the sequence
+        gap = max(gap, float(diff.abs().max()))
+        relative = max(relative, float(diff.norm() / full[:, i].norm()))
+    return gap, relative
+
+
 def position_mixing(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 12, seed: int = 0,
                     rope_theta: float = 10000.0, **block_kwargs) -> PositionMixing:
     """Show that attention is the only sublayer in which positions interact.
@@ -300,28 +331,21 @@ def position_mixing(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 
     for b in (block, causal_block, rope_block):
         b.eval()
 
-    def permuted_gap(b: TransformerBlock) -> float:
-        return float((b(X[:, perm]) - b(X)[:, perm]).abs().max())
-
     def attend(Z):
         return block.attention(Z, Z, Z)
 
     with torch.no_grad():
-        ffn_all, attn_all = block.ffn(X), attend(X)
-        ffn_gap = attn_gap = attn_rel = 0.0
-        for i in range(num_steps):
-            x_i = X[:, i:i + 1]
-            ffn_gap = max(ffn_gap, float((block.ffn(x_i) - ffn_all[:, i:i + 1]).abs().max()))
-            diff = attend(x_i) - attn_all[:, i:i + 1]
-            attn_gap = max(attn_gap, float(diff.abs().max()))
-            attn_rel = max(attn_rel, float(diff.norm() / attn_all[:, i].norm()))
+        ffn_gap, _ = alone_vs_in_sequence(block.ffn, X)
+        attn_gap, attn_rel = alone_vs_in_sequence(attend, X)
+        attn_all = attend(X)
         result = PositionMixing(
             config=dict(num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps, seed=seed,
                         rope_theta=rope_theta, **block_kwargs),
-            permutation=perm.tolist(), block_permuted=permuted_gap(block), ffn_alone=ffn_gap,
+            permutation=perm.tolist(), block_permuted=permutation_gap(block, X, perm), ffn_alone=ffn_gap,
             attention_alone=attn_gap, attention_alone_relative=attn_rel,
             attention_scale=float(attn_all.abs().max()),
-            block_permuted_causal=permuted_gap(causal_block), block_permuted_rope=permuted_gap(rope_block))
+            block_permuted_causal=permutation_gap(causal_block, X, perm),
+            block_permuted_rope=permutation_gap(rope_block, X, perm))
     return result
 
 
@@ -417,6 +441,24 @@ def parameter_table(rows: list[dict], formatted: bool = False):
 
 
 @shown_in("ch01")
+def add_sublayer(addnorm: nn.Module, branch, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sublayer's step on the stream, as :meth:`d2lmini.block.AddNorm.forward` takes it.
+
+    ``addnorm`` is the block's :class:`~d2lmini.block.AddNorm` (``addnorm1`` or
+    ``addnorm2``), ``branch`` the sublayer (attention or FFN) and ``X`` the stream
+    ``(b, n, d)``. Returns ``(X', C)``: the stream after the step and ``C``, what the
+    sublayer added to it (both ``(b, n, d)``).
+    """
+    C = branch(X if addnorm.norm_in is None else addnorm.norm_in(X))  # pre-LN: norm before F
+    if addnorm.norm_out is not None:  # 'post_sublayer', 'sandwich': norm F's output
+        C = addnorm.norm_out(C)
+    C = addnorm.dropout(C)
+    X = X + C if getattr(addnorm, "residual", True) else C  # residual=False: C replaces X
+    if addnorm.norm_post is not None:  # post-LN: norm the stream after the addition
+        X = addnorm.norm_post(X)
+    return X, C
+
+
 def record_contributions(blocks, X: torch.Tensor, valid_lens: torch.Tensor | None = None):
     r"""Run ``X`` through ``blocks`` and record what every sublayer adds to the stream.
 
@@ -457,17 +499,9 @@ def record_contributions(blocks, X: torch.Tensor, valid_lens: torch.Tensor | Non
         def attend(Z, block=block):
             return block.attention(Z, Z, Z, valid_lens)
 
-        sublayers = ((block.addnorm1, attend), (block.addnorm2, block.ffn))
-        for addnorm, branch in sublayers:
-            Y = branch(X if addnorm.norm_in is None else addnorm.norm_in(X))
-            if addnorm.norm_out is not None:
-                Y = addnorm.norm_out(Y)
-            Y = addnorm.dropout(Y)
-            contributions.append(Y)  # C_j: what this sublayer adds
-            # residual=False (a block without skip connection) replaces X.
-            X = X + Y if getattr(addnorm, "residual", True) else Y
-            if addnorm.norm_post is not None:
-                X = addnorm.norm_post(X)
+        for addnorm, branch in ((block.addnorm1, attend), (block.addnorm2, block.ffn)):
+            X, C = add_sublayer(addnorm, branch, X)
+            contributions.append(C)
     return X, contributions
 
 
@@ -621,7 +655,7 @@ def plot_residual_sum(result: ResidualSum, width: float = 8.0, height: float = 3
 
 __all__ = [
     "BLOCK_SHAPES", "PARTS", "SUBLAYERS", "PositionMixing", "ResidualSum", "StackAnatomy",
-    "count_parameters", "make_stack", "parameter_counts", "parameter_table", "plot_residual_sum",
-    "position_mixing", "record_contributions", "residual_sum", "shared_parameters", "stack_anatomy",
-    "sublayer_labels",
+    "add_sublayer", "alone_vs_in_sequence", "count_parameters", "make_stack", "parameter_counts",
+    "parameter_table", "permutation_gap", "plot_residual_sum", "position_mixing", "record_contributions",
+    "residual_sum", "shared_parameters", "stack_anatomy", "sublayer_labels",
 ]

@@ -3,11 +3,13 @@
 Introduced in the chapter "Residual connections: the gradient highway". Four
 experiments, each deterministic for a given seed:
 
-* :func:`depth_gradients` -- fresh stacks of blocks with and without skip
-  connections, with and without norms: how much gradient reaches every block and
-  the input, and how different the tokens stay, as the stack gets deeper;
-* :func:`jacobian_spectra` -- the singular values of the whole stack's input-output
-  Jacobian, which is the product of the blocks' Jacobians;
+* :func:`depth_gradients` (with :func:`readout_gradients`) -- fresh stacks of blocks
+  with and without skip connections, with and without norms: how much gradient
+  reaches every block and the input, and how different the tokens stay, as the stack
+  gets deeper;
+* :func:`jacobian_spectra` (with :func:`jacobian_singular_values`) -- the singular
+  values of the whole stack's input-output Jacobian, which is the product of the
+  blocks' Jacobians;
 * :func:`zeroed_block_gaps` -- a block whose output projections are zero is exactly
   the identity in pre-LN, and is not in post-LN or without the skip connection;
 * :func:`skip_training` -- the same tiny language model trained with and without
@@ -243,6 +245,25 @@ class DepthGradients:
                 for probe in self.probes for L in depths]
 
 
+@shown_in("ch02")
+def readout_gradients(Y: torch.Tensor, R: torch.Tensor, X0: torch.Tensor, weights: list[list[torch.Tensor]],
+                      retain_graph: bool = False) -> tuple[float, list[float]]:
+    r"""Backpropagate the read-out :math:`\ell = \sum_{ij} Y_{ij} R_{ij} / \sqrt{nd}` and measure its gradients.
+
+    ``Y`` is the stack's output and ``R`` the fixed read-out, both ``(1, n, d)``;
+    ``X0`` the input (it requires grad); ``weights[k]`` the weight matrices of block
+    ``k + 1``. Returns ``(||grad of X0||, [||grad of block k's weights|| for every k])``,
+    Frobenius norms, each block's matrices taken together.
+    """
+    loss = (Y * R).sum() / math.sqrt(Y.numel())
+    grads = torch.autograd.grad(loss, [X0] + [w for ws in weights for w in ws], retain_graph=retain_graph)
+    per_block, i = [], 1
+    for ws in weights:  # block k's share of the gradient: sqrt of its squared entries' sum
+        per_block.append(math.sqrt(sum(float(g.pow(2).sum()) for g in grads[i:i + len(ws)])))
+        i += len(ws)
+    return float(grads[0].norm()), per_block
+
+
 def depth_gradients(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: int = 64, num_heads: int = 4,
                     num_steps: int = 32, act: str = "relu", norm: str = "layer", init: str = "torch_default",
                     seed: int = 0, dtype: torch.dtype = torch.float64) -> DepthGradients:
@@ -303,15 +324,8 @@ def depth_gradients(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: i
         probe = SkipProbe(placement, residual, stream_rms=rms, token_spread=spread)
         for L in depths:
             Y = streams[L] if final_norm is None else final_norm(streams[L])
-            loss = (Y * R).sum() / math.sqrt(Y.numel())
-            weights = [_weight_matrices(block) for block in blocks[:L]]
-            grads = torch.autograd.grad(loss, [X] + [w for ws in weights for w in ws], retain_graph=L < depths[-1])
-            probe.input_grad[L] = float(grads[0].norm())
-            per_block, i = [], 1
-            for ws in weights:
-                per_block.append(math.sqrt(sum(float(g.pow(2).sum()) for g in grads[i:i + len(ws)])))
-                i += len(ws)
-            probe.block_grad[L] = per_block
+            probe.input_grad[L], probe.block_grad[L] = readout_gradients(
+                Y, R, X, [_weight_matrices(block) for block in blocks[:L]], retain_graph=L < depths[-1])
         probes.append(probe)
     config = dict(depths=depths, configs=configs, num_hiddens=num_hiddens, num_heads=num_heads,
                   num_steps=num_steps, act=act, norm=norm, init=init, seed=seed,
@@ -392,6 +406,22 @@ class JacobianSpectra:
         return sum(v >= rtol * s[0] for v in s)
 
 
+@shown_in("ch02")
+def jacobian_singular_values(Y: torch.Tensor, X: torch.Tensor, retain_graph: bool = False) -> list[float]:
+    """The singular values of the Jacobian ``dY/dX_0`` of a stack, largest first.
+
+    ``X`` holds ``n d`` copies of one input ``X_0`` as a batch ``(nd, n, d)`` (it
+    requires grad), and ``Y`` is the stack's output for that batch, also
+    ``(nd, n, d)``. Reading out copy ``i`` by the ``i``-th unit vector makes the
+    gradient of copy ``i`` row ``i`` of the ``nd x nd`` Jacobian, so one backward
+    pass gives all of it.
+    """
+    size = Y[0].numel()  # n d
+    unit = torch.eye(size, dtype=Y.dtype).reshape(Y.shape)  # copy i is read out by unit vector i
+    (rows,) = torch.autograd.grad(Y, X, grad_outputs=unit, retain_graph=retain_graph)
+    return [float(v) for v in torch.linalg.svdvals(rows.reshape(size, size))]
+
+
 def jacobian_spectra(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: int = 32, num_heads: int = 4,
                      num_steps: int = 8, act: str = "relu", norm: str = "layer", init: str = "torch_default",
                      seed: int = 0, dtype: torch.dtype = torch.float64) -> JacobianSpectra:
@@ -435,7 +465,6 @@ def jacobian_spectra(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: 
     _check_seed(seed)
     with seeded(seed):
         X0 = torch.randn(1, num_steps, num_hiddens, dtype=dtype)
-    unit = torch.eye(size, dtype=dtype).reshape(size, num_steps, num_hiddens)
     spectra: dict[tuple[str, bool], dict[int, list[float]]] = {}
     for placement, residual in configs:
         blocks = make_skip_stack(depths[-1], placement, residual, num_hiddens, num_heads, act, norm, init,
@@ -447,9 +476,7 @@ def jacobian_spectra(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: 
             H = block(H)
             if k in depths:
                 Y = H if final_norm is None else final_norm(H)
-                (rows,) = torch.autograd.grad(Y, X, grad_outputs=unit, retain_graph=k < depths[-1])
-                s = torch.linalg.svdvals(rows.reshape(size, size))
-                spectra[(placement, residual)][k] = [float(v) for v in s]
+                spectra[(placement, residual)][k] = jacobian_singular_values(Y, X, retain_graph=k < depths[-1])
     config = dict(depths=depths, configs=configs, num_hiddens=num_hiddens, num_heads=num_heads,
                   num_steps=num_steps, act=act, norm=norm, init=init, seed=seed,
                   dtype=str(dtype).replace("torch.", ""))
@@ -504,6 +531,7 @@ def plot_jacobian_spectra(result: JacobianSpectra, depth: int | None = None, rto
 # --------------------------------------------------------------------------- identity
 
 
+@shown_in("ch02")
 def zero_output_projections_(block: nn.Module) -> nn.Module:
     """Set the attention's ``W_o`` and the FFN's ``W_2`` (weights and biases) to zero, in place.
 
@@ -585,6 +613,7 @@ def zeroed_block_gaps(num_hiddens: int = 64, num_heads: int = 4, num_steps: int 
 # --------------------------------------------------------------------------- training
 
 
+@shown_in("ch02")
 def unigram_entropy(tokens: torch.Tensor) -> float:
     """Entropy of the token frequencies of ``tokens`` in nats: ``-sum_c p_c log p_c``.
 
@@ -721,9 +750,9 @@ def plot_skip_training(result: SkipTraining, window: int = 20, width: float = 8.
 
 __all__ = [
     "SKIP_CONFIGS", "SKIP_PLACEMENTS", "DepthGradients", "JacobianSpectra", "PlainBlock", "SkipProbe",
-    "SkipTraining", "depth_gradients", "jacobian_spectra", "make_skip_stack", "plot_depth_gradients",
-    "plot_jacobian_spectra", "plot_skip_training", "skip_training", "unigram_entropy",
-    "zero_output_projections_", "zeroed_block_gaps",
+    "SkipTraining", "depth_gradients", "jacobian_singular_values", "jacobian_spectra", "make_skip_stack",
+    "plot_depth_gradients", "plot_jacobian_spectra", "plot_skip_training", "readout_gradients", "skip_training",
+    "unigram_entropy", "zero_output_projections_", "zeroed_block_gaps",
 ]
 
 
