@@ -353,7 +353,8 @@ def saturation_probe(layer: MultiHeadAttention, X: torch.Tensor, R: torch.Tensor
     v = v_proj.unflatten(-1, (layer.num_kv_heads, layer.head_dim)).transpose(1, 2)
     Y = layer.W_o((weights @ v.repeat_interleave(group, dim=1)).transpose(1, 2).flatten(-2))
     ((Y * R).sum() / math.sqrt(Y.numel())).backward()
-    per_q, per_k = q.grad.norm(dim=-1).flatten(), k.grad.norm(dim=-1).flatten()  # one per head and token
+    # one gradient norm per head and token
+    per_q, per_k = q.grad.norm(dim=-1).flatten(), k.grad.norm(dim=-1).flatten()
     return {"entropy": float(attention_entropy(weights.detach()).mean()),
             "max_logit": float(logits.detach().max()),
             "grad_q": float(per_q.median()), "grad_k": float(per_k.median()),
