@@ -17,6 +17,7 @@ from torch import nn
 
 from ._checks import (check_bool, check_choice, check_instance, check_nonnegative_int, check_positive_int, check_seed,
                       check_sequence)
+from ._shown import shown_in
 from .norms import DEFAULT_EPS, LayerNormByHand, RMSNorm
 from .seeding import seeded
 
@@ -308,6 +309,33 @@ def _thread_faults():
         return None
 
 
+@shown_in("ch05")
+def median_times(norms: dict, step, repeats: int, warmup: int, now) -> tuple[dict, dict]:
+    """Time ``step(norm)`` for every norm in ``norms``, in turn, and keep the medians.
+
+    ``warmup`` untimed rounds, then ``repeats`` timed rounds, each of which calls every
+    norm once, so all of them see the same state of the machine; ``now`` is the clock
+    (:data:`CLOCKS`). Returns ``{key: median milliseconds}`` and ``{key: median page
+    faults per call}`` (``None`` where the system does not count them); an error of
+    ``step`` propagates. Chapter "RMSNorm" (whose speed-up Zhang & Sennrich, 2019 report).
+    """
+    samples = {key: [] for key in norms}
+    fault_counts = {key: [] for key in norms}
+    for _ in range(warmup):
+        for norm in norms.values():
+            step(norm)
+    for _ in range(repeats):
+        for key, norm in norms.items():
+            faults_before = _thread_faults()
+            start = now()
+            step(norm)
+            samples[key].append(now() - start)
+            if faults_before is not None:
+                fault_counts[key].append(_thread_faults() - faults_before)
+    times_ms = {key: 1e3 * statistics.median(v) for key, v in samples.items()}
+    return times_ms, {key: statistics.median(v) if v else None for key, v in fault_counts.items()}
+
+
 def _measure(config: dict) -> dict:
     """Run one timing described by ``config`` in this process (see :func:`time_norms`)."""
     torch.set_num_threads(config["num_threads"])
@@ -329,21 +357,7 @@ def _measure(config: dict) -> dict:
 
     times_ms, faults = {}, {}
     for mode, step in (("forward", forward), ("forward_backward", forward_backward)):
-        samples = {key: [] for key in norms}
-        fault_counts = {key: [] for key in norms}
-        for _ in range(config["warmup"]):
-            for norm in norms.values():
-                step(norm)
-        for _ in range(config["repeats"]):
-            for key, norm in norms.items():
-                faults_before = _thread_faults()
-                start = now()
-                step(norm)
-                samples[key].append(now() - start)
-                if faults_before is not None:
-                    fault_counts[key].append(_thread_faults() - faults_before)
-        times_ms[mode] = {key: 1e3 * statistics.median(v) for key, v in samples.items()}
-        faults[mode] = {key: statistics.median(v) if v else None for key, v in fault_counts.items()}
+        times_ms[mode], faults[mode] = median_times(norms, step, config["repeats"], config["warmup"], now)
     if all(v is None for mode in faults.values() for v in mode.values()):
         faults = None
     ops = {key: forward_ops(norm, X) for key, norm in norms.items()} if config.get("ops") else {}

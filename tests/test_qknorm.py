@@ -337,3 +337,47 @@ def test_training_is_deterministic_and_checks_arguments(corpus, runs):
 def test_the_figures_draw(sweep, runs):
     assert isinstance(plot_logit_scale_sweep(sweep, mark=64.0), Figure)
     assert isinstance(plot_qk_norm_training(runs), Figure)
+
+
+# --- the measuring cores the chapter prints ------------------------------------------
+
+
+def test_saturation_probe_sees_the_softmax_saturate_without_qk_norm_only():
+    from d2lmini.chapters.ch06_qk_norm import LogitScaleSweep, make_attention, saturation_probe
+
+    X = torch.randn(1, 16, 32, dtype=torch.float64)
+    R = torch.randn(1, 16, 32, dtype=torch.float64)
+    probe = {(qk, s): saturation_probe(scale_qk_(make_attention(qk, 32, 2, seed=0).double(), s), X, R)
+             for qk in (None, "per_head") for s in (1.0, 64.0)}
+    assert set(probe[None, 1.0]) == set(LogitScaleSweep.SERIES)
+    assert probe[None, 64.0]["entropy"] < 0.1 < probe[None, 1.0]["entropy"]
+    assert probe[None, 64.0]["grad_q"] < 1e-6 * probe[None, 1.0]["grad_q"]
+    assert math.isclose(probe["per_head", 1.0]["entropy"], probe["per_head", 64.0]["entropy"], rel_tol=1e-6)
+
+
+def test_rope_order_gaps_separates_the_orders_once_gains_differ():
+    from d2lmini.chapters.ch06_qk_norm import make_attention, rope_order_gaps
+
+    layer = make_attention("per_head", 32, 2, seed=0, rope_theta=10000.0).double()
+    X = torch.randn(1, 3 + 10, 32, dtype=torch.float64)
+    assert rope_order_gaps(layer, X, 3)["weights"] < 1e-6
+    with torch.no_grad():
+        layer.q_norm.weight.copy_(torch.linspace(0.5, 1.5, layer.q_norm.weight.numel()))
+    gaps = rope_order_gaps(layer, X, 3)
+    assert gaps["weights"] > 1e-3 and gaps["after"] > 1e-3 > 1e-5 > gaps["before"]
+    with pytest.raises(ValueError):
+        rope_order_gaps(make_attention("per_head", 32, 2, seed=0), X.float(), 3)  # no RoPE
+
+
+def test_logit_statistics_masks_the_future_of_a_causal_layer():
+    from d2lmini.chapters.ch06_qk_norm import logit_statistics, make_attention
+
+    X = torch.randn(1, 8, 32)
+    layer = make_attention(None, 32, 2, seed=0)
+    largest, entropy = logit_statistics(layer, X)
+    with torch.no_grad():
+        assert math.isclose(largest, float(attention_logits(layer, X).max()), rel_tol=1e-6)
+    assert 0 < entropy <= math.log(8) + 1e-6
+    layer.causal = True
+    _, causal_entropy = logit_statistics(layer, X)
+    assert causal_entropy < entropy  # the first query sees one key: entropy 0

@@ -293,3 +293,31 @@ def test_plot_half_precision_errors():
     assert list(table.columns) == ["max sum x²", "upcast", "torch .mean()", "half throughout"]
     with pytest.raises(ValueError):
         rn.half_precision_table([])
+
+
+# --- the measuring cores the chapter prints ------------------------------------------
+
+
+def test_layernorm_gap_is_rounding_on_centred_tokens_and_large_otherwise():
+    X = torch.randn(8, 128) + 1.0
+    centred = X - X.mean(-1, keepdim=True)
+    assert rn.layernorm_gap(centred) < 1e-5
+    assert rn.layernorm_gap(X) > 0.5
+    with pytest.raises(TypeError):
+        rn.layernorm_gap(torch.ones(2, 4, dtype=torch.int64))
+
+
+def test_torch_gap_is_zero_at_equal_eps_and_not_at_small_rms_with_torchs_default():
+    X = torch.randn(8, 64)
+    assert rn.torch_gap(X, 1e-6, 1e-6) == 0.0
+    assert rn.torch_gap(1e-3 * X, 1e-6, None) > 0.1  # mean square 1e-6 = our eps
+    assert rn.torch_gap(X, 1e-6, None) < 1e-5
+
+
+def test_half_precision_row_reports_the_float16_overflow():
+    X = (10 * torch.randn(4, 4096)).half()
+    row = rn.half_precision_row(X)
+    assert set(row) == {"max_sum_of_squares", *rn.HALF_VARIANTS}
+    assert row["max_sum_of_squares"] > 65504 and row["no_upcast"] == 1.0
+    assert row["upcast"] < 1e-3 and row["torch_mean"] < 1e-2
+    assert rn.half_precision_errors(dtypes=("float16",), scales=(10.0,), num_tokens=4)[0]["scale"] == 10.0

@@ -35,6 +35,7 @@ from ..norms import RMSNorm
 from ..parameters import num_parameters
 from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, styled_figure
 from ..seeding import seeded
+from .._shown import shown_in
 
 #: The epsilon this chapter uses for every RMSNorm (Llama 3, Qwen3, OLMo 2).
 EPS = 1e-6
@@ -51,6 +52,7 @@ HALF_VARIANTS = tuple(HALF_VARIANT_LABELS)
 # --- the counter-example and the same-style LayerNorm -------------------------------
 
 
+@shown_in("ch05")
 def half_precision_sum(X: torch.Tensor) -> torch.Tensor:
     """Sum the last dimension of ``X`` pairwise, rounding every partial sum to ``X.dtype``.
 
@@ -151,6 +153,25 @@ def rms_norm_torch_mean(X: torch.Tensor, weight: torch.Tensor | None = None,
 # --- RMSNorm against LayerNorm and against torch.nn.RMSNorm --------------------------
 
 
+@shown_in("ch05")
+def layernorm_gap(X: torch.Tensor, eps: float = EPS) -> float:
+    """The largest entry of ``|LayerNorm(X) - RMSNorm(X)|``, both norms as initialized.
+
+    ``nn.LayerNorm`` (gain 1, bias 0) and :class:`d2lmini.RMSNorm` (gain 1) of width
+    ``d`` with the same ``eps`` (Ba et al., 2016; Zhang & Sennrich, 2019), applied to
+    the tokens ``X`` of shape ``(*, d)`` in float32. Zero up to rounding when every
+    token has mean zero. Chapter "RMSNorm".
+
+    Raises:
+        TypeError: if ``X`` is not a floating-point tensor. ValueError: if it is a scalar.
+    """
+    X = check_float_tensor("X", X)
+    layer = nn.LayerNorm(X.shape[-1], eps=eps)
+    rms = RMSNorm(X.shape[-1], eps=eps)
+    with torch.no_grad():
+        return float((layer(X) - rms(X)).abs().max())
+
+
 def compare_with_layernorm(num_hiddens: int = 512, num_tokens: int = 64, offset: float = 1.0,
                            eps: float = EPS, seed: int = 0) -> dict:
     """RMSNorm and LayerNorm on the same tokens, with and without their mean removed.
@@ -185,19 +206,36 @@ def compare_with_layernorm(num_hiddens: int = 512, num_tokens: int = 64, offset:
     eps = check_positive_float("eps", eps)
     seed = _check_seed(seed)
     offset = check_finite_float("offset", offset)
-    layer, rms = nn.LayerNorm(num_hiddens, eps=eps), RMSNorm(num_hiddens, eps=eps)
     with seeded(seed):
         X = torch.randn(num_tokens, num_hiddens) + float(offset)
     centred = X - X.mean(dim=-1, keepdim=True)
+    return {
+        "max_dev_centred": layernorm_gap(centred, eps),
+        "max_dev_raw": layernorm_gap(X, eps),
+        "max_abs_token_mean": float(centred.mean(dim=-1).abs().max()),
+        "num_hiddens": num_hiddens,
+        "num_tokens": num_tokens,
+        "offset": float(offset),
+    }
+
+
+@shown_in("ch05")
+def torch_gap(X: torch.Tensor, eps: float, torch_eps: float | None) -> float:
+    """The largest entry of ``|d2lmini.RMSNorm(eps)(X) - torch.nn.RMSNorm(eps=torch_eps)(X)|``.
+
+    Both norms have width ``d``, their initial gain of 1 and ``X``'s dtype, so only
+    the statistic and ``eps`` differ; ``torch_eps=None`` is PyTorch's default, a
+    machine epsilon. The difference is taken in float64. ``X``: ``(*, d)``.
+    Chapter "RMSNorm" (Zhang & Sennrich, 2019).
+
+    Raises:
+        TypeError: if ``X`` is not a floating-point tensor. ValueError: if it is a scalar.
+    """
+    X = check_float_tensor("X", X)
+    ours = RMSNorm(X.shape[-1], eps=eps).to(X.dtype)
+    theirs = nn.RMSNorm(X.shape[-1], eps=torch_eps).to(X.dtype)
     with torch.no_grad():
-        return {
-            "max_dev_centred": float((layer(centred) - rms(centred)).abs().max()),
-            "max_dev_raw": float((layer(X) - rms(X)).abs().max()),
-            "max_abs_token_mean": float(centred.mean(dim=-1).abs().max()),
-            "num_hiddens": num_hiddens,
-            "num_tokens": num_tokens,
-            "offset": float(offset),
-        }
+        return float((ours(X).double() - theirs(X).double()).abs().max())
 
 
 @dataclass
@@ -284,31 +322,23 @@ def compare_with_torch(num_hiddens: int = 512, num_tokens: int = 64,
     with seeded(seed):
         Z = torch.randn(len(scales), num_tokens, num_hiddens)
 
-    def max_dev(A, B):
-        return float((A.double() - B.double()).abs().max())
-
     equal, default, fit = {}, {}, {}
     for name in names:
         dtype = allowed[name]
-        ours = RMSNorm(num_hiddens, eps=eps).to(dtype)
-        same = nn.RMSNorm(num_hiddens, eps=eps).to(dtype)
-        unset = nn.RMSNorm(num_hiddens, eps=None).to(dtype)
         candidates = {float(torch.finfo(dtype).eps): None, float(torch.finfo(torch.float32).eps): None}
-        trial = {c: RMSNorm(num_hiddens, eps=c).to(dtype) for c in candidates}
         equal[name], default[name], fit[name] = [], [], {c: 0.0 for c in candidates}
-        with torch.no_grad():
-            for s, z in zip(scales, Z):
-                X = (s * z).to(dtype)
-                Y, Y_unset = ours(X), unset(X)
-                equal[name].append(max_dev(Y, same(X)))
-                default[name].append(max_dev(Y, Y_unset))
-                for c, norm in trial.items():
-                    fit[name][c] = max(fit[name][c], max_dev(norm(X), Y_unset))
+        for s, z in zip(scales, Z):
+            X = (s * z).to(dtype)
+            equal[name].append(torch_gap(X, eps, eps))
+            default[name].append(torch_gap(X, eps, None))
+            for c in candidates:
+                fit[name][c] = max(fit[name][c], torch_gap(X, c, None))
     return TorchComparison(scales=list(scales), eps=eps, equal_eps=equal, default_eps_dev=default,
                            default_eps_fit=fit,
                            config={"num_hiddens": num_hiddens, "num_tokens": num_tokens, "seed": seed})
 
 
+@shown_in("ch05")
 def parameter_counts(num_hiddens=(512, 4096), block_num_hiddens: int = 512,
                      num_heads: int = 8) -> dict:
     """Parameters of LayerNorm and RMSNorm, counted from the modules, and a block for scale.
@@ -414,24 +444,32 @@ def half_precision_errors(dtypes=("bfloat16", "float16"), scales=(1e-3, 1e-2, 0.
     eps = check_positive_float("eps", eps)
     with seeded(seed):
         Z = torch.randn(len(scales), num_tokens, num_hiddens)
-    reference_norm = RMSNorm(num_hiddens, eps=eps)
-    rows = []
+    return [{"dtype": name, "scale": s, **half_precision_row((s * z).to(HALF_DTYPES[name]), eps)}
+            for name in names for s, z in zip(scales, Z)]
+
+
+@shown_in("ch05")
+def half_precision_row(X: torch.Tensor, eps: float = EPS) -> dict:
+    """The three ways of computing RMSNorm on the half-precision tokens ``X``, ``(*, d)``.
+
+    Each result's :func:`relative_error` (worst token) against :class:`d2lmini.RMSNorm`
+    in float32 on the same values, under the keys of :data:`HALF_VARIANTS`, and the
+    largest sum of squares of a token, ``"max_sum_of_squares"``. Chapter "RMSNorm".
+
+    Raises:
+        TypeError: if ``X`` is not a floating-point tensor. ValueError: if it is a scalar.
+    """
+    X = check_float_tensor("X", X)
+    d = X.shape[-1]
     with torch.no_grad():
-        for name in names:
-            dtype = HALF_DTYPES[name]
-            upcast = RMSNorm(num_hiddens, eps=eps).to(dtype)
-            for s, z in zip(scales, Z):
-                X = (s * z).to(dtype)
-                reference = reference_norm(X.float())
-                rows.append({
-                    "dtype": name,
-                    "scale": s,
-                    "max_sum_of_squares": float(X.double().pow(2).sum(dim=-1).max()),
-                    "upcast": relative_error(upcast(X), reference),
-                    "torch_mean": relative_error(rms_norm_torch_mean(X, eps=eps), reference),
-                    "no_upcast": relative_error(rms_norm_no_upcast(X, eps=eps), reference),
-                })
-    return rows
+        reference = RMSNorm(d, eps=eps)(X.float())
+        upcast = RMSNorm(d, eps=eps).to(X.dtype)(X)
+        return {
+            "max_sum_of_squares": float(X.double().pow(2).sum(dim=-1).max()),
+            "upcast": relative_error(upcast, reference),
+            "torch_mean": relative_error(rms_norm_torch_mean(X, eps=eps), reference),
+            "no_upcast": relative_error(rms_norm_no_upcast(X, eps=eps), reference),
+        }
 
 
 def half_precision_table(rows: list[dict]):

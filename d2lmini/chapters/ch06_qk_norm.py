@@ -38,6 +38,7 @@ from .._checks import (check_bool, check_choice, check_float_dtype, check_float_
 from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..parameters import num_parameters
 from ..plot import QK_COLORS, QK_LABELS, styled_figure
+from .._shown import shown_in
 from ..seeding import seeded
 from ..widgets import FrameExplorer, round_frame_values
 
@@ -322,33 +323,44 @@ def logit_scale_sweep(scales=None, qk_norms=(None, "per_head"), num_hiddens: int
         base = make_attention(qk_norm, num_hiddens, num_heads, seed).to(dtype)
         series = {name: [] for name in LogitScaleSweep.SERIES}
         for s in scales:
-            layer = scale_qk_(copy.deepcopy(base), s)
-            projections = []  # X W_q, kept as queries_and_keys computes it, to read the gradient reaching it
-            layer.W_q.register_forward_hook(lambda module, args, output: projections.append(output))
-            q, k = layer.queries_and_keys(X, X)
-            q_proj, v_proj = projections[0], layer.W_v(X)
-            for t in (q_proj, v_proj, q, k):
-                t.retain_grad()
-            group = layer.num_heads // layer.num_kv_heads
-            logits = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) * layer.logit_scale
-            weights = torch.softmax(logits, dim=-1)
-            v = v_proj.unflatten(-1, (layer.num_kv_heads, layer.head_dim)).transpose(1, 2)
-            Y = layer.W_o((weights @ v.repeat_interleave(group, dim=1)).transpose(1, 2).flatten(-2))
-            loss = (Y * R).sum() / math.sqrt(Y.numel())
-            loss.backward()
-            per_q, per_k = q.grad.norm(dim=-1).flatten(), k.grad.norm(dim=-1).flatten()
-            series["entropy"].append(float(attention_entropy(weights.detach()).mean()))
-            series["max_logit"].append(float(logits.detach().max()))
-            series["grad_q"].append(float(per_q.median()))
-            series["grad_k"].append(float(per_k.median()))
-            series["zero_q"].append(float((per_q == 0).double().mean()))
-            series["zero_k"].append(float((per_k == 0).double().mean()))
-            series["total_q"].append(float(q.grad.norm()))
-            series["grad_q_proj"].append(float(q_proj.grad.norm()))
-            series["grad_v"].append(float(v_proj.grad.norm()))
+            measured = saturation_probe(scale_qk_(copy.deepcopy(base), s), X, R)
+            for name in LogitScaleSweep.SERIES:
+                series[name].append(measured[name])
         for name, values in series.items():
             getattr(result, name)[qk_norm] = values
     return result
+
+
+@shown_in("ch06")
+def saturation_probe(layer: MultiHeadAttention, X: torch.Tensor, R: torch.Tensor) -> dict:
+    """One layer's softmax saturation: entropy, largest logit, gradients at q, k, XW_q, XW_v.
+
+    Runs ``layer`` on ``X`` ``(b, n, d)`` as its ``forward`` does, backpropagates the
+    read-out loss ``sum(Y * R) / sqrt(Y.numel())`` (``R`` like ``X``) and returns the
+    keys of :attr:`LogitScaleSweep.SERIES` (Dehghani et al., 2023). Chapter "QK-norm".
+    Any error of the layer on bad shapes propagates.
+    """
+    projections = []  # X W_q as queries_and_keys computes it, to read the gradient reaching it
+    hook = layer.W_q.register_forward_hook(lambda module, args, output: projections.append(output))
+    q, k = layer.queries_and_keys(X, X)
+    hook.remove()
+    q_proj, v_proj = projections[0], layer.W_v(X)
+    for t in (q_proj, v_proj, q, k):
+        t.retain_grad()
+    group = layer.num_heads // layer.num_kv_heads
+    logits = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) * layer.logit_scale
+    weights = torch.softmax(logits, dim=-1)
+    v = v_proj.unflatten(-1, (layer.num_kv_heads, layer.head_dim)).transpose(1, 2)
+    Y = layer.W_o((weights @ v.repeat_interleave(group, dim=1)).transpose(1, 2).flatten(-2))
+    ((Y * R).sum() / math.sqrt(Y.numel())).backward()
+    # one gradient norm per head and token
+    per_q, per_k = q.grad.norm(dim=-1).flatten(), k.grad.norm(dim=-1).flatten()
+    return {"entropy": float(attention_entropy(weights.detach()).mean()),
+            "max_logit": float(logits.detach().max()),
+            "grad_q": float(per_q.median()), "grad_k": float(per_k.median()),
+            "zero_q": float((per_q == 0).double().mean()), "zero_k": float((per_k == 0).double().mean()),
+            "total_q": float(q.grad.norm()), "grad_q_proj": float(q_proj.grad.norm()),
+            "grad_v": float(v_proj.grad.norm())}
 
 
 def plot_logit_scale_sweep(result: LogitScaleSweep, floor: float = 1e-20, mark: float | None = None,
@@ -473,26 +485,41 @@ def rope_order_check(qk_norm: str = "per_head", num_hiddens: int = 64, num_heads
         gains = [1 + gain_spread * torch.randn(norm.weight.shape, dtype=dtype)
                  for norm in (layer.q_norm, layer.k_norm)]
 
-    def weights(after: bool, tokens):
-        return torch.softmax(attention_logits(layer, tokens, norm_after_rope=after), dim=-1)
-
+    equal = rope_order_gaps(layer, X, shift)["weights"]
     with torch.no_grad():
-        tokens = X[:, shift:]
-        equal = float((weights(False, tokens) - weights(True, tokens)).abs().max())
         for norm, gain in zip((layer.q_norm, layer.k_norm), gains):
             norm.weight.copy_(gain)
-        unequal = float((weights(False, tokens) - weights(True, tokens)).abs().max())
-        change = {}
-        for name, after in (("before", False), ("after", True)):
-            plain = attention_logits(layer, tokens, norm_after_rope=after)
+    gaps = rope_order_gaps(layer, X, shift)
+    change = {"before": gaps["before"], "after": gaps["after"]}
+    return RopeOrderCheck(equal_gains=equal, unequal_gains=gaps["weights"], shift_change=change, config=config)
+
+
+@shown_in("ch06")
+def rope_order_gaps(layer: MultiHeadAttention, X: torch.Tensor, shift: int) -> dict:
+    """QK-norm before RoPE against after RoPE, on ``layer`` (with QK-norm and RoPE).
+
+    ``X`` is ``(b, shift + n, d)``: the last ``n`` tokens are the sequence, the first
+    ``shift`` a prefix that moves it ``shift`` positions later (Su et al., 2021).
+    Returns ``"weights"``, the largest attention-weight difference between the two
+    orders on the sequence alone, and ``"before"`` / ``"after"``, the largest change
+    of the logits among the sequence's tokens when the prefix is added, in each order.
+    Chapter "QK-norm". Raises ValueError (from :func:`attention_logits`) without RoPE.
+    """
+    tokens, orders = X[:, shift:], {"before": False, "after": True}
+    with torch.no_grad():
+        logits = {name: attention_logits(layer, tokens, norm_after_rope=after) for name, after in orders.items()}
+        weights = {name: torch.softmax(z, dim=-1) for name, z in logits.items()}
+        gaps = {"weights": float((weights["before"] - weights["after"]).abs().max())}
+        for name, after in orders.items():
             shifted = attention_logits(layer, X, norm_after_rope=after)[..., shift:, shift:]
-            change[name] = float((plain - shifted).abs().max())
-    return RopeOrderCheck(equal_gains=equal, unequal_gains=unequal, shift_change=change, config=config)
+            gaps[name] = float((logits[name] - shifted).abs().max())
+    return gaps
 
 
 # --------------------------------------------------------------------------- the three variants
 
 
+@shown_in("ch06")
 def qk_norm_variants(num_hiddens: int = 64, num_heads: int = 4, num_kv_heads: int = 2) -> list[dict]:
     """The parameters each QK-norm variant adds, read off the modules themselves.
 
@@ -522,6 +549,26 @@ def qk_norm_variants(num_hiddens: int = 64, num_heads: int = 4, num_kv_heads: in
 
 
 # --------------------------------------------------------------------------- training at a high learning rate
+
+
+@shown_in("ch06")
+def logit_statistics(attention: MultiHeadAttention, X: torch.Tensor) -> tuple[float, float]:
+    """The largest attention logit of ``attention`` on ``X`` and its mean attention entropy.
+
+    Recomputes, without gradient, the logits ``attention`` feeds its softmax for the
+    self-attention of ``X`` ``(b, n, d)`` (:func:`attention_logits`), masks the future
+    if the module is causal, and returns the largest logit and the entropy in nats
+    averaged over heads and queries (the growth Wortsman et al., 2023 track).
+    Chapter "QK-norm". Raises TypeError / ValueError as :func:`attention_logits`.
+    """
+    with torch.no_grad():
+        logits = attention_logits(attention, X)
+        if attention.causal:
+            n = logits.shape[-1]
+            visible = torch.ones(n, n, dtype=torch.bool, device=logits.device).tril()
+            logits = logits.masked_fill(~visible, float("-inf"))
+        entropy = attention_entropy(torch.softmax(logits.float(), dim=-1)).mean()
+        return float(logits.max()), float(entropy)
 
 
 class LogitRecorder:
@@ -556,14 +603,7 @@ class LogitRecorder:
             queries, keys = args[0], args[1]
             if queries is not keys:
                 return
-            with torch.no_grad():
-                logits = attention_logits(module, queries)
-                if module.causal:
-                    n = logits.shape[-1]
-                    visible = torch.ones(n, n, dtype=torch.bool, device=logits.device).tril()
-                    logits = logits.masked_fill(~visible, float("-inf"))
-                self.max_logit[index] = float(logits.max())
-                self.entropy[index] = float(attention_entropy(torch.softmax(logits.float(), dim=-1)).mean())
+            self.max_logit[index], self.entropy[index] = logit_statistics(module, queries)
         return hook
 
     def remove(self) -> None:
@@ -749,8 +789,9 @@ def plot_qk_norm_training(results: dict, window: int = 20, width: float = 8.0, h
 __all__ = [
     "QK_NORM_MODELS", "LogitRecorder", "LogitScaleSweep", "LogitTrainResult",
     "RopeOrderCheck", "attention_entropy", "attention_logits", "log_spaced_scales", "logit_scale_sweep",
-    "make_attention", "plot_logit_scale_sweep", "plot_qk_norm_training", "qk_norm_training",
-    "qk_norm_variants", "rope_order_check", "scale_qk_", "train_with_logit_probe",
+    "logit_statistics", "make_attention", "plot_logit_scale_sweep", "plot_qk_norm_training", "qk_norm_training",
+    "qk_norm_variants", "rope_order_check", "rope_order_gaps", "saturation_probe", "scale_qk_",
+    "train_with_logit_probe",
 ]
 
 
