@@ -219,6 +219,23 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
         final_norm.to(device=device, dtype=dtype)
     X, R = X.to(device=device, dtype=dtype), R.to(device=device, dtype=dtype)
 
+    rms, spread, grad_norms = measure_stack(blocks, final_norm, X, R)
+    return DepthProbe(config=config, stream_rms=rms, token_spread=spread, grad_norms=grad_norms)
+
+
+@shown_in("ch04")
+def measure_stack(blocks: nn.ModuleList, final_norm: nn.Module | None, X: torch.Tensor, R: torch.Tensor):
+    r"""The measurements of :func:`probe_depth`: one forward and one backward pass through ``blocks``.
+
+    Records the stream RMS and :func:`token_spread` of the input ``X`` ``(1, n, d)`` and
+    after every block, then backpropagates the read-out loss
+    :math:`\ell = \sum_{ij} Y_{ij} R_{ij} / \sqrt{nd}` of ``Y = final_norm(X_L)`` (``X_L``
+    if ``final_norm`` is ``None``) and returns the gradient norm of every block's
+    attention and FFN weights. Chapter "Where the norm goes" (Xiong et al., 2020).
+
+    Returns:
+        ``(stream_rms, token_spread, grad_norms)`` as in :class:`DepthProbe`.
+    """
     rms, spread = [stream_rms(X)], [token_spread(X)]
     for block in blocks:
         X = block(X)
@@ -227,15 +244,13 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
     Y = X if final_norm is None else final_norm(X)
     loss = (Y * R).sum() / math.sqrt(Y.numel())
     loss.backward()
-
-    def grads(get):
-        return [float(get(block).weight.grad.norm()) for block in blocks]
-
-    grad_norms = {name: grads(lambda b, n=name: getattr(b.attention, n)) for name in ATTENTION_WEIGHTS}
-    for name in ("W_1", "W_g", "W_2"):
-        if getattr(blocks[0].ffn, name, None) is not None:
-            grad_norms[name] = grads(lambda b, n=name: getattr(b.ffn, n))
-    return DepthProbe(config=config, stream_rms=rms, token_spread=spread, grad_norms=grad_norms)
+    grad_norms = {}  # weight name -> one Frobenius norm per block
+    for name in ATTENTION_WEIGHTS + ("W_1", "W_g", "W_2"):  # W_g: gated FFNs only
+        part = "attention" if name in ATTENTION_WEIGHTS else "ffn"
+        layers = [getattr(getattr(block, part), name, None) for block in blocks]
+        if layers[0] is not None:
+            grad_norms[name] = [float(layer.weight.grad.norm()) for layer in layers]
+    return rms, spread, grad_norms
 
 
 #: The placements compared in the chapter "Where the norm goes", in the order shown.

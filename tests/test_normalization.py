@@ -152,6 +152,27 @@ def test_padding_shrinks_the_mean_by_exactly_the_padding_share():
     assert result.layer_norm_max_delta < 1e-6
 
 
+def test_padding_measurements_of_a_hand_made_batch():
+    # Two sequences of 2 features; the second has one real token and one zero padding position.
+    X = torch.tensor([[[1.0, 2.0], [3.0, 6.0]], [[2.0, 4.0], [0.0, 0.0]]])
+    batch = nm.PaddedBatch(X=X, valid_lens=torch.tensor([2, 1]), feature_mean=torch.zeros(2),
+                           feature_scale=torch.ones(2))
+    got = nm.padding_measurements(batch)
+    # real tokens: means (2, 4); all four positions: means (1.5, 3) -> relative error 0.25
+    assert got["mean_error"] == pytest.approx(0.25)
+    assert set(got) == {"mean_error", "var_error", "std_ratio", "output_rms_error", "output_max_error",
+                        "layer_norm_max_delta"}
+    assert got["layer_norm_max_delta"] < 1e-6 and got["output_rms_error"] > 0
+    with pytest.raises(TypeError, match="batch"):
+        nm.padding_measurements(X)
+
+
+def test_padding_errors_reports_what_padding_measurements_measures():
+    result = nm.padding_errors(padding=0.5, batch_size=8, max_len=20, num_hiddens=8, seed=1)
+    got = nm.padding_measurements(nm.padded_batch(8, 20, 0.5, 8, seed=1))
+    assert {name: getattr(result, name) for name in got} == got
+
+
 def test_no_padding_means_no_error():
     result = nm.padding_errors(padding=0.0, batch_size=4, max_len=20, num_hiddens=8)
     assert result.mean_error < 1e-12 and result.var_error < 1e-12 and result.output_rms_error < 1e-9

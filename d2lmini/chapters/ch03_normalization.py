@@ -23,6 +23,7 @@ from matplotlib.patches import Rectangle
 from torch import nn
 
 from .._checks import check_seed as _check_seed
+from .._shown import shown_in
 from .._checks import (check_float_tensor, check_instance, check_int_sequence, check_positive_float,
                        check_positive_int, check_probability, check_sequence, check_vector)
 from ..attention import valid_lens_mask
@@ -308,23 +309,17 @@ def _max_abs(A: torch.Tensor, B: torch.Tensor) -> float:
     return float((A.double() - B.double()).abs().max())
 
 
+@shown_in("ch03")
 def compare_with_torch(batch_size: int = 4, num_steps: int = 10, num_hiddens: int = 64, seed: int = 0) -> dict:
     """Check the hand-written norms against PyTorch's layers, with random gains and biases.
 
-    Draws ``X`` ``(b, n, d)`` from :func:`token_embeddings` and random gain and bias
-    vectors, copies them into ``nn.LayerNorm(d)`` and ``nn.BatchNorm1d(d)``
-    (training mode, input transposed to ``(b, d, n)``), and compares.
-
-    Args:
-        batch_size, num_steps, num_hiddens: the shape ``(b, n, d)``.
-        seed: seeds the data and the gains/biases.
+    ``X`` is ``(b, n, d)`` from :func:`token_embeddings`; ``nn.BatchNorm1d`` runs in
+    training mode on ``X`` transposed to ``(b, d, n)``. Chapter "Normalization".
 
     Returns:
-        dict of floats: ``layer_norm`` (``max |ours - nn.LayerNorm|``),
-        ``batch_norm`` (``max |ours - nn.BatchNorm1d|``, training mode),
+        dict of floats: ``layer_norm`` and ``batch_norm`` (``max |ours - PyTorch's|``),
         ``running_var`` (``max |running_var - (0.9 + 0.1 * unbiased variance)|`` after
-        one training step: the running estimate uses the unbiased variance while
-        the batch is normalized with the biased one), and ``n_positions`` (``b * n``).
+        one training step) and ``n_positions`` (``b * n``).
 
     Raises:
         TypeError / ValueError: for bad sizes or seed.
@@ -377,6 +372,40 @@ def expected_stat_errors(padding: float, feature_mean: torch.Tensor, feature_sca
     return p, float((var_pad - s2).norm() / s2.norm())
 
 
+@shown_in("ch03")
+def padding_measurements(batch: PaddedBatch) -> dict:
+    """BatchNorm with and without the padding of ``batch``, and LayerNorm in and out of it.
+
+    BatchNorm's statistics over all ``b * n`` positions (padding included) are compared
+    with those of the real tokens, in float64, as the relative errors of the ``(d,)``
+    means and variances; so are the real tokens normalized with each. LayerNorm is
+    applied to the padded ``(b, n, d)`` batch and to every sequence alone. Chapter
+    "Normalization" (the argument of Ba, Kiros & Hinton, 2016, and Shen et al., 2020).
+
+    Returns:
+        dict of floats, the measured fields of :class:`PaddingErrors`.
+
+    Raises:
+        TypeError: if ``batch`` is not a :class:`PaddedBatch`.
+    """
+    check_instance("batch", batch, PaddedBatch)
+    X, real = batch.X.double(), batch.mask
+    mean_all, var_all = batch_norm_stats(X)                      # padding included
+    mean_real, var_real = batch_norm_stats(X, batch.valid_lens)  # real tokens only
+    diff = batch_norm_by_hand(X)[real] - batch_norm_by_hand(X, valid_lens=batch.valid_lens)[real]
+    ln, delta = nn.LayerNorm(X.shape[-1]), 0.0
+    with torch.no_grad():
+        in_batch = ln(batch.X)
+        for b, length in enumerate(batch.valid_lens.tolist()):
+            alone = ln(batch.X[b:b + 1, :length].clone())
+            delta = max(delta, _max_abs(in_batch[b:b + 1, :length], alone))
+    return dict(mean_error=float((mean_all - mean_real).norm() / mean_real.norm()),
+                var_error=float((var_all - var_real).norm() / var_real.norm()),
+                std_ratio=float((var_all / var_real).sqrt().median()),
+                output_rms_error=float(diff.pow(2).mean().sqrt()), output_max_error=float(diff.abs().max()),
+                layer_norm_max_delta=delta)
+
+
 @dataclass
 class PaddingErrors:
     """What padding does to one batch (:func:`padding_errors`).
@@ -420,11 +449,11 @@ def padding_errors(padding: float = 0.7, batch_size: int = 32, max_len: int = 10
                    seed: int = 0) -> PaddingErrors:
     """Measure how zero padding corrupts BatchNorm's statistics and leaves LayerNorm alone.
 
-    Draws a :func:`padded_batch`, computes BatchNorm's per-feature statistics
-    as a naive BatchNorm over ``b * n`` positions does (padding included) and over
-    the real tokens only, and compares the statistics and the normalized real
-    tokens. Then applies ``nn.LayerNorm(d)`` to the padded batch and to every
-    sequence alone and compares the real tokens' outputs. The argument of
+    Draws a :func:`padded_batch` and measures it with :func:`padding_measurements`:
+    BatchNorm's per-feature statistics as a naive BatchNorm over ``b * n`` positions
+    computes them (padding included) against those of the real tokens only, the
+    normalized real tokens under both, and ``nn.LayerNorm(d)`` applied to the padded
+    batch against every sequence alone. The argument of
     Ba, Kiros & Hinton (2016) and Shen et al. (2020) for LayerNorm in sequence models.
 
     Args:
@@ -439,31 +468,10 @@ def padding_errors(padding: float = 0.7, batch_size: int = 32, max_len: int = 10
         TypeError / ValueError: as :func:`padded_batch`.
     """
     batch = padded_batch(batch_size, max_len, padding, num_hiddens, seed)
-    X = batch.X.double()
-    mean_all, var_all = batch_norm_stats(X)
-    mean_real, var_real = batch_norm_stats(X, batch.valid_lens)
-    mask = batch.mask
-    naive = batch_norm_by_hand(X)[mask]
-    proper = batch_norm_by_hand(X, valid_lens=batch.valid_lens)[mask]
-    diff = naive - proper
-
-    ln = nn.LayerNorm(num_hiddens)
-    with torch.no_grad():
-        in_batch = ln(batch.X)
-        delta = 0.0
-        for b, length in enumerate(batch.valid_lens.tolist()):
-            alone = ln(batch.X[b:b + 1, :length].clone())
-            delta = max(delta, _max_abs(in_batch[b:b + 1, :length], alone))
     share = batch.padding_share
     exp_mean, exp_var = expected_stat_errors(share, batch.feature_mean, batch.feature_scale)
-    return PaddingErrors(
-        padding_target=padding, padding_share=share, mean_len=batch.mean_len, max_len=max_len,
-        mean_error=float((mean_all - mean_real).norm() / mean_real.norm()),
-        var_error=float((var_all - var_real).norm() / var_real.norm()),
-        std_ratio=float((var_all / var_real).sqrt().median()),
-        output_rms_error=float(diff.pow(2).mean().sqrt()), output_max_error=float(diff.abs().max()),
-        layer_norm_max_delta=delta, expected_mean_error=exp_mean, expected_var_error=exp_var,
-    )
+    return PaddingErrors(padding_target=padding, padding_share=share, mean_len=batch.mean_len, max_len=max_len,
+                         **padding_measurements(batch), expected_mean_error=exp_mean, expected_var_error=exp_var)
 
 
 @dataclass
@@ -520,26 +528,19 @@ def padding_sweep(paddings=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), b
                         curve_var_error=[c[1] for c in curve])
 
 
+@shown_in("ch03")
 def batch_composition(batch_sizes=(2, 8, 32), num_steps: int = 16, num_hiddens: int = 64, seed: int = 0) -> list[dict]:
     """The same sequence normalized inside two different batches, by BatchNorm and by LayerNorm.
 
-    For each batch size ``b``: one fixed sequence (``num_steps`` tokens of
-    :func:`token_embeddings`) is put first in batch A with ``b - 1`` other
-    sequences and first in batch B with ``b - 1`` different ones. Fresh
-    ``nn.BatchNorm1d`` (training mode) and ``nn.LayerNorm`` normalize both
-    batches; the fixed sequence's two outputs are compared. LayerNorm is also
-    applied to the sequence alone.
-
-    Args:
-        batch_sizes: the ``b`` values, each >= 2.
-        num_steps, num_hiddens: ``n``, ``d``.
-        seed: seeds the sequences.
+    For each batch size ``b``, one fixed sequence of ``num_steps`` tokens (``(1, n, d)``,
+    from :func:`token_embeddings`) is put first into batches A and B of ``b``
+    sequences that differ in all the others; BatchNorm (training mode) and LayerNorm
+    normalize both, and LayerNorm also the sequence alone. Chapter "Normalization".
 
     Returns:
         One dict per batch size: ``batch_size``, ``bn_max_delta`` and ``bn_rms_delta``
         (max and RMS of ``|output in A - output in B|`` for BatchNorm), ``ln_max_delta``
-        (the same for LayerNorm) and ``ln_alone_max_delta`` (LayerNorm in batch A
-        versus the sequence alone).
+        (the same for LayerNorm), ``ln_alone_max_delta`` (LayerNorm in A versus alone).
 
     Raises:
         TypeError / ValueError: for a batch size below 2 or other bad arguments.
@@ -562,29 +563,21 @@ def batch_composition(batch_sizes=(2, 8, 32), num_steps: int = 16, num_hiddens: 
     return rows
 
 
+@shown_in("ch03")
 def train_eval_mismatch(checkpoints=(1, 2, 5, 10, 20, 50, 100), batch_size: int = 8, num_steps: int = 16,
                         num_hiddens: int = 64, momentum: float = 0.1, seed: int = 0) -> list[dict]:
     """How far BatchNorm's running statistics (eval mode) are from the current batch's (train mode).
 
-    An ``nn.BatchNorm1d`` (:class:`SequenceBatchNorm`) sees a stream of training
-    batches of :func:`token_embeddings` (no padding). After ``k`` batches (``k`` in
-    ``checkpoints``) the batch just seen is normalized again in evaluation mode,
-    with the running estimates, and compared with its training-mode output.
-    The running estimates start at mean 0 and variance 1 and move by
-    ``momentum`` per batch (Ioffe & Szegedy, 2015, use population statistics at
-    inference; PyTorch approximates them by this moving average).
-
-    Args:
-        checkpoints: increasing batch counts at which to measure (each >= 1).
-        batch_size, num_steps, num_hiddens: the shape of every batch.
-        momentum: the layer's momentum, in ``[0, 1)``.
-        seed: seeds the batches.
+    A :class:`SequenceBatchNorm` sees a stream of ``(b, n, d)`` training batches of
+    :func:`token_embeddings`; after ``k`` of them (``k`` in ``checkpoints``, increasing)
+    the batch just seen is normalized again in evaluation mode, with the running
+    estimates (Ioffe & Szegedy, 2015: population statistics at inference; PyTorch's
+    moving average starts at mean 0, variance 1). Chapter "Normalization".
 
     Returns:
         One dict per checkpoint: ``batches`` (``k``), ``mean_error``
-        (``||running_mean - batch mean|| / ||batch mean||``), ``var_error`` (the
-        same for the variances, running versus biased batch variance) and
-        ``output_rms_delta`` (RMS of ``|train-mode output - eval-mode output|``).
+        (``||running_mean - batch mean|| / ||batch mean||``), ``var_error`` (the same
+        for the variances) and ``output_rms_delta`` (RMS of train- minus eval-mode output).
 
     Raises:
         TypeError / ValueError: for empty or non-increasing checkpoints or bad sizes.
@@ -610,26 +603,18 @@ def train_eval_mismatch(checkpoints=(1, 2, 5, 10, 20, 50, 100), batch_size: int 
     return rows
 
 
+@shown_in("ch03")
 def batch_of_one(num_hiddens: int = 64, seed: int = 0) -> dict:
-    """Generation's batch of one token: what BatchNorm can do with it, and what LayerNorm does.
+    """Generation's batch of one token, ``(1, 1, d)``: what BatchNorm and LayerNorm do with it.
 
-    At each step of autoregressive generation with a cache, a model processes one
-    new token of one sequence, an input of shape ``(1, 1, d)``. In training mode
-    BatchNorm would normalize each feature over that single value.
-
-    Args:
-        num_hiddens: ``d``.
-        seed: seeds the tokens.
+    Chapter "Normalization" (Ba, Kiros & Hinton, 2016: LayerNorm does not depend on the batch).
 
     Returns:
-        dict: ``error_type`` and ``error_message`` of what ``nn.BatchNorm1d`` in
-        training mode raises for the one-token input (``None`` if it does not raise);
-        ``by_hand_max_dev_from_bias`` (largest absolute difference between our
-        training-mode BatchNorm output and its bias over 5 different single tokens:
-        every token becomes ``bias``);
-        ``eval_output_finite`` (evaluation mode, with the running estimates, runs);
-        ``ln_alone_max_delta`` (largest absolute difference between LayerNorm of the
-        token alone and of the same token inside a batch of 8 sequences of 16 tokens).
+        dict: ``error_type``, ``error_message`` (what ``nn.BatchNorm1d`` raises in training
+        mode, or ``None``); ``by_hand_max_dev_from_bias`` (largest ``|output - bias|`` of our
+        training-mode BatchNorm over 5 single tokens); ``eval_output_finite`` (evaluation
+        mode runs); ``ln_alone_max_delta`` (largest ``|LayerNorm(token alone) -
+        LayerNorm(token inside a batch of 8 x 16)|``).
 
     Raises:
         TypeError / ValueError: for bad ``num_hiddens`` or ``seed``.
@@ -654,26 +639,19 @@ def batch_of_one(num_hiddens: int = 64, seed: int = 0) -> dict:
             "eval_output_finite": eval_ok, "ln_alone_max_delta": ln_delta}
 
 
+@shown_in("ch03")
 def block_padding_check(batch_size: int = 8, max_len: int = 32, padding: float = 0.5, num_hiddens: int = 64,
                         num_heads: int = 4, seed: int = 0) -> dict:
     """The whole block: does a sequence's output depend on the padded batch it is in?
 
-    Builds one pre-LN :class:`~d2lmini.block.TransformerBlock` with LayerNorm and
-    a copy of it whose LayerNorms are swapped for :class:`SequenceBatchNorm`
-    (training mode). Each is applied to a :func:`padded_batch` (with
-    ``valid_lens``, so attention ignores padding keys) and to every sequence
-    alone; the real tokens' outputs are compared.
-
-    Args:
-        batch_size, max_len, padding, num_hiddens: as :func:`padded_batch`.
-        num_heads: attention heads.
-        seed: seeds the block and the batch.
+    A pre-LN :class:`~d2lmini.block.TransformerBlock` and a copy whose LayerNorms are
+    :class:`SequenceBatchNorm` (training mode) are applied to a :func:`padded_batch`
+    ``(b, n, d)`` with ``valid_lens`` and to every sequence alone. Chapter "Normalization".
 
     Returns:
-        dict: ``layer_norm_max_delta`` and ``batch_norm_max_delta`` (largest absolute
-        difference between the output in the padded batch and the output alone, over all
-        real tokens), ``batch_norm_rms_delta``
-        (RMS of that difference), ``padding_share``.
+        dict: ``layer_norm_max_delta``, ``batch_norm_max_delta`` (largest ``|output in the
+        batch - output alone|`` over all real tokens), ``batch_norm_rms_delta`` (its RMS)
+        and ``padding_share``.
 
     Raises:
         TypeError / ValueError: for bad sizes, padding or seed.

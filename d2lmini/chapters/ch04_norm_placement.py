@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from .._checks import check_choice, check_int_in, check_positive_int
+from .._shown import shown_in
 from ..data import CharCorpus
 from ..norms import NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
@@ -24,6 +25,7 @@ from ..train import TrainResult, train_lm
 from ..widgets import StaticTwin, round_frame_values
 
 
+@shown_in("ch04")
 def probe_placements(depth: int = 32, placements=PROBED_PLACEMENTS, **kwargs) -> dict[str, DepthProbe]:
     """:func:`probe_depth` for several placements with everything else equal.
 
@@ -152,6 +154,7 @@ WARMUP_RUNS = (("post-LN, no warm-up", "post", False),
                ("pre-LN, no warm-up", "pre", False))
 
 
+@shown_in("ch04")
 def warmup_comparison(corpus: CharCorpus, num_steps: int = 300, lr: float = 1e-2, warmup_steps: int = 75,
                       seed: int = 0, **kwargs) -> dict[str, TrainResult]:
     """Post-LN with and without learning-rate warm-up against pre-LN without it.
