@@ -346,21 +346,21 @@ def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: i
 
     Introduced in the chapter "One block, every configuration".
     """
-    num_hiddens, num_heads = check_positive_int("num_hiddens", num_hiddens), check_positive_int("num_heads", num_heads)
-    if num_heads % 4:
-        raise ValueError(f"num_heads must be divisible by 4 (the GQA step uses h/4 key/value heads), got {num_heads}")
-    kwargs = dict(BLOCK_2017)
-    steps = []
+    num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+    if check_positive_int("num_heads", num_heads) % 4:
+        raise ValueError(f"num_heads must be divisible by 4 (GQA uses h/4 key/value heads), got {num_heads}")
+    kwargs, steps = dict(BLOCK_2017), []
     with seeded(seed):
-        X = torch.randn(check_positive_int("batch_size", batch_size), check_positive_int("num_steps", num_steps),
-                        num_hiddens)
+        X = torch.randn(check_positive_int("batch_size", batch_size),
+                        check_positive_int("num_steps", num_steps), num_hiddens)
         for name, flag, change, core in (("2017 Transformer", "", {}, True),) + SUBSTITUTIONS:
             kwargs.update({k: (num_heads // 4 if v == "h/4" else v) for k, v in change.items()})
             block = TransformerBlock(num_hiddens, num_heads, **kwargs)
             with torch.no_grad():
                 shape = tuple(block(X).shape)
             att = block.attention
-            steps.append(Step(name, flag, core=core, kwargs=dict(kwargs), parameters=num_parameters(block, BLOCK_PARTS),
+            steps.append(Step(name, flag, core=core, kwargs=dict(kwargs),
+                              parameters=num_parameters(block, BLOCK_PARTS),
                               kv_cache_per_token=2 * att.num_kv_heads * att.head_dim, output_shape=shape))
     return steps
 
