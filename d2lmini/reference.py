@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ._shown import shown_in
 from .attention import valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
 
@@ -603,9 +604,26 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
     keep = torch.ones(batch_size, num_steps, 1, dtype=torch.bool)  # (b, n, 1): the positions compared
     if valid_lens is not None:
         keep = valid_lens_mask(valid_lens, num_steps)[..., None]
+    runs = (lambda Z: ref.call(layer, config, Z, valid_lens, *extra_ref),
+            lambda Z: block(Z, *extra_ours, valid_lens) if ref.memory else block(Z, valid_lens))
+    return {**output_and_grad_differences(runs, X, R, keep), "block": block}
+
+
+@shown_in("ch08")
+def output_and_grad_differences(runs, X: torch.Tensor, R: torch.Tensor, keep: torch.Tensor) -> dict:
+    """Feed two implementations the same input; compare their outputs and input gradients.
+
+    Each of the two ``runs`` maps a ``(b, n, d)`` input to a ``(b, n, d)`` output (or a
+    tuple that starts with it). Each gets its own copy of ``X``, and the same random
+    read-out ``R`` of its output, restricted to the positions ``keep`` (``(b, n, 1)``
+    bool), is backpropagated to that copy.
+
+    Returns:
+        dict with ``max_abs_diff`` (outputs, at the kept positions), ``max_abs_grad_diff``
+        (gradients with respect to the input) and ``max_abs_output`` (the first run's scale).
+    """
     outputs, grads = [], []
-    for run in (lambda Z: ref.call(layer, config, Z, valid_lens, *extra_ref),
-                lambda Z: block(Z, *extra_ours, valid_lens) if ref.memory else block(Z, valid_lens)):
+    for run in runs:
         Z = X.clone().requires_grad_(True)  # grad mode: nn.TransformerEncoderLayer takes its exact path
         Y = run(Z)
         Y = Y[0] if isinstance(Y, tuple) else Y
@@ -613,9 +631,6 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
         outputs.append(Y.detach())
         grads.append(Z.grad)
     keep = keep.expand_as(outputs[0])
-    return {
-        "max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
-        "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
-        "max_abs_output": float(outputs[0][keep].abs().max()),
-        "block": block,
-    }
+    return {"max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
+            "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
+            "max_abs_output": float(outputs[0][keep].abs().max())}

@@ -55,7 +55,7 @@ def test_sparse_moe_equals_the_dense_computation():
     for router, shared in (("softmax", 0), ("sigmoid", 1)):
         moe = MixtureOfExperts(16, num_experts=5, top_k=2, router=router, num_shared_experts=shared)
         X = torch.randn(3, 7, 16)
-        dense = catalog._dense_moe(moe, X.reshape(-1, 16)).reshape(X.shape)
+        dense = catalog.dense_mixture(moe, X.reshape(-1, 16)).reshape(X.shape)
         assert (moe(X) - dense).abs().max() <= TOLERANCE
         assert moe(X).shape == X.shape
 

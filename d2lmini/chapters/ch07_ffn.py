@@ -38,6 +38,7 @@ from torch.nn import functional as F
 from .._checks import check_seeds as _check_seeds
 from .._checks import (check_choice, check_float_tensor, check_instance, check_int_in, check_last_dim,
                        check_positive_int, check_seed, check_sequence)
+from .._shown import shown_in
 from ..data import CharCorpus
 from ..ffn import ACTS, GATED_ACTS, FeedForward
 from ..parameters import num_parameters
@@ -70,6 +71,7 @@ SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "geglu": 1.942, "sw
 # Parameter budget
 # --------------------------------------------------------------------------------------
 
+@shown_in("ch07")
 def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu", "geglu")) -> list[dict]:
     """Parameters of one :class:`~d2lmini.ffn.FeedForward` per activation, at default width.
 
@@ -169,6 +171,31 @@ class MemoryReading:
     top_k: int
 
 
+@shown_in("ch07")
+def sum_of_memories(ffn: FeedForward, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""An FFN's memory coefficients, and its output rebuilt from them (Geva et al., 2021).
+
+    Key ``k_i`` is row ``i`` of ``W_1``, value ``v_i`` column ``i`` of ``W_2``. The
+    coefficient is ``m_i(x) = act(k_i . x)`` for a plain MLP and ``act(g_i . x) (k_i . x)``
+    for a gated FFN (``g_i``: row ``i`` of ``W_g``); biases are added where present.
+
+    Args:
+        ffn: a :class:`~d2lmini.ffn.FeedForward`; X: ``(tokens, d)`` token vectors.
+
+    Returns:
+        ``m`` of shape ``(tokens, h)`` and ``sum_i m_i(x) v_i`` (+ bias), ``(tokens, d)``.
+    """
+    def bias(linear):
+        return linear.bias if linear.bias is not None else 0
+    with torch.no_grad():
+        match = X @ ffn.W_1.weight.T + bias(ffn.W_1)                     # k_i . x, (tokens, h)
+        if ffn.gated:
+            m = ffn._act(X @ ffn.W_g.weight.T + bias(ffn.W_g)) * match
+        else:
+            m = ffn._act(match)
+        return m, m @ ffn.W_2.weight.T + bias(ffn.W_2)                  # sum_i m_i v_i
+
+
 def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> MemoryReading:
     r"""Rewrite an FFN's output as a weighted sum of value vectors (Geva et al., 2021).
 
@@ -176,7 +203,7 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
     ``v_i``. For a plain MLP the coefficient of memory ``i`` is
     ``m_i(x) = act(k_i . x)``; for a gated FFN it is ``act(g_i . x) (k_i . x)`` with
     ``g_i`` row ``i`` of ``W_g``. Then ``FFN(x) = sum_i m_i(x) v_i`` (+ bias), which
-    this function checks numerically.
+    this function checks numerically (:func:`sum_of_memories`).
 
     Args:
         ffn: a :class:`~d2lmini.ffn.FeedForward` (any activation, no dropout in effect).
@@ -197,15 +224,8 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
     check_last_dim("X", check_float_tensor("X", X, min_dim=2), ffn.num_hiddens)
     top_k = check_int_in("top_k", top_k, 1, ffn.ffn_num_hiddens)
     X = X.reshape(-1, ffn.num_hiddens)
+    m, memory_sum = sum_of_memories(ffn, X)
     with torch.no_grad():
-        keys, values = ffn.W_1.weight, ffn.W_2.weight          # (h, d), (d, h): k_i = keys[i], v_i = values[:, i]
-        match = X @ keys.T + (ffn.W_1.bias if ffn.W_1.bias is not None else 0)
-        if ffn.gated:
-            gate = X @ ffn.W_g.weight.T + (ffn.W_g.bias if ffn.W_g.bias is not None else 0)
-            m = ffn._act(gate) * match
-        else:
-            m = ffn._act(match)
-        memory_sum = m @ values.T + (ffn.W_2.bias if ffn.W_2.bias is not None else 0)
         was_training = ffn.training
         ffn.eval()
         out = ffn(X)
@@ -216,6 +236,28 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
                          active_fraction=float((m != 0).double().mean()), top_share=float(top.mean()), top_k=top_k)
 
 
+@shown_in("ch07")
+def strongest_triggers(m: torch.Tensor, num_memories: int, top: int) -> list[tuple[int, int, int, int]]:
+    """Where the strongest memories fire hardest.
+
+    Args:
+        m: ``(windows, positions, h)`` memory coefficients (:func:`sum_of_memories`).
+        num_memories: how many memories: those whose largest coefficient anywhere is highest.
+        top: how many windows per memory, the strongest first.
+
+    Returns:
+        ``(i, rank, w, position)`` tuples: memory ``i``'s ``rank``-th strongest window
+        ``w``, and the position in it where ``m[w, :, i]`` peaks.
+    """
+    per_window = m.amax(dim=1)                                   # (windows, h): best position per window
+    strongest = per_window.amax(dim=0).topk(num_memories).indices.tolist()
+    found = []
+    for i in strongest:
+        for rank, w in enumerate(per_window[:, i].topk(top).indices.tolist(), start=1):
+            found.append((i, rank, w, int(m[w, :, i].argmax())))
+    return found
+
+
 def memory_triggers(model: TinyLM, corpus: CharCorpus, block: int = 0, num_memories: int = 4, top: int = 3,
                     context: int = 24, num_windows: int = 64, seed: int = 0) -> list[dict]:
     """The text that switches on an FFN memory most strongly (Geva et al., 2021, Section 3).
@@ -224,7 +266,7 @@ def memory_triggers(model: TinyLM, corpus: CharCorpus, block: int = 0, num_memor
     records the input of block ``block``'s FFN at every position, and computes every
     memory's coefficient there (:func:`ffn_as_memories`). For the ``num_memories``
     memories whose largest coefficient is highest, it returns the ``top`` positions
-    (in different windows) where each fires most, with the characters the model has
+    (in different windows) where each fires most (:func:`strongest_triggers`), with the characters the model has
     read up to that position.
 
     Args:
@@ -270,16 +312,10 @@ def memory_triggers(model: TinyLM, corpus: CharCorpus, block: int = 0, num_memor
         hook.remove()
         model.train(was_training)
     m = ffn_as_memories(ffn, captured[0]).coefficients.reshape(num_windows, model.max_len, -1)
-    per_window = m.amax(dim=1)                                   # (windows, h): best position per window
-    strongest = per_window.amax(dim=0).topk(num_memories).indices.tolist()
-    rows = []
-    for i in strongest:
-        for rank, w in enumerate(per_window[:, i].topk(top).indices.tolist(), start=1):
-            pos = int(m[w, :, i].argmax())
-            rows.append(dict(memory=i, rank=rank, coefficient=float(m[w, pos, i]),
-                             prefix=corpus.decode(X[w, max(0, pos + 1 - context): pos + 1]),
-                             next=corpus.decode(Y[w, pos: pos + 1])))
-    return rows
+    return [dict(memory=i, rank=rank, coefficient=float(m[w, pos, i]),
+                 prefix=corpus.decode(X[w, max(0, pos + 1 - context): pos + 1]),
+                 next=corpus.decode(Y[w, pos: pos + 1]))
+            for i, rank, w, pos in strongest_triggers(m, num_memories, top)]
 
 
 def trigger_table(rows: list[dict]):
@@ -354,6 +390,7 @@ class EnsembleRun:
         return model.eval()
 
 
+@shown_in("ch07")
 def validation_batches(corpus: CharCorpus, batch_size: int, seq_len: int, num_batches: int,
                        seed: int = 1234) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed held-out batches every model is scored on (those of :func:`d2lmini.train.evaluate`).
@@ -364,6 +401,23 @@ def validation_batches(corpus: CharCorpus, batch_size: int, seq_len: int, num_ba
     """
     gen = torch.Generator().manual_seed(seed)
     return [corpus.random_batch(batch_size, seq_len, gen, split="val") for _ in range(num_batches)]
+
+
+@shown_in("ch07")
+def validation_losses(losses_of, num_models: int, val: list) -> list[float]:
+    """Each model's validation loss: its mean next-token cross-entropy over the batches ``val``.
+
+    Args:
+        losses_of: from :func:`d2lmini.train.lockstep_losses`: one ``(X, Y)`` batch per
+            model to each model's cross-entropy in nats per character, ``(num_models,)``.
+        num_models: how many models; val: the ``(X, Y)`` pairs of :func:`validation_batches`.
+
+    Returns:
+        ``num_models`` floats.
+    """
+    with torch.no_grad():
+        total = sum(losses_of([(X, Y)] * num_models) for X, Y in val)
+    return (total / len(val)).tolist()
 
 
 def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num_steps: int = 600,
@@ -446,9 +500,7 @@ def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num
 
     def validate(step, models, losses):
         if step + 1 in eval_steps:
-            with torch.no_grad():
-                total = sum(losses_of([(X, Y)] * len(models)) for X, Y in val)
-            for history, value in zip(val_loss, (total / len(val)).tolist()):
+            for history, value in zip(val_loss, validation_losses(losses_of, len(models), val)):
                 history.append(value)
 
     log = train_models(models, corpus, seeds, num_steps, batch_size, seq_len, lr, warmup_steps, schedule,
@@ -508,6 +560,7 @@ class FFNComparison:
         """
         return [a - b for a, b in zip(self.val_loss(baseline, step), self.val_loss(other, step))]
 
+    @shown_in("ch07")
     def summary(self, step: int, baseline: str = "gelu", other: str = "swiglu") -> dict:
         """Mean, sample standard deviation (n - 1; 0 for one seed), minimum and maximum
         of :meth:`differences` over the seeds, and how many seeds favour ``other``."""

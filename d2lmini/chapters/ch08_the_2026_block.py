@@ -31,6 +31,7 @@ from dataclasses import KW_ONLY, dataclass, field
 import torch
 
 from .._checks import check_bool, check_instance, check_int_at_least, check_positive_int
+from .._shown import shown_in
 from ..attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..moe import ROUTERS, MixtureOfExperts
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
@@ -114,6 +115,33 @@ def _repeat_kv_weight(W: torch.Tensor, num_kv_heads: int, group: int) -> torch.T
     return W.unflatten(0, (num_kv_heads, -1)).repeat_interleave(group, dim=0).flatten(0, 1)
 
 
+@shown_in("ch08")
+def copied_heads_difference(gqa: MultiHeadAttention, X: torch.Tensor) -> float:
+    """How far GQA is from plain multi-head attention with copied key/value heads.
+
+    Builds a multi-head attention with one key/value head per query head, gives it
+    ``gqa``'s ``W_q`` and ``W_o``, and fills its ``W_k``, ``W_v`` with each of ``gqa``'s
+    key/value heads repeated for the ``h / g`` query heads of its group.
+
+    Args:
+        gqa: a :class:`~d2lmini.attention.MultiHeadAttention` with ``g`` key/value heads.
+        X: ``(b, n, d)`` input, used as queries, keys and values.
+
+    Returns:
+        The largest ``|gqa(X) - mha(X)|`` (0 up to float32 rounding: the same function).
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    g, group = gqa.num_kv_heads, gqa.num_heads // gqa.num_kv_heads
+    mha = MultiHeadAttention(gqa.num_hiddens, gqa.num_heads, causal=gqa.causal)
+    with torch.no_grad():
+        mha.W_q.weight.copy_(gqa.W_q.weight)
+        mha.W_o.weight.copy_(gqa.W_o.weight)
+        mha.W_k.weight.copy_(_repeat_kv_weight(gqa.W_k.weight, g, group))
+        mha.W_v.weight.copy_(_repeat_kv_weight(gqa.W_v.weight, g, group))
+        return float((gqa(X, X, X) - mha(X, X, X)).abs().max())
+
+
 def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads=(8, 4, 2, 1),
                             num_steps: int = 16, seed: int = 0) -> list[dict]:
     """What sharing key/value heads saves, and that GQA is MHA with copied K/V heads.
@@ -123,7 +151,7 @@ def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads
     its parameters and the key/value entries a decoder caches per token
     (``2 g head_dim``); then build a plain multi-head attention whose ``W_k``, ``W_v``
     repeat each of the ``g`` heads ``h / g`` times and check both give the same
-    output on one random batch (Ainslie et al., 2023; ``g = 1`` is Shazeer's
+    output on one random batch (:func:`copied_heads_difference`) (Ainslie et al., 2023; ``g = 1`` is Shazeer's
     multi-query attention, ``g = h`` plain multi-head attention).
 
     Args:
@@ -147,14 +175,7 @@ def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads
         X = torch.randn(2, check_positive_int("num_steps", num_steps), num_hiddens)
         for g in kv_heads:
             gqa = MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=g, causal=True)
-            mha = MultiHeadAttention(num_hiddens, num_heads, causal=True)
-            group = num_heads // g
-            with torch.no_grad():
-                mha.W_q.weight.copy_(gqa.W_q.weight)
-                mha.W_o.weight.copy_(gqa.W_o.weight)
-                mha.W_k.weight.copy_(_repeat_kv_weight(gqa.W_k.weight, g, group))
-                mha.W_v.weight.copy_(_repeat_kv_weight(gqa.W_v.weight, g, group))
-                diff = float((gqa(X, X, X) - mha(X, X, X)).abs().max())
+            diff = copied_heads_difference(gqa, X)
             kind = "MHA" if g == num_heads else ("MQA" if g == 1 else "GQA")
             rows.append({"kv_heads": g, "kind": kind, "parameters": num_parameters(gqa),
                          "kv_cache_per_token": 2 * g * gqa.head_dim, "max_abs_diff": diff})
@@ -164,8 +185,14 @@ def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads
 # --------------------------------------------------------------------------- mixture of experts, measured
 
 
-def _dense_moe(moe: MixtureOfExperts, tokens: torch.Tensor) -> torch.Tensor:
-    """The same mixture computed the slow way: every expert on every token, zero weight if not chosen."""
+@shown_in("ch08")
+def dense_mixture(moe: MixtureOfExperts, tokens: torch.Tensor) -> torch.Tensor:
+    """A :class:`MixtureOfExperts` computed the slow way, to check its sparse forward pass.
+
+    Every expert runs on every token; an expert the router did not choose for a token
+    gets the weight 0 there. Takes ``tokens`` of shape ``(t, d)``, returns ``(t, d)``.
+    Introduced in the chapter "One block, every configuration".
+    """
     weights, experts = moe.route(tokens)
     full = torch.zeros(tokens.shape[0], moe.num_experts).scatter(1, experts, weights)
     out = sum(full[:, e, None] * expert(tokens) for e, expert in enumerate(moe.experts))
@@ -215,7 +242,7 @@ def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_exper
         tokens = seen[0].reshape(-1, num_hiddens)
         with torch.no_grad():
             _, experts = block.ffn.route(tokens)
-            diff = float((block.ffn(tokens) - _dense_moe(block.ffn, tokens)).abs().max())
+            diff = float((block.ffn(tokens) - dense_mixture(block.ffn, tokens)).abs().max())
     counts = torch.bincount(experts.flatten(), minlength=num_experts).tolist()
     return {
         "input_shape": tuple(X.shape), "output_shape": tuple(Y.shape), "tokens_per_expert": counts,
@@ -298,19 +325,18 @@ class Step:
     output_shape: tuple = field(default_factory=tuple)
 
 
+@shown_in("ch08")
 def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: int = 2, num_steps: int = 16,
                        seed: int = 0) -> list[Step]:
     """Turn the 2017 block into the 2026 block one constructor argument at a time.
 
     Starts from :data:`BLOCK_2017` and applies :data:`SUBSTITUTIONS` cumulatively; each
-    block is built (seeded), counted and run on one random ``(b, n, d)`` batch. The
-    skeleton -- :class:`~d2lmini.block.TransformerBlock`, two residual sublayers --
-    never changes; only its arguments do.
+    block is built (seeded), counted per part (:data:`~d2lmini.parameters.BLOCK_PARTS`)
+    and run on one random ``(b, n, d)`` batch.
 
     Args:
         num_hiddens, num_heads: ``d`` and ``h`` (``h`` divisible by 4 for the GQA step).
-        batch_size, num_steps: the test batch.
-        seed: seeds the weights and the batch.
+        batch_size, num_steps: the test batch; seed: seeds the weights and the batch.
 
     Returns:
         ``len(SUBSTITUTIONS) + 1`` :class:`Step` records, the 2017 block first.
@@ -321,21 +347,20 @@ def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: i
     Introduced in the chapter "One block, every configuration".
     """
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-    num_heads = check_positive_int("num_heads", num_heads)
-    if num_heads % 4:
-        raise ValueError(f"num_heads must be divisible by 4 (the GQA step uses h/4 key/value heads), got {num_heads}")
-    kwargs = dict(BLOCK_2017)
-    steps = []
+    if check_positive_int("num_heads", num_heads) % 4:
+        raise ValueError(f"num_heads must be divisible by 4 (GQA uses h/4 key/value heads), got {num_heads}")
+    kwargs, steps = dict(BLOCK_2017), []
     with seeded(seed):
-        X = torch.randn(check_positive_int("batch_size", batch_size), check_positive_int("num_steps", num_steps),
-                        num_hiddens)
+        X = torch.randn(check_positive_int("batch_size", batch_size),
+                        check_positive_int("num_steps", num_steps), num_hiddens)
         for name, flag, change, core in (("2017 Transformer", "", {}, True),) + SUBSTITUTIONS:
             kwargs.update({k: (num_heads // 4 if v == "h/4" else v) for k, v in change.items()})
             block = TransformerBlock(num_hiddens, num_heads, **kwargs)
             with torch.no_grad():
                 shape = tuple(block(X).shape)
             att = block.attention
-            steps.append(Step(name, flag, core=core, kwargs=dict(kwargs), parameters=num_parameters(block, BLOCK_PARTS),
+            steps.append(Step(name, flag, core=core, kwargs=dict(kwargs),
+                              parameters=num_parameters(block, BLOCK_PARTS),
                               kv_cache_per_token=2 * att.num_kv_heads * att.head_dim, output_shape=shape))
     return steps
 
@@ -396,28 +421,20 @@ def plot_substitution_params(steps: list[Step], width: float = 8.0, height: floa
     return fig
 
 
+@shown_in("ch08")
 def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: int = 4, num_steps: int = 24,
                         shifts=(1, 5, 17), theta: float = 10000.0, seed: int = 0) -> dict:
-    r"""RoPE makes an attention logit depend on the *offset* between two positions only.
+    r"""Does an attention logit change when both positions move by the same shift?
 
-    Takes ``num_tokens`` random token vectors and random ``W_q``, ``W_k`` (``d x
-    head_dim``). For every pair of tokens ``(a, b)`` placed at positions ``(p, p')``
-    it computes the logit ``q_a(p) . k_b(p')`` twice: with RoPE (queries and keys
-    rotated by their positions, Su et al., 2021) and with sinusoidal encodings
-    added to the tokens before the projections (Vaswani et al., 2017). Then it moves
-    both positions by the same shift ``s`` and reports how much the logits change.
-
-    Args:
-        num_hiddens, head_dim: token width and query/key width (even).
-        num_tokens: distinct token vectors.
-        num_steps: positions ``p, p' < num_steps`` compared.
-        shifts: the shifts ``s`` tried.
-        theta: the RoPE base.
-        seed: seeds the tokens and the projections.
+    For every pair of ``num_tokens`` random tokens ``(a, b)`` at positions ``(p, p')``,
+    ``p, p' < num_steps``, computes the logit ``q_a(p) . k_b(p')`` (random ``W_q``, ``W_k``
+    of shape ``d x head_dim``, even ``head_dim``) with RoPE (Su et al., 2021) and with
+    sinusoids added to the tokens (Vaswani et al., 2017), then again with both
+    positions moved by each shift ``s`` in ``shifts``; ``theta`` is the RoPE base.
 
     Returns:
         dict with ``rope_max_abs_diff`` and ``sinusoidal_max_abs_diff`` (largest change
-        of any logit under any shift, float32) and ``max_abs_logit`` (their scale).
+        of any logit under any shift) and ``max_abs_logit`` (the logits' scale).
 
     Raises:
         ValueError / TypeError: for non-positive sizes or an odd ``head_dim``.
@@ -629,24 +646,22 @@ MODELS = (
 TOLERANCE = 1e-5
 
 
+@shown_in("ch08")
 def describe_block(block: TransformerBlock, positions_note: str | None = None) -> dict:
     """The "who uses what" columns, read from a block's modules rather than typed.
 
     Args:
         block: a :class:`~d2lmini.block.TransformerBlock` (its attention may be a
             :class:`GatedAttention`, its FFN a :class:`MixtureOfExperts`).
-        positions_note: where the model's positions come from when the block has no
-            RoPE (they are then outside the block).
+        positions_note: where the positions come from when the block has no RoPE.
 
     Returns:
-        dict with ``norm``, ``placement``, ``qk_norm``, ``ffn``, ``attention`` and
-        ``positions`` (short strings).
+        dict of short strings: ``norm``, ``placement``, ``qk_norm``, ``ffn``,
+        ``attention`` and ``positions``.
 
     Raises:
         TypeError: if ``block`` is not a TransformerBlock.
         ValueError: if the block has no RoPE and no ``positions_note`` is given.
-
-    Introduced in the chapter "One block, every configuration".
     """
     check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
     att, ffn = block.attention, block.ffn
@@ -779,6 +794,32 @@ def verification_table(rows: list[dict]):
 # --------------------------------------------------------------------------- the decoder block
 
 
+@shown_in("ch08")
+def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: torch.Tensor, t: int) -> dict:
+    """How far a decoder block's outputs move when a decoder token or the encoder output changes.
+
+    Draws a new random decoder token at position ``t`` and, separately, a new random
+    encoder output, and runs the block on the original and on each changed input.
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerDecoderBlock` (no dropout in effect).
+        X: ``(b, n, d)`` decoder input; memory: ``(b, m, d)`` encoder output; ``0 < t < n``.
+
+    Returns:
+        dict with ``output_shape``, ``future_leak`` (largest change at positions ``< t``;
+        0 means causal), ``future_effect`` (at positions ``>= t``) and ``memory_effect``.
+    """
+    X2 = X.clone()
+    X2[:, t] = torch.randn(X.shape[-1])
+    memory2 = torch.randn(memory.shape)
+    with torch.no_grad():
+        Y, Y_future, Y_memory = block(X, memory), block(X2, memory), block(X, memory2)
+    return {"output_shape": tuple(Y.shape),
+            "future_leak": float((Y_future - Y)[:, :t].abs().max()),
+            "future_effect": float((Y_future - Y)[:, t:].abs().max()),
+            "memory_effect": float((Y_memory - Y).abs().max())}
+
+
 def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10, memory_steps: int = 7,
                          seed: int = 0) -> dict:
     """The encoder-decoder Transformer's decoder block: three sublayers, measured.
@@ -786,7 +827,8 @@ def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: i
     Builds the 2017 decoder block (:class:`~d2lmini.block.TransformerDecoderBlock`:
     LayerNorm, post-LN, ReLU, biases) and checks on random inputs that (1) the causal
     self-attention lets no future token reach an earlier position, (2) the
-    cross-attention makes every position depend on the encoder's outputs; it counts
+    cross-attention makes every position depend on the encoder's outputs
+    (:func:`decoder_effects`); it counts
     the parameters of each sublayer, and verifies the block against
     ``torch.nn.TransformerDecoderLayer`` with :func:`d2lmini.reference.compare_with_reference`.
 
@@ -815,24 +857,13 @@ def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: i
         block = TransformerDecoderBlock(num_hiddens, num_heads, norm="layer", act="relu", placement="post",
                                         bias=True).eval()
         X, memory = torch.randn(1, n, num_hiddens), torch.randn(1, m, num_hiddens)
-        t = n // 2
-        X2 = X.clone()
-        X2[:, t] = torch.randn(num_hiddens)
-        memory2 = torch.randn(1, m, num_hiddens)
-        with torch.no_grad():
-            Y = block(X, memory)
-            Y_future = block(X2, memory)
-            Y_memory = block(X, memory2)
+        effects = decoder_effects(block, X, memory, t=n // 2)
         reference = compare_with_reference("TransformerDecoderLayer", seed=seed)
     params = num_parameters(block, {"self-attention": "attention.", "cross-attention": "cross_attention.",
                                     "FFN": "ffn.", "norms": "addnorm"})
     params.pop("total")
     reference.pop("block")
-    return {"output_shape": tuple(Y.shape),
-            "future_leak": float((Y_future - Y)[:, :t].abs().max()),
-            "future_effect": float((Y_future - Y)[:, t:].abs().max()),
-            "memory_effect": float((Y_memory - Y).abs().max()),
-            "parameters": params, "reference": reference}
+    return {**effects, "parameters": params, "reference": reference}
 
 
 # --------------------------------------------------------------------------- what you can build
@@ -843,6 +874,7 @@ LLAMA3_8B = dict(vocab_size=128256, num_hiddens=4096, num_heads=32, num_layers=3
                  ffn_num_hiddens=14336, rope_theta=500000.0)
 
 
+@shown_in("ch08")
 def model_parameter_count(shape: dict | None = None) -> dict:
     """Build a whole decoder-only model from 2026 blocks on the ``meta`` device and count it.
 
@@ -880,7 +912,8 @@ __all__ = [
     "BLOCK_2017", "KNOB_CHOICES", "KNOB_MEANINGS", "LLAMA3_8B", "MODELS", "ROUTERS", "SUBSTITUTIONS", "TOLERANCE",
     "TRINITY_TINY",
     "GatedAttention", "MixtureOfExperts", "Step",
-    "catalog_table", "compare_with_trinity", "constructor_knobs", "decoder_block_checks", "describe_block",
+    "catalog_table", "compare_with_trinity", "constructor_knobs", "copied_heads_difference", "decoder_block_checks",
+    "decoder_effects", "dense_mixture", "describe_block",
     "fit_to_page", "from_afmoe_layer", "grouped_query_attention", "make_trinity_layer", "mixture_of_experts_demo",
     "model_parameter_count", "plot_substitution_params", "rope_relative_check", "sinusoidal_positions",
     "step_table", "substitution_steps", "verification_table", "who_uses_what",

@@ -1,0 +1,55 @@
+"""The small functions chapter 7 prints: memory sums, trigger search, validation losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from d2lmini.chapters.ch07_ffn import (strongest_triggers, sum_of_memories, validation_batches,
+                                       validation_losses)
+from d2lmini.data import python_reference_corpus
+from d2lmini.ffn import FeedForward
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "swiglu", "geglu"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_sum_of_memories_rebuilds_the_ffn(act, bias):
+    torch.manual_seed(0)
+    ffn = FeedForward(16, act=act, bias=bias).eval()
+    X = torch.randn(20, 16)
+    m, rebuilt = sum_of_memories(ffn, X)
+    assert m.shape == (20, ffn.ffn_num_hiddens) and rebuilt.shape == (20, 16)
+    torch.testing.assert_close(rebuilt, ffn(X).detach())
+    assert not m.requires_grad
+    if act == "relu":  # a ReLU coefficient is exactly zero for a negative match
+        assert torch.equal(m, torch.relu(X @ ffn.W_1.weight.T + (ffn.W_1.bias if bias else 0)).detach())
+
+
+def test_strongest_triggers_finds_the_planted_peaks():
+    m = torch.zeros(5, 7, 4)  # (windows, positions, memories)
+    m[3, 2, 1] = 9.0   # memory 1 fires hardest, in window 3 at position 2
+    m[0, 6, 1] = 5.0   # ... then in window 0 at position 6
+    m[1, 4, 2] = 7.0   # memory 2, window 1, position 4
+    m[4, 0, 2] = 1.0
+    found = strongest_triggers(m, num_memories=2, top=2)
+    assert found == [(1, 1, 3, 2), (1, 2, 0, 6), (2, 1, 1, 4), (2, 2, 4, 0)]
+
+
+def test_validation_losses_average_the_batches():
+    calls = []
+
+    def losses_of(batches):
+        calls.append(len(batches))
+        X = batches[0][0]
+        return torch.tensor([float(X.sum()), 2.0 * float(X.sum())])
+
+    val = [(torch.full((1, 2), 1.0), None), (torch.full((1, 2), 3.0), None)]
+    assert validation_losses(losses_of, 2, val) == [4.0, 8.0]
+    assert calls == [2, 2]
+
+
+def test_validation_batches_are_fixed_by_their_seed():
+    corpus = python_reference_corpus()
+    a, b = validation_batches(corpus, 4, 8, 3), validation_batches(corpus, 4, 8, 3)
+    assert len(a) == 3 and all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b))
+    assert a[0][0].shape == (4, 8) and torch.equal(a[0][0][:, 1:], a[0][1][:, :-1])
