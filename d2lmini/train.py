@@ -25,6 +25,7 @@ from torch.nn import functional as F
 
 from ._checks import (check_bool, check_callable, check_choice, check_nonnegative_int, check_positive_float,
                       check_positive_int, check_seed)
+from ._shown import shown_in
 from .block import TransformerBlock
 from .data import CharCorpus
 from .norms import make_norm
@@ -229,6 +230,26 @@ def lockstep_losses(models: list[nn.Module], vectorize: bool = False):
     return losses_of
 
 
+@shown_in("ch02")
+def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: bool = True) -> list[float]:
+    """One training step of :func:`train_models`: score every model's batch, then one AdamW update.
+
+    ``losses_of`` comes from :func:`lockstep_losses`, ``batches`` holds one ``(X, Y)``
+    pair of token ids ``(b, n)`` per model and ``lr`` is this step's learning rate.
+    Returns the models' losses (nats per character), measured before the update. If
+    every loss is NaN or infinite and ``stop_on_divergence`` is True, no update is taken.
+    """
+    losses = losses_of(batches)  # each model's next-character cross-entropy on its own batch
+    values = losses.detach().tolist()
+    if any(math.isfinite(value) for value in values) or not stop_on_divergence:
+        for group in optimizer.param_groups:
+            group["lr"] = lr  # the scheduled rate of this step
+        optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()  # the models share no weights: each gets its own gradient
+        optimizer.step()  # AdamW
+    return values
+
+
 @dataclass
 class TrainLog:
     """What :func:`train_models` records.
@@ -317,21 +338,15 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     for step in range(num_steps):
         tick = time.perf_counter()
         step_lr = lr_at(step, lr, warmup_steps, num_steps, schedule)
-        for group in optimizer.param_groups:
-            group["lr"] = step_lr
         batches = [corpus.random_batch(batch_size, seq_len, gen) for gen in generators]
-        losses = losses_of([(X.to(device), Y.to(device)) for X, Y in batches])
-        values = losses.detach().tolist()
+        values = train_step(losses_of, optimizer, [(X.to(device), Y.to(device)) for X, Y in batches], step_lr,
+                            stop_on_divergence)
         for history, value in zip(log.losses, values):
             history.append(value)
         log.lr.append(step_lr)
         if not any(math.isfinite(value) for value in values):
             log.diverged = True
         stop = log.diverged and stop_on_divergence
-        if not stop:
-            optimizer.zero_grad(set_to_none=True)
-            losses.sum().backward()  # the models share no weights: each gets its own gradient
-            optimizer.step()
         log.seconds += time.perf_counter() - tick
         if on_step is not None:
             on_step(step, models, values)

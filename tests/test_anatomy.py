@@ -296,3 +296,11 @@ def test_add_sublayer_takes_the_step_of_addnorm(placement):
         assert torch.equal(X_next, block.addnorm2(X, block.ffn))
         if placement != "post":
             assert torch.equal(X_next, X + C)
+
+
+def test_w_q_gaps_is_zero_for_block_one_and_for_a_tied_block_only():
+    stack = make_stack(3, seed=0, **SMALL)
+    gaps = anatomy.w_q_gaps(stack)
+    assert len(gaps) == 3 and gaps[0] == 0.0 and min(gaps[1:]) > 1e-3
+    assert gaps == stack_anatomy(depth=3, seed=0, **SMALL).w_q_gap  # what the chapter's table shows
+    assert anatomy.w_q_gaps([stack[0], stack[0]]) == [0.0, 0.0]

@@ -299,3 +299,24 @@ def test_jacobian_singular_values_of_a_tokenwise_linear_map():
     got = jacobian_singular_values(X @ A, X)
     expected = sorted(torch.linalg.svdvals(A).tolist() * n, reverse=True)
     assert got == pytest.approx(expected)
+
+
+def test_train_step_updates_once_from_the_losses_before_the_update():
+    from d2lmini.train import lockstep_losses, train_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 5))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1.0)
+    X = torch.tensor([[0, 1, 2]])
+    batches = [(X, (X + 1) % 5)]
+    losses_of = lockstep_losses([model])
+    before = float(losses_of(batches)[0].detach())
+    values = train_step(losses_of, optimizer, batches, lr=0.1)
+    assert math.isclose(values[0], before, rel_tol=1e-6)  # recorded before the update
+    assert optimizer.param_groups[0]["lr"] == 0.1
+    assert float(losses_of(batches)[0].detach()) < before  # one step down the gradient
+
+    nan_losses = lambda batches: torch.full((1,), float("nan"), requires_grad=True)  # noqa: E731
+    weights = model[0].weight.detach().clone()
+    assert math.isnan(train_step(nan_losses, optimizer, batches, lr=0.1)[0])
+    assert torch.equal(model[0].weight, weights)  # a diverged step takes no update

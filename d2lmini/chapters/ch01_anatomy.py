@@ -3,7 +3,7 @@
 Introduced in the chapter "Anatomy: two sublayers on one residual stream". Four
 measurements on :class:`~d2lmini.block.TransformerBlock`:
 
-* :func:`stack_anatomy` -- blocks map ``(b, n, d)`` to ``(b, n, d)`` and so stack,
+* :func:`stack_anatomy` (with :func:`shared_parameters` and :func:`w_q_gaps`) -- blocks map ``(b, n, d)`` to ``(b, n, d)`` and so stack,
   each with parameters of its own;
 * :func:`position_mixing` (with :func:`permutation_gap` and
   :func:`alone_vs_in_sequence`) -- attention is the only sublayer in which positions
@@ -169,6 +169,17 @@ def shared_parameters(blocks) -> int:
     return shared
 
 
+@shown_in("ch01")
+def w_q_gaps(blocks) -> list[float]:
+    """Per block ``k``, ``max |W_q^(k) - W_q^(1)|``: how far its query projection is from block 1's.
+
+    ``blocks`` is an iterable of :class:`~d2lmini.block.TransformerBlock` of one width.
+    The first entry is 0; an entry above 0 means the same shape with different values.
+    """
+    w_q = [block.attention.W_q.weight.detach() for block in blocks]  # (d, d) each
+    return [float((w - w_q[0]).abs().max()) for w in w_q]  # largest entry-wise difference
+
+
 def stack_anatomy(depth: int = 4, num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10,
                   batch_size: int = 2, seed: int = 0, **block_kwargs) -> StackAnatomy:
     """Push a batch through a stack of blocks and take the stack apart.
@@ -206,8 +217,7 @@ def stack_anatomy(depth: int = 4, num_hiddens: int = 64, num_heads: int = 4, num
             X = Y
     first = {name: tuple(p.shape) for name, p in stack[0].named_parameters()}
     same = all({name: tuple(p.shape) for name, p in block.named_parameters()} == first for block in stack)
-    w_q = [block.attention.W_q.weight.detach() for block in stack]
-    gaps = [float((w - w_q[0]).abs().max()) for w in w_q]
+    gaps = w_q_gaps(stack)
     config = dict(depth=depth, num_hiddens=num_hiddens, num_heads=num_heads, num_steps=num_steps,
                   batch_size=batch_size, seed=seed, **block_kwargs)
     return StackAnatomy(config=config, shapes=shapes, parameter_shapes=first, same_parameter_shapes=same,
@@ -657,5 +667,5 @@ __all__ = [
     "BLOCK_SHAPES", "PARTS", "SUBLAYERS", "PositionMixing", "ResidualSum", "StackAnatomy",
     "add_sublayer", "alone_vs_in_sequence", "count_parameters", "make_stack", "parameter_counts",
     "parameter_table", "permutation_gap", "plot_residual_sum", "position_mixing", "record_contributions",
-    "residual_sum", "shared_parameters", "stack_anatomy", "sublayer_labels",
+    "residual_sum", "shared_parameters", "stack_anatomy", "sublayer_labels", "w_q_gaps",
 ]
