@@ -12,8 +12,10 @@ from d2lmini import QK_NORMS, MultiHeadAttention, TransformerBlock
 from d2lmini.data import python_reference_corpus
 from d2lmini.chapters.ch06_qk_norm import (LogitRecorder, attention_entropy, attention_logits, log_spaced_scales,
                             logit_scale_sweep, make_attention, plot_logit_scale_sweep, plot_qk_norm_training,
-                            qk_norm_training, qk_norm_variants, rope_order_check, scale_qk_,
-                            train_with_logit_probe)
+                            probed_training, qk_norm_training, qk_norm_variants,
+                            queries_and_keys_after_rope, rope_order_check, scale_qk_, train_with_logit_probe)
+from d2lmini.chapters.ch06_qk_norm import LogitTrainResult
+from d2lmini.train import seeded_tiny_lm
 from d2lmini.train import train_lm
 
 
@@ -208,6 +210,24 @@ def test_norm_after_rope_differs_only_once_gains_differ(qk_norm):
     assert again.unequal_gains == check.unequal_gains
 
 
+@pytest.mark.parametrize("qk_norm", QK_NORMS)
+def test_queries_and_keys_after_rope_only_swaps_the_order(qk_norm):
+    layer = make_attention(qk_norm, num_hiddens=32, num_heads=4, seed=0, rope_theta=10000.0,
+                           num_kv_heads=2).double()
+    X = torch.randn(2, 7, 32, dtype=torch.float64)
+    q, k = queries_and_keys_after_rope(layer, X, X)
+    right_q, right_k = layer.queries_and_keys(X, X)
+    assert q.shape == right_q.shape == (2, 4, 7, 8) and k.shape == right_k.shape == (2, 2, 7, 8)
+    torch.testing.assert_close(q, right_q, atol=1e-6, rtol=0)  # gains 1: equal up to float32 angles
+    with torch.no_grad():
+        layer.q_norm.weight.mul_(torch.linspace(0.5, 1.5, layer.q_norm.weight.numel()).view_as(layer.q_norm.weight))
+    assert (queries_and_keys_after_rope(layer, X, X)[0] - layer.queries_and_keys(X, X)[0]).abs().max() > 1e-2
+    with pytest.raises(ValueError, match="RoPE"):
+        queries_and_keys_after_rope(make_attention(qk_norm, num_hiddens=32, num_heads=4), X, X)
+    with pytest.raises(ValueError, match="as many queries as keys"):
+        queries_and_keys_after_rope(layer, X, X[:, :5])
+
+
 def test_rope_order_check_arguments():
     with pytest.raises(ValueError, match="qk_norm"):
         rope_order_check("none")
@@ -302,6 +322,19 @@ def test_training_with_the_probe_takes_the_same_steps_as_train_lm(corpus):
     assert math.isclose(probed.val_loss, reference.val_loss[-1], rel_tol=1e-9)
     assert len(probed.max_logit) == 6 and len(probed.max_logit_per_layer[0]) == 2
     assert len(probed.qk_gains) == 2 * 2 * 8  # 2 layers x (q, k) x head_dim
+
+
+def test_probed_training_records_every_step_and_the_gains(corpus):
+    model = seeded_tiny_lm(corpus.vocab_size, 0, num_hiddens=16, num_heads=2, num_layers=3, max_len=16,
+                           qk_norm="per_head", rope_theta=10000.0)
+    result = probed_training(model, corpus, LogitTrainResult({}), 0, 5, 4, 16, 3e-2, (0.9, 0.98), 0.0, 2)
+    assert len(result.train_loss) == len(result.max_logit) == len(result.entropy) == 5
+    assert all(len(layers) == 3 and max(layers) == top
+               for layers, top in zip(result.max_logit_per_layer, result.max_logit))
+    assert math.isfinite(result.val_loss) and not result.diverged
+    assert len(result.qk_gains) == 3 * 2 * 8  # 3 layers x (q, k) x head_dim
+    plain = seeded_tiny_lm(corpus.vocab_size, 0, num_hiddens=16, num_heads=2, num_layers=1, max_len=16)
+    assert probed_training(plain, corpus, LogitTrainResult({}), 0, 2, 4, 16, 3e-2, (0.9, 0.98), 0.0, 1).qk_gains == []
 
 
 def test_a_diverged_run_is_probed_up_to_its_nan_step(corpus):

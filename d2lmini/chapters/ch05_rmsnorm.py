@@ -87,6 +87,7 @@ def half_precision_sum(X: torch.Tensor) -> torch.Tensor:
     return X
 
 
+@shown_in("ch05")
 def rms_norm_no_upcast(X: torch.Tensor, weight: torch.Tensor | None = None,
                        eps: float = EPS) -> torch.Tensor:
     """RMSNorm computed entirely in ``X``'s dtype: the counter-example to the fp32 upcast.
@@ -120,6 +121,7 @@ def rms_norm_no_upcast(X: torch.Tensor, weight: torch.Tensor | None = None,
     return Y if weight is None else Y * weight.to(X.dtype)
 
 
+@shown_in("ch05")
 def rms_norm_torch_mean(X: torch.Tensor, weight: torch.Tensor | None = None,
                         eps: float = EPS) -> torch.Tensor:
     """RMSNorm written with ``X.pow(2).mean()`` in ``X``'s dtype, with no explicit upcast.

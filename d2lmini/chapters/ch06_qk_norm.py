@@ -61,11 +61,14 @@ _check_attention = functools.partial(check_instance, "attention", kind=MultiHead
 # --------------------------------------------------------------------------- logits from a module
 
 
-def _norm_after_rope(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor):
-    """The bug, spelled out: project, split, rotate, *then* QK-normalize.
+@shown_in("ch06")
+def queries_and_keys_after_rope(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor):
+    """The wrong order, spelled out: project, split into heads, rotate by RoPE, *then* QK-normalize.
 
-    The wrong-order twin of ``MultiHeadAttention.queries_and_keys`` (same shapes:
-    ``(b, h, n_q, d_h)`` and ``(b, h_kv, n_k, d_h)``).
+    The twin of ``MultiHeadAttention.queries_and_keys`` with the norm moved behind
+    the rotation (Su et al., 2021), the porting bug of the chapter "QK-norm".
+    ``queries`` and ``keys`` are ``(b, n, d)``; returns ``q`` ``(b, h, n, d_h)`` and
+    ``k`` ``(b, h_kv, n, d_h)``. Raises ValueError without RoPE or for unequal lengths.
     """
     if attention.rope_theta is None:
         raise ValueError("norm_after_rope=True needs an attention module with RoPE (rope_theta set)")
@@ -95,7 +98,8 @@ def attention_logits(attention: MultiHeadAttention, queries: torch.Tensor, keys:
     QK-normalize if the module has QK-norm, split into heads, rotate if it has
     RoPE) and returns ``attention.logit_scale * q k^T`` (``1/sqrt(d_h)`` unless the
     module sets its own scale). No mask is applied. With ``norm_after_rope=True`` it
-    applies the QK-norm *after* the rotation instead -- the bug the chapter demonstrates.
+    applies the QK-norm *after* the rotation instead (:func:`queries_and_keys_after_rope`) -- the bug
+    the chapter demonstrates.
 
     Args:
         attention: a :class:`~d2lmini.attention.MultiHeadAttention`.
@@ -119,7 +123,7 @@ def attention_logits(attention: MultiHeadAttention, queries: torch.Tensor, keys:
     if norm_after_rope:
         check_sequence_tensor("queries", queries, attention.num_hiddens)
         check_sequence_tensor("keys", keys, attention.num_hiddens)
-        q, k = _norm_after_rope(attention, queries, keys)
+        q, k = queries_and_keys_after_rope(attention, queries, keys)
     else:
         q, k = attention.queries_and_keys(queries, keys)
     k = k.repeat_interleave(attention.num_heads // attention.num_kv_heads, dim=1)  # query head i reads i // group
@@ -686,7 +690,7 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
     Raises:
         ValueError / TypeError: for invalid arguments.
     """
-    from ..train import evaluate, seeded_tiny_lm, train_models
+    from ..train import seeded_tiny_lm
 
     qk_norm = _check_qk_norm("qk_norm", qk_norm)
     seq_len = check_positive_int("seq_len", seq_len)  # also the model's max_len
@@ -698,9 +702,25 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
     model = seeded_tiny_lm(corpus.vocab_size, seed, num_hiddens=num_hiddens, num_heads=num_heads,
                            num_layers=num_layers, max_len=seq_len, qk_norm=qk_norm, rope_theta=rope_theta,
                            **model_kwargs)
-    result = LogitTrainResult(config)
+    result = probed_training(model, corpus, LogitTrainResult(config), seed, num_steps, batch_size, seq_len, lr,
+                             betas, weight_decay, eval_batches)
+    result.seconds = time.perf_counter() - start
+    return result
 
-    def record(step, models, losses):
+
+@shown_in("ch06")
+def probed_training(model, corpus, result, seed, num_steps, batch_size, seq_len, lr, betas, weight_decay,
+                    eval_batches):
+    """The measuring core of :func:`train_with_logit_probe`: train ``model``, filling ``result``.
+
+    :func:`d2lmini.train.train_models` runs the steps (AdamW on each batch's
+    cross-entropy); a :class:`LogitRecorder` measures every layer's logits in each
+    step's forward pass, and ``record`` stores them after the step. Then the
+    validation loss and the QK-norm gains. Returns ``result``. Chapter "QK-norm".
+    """
+    from ..train import evaluate, train_models
+
+    def record(step, models, losses):  # called after every step
         result.max_logit_per_layer.append(list(recorder.max_logit))
         result.max_logit.append(max(recorder.max_logit))
         result.entropy.append(sum(recorder.entropy) / len(recorder.entropy))
@@ -711,10 +731,8 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
     result.train_loss, result.diverged = log.losses[0], log.diverged
     if not result.diverged:
         result.val_loss = evaluate(model, corpus, batch_size, seq_len, eval_batches)
-    if qk_norm is not None:
-        result.qk_gains = [float(w) for m in model.modules() if isinstance(m, MultiHeadAttention)
-                           for norm in (m.q_norm, m.k_norm) for w in norm.weight.detach().flatten()]
-    result.seconds = time.perf_counter() - start
+    result.qk_gains = [float(w) for m in model.modules() if isinstance(m, MultiHeadAttention)
+                       if m.q_norm is not None for norm in (m.q_norm, m.k_norm) for w in norm.weight.detach().flatten()]
     return result
 
 
