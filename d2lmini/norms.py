@@ -41,7 +41,8 @@ class RMSNorm(nn.Module):
     Args:
         num_hiddens: size of the normalized (last) dimension, ``d``.
         eps: added to the mean square before the square root; must be > 0.
-            Default 1e-6 as in Llama 3, Qwen3 and OLMo 2. (``torch.nn.RMSNorm``
+            Default 1e-6, the default of ``Qwen3Config`` and ``LlamaConfig`` in
+            Hugging Face ``transformers``. (``torch.nn.RMSNorm``
             with ``eps=None`` uses a machine epsilon instead: float32's, for float16,
             bfloat16 and float32 inputs alike in torch 2.13, as the chapter "RMSNorm"
             measures.)
