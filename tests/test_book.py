@@ -20,7 +20,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import d2lmini
 from conftest import ROOT, build, code_notebooks, toc_files  # the html fixture (conftest.py) builds the book once
-from test_readers import NUMBER, bibliography as bibliography_keys, prose_outputs
+from test_readers import bibliography as bibliography_keys
+from test_readers import prose_outputs, quoted_numbers
 
 # Every test here runs jupyter-book: on the whole book (the html fixture) or on a tiny one.
 pytestmark = pytest.mark.slow
@@ -100,7 +101,7 @@ def test_every_paragraph_written_by_the_run_is_on_the_page(html, name):
     assert "numbers[" not in text and "{glue" not in text and "{cite" not in text
     for markdown in prose_outputs(built):
         position = 0
-        for number in NUMBER.findall(markdown):
+        for number in quoted_numbers(markdown):
             found = text.find(number, position)
             assert found >= 0, f"{name}: {number} of {markdown[:120]!r} is not on the page"
             position = found

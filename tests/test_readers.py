@@ -56,6 +56,11 @@ def prose_cells(nb) -> list:
 NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
+def quoted_numbers(markdown: str) -> list[str]:
+    """The numbers a paragraph shows its reader (not those inside link addresses)."""
+    return NUMBER.findall(re.sub(r"\]\([^)\s]*\)", "]", markdown))
+
+
 def prose_outputs(nb) -> list[str]:
     """The Markdown each prose cell of an executed notebook wrote, in order."""
     return [output["data"]["text/markdown"] for cell in prose_cells(nb) for output in cell.get("outputs", [])
