@@ -120,6 +120,7 @@ def test_mixture_of_experts_demo():
     assert result["max_abs_diff"] <= TOLERANCE
     assert result["ffn_active_parameters"] < result["ffn_parameters"]
     assert result["ffn_parameters"] == 32 * 4 + 4 * result["dense_ffn_parameters"]
+    assert result["ffn_active_parameters"] == result["block"].ffn.num_active_parameters()
     again = mixture_of_experts_demo(num_hiddens=32, num_heads=2, num_experts=4, top_k=2, batch_size=2,
                                     num_steps=8, seed=3)
     assert again["tokens_per_expert"] == result["tokens_per_expert"]
@@ -254,7 +255,8 @@ def test_descriptive_columns_come_from_the_configured_blocks(rows):
     for model in ("Llama 3", "Qwen3", "Gemma 3", "OLMo 2"):
         assert by_model[model]["positions"] == "RoPE"
     table = catalog.catalog_table(rows)
-    assert list(table.columns) == ["norm", "placement", "QK-norm", "FFN", "attention", "positions"]
+    assert list(table.columns) == ["norm", "placement", "QK-norm", "FFN", "attention (test layer)",
+                                   "positions"]
     assert len(catalog.verification_table(rows)) == 8
 
 

@@ -33,6 +33,7 @@ def test_decoder_effects_see_the_mask_and_the_memory():
     assert effects["output_shape"] == (1, 6, 16)
     assert effects["future_leak"] == 0.0
     assert effects["future_effect"] > 0 and effects["memory_effect"] > 0
+    assert 0 < effects["memory_effect_least"] <= effects["memory_effect"]  # every position reads the memory
 
 
 def test_output_and_grad_differences():

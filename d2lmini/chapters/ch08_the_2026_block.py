@@ -142,17 +142,17 @@ def copied_heads_difference(gqa: MultiHeadAttention, X: torch.Tensor) -> float:
         return float((gqa(X, X, X) - mha(X, X, X)).abs().max())
 
 
+@shown_in("ch08")
 def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads=(8, 4, 2, 1),
                             num_steps: int = 16, seed: int = 0) -> list[dict]:
     """What sharing key/value heads saves, and that GQA is MHA with copied K/V heads.
 
-    For every number of key/value heads ``g`` in ``kv_heads``: build a
-    :class:`~d2lmini.attention.MultiHeadAttention` with ``num_kv_heads=g`` and count
+    For every number of key/value heads ``g`` in ``kv_heads`` (Ainslie et al., 2023;
+    ``g = 1`` is Shazeer's multi-query attention, ``g = h`` plain multi-head attention):
+    build a :class:`~d2lmini.attention.MultiHeadAttention` with ``num_kv_heads=g``, count
     its parameters and the key/value entries a decoder caches per token
-    (``2 g head_dim``); then build a plain multi-head attention whose ``W_k``, ``W_v``
-    repeat each of the ``g`` heads ``h / g`` times and check both give the same
-    output on one random batch (:func:`copied_heads_difference`) (Ainslie et al., 2023; ``g = 1`` is Shazeer's
-    multi-query attention, ``g = h`` plain multi-head attention).
+    (``2 g head_dim``), and check that it equals a plain multi-head attention whose
+    ``W_k``, ``W_v`` repeat each of its ``g`` heads ``h / g`` times (:func:`copied_heads_difference`).
 
     Args:
         num_hiddens, num_heads: width ``d`` and query heads ``h``.
@@ -199,31 +199,18 @@ def dense_mixture(moe: MixtureOfExperts, tokens: torch.Tensor) -> torch.Tensor:
     return out + (moe.shared(tokens) if moe.shared is not None else 0)
 
 
+@shown_in("ch08")
 def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_experts: int = 8, top_k: int = 2,
                             batch_size: int = 4, num_steps: int = 32, seed: int = 0) -> dict:
-    """A block whose FFN is a :class:`MixtureOfExperts`, passed in through ``ffn_factory``.
+    """A block whose FFN is a :class:`MixtureOfExperts`, passed in through ``ffn_factory``, measured.
 
-    Builds ``TransformerBlock(d, h, causal=True, ffn_factory=...)`` (RMSNorm, pre-norm,
-    SwiGLU experts of the dense FFN's width, softmax top-k router), runs one random
-    batch, records which experts the FFN's input tokens were routed to, and checks
-    the sparse computation against the dense one (every expert on every token).
-
-    Args:
-        num_hiddens, num_heads: width ``d`` and heads of the block.
-        num_experts, top_k: routed experts and experts per token.
-        batch_size, num_steps: the random batch.
-        seed: seeds the weights and the batch.
-
-    Returns:
-        dict with ``input_shape``, ``output_shape``, ``tokens_per_expert`` (list of
-        ``num_experts`` ints; they sum to ``top_k`` times the number of tokens),
-        ``ffn_parameters`` and ``ffn_active_parameters`` (per token) of the MoE,
-        ``dense_ffn_parameters`` (one SwiGLU FFN of the same width), ``block_parameters``,
-        ``max_abs_diff`` (sparse vs dense computation, float32) and ``block``.
-
-    Raises:
-        ValueError / TypeError: for sizes the block or the MoE rejects.
-
+    Builds a causal block (RMSNorm, pre-norm, SwiGLU experts of the dense width, softmax
+    top-k router), runs one seeded random ``(b, n, d)`` batch, routes the FFN's input
+    tokens again to count the tokens per expert, and checks the sparse forward pass
+    against :func:`dense_mixture`. Returns a dict: ``input_shape``, ``output_shape``,
+    ``tokens_per_expert`` (they sum to ``top_k`` times the tokens), ``ffn_parameters``,
+    ``ffn_active_parameters`` (used per token), ``dense_ffn_parameters`` (one expert),
+    ``max_abs_diff`` (float32) and ``block``. ValueError / TypeError for bad sizes.
     Introduced in the chapter "One block, every configuration".
     """
     check_positive_int("batch_size", batch_size)
@@ -232,8 +219,8 @@ def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_exper
         block = TransformerBlock(num_hiddens, num_heads, causal=True,
                                  ffn_factory=lambda: MixtureOfExperts(num_hiddens, num_experts, top_k=top_k))
         X = torch.randn(batch_size, num_steps, num_hiddens)
-        seen = []
-        handle = block.ffn.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
+        moe, seen = block.ffn, []  # seen: the FFN's input, recorded by a forward hook
+        handle = moe.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
         try:
             with torch.no_grad():
                 Y = block(X)
@@ -241,17 +228,14 @@ def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_exper
             handle.remove()
         tokens = seen[0].reshape(-1, num_hiddens)
         with torch.no_grad():
-            _, experts = block.ffn.route(tokens)
-            diff = float((block.ffn(tokens) - dense_mixture(block.ffn, tokens)).abs().max())
-    counts = torch.bincount(experts.flatten(), minlength=num_experts).tolist()
-    return {
-        "input_shape": tuple(X.shape), "output_shape": tuple(Y.shape), "tokens_per_expert": counts,
-        "ffn_parameters": num_parameters(block.ffn),
-        "ffn_active_parameters": block.ffn.num_active_parameters(),
-        "dense_ffn_parameters": num_parameters(block.ffn.experts[0]),
-        "block_parameters": num_parameters(block),
-        "max_abs_diff": diff, "block": block,
-    }
+            _, experts = moe.route(tokens)  # (tokens, top_k) expert indices
+            diff = float((moe(tokens) - dense_mixture(moe, tokens)).abs().max())
+    one_expert = num_parameters(moe.experts[0])
+    return {"input_shape": tuple(X.shape), "output_shape": tuple(Y.shape),
+            "tokens_per_expert": torch.bincount(experts.flatten(), minlength=num_experts).tolist(),
+            "ffn_parameters": num_parameters(moe), "dense_ffn_parameters": one_expert,
+            "ffn_active_parameters": num_parameters(moe.router) + top_k * one_expert,  # no shared expert here
+            "max_abs_diff": diff, "block": block}
 
 
 # --------------------------------------------------------------------------- 2017 -> 2026
@@ -752,11 +736,15 @@ def describe_trinity_without_reference(positions_note: str) -> dict:
 
 
 def catalog_table(rows: list[dict]):
-    """The "who uses what" table: a DataFrame indexed by model with the six descriptive columns."""
+    """The "who uses what" table: a DataFrame indexed by model with the six descriptive columns.
+
+    The attention column is headed "attention (test layer)": whether it says MHA or GQA
+    depends on the tiny test instance's key/value heads, not on every released model.
+    """
     import pandas as pd
 
     columns = {"norm": "norm", "placement": "placement", "qk_norm": "QK-norm", "ffn": "FFN",
-               "attention": "attention", "positions": "positions"}
+               "attention": "attention (test layer)", "positions": "positions"}
     return pd.DataFrame([{"model": r["model"], **{label: r[key] for key, label in columns.items()}}
                          for r in rows]).set_index("model")
 
@@ -807,7 +795,9 @@ def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: tor
 
     Returns:
         dict with ``output_shape``, ``future_leak`` (largest change at positions ``< t``;
-        0 means causal), ``future_effect`` (at positions ``>= t``) and ``memory_effect``.
+        0 means causal), ``future_effect`` (at positions ``>= t``), ``memory_effect``
+        (largest change anywhere) and ``memory_effect_least`` (the smallest, over the
+        positions, of a position's largest change: > 0 means every position moved).
     """
     X2 = X.clone()
     X2[:, t] = torch.randn(X.shape[-1])
@@ -817,33 +807,28 @@ def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: tor
     return {"output_shape": tuple(Y.shape),
             "future_leak": float((Y_future - Y)[:, :t].abs().max()),
             "future_effect": float((Y_future - Y)[:, t:].abs().max()),
-            "memory_effect": float((Y_memory - Y).abs().max())}
+            "memory_effect": float((Y_memory - Y).abs().max()),
+            "memory_effect_least": float((Y_memory - Y).abs().amax(dim=(0, 2)).min())}
 
 
+@shown_in("ch08")
 def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10, memory_steps: int = 7,
                          seed: int = 0) -> dict:
     """The encoder-decoder Transformer's decoder block: three sublayers, measured.
 
     Builds the 2017 decoder block (:class:`~d2lmini.block.TransformerDecoderBlock`:
-    LayerNorm, post-LN, ReLU, biases) and checks on random inputs that (1) the causal
-    self-attention lets no future token reach an earlier position, (2) the
-    cross-attention makes every position depend on the encoder's outputs
-    (:func:`decoder_effects`); it counts
-    the parameters of each sublayer, and verifies the block against
-    ``torch.nn.TransformerDecoderLayer`` with :func:`d2lmini.reference.compare_with_reference`.
+    LayerNorm, post-LN, ReLU, biases), measures with :func:`decoder_effects` how its
+    outputs move when the decoder token at ``t = n // 2`` or the encoder output
+    changes, counts each sublayer's parameters, and verifies the block against
+    ``torch.nn.TransformerDecoderLayer`` (:func:`d2lmini.reference.compare_with_reference`).
 
     Args:
-        num_hiddens, num_heads: ``d`` and ``h``.
-        num_steps, memory_steps: decoder length ``n`` and encoder length ``m``.
-        seed: seeds the weights and inputs.
+        num_hiddens, num_heads: ``d`` and ``h``; seed: seeds the weights and inputs.
+        num_steps, memory_steps: decoder length ``n`` (at least 2) and encoder length ``m``.
 
     Returns:
-        dict with ``output_shape``, ``future_leak`` (largest change at positions
-        ``< t`` when the decoder token at ``t = n // 2`` changes; 0 means causal),
-        ``future_effect`` (the change at positions ``>= t``), ``memory_effect`` (largest
-        change anywhere when the encoder outputs change), ``parameters`` (dict:
-        self-attention, cross-attention, FFN, norms), ``reference`` (the
-        ``compare_with_reference('TransformerDecoderLayer')`` dict, without the block).
+        dict with the keys of :func:`decoder_effects`, ``parameters`` (self-attention,
+        cross-attention, FFN, norms) and ``reference`` (the comparison's dict, without the block).
 
     Raises:
         ValueError / TypeError: for sizes the block rejects.
