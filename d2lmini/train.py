@@ -25,6 +25,7 @@ from torch.nn import functional as F
 
 from ._checks import (check_bool, check_callable, check_choice, check_nonnegative_int, check_positive_float,
                       check_positive_int, check_seed)
+from ._shown import shown_in
 from .block import TransformerBlock
 from .data import CharCorpus
 from .norms import make_norm
@@ -128,6 +129,7 @@ class TrainResult:
         return moving_average(self.train_loss, window)
 
 
+@shown_in("ch04")
 def lr_at(step: int, lr: float, warmup_steps: int, num_steps: int, schedule: str) -> float:
     """Learning rate at ``step`` (0-based): linear warm-up over ``warmup_steps``, then
     constant (``'constant'``) or cosine decay to 10% at ``num_steps`` (``'cosine'``)."""
