@@ -129,6 +129,7 @@ class TrainResult:
         return moving_average(self.train_loss, window)
 
 
+@shown_in("ch04")
 def lr_at(step: int, lr: float, warmup_steps: int, num_steps: int, schedule: str) -> float:
     """Learning rate at ``step`` (0-based): linear warm-up over ``warmup_steps``, then
     constant (``'constant'``) or cosine decay to 10% at ``num_steps`` (``'cosine'``)."""

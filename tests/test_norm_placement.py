@@ -47,3 +47,10 @@ def test_probe_depth_reports_what_measure_stack_measures():
     assert set(probe.grad_norms) == set(ATTENTION_WEIGHTS) | {"W_1", "W_2"}
     assert probe.stream_rms == probe_depth("pre", depth=3, num_hiddens=16, num_heads=2, num_steps=8,
                                            seed=1).stream_rms
+
+
+def test_warmup_comparison_sets_the_placement_itself():
+    from d2lmini.chapters.ch04_norm_placement import warmup_comparison
+
+    with pytest.raises(TypeError, match="placement"):
+        warmup_comparison(None, placement="pre")  # refused before any training

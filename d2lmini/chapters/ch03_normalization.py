@@ -46,6 +46,7 @@ def _affine(Y: torch.Tensor, weight, bias) -> torch.Tensor:
     return Y
 
 
+@shown_in("ch03")
 def layer_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                        eps: float = EPS) -> torch.Tensor:
     r"""Layer normalization written out: statistics over the features of each token.
@@ -74,6 +75,7 @@ def layer_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias
     return _affine((X - mean) / torch.sqrt(var + eps), weight, bias)
 
 
+@shown_in("ch03")
 def batch_norm_stats(X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """BatchNorm's per-feature mean and biased variance over the positions of a batch.
 
@@ -347,6 +349,7 @@ def compare_with_torch(batch_size: int = 4, num_steps: int = 10, num_hiddens: in
         }
 
 
+@shown_in("ch03")
 def expected_stat_errors(padding: float, feature_mean: torch.Tensor, feature_scale: torch.Tensor) -> tuple:
     r"""What padding does to BatchNorm's statistics, from the formula.
 

@@ -173,7 +173,8 @@ def warmup_comparison(corpus: CharCorpus, num_steps: int = 300, lr: float = 1e-2
         ``{label: TrainResult}`` with the labels of :data:`WARMUP_RUNS`.
 
     Raises:
-        TypeError: if ``placement`` or ``warmup_steps`` is passed in ``kwargs``.
+        TypeError: if ``placement`` is passed in ``kwargs`` (``warmup_steps`` is a
+            parameter of its own, so it never reaches ``kwargs``).
     """
     if "placement" in kwargs:
         raise TypeError("warmup_comparison sets placement itself")
