@@ -25,6 +25,7 @@ from torch.nn import functional as F
 
 from ._checks import (check_bool, check_callable, check_choice, check_nonnegative_int, check_positive_float,
                       check_positive_int, check_seed)
+from ._shown import shown_in
 from .block import TransformerBlock
 from .data import CharCorpus
 from .norms import make_norm
@@ -247,6 +248,23 @@ class TrainLog:
     seconds: float = 0.0
 
 
+@shown_in("ch07")
+def lockstep_update(optimizer: torch.optim.Optimizer, losses: torch.Tensor, lr: float) -> None:
+    """One AdamW step of several models at once, at learning rate ``lr``.
+
+    ``losses`` is ``(num_models,)``, each model's loss on its own batch. The models share
+    no weights, so the gradient of the summed losses is, for each model's weights, that
+    model's own gradient; AdamW acts on every number separately, so one multi-tensor
+    (``foreach``) step updates each model as its own optimizer would. :func:`train_models`
+    calls this at every step.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    losses.sum().backward()  # the models share no weights: each gets its own gradient
+    optimizer.step()
+
+
 def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: int, batch_size: int = 32,
                  seq_len: int = 64, lr: float = 1e-3, warmup_steps: int = 0, schedule: str = "constant",
                  betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0, vectorize: bool = False,
@@ -317,8 +335,6 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     for step in range(num_steps):
         tick = time.perf_counter()
         step_lr = lr_at(step, lr, warmup_steps, num_steps, schedule)
-        for group in optimizer.param_groups:
-            group["lr"] = step_lr
         batches = [corpus.random_batch(batch_size, seq_len, gen) for gen in generators]
         losses = losses_of([(X.to(device), Y.to(device)) for X, Y in batches])
         values = losses.detach().tolist()
@@ -329,9 +345,7 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
             log.diverged = True
         stop = log.diverged and stop_on_divergence
         if not stop:
-            optimizer.zero_grad(set_to_none=True)
-            losses.sum().backward()  # the models share no weights: each gets its own gradient
-            optimizer.step()
+            lockstep_update(optimizer, losses, step_lr)
         log.seconds += time.perf_counter() - tick
         if on_step is not None:
             on_step(step, models, values)
