@@ -231,7 +231,7 @@ def lockstep_losses(models: list[nn.Module], vectorize: bool = False):
     return losses_of
 
 
-@shown_in("ch02")
+@shown_in("ch02", "ch07")
 def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: bool = True) -> list[float]:
     """One training step of :func:`train_models`: score every model's batch, then one AdamW update.
 

@@ -18,9 +18,9 @@ the book's one loop :func:`d2lmini.train.train_models`): each model computes its
 and gradients, then one ``foreach`` AdamW step updates all of them. Adam works element
 by element, so this is exactly the arithmetic of training every seed by itself
 (:func:`d2lmini.train.train_lm`); the tests check that it is. The activations train
-side by side in worker threads, one per core (:func:`ffn_comparison`): on tensors this
-small, independent workers use the cores better than splitting each operation between
-them. ``train_ensemble(vectorize=True)`` instead stacks the models' weights and
+side by side in worker threads, each with an equal share of the cores
+(:func:`ffn_comparison`): on tensors this small, independent workers use the cores
+better than splitting each operation between them. ``train_ensemble(vectorize=True)`` instead stacks the models' weights and
 vectorizes one forward pass of the real ``TinyLM`` over them
 (``torch.func.functional_call`` inside ``torch.vmap``) -- the fast choice on a GPU,
 about 15% slower on a CPU, where the attention kernel has no vmap rule.
@@ -47,8 +47,8 @@ from ..train import TinyLM, lockstep_losses, moving_average, seeded_tiny_lm, tra
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
 #: a 2-block, 48-wide pre-norm character model (2 heads of 24 features, RMSNorm, no
-#: biases, learned positions) trained on batches of 128 windows of 32 characters with
-#: AdamW (peak rate 0.02, 30 warm-up steps, cosine decay to 10%). ``8 * 48 / 3 = 128``
+#: biases inside the blocks, learned positions) trained on batches of 128 windows of 32 characters with
+#: AdamW without weight decay (peak rate 0.02, 30 warm-up steps, cosine decay to 10%). ``8 * 48 / 3 = 128``
 #: exactly, so the GELU and SwiGLU models have *identical* parameter counts.
 #: Chosen for speed on a 2-core CPU at a fixed budget of tokens: two heads rather than
 #: four (on a CPU, attention with 12-feature heads takes a third of the training time)
@@ -107,6 +107,11 @@ def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu",
     return rows
 
 
+#: The legend labels of :func:`plot_activations`, written in the chapter's letter for a
+#: pre-activation, ``z``.
+_Z_LABELS = {"gelu": r"GELU  $z\,\Phi(z)$", "silu": r"SiLU  $z\,\sigma(z)$"}
+
+
 def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float = 3.0,
                      width: float = 8.0, height: float = 3.0):
     """The activation functions (left) and their derivatives (right) on ``[lo, hi]``.
@@ -135,11 +140,11 @@ def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float 
         for act in acts:
             y = functions[act](x)
             (grad,) = torch.autograd.grad(y.sum(), x)
-            color, label = ACT_FUNCTION_COLORS[act], ACT_FUNCTION_LABELS[act]
+            color, label = ACT_FUNCTION_COLORS[act], _Z_LABELS.get(act, ACT_FUNCTION_LABELS[act])
             ax.plot(x.detach(), y.detach(), color=color, label=label)
             ax_grad.plot(x.detach(), grad, color=color, label=label)
-        ax.set(xlabel="pre-activation $x$", ylabel=r"$\varphi(x)$", title="Activation")
-        ax_grad.set(xlabel="pre-activation $x$", ylabel=r"$\varphi'(x)$", title="Slope")
+        ax.set(xlabel="pre-activation $z$", ylabel=r"$\varphi(z)$", title="Activation")
+        ax_grad.set(xlabel="pre-activation $z$", ylabel=r"$\varphi'(z)$", title="Slope")
         ax.legend(loc="upper left")
     return fig
 
@@ -203,7 +208,8 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
     ``v_i``. For a plain MLP the coefficient of memory ``i`` is
     ``m_i(x) = act(k_i . x)``; for a gated FFN it is ``act(g_i . x) (k_i . x)`` with
     ``g_i`` row ``i`` of ``W_g``. Then ``FFN(x) = sum_i m_i(x) v_i`` (+ bias), which
-    this function checks numerically (:func:`sum_of_memories`).
+    this function checks numerically (:func:`sum_of_memories`); it checks its arguments
+    and leaves the measuring to :func:`memory_reading`.
 
     Args:
         ffn: a :class:`~d2lmini.ffn.FeedForward` (any activation, no dropout in effect).
@@ -223,17 +229,28 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
     check_instance("ffn", ffn, FeedForward, "a d2lmini FeedForward")
     check_last_dim("X", check_float_tensor("X", X, min_dim=2), ffn.num_hiddens)
     top_k = check_int_in("top_k", top_k, 1, ffn.ffn_num_hiddens)
-    X = X.reshape(-1, ffn.num_hiddens)
-    m, memory_sum = sum_of_memories(ffn, X)
+    return memory_reading(ffn, X.reshape(-1, ffn.num_hiddens), top_k)
+
+
+@shown_in("ch07")
+def memory_reading(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> MemoryReading:
+    """The measurements of :func:`ffn_as_memories`, for checked ``(tokens, d)`` inputs ``X``.
+
+    Compares the FFN's own output with the sum of weighted values, and counts the
+    coefficients that are not exactly zero (:class:`MemoryReading`).
+    """
+    m, memory_sum = sum_of_memories(ffn, X)                     # m_i(x), sum_i m_i(x) v_i
     with torch.no_grad():
         was_training = ffn.training
         ffn.eval()
-        out = ffn(X)
+        out = ffn(X)                                              # FFN(x), the module itself
         ffn.train(was_training)
         size = m.abs()
         top = size.topk(top_k, dim=-1).values.sum(-1) / size.sum(-1).clamp_min(1e-30)
-    return MemoryReading(ffn.act, m, max_abs_diff=float((out - memory_sum).abs().max()),
-                         active_fraction=float((m != 0).double().mean()), top_share=float(top.mean()), top_k=top_k)
+    return MemoryReading(ffn.act, m,
+                         max_abs_diff=float((out - memory_sum).abs().max()),   # max |FFN(x) - sum|
+                         active_fraction=float((m != 0).double().mean()),      # share of m_i != 0
+                         top_share=float(top.mean()), top_k=top_k)
 
 
 @shown_in("ch07")
@@ -669,6 +686,11 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
                          time.perf_counter() - start, config)
 
 
+#: Colours of the seeds in the gap panel of :func:`plot_ffn_comparison`: none of them is an
+#: activation's colour (:data:`d2lmini.plot.ACT_COLORS`), which the loss panel next to it uses.
+_SEED_COLORS = ("#7d3c98", "#b9770e", "#117a65", "#5d6d7e", "#a04000")
+
+
 def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: str = "swiglu",
                         window: int = 25, skip: int = 50, width: float = 8.0, height: float = 3.1):
     """Training curves of both activations (left) and their per-seed gap (right).
@@ -718,9 +740,9 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: st
                                          moving_average(runs[1].train_loss[i], window))][skip - 1:]
             val_gap = [result.differences(s, baseline, other)[i] for s in result.val_steps]
             largest = max(largest, max(abs(g) for g in gap), max(abs(g) for g in val_gap))
-            lines = ax_gap.plot(range(skip, skip + len(gap)), gap, linewidth=1.0, label=f"seed {seed}")
-            ax_gap.plot(result.val_steps, val_gap, linestyle="none", marker="o", markersize=4,
-                        color=lines[0].get_color())
+            color = _SEED_COLORS[i % len(_SEED_COLORS)]
+            ax_gap.plot(range(skip, skip + len(gap)), gap, linewidth=1.0, color=color, label=f"seed {seed}")
+            ax_gap.plot(result.val_steps, val_gap, linestyle="none", marker="o", markersize=4, color=color)
         means = [statistics.fmean(result.differences(s, baseline, other)) for s in result.val_steps]
         ax_gap.plot(result.val_steps, means, linestyle="none", marker="_", markersize=18,
                     markeredgewidth=2.5, color="black", label="mean (validation)")
@@ -736,6 +758,7 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: st
 __all__ = [
     "COMPARISON_CONFIG", "SHAZEER_2020_LOG_PERPLEXITY",
     "EnsembleRun", "FFNComparison", "MemoryReading",
-    "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "memory_triggers", "plot_activations",
+    "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "memory_reading", "memory_triggers",
+    "plot_activations",
     "plot_ffn_comparison", "train_ensemble", "trigger_table", "validation_batches",
 ]
