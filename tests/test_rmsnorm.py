@@ -321,3 +321,58 @@ def test_half_precision_row_reports_the_float16_overflow():
     assert row["max_sum_of_squares"] > 65504 and row["no_upcast"] == 1.0
     assert row["upcast"] < 1e-3 and row["torch_mean"] < 1e-2
     assert rn.half_precision_errors(dtypes=("float16",), scales=(10.0,), num_tokens=4)[0]["scale"] == 10.0
+
+
+# --- does it train as well? ---------------------------------------------------------
+
+
+def _tiny_corpus():
+    from d2lmini.data import CharCorpus
+    text = "".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(200))
+    return CharCorpus.from_text(text)
+
+
+def test_norm_comparison_equals_one_train_lm_per_norm_and_seed():
+    from d2lmini.train import train_lm
+    corpus = _tiny_corpus()
+    small = dict(num_steps=6, batch_size=4, seq_len=16, eval_batches=2, warmup_steps=2)
+    result = rn.norm_comparison(corpus, seeds=(0, 3), **small)
+    assert result.norms == ["layer", "rms"] and result.seeds == [0, 3]
+    cfg = result.config
+    for norm in ("layer", "rms"):
+        for i, seed in enumerate((0, 3)):
+            alone = train_lm(corpus, num_steps=6, batch_size=4, seq_len=16, lr=cfg["lr"], warmup_steps=2,
+                             schedule="cosine", eval_every=6, eval_batches=2, seed=seed, norm=norm,
+                             num_hiddens=cfg["num_hiddens"], num_heads=cfg["num_heads"],
+                             num_layers=cfg["num_layers"], placement="pre", act="swiglu", bias=False)
+            assert result.train_loss[norm][i] == pytest.approx(alone.train_loss, rel=1e-5, abs=1e-6)
+            assert result.val_loss[norm][i] == pytest.approx(alone.val_loss[-1], rel=1e-5, abs=1e-6)
+    table = result.table()
+    assert list(table.columns) == ["LayerNorm", "RMSNorm"]
+    assert list(table.index) == ["seed 0", "seed 3", "mean", "std"]
+    assert table.loc["mean", "RMSNorm"] == pytest.approx(sum(result.val_loss["rms"]) / 2)
+    assert result.std("rms") >= 0 and result.seconds > 0
+
+
+def test_the_two_norms_of_a_seed_start_from_the_same_weights():
+    from d2lmini.train import seeded_tiny_lm
+    a = seeded_tiny_lm(30, 5, num_hiddens=16, num_heads=2, num_layers=1, norm="layer").state_dict()
+    b = seeded_tiny_lm(30, 5, num_hiddens=16, num_heads=2, num_layers=1, norm="rms").state_dict()
+    assert set(b) <= set(a)
+    for name, value in b.items():
+        assert torch.equal(a[name], value), name
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(corpus="text"), TypeError),
+    (dict(norms=("layer", "batch")), ValueError),
+    (dict(norms=("rms", "rms")), ValueError),
+    (dict(seeds=(1, 1)), ValueError),
+    (dict(seeds=(-1,)), ValueError),
+    (dict(num_stepz=3), TypeError),
+    (dict(num_steps=0), ValueError),
+])
+def test_norm_comparison_rejects_bad_arguments(kwargs, error):
+    corpus = kwargs.pop("corpus", None) or _tiny_corpus()
+    with pytest.raises(error):
+        rn.norm_comparison(corpus, **kwargs)

@@ -9,6 +9,8 @@ subtracted and there is no bias. The layer itself is :class:`d2lmini.RMSNorm`
 * :func:`compare_with_layernorm`: RMSNorm equals LayerNorm on zero-mean tokens;
 * :func:`compare_with_torch`: ``d2lmini.RMSNorm`` against ``torch.nn.RMSNorm``, at
   equal eps and with PyTorch's default ``eps=None`` (a machine epsilon, not 1e-6);
+* :func:`norm_comparison`: the same small language model trained with LayerNorm and
+  with RMSNorm over several seeds, all in lockstep (:func:`train_with_norms`);
 * :func:`parameter_counts`: LayerNorm has ``2d`` parameters, RMSNorm ``d``;
 * :func:`time_norms`: forward and forward + backward times of four norms measured in
   one run, alternating, as medians and ratios, with :func:`machine_description`;
@@ -22,19 +24,24 @@ Shapes use the legend ``*`` = any leading dimensions, ``d`` = num_hiddens.
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch import nn
 
 from .._checks import check_seed as _check_seed
-from .._checks import (check_dtype_name, check_finite_float, check_float_tensor, check_int_sequence,
+from .._checks import check_seeds as _check_seeds
+from .._checks import (check_choice, check_dtype_name, check_instance, check_finite_float, check_float_tensor, check_int_sequence,
                        check_positive_float, check_positive_floats, check_positive_int, check_sequence, check_vector)
 from ..block import TransformerBlock
-from ..norms import RMSNorm
+from ..data import CharCorpus
+from ..norms import NORMS, RMSNorm
 from ..parameters import num_parameters
 from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, styled_figure
 from ..seeding import seeded
+from ..train import evaluate, seeded_tiny_lm, train_models
 from .._shown import shown_in
 
 #: The epsilon this chapter uses for every RMSNorm (Llama 3, Qwen3, OLMo 2).
@@ -371,6 +378,125 @@ def parameter_counts(num_hiddens=(512, 4096), block_num_hiddens: int = 512,
         block[norm] = num_parameters(TransformerBlock(block_num_hiddens, num_heads, norm=norm,
                                                       act="swiglu", placement="pre"))
     return {"rows": rows, "block": block}
+
+
+# --- does it train as well? ---------------------------------------------------------
+
+#: The model and training run of :func:`norm_comparison`: the 2-block, 48-wide pre-norm
+#: character model of the chapter on the feed-forward network (2 heads, SwiGLU, no
+#: biases inside the blocks, learned positions), trained for 300 AdamW steps of 128
+#: windows of 32 characters, peak rate 0.02, 30 warm-up steps, cosine decay to 10%.
+NORM_COMPARISON_CONFIG = dict(num_hiddens=48, num_heads=2, num_layers=2, placement="pre", act="swiglu",
+                              bias=False, num_steps=300, batch_size=128, seq_len=32, lr=2e-2, warmup_steps=30,
+                              eval_batches=8)
+
+
+@dataclass
+class NormComparison:
+    """The result of :func:`norm_comparison`.
+
+    Introduced in the chapter "RMSNorm".
+
+    Attributes:
+        norms: the norms compared (``'layer'``, ``'rms'``).
+        seeds: the seeds, the same for every norm.
+        val_loss: norm -> one final validation loss per seed (nats per character).
+        train_loss: norm -> one list of per-step training losses per seed.
+        seconds: wall time of the whole comparison (every norm and seed, in lockstep).
+        config: the model and training settings shared by every run.
+    """
+
+    norms: list[str]
+    seeds: list[int]
+    val_loss: dict[str, list[float]]
+    train_loss: dict[str, list[list[float]]]
+    seconds: float
+    config: dict = field(default_factory=dict)
+
+    def mean(self, norm: str) -> float:
+        """Mean over the seeds of ``norm``'s final validation loss."""
+        return statistics.fmean(self.val_loss[norm])
+
+    def std(self, norm: str) -> float:
+        """Sample standard deviation over the seeds of ``norm``'s final validation loss (0 for one seed)."""
+        values = self.val_loss[norm]
+        return statistics.stdev(values) if len(values) > 1 else 0.0
+
+    def table(self):
+        """A pandas DataFrame: one row per seed plus ``mean`` and ``std``, one column per norm."""
+        import pandas as pd
+
+        rows = {f"seed {s}": {n: self.val_loss[n][i] for n in self.norms} for i, s in enumerate(self.seeds)}
+        rows["mean"] = {n: self.mean(n) for n in self.norms}
+        rows["std"] = {n: self.std(n) for n in self.norms}
+        return pd.DataFrame(rows).T.rename(columns={"layer": "LayerNorm", "rms": "RMSNorm"})
+
+
+@shown_in("ch05")
+def train_with_norms(corpus: CharCorpus, norms, seeds, config: dict) -> dict:
+    """Train a TinyLM per (norm, seed), all in lockstep; score each on the same held-out text.
+
+    Model ``(norm, s)`` is what ``d2lmini.train.train_lm(corpus, seed=s, norm=norm, ...)``
+    trains: weights and batches from seed ``s``, so the two norms of a seed start from
+    the same weights (a LayerNorm's bias starts at 0) and see the same batches.
+    Returns ``{norm: (final validation losses, per-step training losses)}``, one per seed.
+    """
+    model = {k: config[k] for k in ("num_hiddens", "num_heads", "num_layers", "placement", "act", "bias")}
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=config["seq_len"], norm=norm, **model)
+              for norm in norms for seed in seeds]  # norms[0] with every seed, then norms[1], ...
+    log = train_models(models, corpus, list(seeds) * len(norms), config["num_steps"],
+                       config["batch_size"], config["seq_len"], config["lr"],
+                       config["warmup_steps"], "cosine", stop_on_divergence=False)
+    val = [evaluate(m, corpus, config["batch_size"], config["seq_len"], config["eval_batches"])
+           for m in models]  # the same fixed validation windows for every model
+    k = len(seeds)
+    return {norm: (val[i * k:(i + 1) * k], log.losses[i * k:(i + 1) * k])
+            for i, norm in enumerate(norms)}
+
+
+def norm_comparison(corpus: CharCorpus, norms=NORMS, seeds=(0, 1, 2), **overrides) -> NormComparison:
+    """Does RMSNorm train a language model as well as LayerNorm? One small run per norm and seed.
+
+    Trains the :class:`~d2lmini.train.TinyLM` of :data:`NORM_COMPARISON_CONFIG` (pre-norm,
+    so the norms sit before each sublayer and before the output layer) once per norm
+    and seed, every run in lockstep through :func:`d2lmini.train.train_models`
+    (:func:`train_with_norms`), and records each run's final validation loss
+    (:func:`d2lmini.train.evaluate` on the same fixed windows of the held-out text).
+    Zhang and Sennrich (2019) report that RMSNorm matches LayerNorm's quality; this
+    measures it on the book's model.
+
+    Introduced in the chapter "RMSNorm".
+
+    Args:
+        corpus: the data (:func:`d2lmini.data.python_reference_corpus`).
+        norms: names from :data:`d2lmini.norms.NORMS`, each once.
+        seeds: distinct ints >= 0, the same for every norm.
+        **overrides: replace entries of :data:`NORM_COMPARISON_CONFIG` (e.g. ``num_steps=600``).
+
+    Returns:
+        A :class:`NormComparison`.
+
+    Raises:
+        TypeError / ValueError: for a corpus that is not a ``CharCorpus``, unknown or
+            repeated norms, bad seeds, unknown override names, or values the model or
+            the training loop rejects.
+    """
+    check_instance("corpus", corpus, CharCorpus, "a d2lmini.data.CharCorpus")
+    norms = check_sequence("norms", norms, lambda name, n: check_choice(name, n, NORMS), f"names from {NORMS}")
+    if len(set(norms)) != len(norms):
+        raise ValueError(f"norms must be distinct, got {norms}")
+    seeds = _check_seeds(seeds)
+    unknown = sorted(set(overrides) - set(NORM_COMPARISON_CONFIG))
+    if unknown:
+        raise TypeError(f"norm_comparison got unknown settings {unknown}; "
+                        f"the settings are {sorted(NORM_COMPARISON_CONFIG)}")
+    config = {**NORM_COMPARISON_CONFIG, **overrides}
+    for name in ("num_steps", "batch_size", "seq_len", "eval_batches"):
+        config[name] = check_positive_int(name, config[name])
+    start = time.perf_counter()
+    runs = train_with_norms(corpus, norms, seeds, config)
+    return NormComparison(norms, seeds, {n: runs[n][0] for n in norms}, {n: runs[n][1] for n in norms},
+                          time.perf_counter() - start, config)
 
 
 # --- timing --------------------------------------------------------------------------
