@@ -320,3 +320,15 @@ def test_train_step_updates_once_from_the_losses_before_the_update():
     weights = model[0].weight.detach().clone()
     assert math.isnan(train_step(nan_losses, optimizer, batches, lr=0.1)[0])
     assert torch.equal(model[0].weight, weights)  # a diverged step takes no update
+
+
+def test_skip_training_scores_the_trained_models_on_training_text():
+    from d2lmini.chapters import ch02_residual as rs
+    from d2lmini.data import CharCorpus
+    corpus = CharCorpus.from_text("".join(f"x{i} = {i} * y\n" for i in range(300)))
+    result = rs.skip_training(corpus, num_layers=2, num_steps=4, batch_size=4, seq_len=16, num_hiddens=16,
+                              num_heads=2, eval_batches=2)
+    assert set(result.final_train_text_loss) == {True, False}
+    for residual, run in ((True, result.with_skips), (False, result.without_skips)):
+        loss = result.final_train_text_loss[residual]
+        assert 0 < loss < 10 and loss != run.val_loss[-1]

@@ -646,6 +646,11 @@ class SkipTraining:
             windows) of the model's stream after the embedding and after every block,
             with the initial weights of that run.
         config: the arguments shared by both runs.
+        final_train_text_loss: ``residual`` (True/False) -> the trained model's mean
+            cross-entropy on fixed windows of the *training* text, scored like the
+            validation loss (after the last step, ``eval_batches`` batches): set beside
+            the validation loss it separates the difference of the two texts from the
+            lag of the moving-average training loss.
     """
 
     with_skips: object
@@ -653,6 +658,7 @@ class SkipTraining:
     unigram_entropy: float
     init_token_spread: dict[bool, list[float]]
     config: dict
+    final_train_text_loss: dict[bool, float] = field(default_factory=dict)
 
 
 def _init_token_spread(corpus, seed: int, num_windows: int, seq_len: int, **model_kwargs) -> list[float]:
@@ -714,10 +720,36 @@ def skip_training(corpus=None, num_layers: int = 6, num_steps: int = 200, batch_
                  placement=placement)
     config = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr, seed=seed,
                   eval_every=eval_every, eval_batches=eval_batches, **model)
-    runs = {residual: train_lm(corpus, residual=residual, **config) for residual in (True, False)}
+    runs, train_text = {}, {}
+    for residual in (True, False):
+        trained = []  # the model, kept by the hook for scoring on training text
+
+        def keep(step, models, losses):
+            trained[:] = models
+
+        runs[residual] = train_lm(corpus, residual=residual, on_step=keep, **config)
+        train_text[residual] = _training_text_loss(trained[0], corpus, batch_size, seq_len, eval_batches)
     spreads = {residual: _init_token_spread(corpus, seed, 8, seq_len, residual=residual, **model)
                for residual in (True, False)}
-    return SkipTraining(runs[True], runs[False], unigram_entropy(corpus.train), spreads, config)
+    return SkipTraining(runs[True], runs[False], unigram_entropy(corpus.train), spreads, config, train_text)
+
+
+@torch.no_grad()
+def _training_text_loss(model, corpus, batch_size: int, seq_len: int, num_batches: int,
+                        seed: int = 1234) -> float:
+    """Mean cross-entropy of ``model`` on ``num_batches`` fixed random windows of the training
+    split, in evaluation mode: :func:`d2lmini.train.evaluate`, on the training text."""
+    from torch.nn import functional as F
+
+    was_training = model.training
+    model.eval()
+    gen = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for _ in range(num_batches):
+        X, Y = corpus.random_batch(batch_size, seq_len, gen, split="train")
+        total += float(F.cross_entropy(model(X).flatten(0, 1), Y.flatten()))
+    model.train(was_training)
+    return total / num_batches
 
 
 def plot_skip_training(result: SkipTraining, window: int = 20, width: float = 8.0, height: float = 3.0):
