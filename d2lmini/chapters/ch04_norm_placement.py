@@ -192,7 +192,7 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
     the branch through the sublayer ``F`` on the right, the addition ``+`` where the
     branch rejoins the stream, and a norm box ``N`` wherever the placement puts one:
     on the stream after the addition (post-LN), before ``F`` (pre-LN), after ``F``
-    inside the branch (OLMo 2), or both (sandwich). The depth-scaled sandwich marks
+    inside the branch (Swin Transformer V2, OLMo 2), or both (sandwich). The depth-scaled sandwich marks
     its output norm's small initial gain ``gamma_0``.
 
     Args:
@@ -410,6 +410,9 @@ def plot_warmup_runs(runs: dict, window: int = 20):
                             alpha=0.85, label=label if i == 0 else None)
             ax.set(xlabel="training step", title=f"peak learning rate {lr:g}")
             ax.grid(True, alpha=0.3)
+        low, high = min(ax.get_ylim()[0] for ax in axes), max(ax.get_ylim()[1] for ax in axes)
+        for ax in axes:
+            ax.set_ylim(low, high)  # one scale for every learning rate
         axes[0].set_ylabel(f"training loss (nats/char, {window}-step mean)")
         axes[-1].legend(loc="upper right", fontsize=8)
     return fig
