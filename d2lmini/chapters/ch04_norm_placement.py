@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 
-from .._checks import check_choice, check_int_in, check_int_sequence, check_positive_floats, check_positive_int, check_seeds
+from .._checks import (check_choice, check_int_in, check_int_sequence, check_positive_floats, check_positive_int,
+                       check_seeds)
 from .._shown import shown_in
 from ..data import CharCorpus
 from ..norms import NORMS
