@@ -4,8 +4,11 @@
   initialization for every placement (the measurement itself is
   :func:`d2lmini.probes.probe_depth`);
 * :func:`draw_placement_diagrams` -- one drawn block diagram per placement;
-* :func:`warmup_comparison` -- post-LN with and without learning-rate warm-up against
-  pre-LN, trained with :func:`d2lmini.train.train_lm`;
+* :func:`last_block_gradients`, :func:`depth_exponents` and :func:`plot_last_block_gradients`
+  -- the last block's gradient norm against the depth (Xiong et al., 2020);
+* :func:`warmup_comparison`, :func:`warmup_table` and :func:`plot_warmup_runs` -- post-LN with and without
+  learning-rate warm-up against pre-LN, at several peak learning rates, the seeds of each
+  configuration trained in lockstep (:func:`train_seeds`);
 * :class:`DepthExplorer`, :func:`depth_explorer` and :func:`depth_explorer_static` --
   the depth, placement and norm sliders, live and pre-computed.
 """
@@ -14,14 +17,15 @@ from __future__ import annotations
 
 import math
 
-from .._checks import check_choice, check_int_in, check_positive_int
+from .._checks import (check_choice, check_int_in, check_int_sequence, check_positive_floats, check_positive_int,
+                       check_seeds)
 from .._shown import shown_in
 from ..data import CharCorpus
 from ..norms import NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
                     figure_png, new_figure, styled_figure)
 from ..probes import ATTENTION_WEIGHTS, PROBED_PLACEMENTS, DepthProbe, probe_depth
-from ..train import TrainResult, train_lm
+from ..train import TrainResult, evaluate, seeded_tiny_lm, train_models
 from ..widgets import StaticTwin, round_frame_values
 
 
@@ -77,6 +81,111 @@ def depth_table(probes, ks=(8, 16, 32)):
     return frame[list(columns)].rename(columns=columns)
 
 
+#: The weights of one block that :func:`d2lmini.probes.probe_depth` measures.
+BLOCK_WEIGHTS = ATTENTION_WEIGHTS + ("W_1", "W_2")
+
+
+@shown_in("ch04")
+def last_block_gradients(depths=(2, 4, 8, 16, 32), placements=("post", "pre"), seeds=(0, 1, 2), **kwargs):
+    """The gradient norm of the *last* block's weights in fresh stacks of several depths.
+
+    Xiong et al. (2020, Theorem 1) bound the gradient of the last block's FFN weight
+    ``W_2``: independent of the depth ``L`` for post-LN, shrinking like ``1/sqrt(L)`` for
+    pre-LN. One :func:`d2lmini.probes.probe_depth` per placement, depth and seed.
+
+    Args:
+        depths: stack depths ``L`` (ints >= 1); placements: names :func:`probe_depth` takes;
+        seeds: one stack each; **kwargs: passed to :func:`probe_depth` (sizes, ``dtype``, ...).
+
+    Returns:
+        ``pandas.DataFrame`` indexed by (placement, L, seed): the gradient norm of each
+        of block L's weights (:data:`BLOCK_WEIGHTS`) and ``"all"``, that of all of them together.
+
+    Raises:
+        ValueError / TypeError: for invalid depths, seeds or probe arguments.
+    """
+    import pandas as pd
+
+    rows = {}
+    for placement in placements:
+        for L in check_int_sequence("depths", depths, minimum=1, distinct=True):
+            for seed in check_seeds(seeds):
+                probe = probe_depth(placement, depth=L, seed=seed, **kwargs)
+                row = {name: probe.grad_norms[name][L - 1] for name in BLOCK_WEIGHTS}  # block L
+                row["all"] = math.sqrt(sum(value ** 2 for value in row.values()))
+                rows[(placement, L, seed)] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["placement", "L", "seed"])
+
+
+def depth_exponents(table, column: str = "W_2") -> dict[str, float]:
+    """The exponent ``b`` of a fit ``g ~ a L^b`` of the seed-mean gradient norm against the depth.
+
+    Args:
+        table: the DataFrame of :func:`last_block_gradients`.
+        column: which gradient norm (a weight name or ``"all"``).
+
+    Returns:
+        ``{placement: b}``: the least-squares slope of ``log g`` against ``log L``, where
+        ``g`` is the mean over the seeds. Xiong et al. (2020) predict ``b = 0`` for post-LN
+        and ``b = -1/2`` for pre-LN.
+
+    Raises:
+        ValueError: if ``column`` is not a column of ``table`` or a placement has fewer than two depths.
+    """
+    check_choice("column", column, list(table.columns))
+    exponents = {}
+    for placement, group in table[column].groupby(level="placement", sort=False):
+        means = group.groupby(level="L").mean()
+        if len(means) < 2:
+            raise ValueError(f"placement {placement!r} needs at least two depths for a fit, got {len(means)}")
+        x = [math.log(L) for L in means.index]
+        y = [math.log(g) for g in means.values]
+        x_bar, y_bar = sum(x) / len(x), sum(y) / len(y)
+        exponents[placement] = (sum((a - x_bar) * (b - y_bar) for a, b in zip(x, y))
+                                / sum((a - x_bar) ** 2 for a in x))
+    return exponents
+
+
+def plot_last_block_gradients(table, columns=("W_2", "all")):
+    """Log-log plot of the last block's gradient norms against the depth, one panel per column.
+
+    Every seed is a small dot, the mean over seeds a line; a dotted line of slope -1/2
+    through pre-LN's first mean marks Xiong et al.'s ``1/sqrt(L)``.
+
+    Args:
+        table: the DataFrame of :func:`last_block_gradients`; columns: its columns to draw.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: for a column that ``table`` does not have.
+    """
+    for column in columns:
+        check_choice("columns", column, list(table.columns))
+    with styled_figure(len(columns), width=4.0 * len(columns), height=3.2) as (fig, axes):
+        for ax, column in zip(axes if len(columns) > 1 else [axes], columns):
+            for placement, group in table[column].groupby(level="placement", sort=False):
+                color = PLACEMENT_COLORS[placement]
+                Ls = group.index.get_level_values("L")
+                ax.loglog(Ls, group.values, ".", color=color, alpha=0.5)
+                means = group.groupby(level="L").mean()
+                ax.loglog(means.index, means.values, "-o", color=color, markersize=4,
+                          label=PLACEMENT_LABELS[placement])
+                if placement == "pre":
+                    L0, g0 = means.index[0], means.values[0]
+                    ax.loglog(means.index, [g0 * math.sqrt(L0 / L) for L in means.index], ":", color="0.4",
+                              label=r"$\propto 1/\sqrt{L}$")
+            title = "all weights of block L" if column == "all" else f"${column}$ of block L"
+            ax.set(xlabel="depth L", ylabel="gradient norm", title=title)
+            ax.set_xticks(sorted(set(table.index.get_level_values("L"))))
+            ax.set_xticklabels([str(L) for L in sorted(set(table.index.get_level_values("L")))])
+            ax.minorticks_off()
+            ax.grid(True, alpha=0.3)
+            ax.legend(loc="best", fontsize=8)
+    return fig
+
+
 def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwich", "sandwich_scaled")):
     """Block diagrams of one residual sublayer for each norm placement, side by side.
 
@@ -84,7 +193,7 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
     the branch through the sublayer ``F`` on the right, the addition ``+`` where the
     branch rejoins the stream, and a norm box ``N`` wherever the placement puts one:
     on the stream after the addition (post-LN), before ``F`` (pre-LN), after ``F``
-    inside the branch (OLMo 2), or both (sandwich). The depth-scaled sandwich marks
+    inside the branch (Swin Transformer V2, OLMo 2), or both (sandwich). The depth-scaled sandwich marks
     its output norm's small initial gain ``gamma_0``.
 
     Args:
@@ -148,39 +257,166 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
     return fig
 
 
-#: The three runs of the warm-up demonstration: (label, placement, uses warm-up).
+#: The three configurations of the warm-up demonstration: (label, placement, uses warm-up).
 WARMUP_RUNS = (("post-LN, no warm-up", "post", False),
                ("post-LN, warm-up", "post", True),
                ("pre-LN, no warm-up", "pre", False))
 
 
-@shown_in("ch04")
-def warmup_comparison(corpus: CharCorpus, num_steps: int = 300, lr: float = 1e-2, warmup_steps: int = 75,
-                      seed: int = 0, **kwargs) -> dict[str, TrainResult]:
-    """Post-LN with and without learning-rate warm-up against pre-LN without it.
+def train_seeds(corpus: CharCorpus, seeds=(0, 1, 2), num_steps: int = 300, batch_size: int = 8, seq_len: int = 32,
+                lr: float = 1e-2, warmup_steps: int = 0, eval_batches: int = 8, **model_kwargs) -> list[TrainResult]:
+    """One :class:`~d2lmini.train.TinyLM` per seed, all trained in lockstep, each scored at the end.
 
-    The experiment behind Xiong et al. (2020): the same model, data, seed and peak
-    learning rate, trained three times -- post-LN without warm-up, post-LN with a
-    linear warm-up over ``warmup_steps``, and pre-LN without warm-up.
+    The seeds' models train together in one :func:`d2lmini.train.train_models` call (one
+    AdamW step updates all of them, see there), so model ``i`` is the model
+    :func:`d2lmini.train.train_lm` trains with ``seed=seeds[i]``: the same initial weights,
+    batches, learning rates and losses. A model whose loss becomes NaN or infinite keeps
+    recording it (the others train on) and is marked ``diverged``. After the last step
+    every model is scored with :func:`d2lmini.train.evaluate` on the held-out batches
+    ``train_lm`` uses.
 
     Args:
         corpus: training data.
-        num_steps, lr, warmup_steps, seed: as in :func:`train_lm`.
-        **kwargs: passed to :func:`train_lm` (model size, ``norm``, ``act``,
-            ``batch_size``, ...); must not contain ``placement``.
+        seeds: distinct ints >= 0, one model each.
+        num_steps, batch_size, seq_len, lr, warmup_steps: as in :func:`train_lm`
+            (constant learning rate after the warm-up, AdamW with betas (0.9, 0.98)).
+        eval_batches: validation batches of ``(batch_size, seq_len)``.
+        **model_kwargs: passed to :class:`~d2lmini.train.TinyLM` (``placement``,
+            ``num_layers``, ``num_hiddens``, ``norm``, ...).
 
     Returns:
-        ``{label: TrainResult}`` with the labels of :data:`WARMUP_RUNS`.
+        One :class:`~d2lmini.train.TrainResult` per seed, in the order of ``seeds``; its
+        ``val_loss`` holds the one final validation loss (NaN for a diverged model) and
+        its ``seconds`` the training time of the whole lockstep group.
 
     Raises:
-        TypeError: if ``placement`` is passed in ``kwargs`` (``warmup_steps`` is a
-            parameter of its own, so it never reaches ``kwargs``).
+        ValueError / TypeError: for invalid arguments (each names the argument).
+
+    Introduced in the chapter "Where the norm goes".
     """
-    if "placement" in kwargs:
-        raise TypeError("warmup_comparison sets placement itself")
-    return {label: train_lm(corpus, num_steps=num_steps, lr=lr, warmup_steps=warmup_steps if warm else 0,
-                            seed=seed, placement=placement, **kwargs)
-            for label, placement, warm in WARMUP_RUNS}
+    seeds = check_seeds(seeds)
+    seq_len = check_positive_int("seq_len", seq_len)  # also the models' max_len
+    eval_batches = check_positive_int("eval_batches", eval_batches)
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **model_kwargs) for seed in seeds]
+    log = train_models(models, corpus, seeds, num_steps, batch_size, seq_len, lr, warmup_steps,
+                       stop_on_divergence=False)
+    results = []
+    for model, seed, losses in zip(models, seeds, log.losses):
+        config = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
+                      warmup_steps=warmup_steps, seed=seed, **model_kwargs)
+        diverged = not all(math.isfinite(value) for value in losses)
+        val = math.nan if diverged else evaluate(model, corpus, batch_size, seq_len, eval_batches)
+        results.append(TrainResult(config, losses, [num_steps], [val], log.lr, diverged, log.seconds))
+    return results
+
+
+@shown_in("ch04")
+def warmup_comparison(corpus: CharCorpus, lrs=(1e-2, 3e-2), seeds=(0, 1, 2), num_steps: int = 300,
+                      warmup_steps: int = 75, **kwargs) -> dict[tuple[float, str], list[TrainResult]]:
+    """Post-LN with and without learning-rate warm-up against pre-LN without it.
+
+    The experiment behind Xiong et al. (2020), at every peak learning rate in ``lrs``
+    and for every seed: the same model, data and seed trained three ways (the labels of
+    :data:`WARMUP_RUNS`) -- post-LN without warm-up, post-LN with a linear warm-up over
+    ``warmup_steps``, pre-LN without warm-up. The seeds of one configuration train in
+    lockstep (:func:`train_seeds`).
+
+    Args:
+        corpus: training data; lrs: peak learning rates; seeds: one model each.
+        num_steps, warmup_steps: as in :func:`d2lmini.train.train_lm`.
+        **kwargs: passed to :func:`train_seeds` (``batch_size``, ``seq_len``, model
+            size, ``norm``, ...); must not contain ``placement``, ``lr`` or ``seed``.
+
+    Returns:
+        ``{(lr, label): [TrainResult, one per seed]}``.
+
+    Raises:
+        TypeError: if ``kwargs`` holds ``placement``, ``lr`` or ``seed``.
+    """
+    for name in ("placement", "lr", "seed"):
+        if name in kwargs:
+            raise TypeError(f"warmup_comparison sets {name} itself (pass lrs=..., seeds=...)")
+    return {(lr, label): train_seeds(corpus, seeds, num_steps, lr=lr, placement=placement,
+                                     warmup_steps=warmup_steps if warm else 0, **kwargs)
+            for lr in check_positive_floats("lrs", lrs) for label, placement, warm in WARMUP_RUNS}
+
+
+def warmup_table(runs: dict):
+    """The final validation losses of :func:`warmup_comparison` as a pandas DataFrame.
+
+    Args:
+        runs: ``{(lr, label): [TrainResult per seed]}`` as returned by :func:`warmup_comparison`.
+
+    Returns:
+        ``pandas.DataFrame`` indexed by (peak learning rate, configuration), with one
+        column per seed (``"seed 0"``, ...), then ``"mean"`` and ``"std"`` (the sample
+        standard deviation over the seeds) and ``"diverged"`` (how many seeds did). The
+        mean and standard deviation are over the seeds that did not diverge (NaN if
+        none, std NaN if fewer than two).
+
+    Raises:
+        TypeError: if ``runs`` is not such a dict.
+    """
+    import statistics
+
+    import pandas as pd
+
+    if not isinstance(runs, dict) or not all(isinstance(v, list) for v in runs.values()):
+        raise TypeError(f"runs must be the dict warmup_comparison returns, got {type(runs).__name__}")
+    rows, index = [], []
+    for (lr, label), results in runs.items():
+        values = [result.val_loss[-1] for result in results]
+        finite = [v for v in values if math.isfinite(v)]
+        row = {f"seed {result.config['seed']}": v for result, v in zip(results, values)}
+        row["mean"] = statistics.fmean(finite) if finite else math.nan
+        row["std"] = statistics.stdev(finite) if len(finite) > 1 else math.nan
+        row["diverged"] = sum(result.diverged for result in results)
+        rows.append(row)
+        index.append((lr, label))
+    return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["peak lr", "configuration"]))
+
+
+def plot_warmup_runs(runs: dict, window: int = 20):
+    """Training-loss curves of :func:`warmup_comparison`, one panel per peak learning rate.
+
+    Every seed is one line (moving average over ``window`` steps), coloured by
+    placement; post-LN with warm-up is dashed. A seed whose loss stopped being finite
+    ends where it did.
+
+    Args:
+        runs: ``{(lr, label): [TrainResult per seed]}`` from :func:`warmup_comparison`.
+        window: moving-average window in steps.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        TypeError: if ``runs`` is not such a dict.
+    """
+    if not isinstance(runs, dict) or not all(isinstance(v, list) for v in runs.values()):
+        raise TypeError(f"runs must be the dict warmup_comparison returns, got {type(runs).__name__}")
+    window = check_positive_int("window", window)
+    styles = {label: (PLACEMENT_COLORS[placement], "--" if warm else "-") for label, placement, warm in WARMUP_RUNS}
+    lrs = list(dict.fromkeys(lr for lr, _ in runs))
+    with styled_figure(len(lrs), width=4.2 * len(lrs), height=3.3) as (fig, axes):
+        axes = axes if len(lrs) > 1 else [axes]
+        for ax, lr in zip(axes, lrs):
+            for (run_lr, label), results in runs.items():
+                if run_lr != lr:
+                    continue
+                color, dash = styles.get(label, ("0.3", "-"))
+                for i, result in enumerate(results):
+                    curve = result.smoothed(window)
+                    ax.plot(range(1, len(curve) + 1), curve, color=color, linestyle=dash, linewidth=1.0,
+                            alpha=0.85, label=label if i == 0 else None)
+            ax.set(xlabel="training step", title=f"peak learning rate {lr:g}")
+            ax.grid(True, alpha=0.3)
+        low, high = min(ax.get_ylim()[0] for ax in axes), max(ax.get_ylim()[1] for ax in axes)
+        for ax in axes:
+            ax.set_ylim(low, high)  # one scale for every learning rate
+        axes[0].set_ylabel(f"training loss (nats/char, {window}-step mean)")
+        axes[-1].legend(loc="upper right", fontsize=8)
+    return fig
 
 
 class DepthExplorer:
