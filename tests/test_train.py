@@ -81,20 +81,6 @@ def test_bad_training_arguments(corpus):
         CharCorpus.from_text("x" * 2000, val_fraction=0.9)
 
 
-def test_warmup_comparison_runs_the_three_configurations(corpus):
-    from d2lmini.chapters.ch04_norm_placement import warmup_comparison
-
-    results = warmup_comparison(corpus, num_steps=20, lr=1e-3, warmup_steps=10, batch_size=4, seq_len=16,
-                                eval_every=20, eval_batches=1, num_hiddens=16, num_heads=2, num_layers=2,
-                                norm="layer", act="relu")
-    assert list(results) == ["post-LN, no warm-up", "post-LN, warm-up", "pre-LN, no warm-up"]
-    assert results["post-LN, warm-up"].lr[0] == pytest.approx(1e-4)
-    assert results["post-LN, no warm-up"].lr[0] == 1e-3
-    assert results["pre-LN, no warm-up"].config["placement"] == "pre"
-    with pytest.raises(TypeError, match="placement"):
-        warmup_comparison(corpus, placement="pre")
-
-
 # --------------------------------------------------------------------------- the one loop and its hook
 
 
