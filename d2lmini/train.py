@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ._checks import (check_bool, check_callable, check_choice, check_nonnegative_int, check_positive_float,
-                      check_positive_int, check_seed)
+                      check_positive_floats, check_positive_int, check_seed)
 from ._shown import shown_in
 from .block import TransformerBlock
 from .data import CharCorpus
@@ -236,7 +236,8 @@ def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: boo
     """One training step of :func:`train_models`: score every model's batch, then one AdamW update.
 
     ``losses_of`` comes from :func:`lockstep_losses`, ``batches`` holds one ``(X, Y)``
-    pair of token ids ``(b, n)`` per model and ``lr`` is this step's learning rate.
+    pair of token ids ``(b, n)`` per model and ``lr`` is this step's learning rate (a
+    parameter group with an ``"lr_scale"`` entry trains at that multiple of it).
     Returns the models' losses (nats per character), measured before the update. If
     every loss is NaN or infinite and ``stop_on_divergence`` is True, no update is taken.
     """
@@ -244,7 +245,7 @@ def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: boo
     values = losses.detach().tolist()
     if any(math.isfinite(value) for value in values) or not stop_on_divergence:
         for group in optimizer.param_groups:
-            group["lr"] = lr  # the scheduled rate of this step
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # the scheduled rate (times the group's scale)
         optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # the models share no weights: each gets its own gradient
         optimizer.step()  # AdamW
@@ -272,7 +273,7 @@ class TrainLog:
 def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: int, batch_size: int = 32,
                  seq_len: int = 64, lr: float = 1e-3, warmup_steps: int = 0, schedule: str = "constant",
                  betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0, vectorize: bool = False,
-                 stop_on_divergence: bool = True, on_step: StepHook | None = None) -> TrainLog:
+                 stop_on_divergence: bool = True, on_step: StepHook | None = None, lr_scales=None) -> TrainLog:
     """Train one or several language models in lockstep with AdamW: the book's one training loop.
 
     At every step, model ``i`` draws a random batch of windows from its own generator
@@ -304,6 +305,12 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
         stop_on_divergence: False trains all ``num_steps`` whatever the losses (a model
             that diverged keeps recording NaN), so that every list has the same length.
         on_step: the hook, or None.
+        lr_scales: None (every model at the scheduled rate), or one positive float per
+            model: model ``i`` then trains at ``lr_scales[i]`` times the scheduled rate
+            (one AdamW parameter group per model), which is what it gets alone with peak
+            rate ``lr * lr_scales[i]`` (up to the rounding of that product; exactly for a
+            power-of-two scale) -- a learning-rate sweep in one lockstep. ``TrainLog.lr``
+            records the unscaled rate.
 
     Returns:
         A :class:`TrainLog`.
@@ -328,9 +335,17 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     check_bool("stop_on_divergence", stop_on_divergence)
     if on_step is not None:
         check_callable("on_step", on_step)
+    if lr_scales is None:
+        parameters = [p for model in models for p in model.parameters()]
+    else:
+        lr_scales = check_positive_floats("lr_scales", lr_scales)
+        if len(lr_scales) != len(models):
+            raise ValueError(f"lr_scales must hold one scale per model, got {len(lr_scales)} scales "
+                             f"for {len(models)} models")
+        parameters = [{"params": list(model.parameters()), "lr_scale": scale}
+                      for model, scale in zip(models, lr_scales)]
     losses_of = lockstep_losses(models, vectorize)
     device = next(models[0].parameters()).device
-    parameters = [p for model in models for p in model.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=lr, betas=betas, weight_decay=weight_decay, foreach=True)
     generators = [torch.Generator().manual_seed(seed) for seed in seeds]  # one batch stream per model
     log = TrainLog([[] for _ in models])

@@ -9,9 +9,9 @@ import torch
 
 from d2lmini.data import python_reference_corpus
 from d2lmini.ffn import FeedForward
-from d2lmini.chapters.ch07_ffn import (COMPARISON_CONFIG, SHAZEER_2020_LOG_PERPLEXITY, ffn_as_memories,
-                                     ffn_comparison, ffn_parameter_counts, plot_activations,
-                                     plot_ffn_comparison, train_ensemble)
+from d2lmini.chapters.ch07_ffn import (COMPARISON_CONFIG, SHAZEER_2020_LOG_PERPLEXITY, SWEEP_RATES, LRSweep,
+                                     ffn_as_memories, ffn_comparison, ffn_parameter_counts, lr_sweep,
+                                     plot_activations, plot_ffn_comparison, plot_lr_sweep, train_ensemble)
 from d2lmini.train import TinyLM, evaluate, train_lm
 
 # A model small enough to train in a fraction of a second; 8 * 24 / 3 = 64 exactly.
@@ -222,3 +222,87 @@ def test_comparison_rejects_bad_arguments(corpus):
         ffn_comparison(corpus, acts=("gelu", "tanh"))
     with pytest.raises(ValueError, match="workers"):
         ffn_comparison(corpus, workers=0)
+
+
+# ---------------------------------------------------------------- the learning-rate sweep
+
+# lr_sweep's settings for the TINY model (everything but lr and num_steps)
+SWEEP = dict(batch_size=4, seq_len=16, warmup_steps=3, num_hiddens=24, num_heads=2, num_layers=1, eval_batches=2)
+
+
+@pytest.fixture(scope="module")
+def sweep(corpus):
+    return lr_sweep(corpus, rates=(0.02, 0.005, 0.01), seed=5, num_steps=12, **SWEEP)
+
+
+def test_sweep_trains_every_pair_as_it_trains_alone(sweep, corpus):
+    assert sweep.rates == [0.005, 0.01, 0.02] and sweep.acts == ["gelu", "swiglu"] and sweep.seed == 5
+    for act in ("gelu", "swiglu"):
+        for i, rate in enumerate(sweep.rates):
+            alone = train_ensemble(corpus, act=act, seeds=(5,), lr=rate, eval_steps=(12,), num_steps=12, **SWEEP)
+            assert sweep.train_loss[act][i] == alone.train_loss[0]  # scales 1/4, 1/2, 1: exact rates
+            assert sweep.val_loss[act][i] == pytest.approx(alone.val_loss[0][0], abs=1e-6)
+    assert sweep.train_loss["gelu"][0] != sweep.train_loss["gelu"][2]
+    assert "lr" not in sweep.config and sweep.config["num_steps"] == 12
+
+
+def test_sweep_best_rate_and_table(sweep):
+    for act in sweep.acts:
+        losses = sweep.val_loss[act]
+        assert sweep.best_rate(act) == sweep.rates[losses.index(min(losses))]
+    table = sweep.table()
+    assert table.shape == (3, 2) and list(table.index) == sweep.rates
+    assert table.iloc[1, 1] == sweep.val_loss["swiglu"][1]
+    diverged = LRSweep(["gelu"], [0.01, 0.1], 0, {"gelu": [2.0, math.nan]}, {}, 0.0, {})
+    assert diverged.best_rate("gelu") == 0.01
+    with pytest.raises(ValueError, match="every rate"):
+        LRSweep(["gelu"], [0.1], 0, {"gelu": [math.nan]}, {}, 0.0, {}).best_rate("gelu")
+    with pytest.raises(ValueError, match="act"):
+        sweep.best_rate("relu")
+
+
+def test_sweep_rates_are_factors_of_two_around_the_default_rate():
+    assert COMPARISON_CONFIG["lr"] in SWEEP_RATES
+    assert all(b == 2 * a for a, b in zip(SWEEP_RATES, SWEEP_RATES[1:]))
+
+
+def test_sweep_plot(sweep):
+    fig = plot_lr_sweep(sweep)
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 2 and len(fig.axes[1].patches) == 3
+    with pytest.raises(ValueError, match="two activations"):
+        plot_lr_sweep(LRSweep(["gelu"], [0.01], 0, {"gelu": [2.0]}, {}, 0.0, {}))
+
+
+def test_sweep_rejects_bad_arguments(corpus):
+    with pytest.raises(TypeError, match="acts"):
+        lr_sweep(corpus, acts="gelu")
+    with pytest.raises(ValueError, match="acts"):
+        lr_sweep(corpus, acts=("gelu", "tanh"))
+    with pytest.raises(ValueError, match="distinct"):
+        lr_sweep(corpus, rates=(0.01, 0.01))
+    with pytest.raises(ValueError, match=r"rates\[1\]"):
+        lr_sweep(corpus, rates=(0.01, -1.0))
+    with pytest.raises(ValueError, match="seed"):
+        lr_sweep(corpus, seed=-1)
+    with pytest.raises(ValueError, match="num_steps"):
+        lr_sweep(corpus, num_steps=0)
+    with pytest.raises(TypeError, match="rates="):
+        lr_sweep(corpus, lr=0.01)
+    with pytest.raises(TypeError, match="unknown"):
+        lr_sweep(corpus, dropout=0.1)
+
+
+def test_comparison_at_each_activations_own_rate(corpus):
+    both = dict(seeds=(0,), num_steps=4, eval_steps=(4,), workers=1, **{**SMALL, "lr": 1e-2})
+    result = ffn_comparison(corpus, rates={"swiglu": 5e-3}, **both)
+    assert result.config["rates"] == {"gelu": 1e-2, "swiglu": 5e-3}
+    assert result.runs["gelu"].config["lr"] == 1e-2 and result.runs["swiglu"].config["lr"] == 5e-3
+    alone = train_ensemble(corpus, act="swiglu", seeds=(0,), num_steps=4, eval_steps=(4,),
+                           **{**SMALL, "lr": 5e-3})
+    assert result.runs["swiglu"].train_loss == alone.train_loss
+    with pytest.raises(ValueError, match="rates"):
+        ffn_comparison(corpus, rates={"relu": 1e-2}, **both)
+    with pytest.raises(ValueError, match="rates"):
+        ffn_comparison(corpus, rates={"gelu": 0}, **both)
+    with pytest.raises(TypeError, match="rates"):
+        ffn_comparison(corpus, rates=[1e-2], **both)

@@ -117,6 +117,26 @@ def test_models_in_lockstep_take_exactly_the_steps_they_take_alone(corpus):
         assert alone.losses[0] == log.losses[i] and alone.lr == log.lr
 
 
+def test_a_learning_rate_sweep_in_lockstep_equals_train_lm_at_each_rate(corpus):
+    # one parameter group per model: model i at lr_scales[i] times the scheduled rate
+    kwargs = dict(num_steps=6, batch_size=4, seq_len=16, warmup_steps=2, schedule="cosine")
+    model = dict(num_hiddens=16, num_heads=2, num_layers=1, norm="rms", act="gelu")
+    scales = [0.25, 1.0, 2.0]  # powers of two: the scaled rates are exactly lr_at's
+    models = [seeded_tiny_lm(corpus.vocab_size, 3, max_len=16, **model) for _ in scales]
+    log = train_models(models, corpus, [3] * 3, lr=1e-2, lr_scales=scales, **kwargs)
+    assert log.lr == [lr_at(step, 1e-2, 2, 6, "cosine") for step in range(6)]  # the unscaled schedule
+    for i, scale in enumerate(scales):
+        alone = train_lm(corpus, lr=1e-2 * scale, seed=3, eval_every=6, eval_batches=1, **kwargs, **model)
+        assert alone.train_loss == log.losses[i]
+    assert log.losses[0] != log.losses[2]
+    # all scales 1 is the single-group optimizer, to the bit
+    plain = train_models([seeded_tiny_lm(corpus.vocab_size, s, max_len=16, **model) for s in (0, 5)], corpus,
+                         [0, 5], lr=1e-2, **kwargs)
+    ones = train_models([seeded_tiny_lm(corpus.vocab_size, s, max_len=16, **model) for s in (0, 5)], corpus,
+                        [0, 5], lr=1e-2, lr_scales=[1, 1.0], **kwargs)
+    assert ones.losses == plain.losses
+
+
 def test_a_diverged_step_is_recorded_and_probed_but_takes_no_update(corpus):
     steps, weights = [], []
 
@@ -164,6 +184,12 @@ def test_bad_loop_arguments(corpus):
         train_models([model], corpus, [0], stop_on_divergence=1, **run)
     with pytest.raises(TypeError, match="warmup_steps"):
         train_models([model], corpus, [0], warmup_steps=1.5, **run)
+    with pytest.raises(ValueError, match="lr_scales"):
+        train_models([model], corpus, [0], lr_scales=[1.0, 2.0], **run)
+    with pytest.raises(ValueError, match=r"lr_scales\[0\]"):
+        train_models([model], corpus, [0], lr_scales=[0.0], **run)
+    with pytest.raises(TypeError, match="lr_scales"):
+        train_models([model], corpus, [0], lr_scales=2.0, **run)
     with pytest.raises(TypeError, match="on_step"):
         train_lm(corpus, on_step=42)
     with pytest.raises(ValueError, match="eval_every"):

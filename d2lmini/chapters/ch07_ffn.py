@@ -8,6 +8,9 @@ Three things are measured here:
 * :func:`ffn_as_memories` -- the key-value-memory reading of the FFN (Geva et al.,
   2021): ``W_2 act(W_1 x)`` is a sum of value vectors weighted by how well ``x``
   matches each key.
+* :func:`lr_sweep` -- both FFNs at every peak learning rate of :data:`SWEEP_RATES`,
+  one seed, all models in one lockstep (a per-model scale of the scheduled rate,
+  ``lr_scales`` of :func:`d2lmini.train.train_models`).
 * :func:`ffn_comparison` -- the chapter's training comparison: a small character
   language model (:class:`~d2lmini.train.TinyLM`) with a GELU MLP against the same
   model with SwiGLU, at matched parameters, over several seeds.
@@ -28,6 +31,7 @@ about 15% slower on a CPU, where the attention kernel has no vmap rule.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import KW_ONLY, dataclass, field
@@ -36,14 +40,15 @@ import torch
 from torch.nn import functional as F
 
 from .._checks import check_seeds as _check_seeds
-from .._checks import (check_choice, check_float_tensor, check_instance, check_int_in, check_last_dim,
-                       check_positive_int, check_seed, check_sequence)
+from .._checks import (check_choice, check_float_tensor, check_instance, check_int_at_least, check_int_in,
+                       check_last_dim, check_positive_float, check_positive_floats, check_positive_int, check_seed,
+                       check_sequence)
 from .._shown import shown_in
 from ..data import CharCorpus
 from ..ffn import ACTS, GATED_ACTS, FeedForward
 from ..parameters import num_parameters
 from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, styled_figure
-from ..train import TinyLM, lockstep_losses, moving_average, seeded_tiny_lm, train_models
+from ..train import TinyLM, TrainLog, lockstep_losses, moving_average, seeded_tiny_lm, train_models
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
 #: a 2-block, 48-wide pre-norm character model (2 heads of 24 features, RMSNorm, no
@@ -54,12 +59,15 @@ from ..train import TinyLM, lockstep_losses, moving_average, seeded_tiny_lm, tra
 #: four (on a CPU, attention with 12-feature heads takes a third of the training time)
 #: and 32-character windows rather than 64 (the same 4,096 characters per step in twice
 #: as many windows trained faster and reached a lower loss in our runs). The peak rate
-#: 0.02 was the best for *both* models in two-seed sweeps: of 0.01, 0.02 and 0.03 with
-#: these settings, and of 0.005, 0.01, 0.02 and 0.04 with four heads and 64-character
-#: windows.
+#: 0.02 is only the default: the chapter gives each FFN its own, the best of a sweep
+#: (:func:`lr_sweep`, :data:`SWEEP_RATES`).
 COMPARISON_CONFIG = dict(num_hiddens=48, num_heads=2, num_layers=2, norm="rms", placement="pre",
                          batch_size=128, seq_len=32, lr=2e-2, warmup_steps=30, schedule="cosine",
                          betas=(0.9, 0.98), weight_decay=0.0, eval_batches=8)
+
+#: The peak learning rates of the chapter's sweep (:func:`lr_sweep`): factors of two
+#: from half of :data:`COMPARISON_CONFIG`'s 0.02 to four times it.
+SWEEP_RATES = (0.01, 0.02, 0.04, 0.08)
 
 #: Shazeer (2020), "GLU Variants Improve Transformer", Table 1: held-out log-perplexity
 #: of a T5-base-sized model (pre-trained on C4) after 65,536 steps, for the FFN variants
@@ -613,7 +621,7 @@ class FFNComparison:
 
 def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), seeds=(0, 1, 2),
                    num_steps: int = 600, eval_steps=(200, 400, 600), workers: int | None = None,
-                   **overrides) -> FFNComparison:
+                   rates: dict | None = None, **overrides) -> FFNComparison:
     """Train the same small character LM with each FFN activation, over several seeds.
 
     The chapter's experiment: for every activation in ``acts`` (by default a GELU MLP
@@ -635,6 +643,10 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
             with ``torch.get_num_threads() // workers`` cores (default: one per
             activation, at most one per core). The numbers do not depend on it beyond
             float rounding.
+        rates: ``{act: peak learning rate}`` for activations that train at their own
+            rate (e.g. each at its best rate of :func:`lr_sweep`); the others train at
+            the configuration's ``lr``. ``config["rates"]`` of the result holds every
+            activation's rate.
         **overrides: replace entries of :data:`COMPARISON_CONFIG` (e.g. ``lr``,
             ``num_hiddens``, ``batch_size``) or pass other :func:`train_ensemble`
             arguments (``device``).
@@ -661,13 +673,21 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
         check_choice("acts", act, ACTS)
     if len(set(acts)) != len(acts):
         raise ValueError(f"acts must be distinct, got {acts}")
+    rates = {} if rates is None else rates
+    if not isinstance(rates, dict):
+        raise TypeError(f"rates must be a dict {{act: learning rate}} or None, got {type(rates).__name__}")
+    for act, rate in rates.items():
+        check_choice("rates", act, acts)
+        check_positive_float(f"rates[{act!r}]", rate)
     corpus = python_reference_corpus() if corpus is None else corpus
     config = {**COMPARISON_CONFIG, **overrides, "num_steps": num_steps, "eval_steps": tuple(eval_steps)}
+    config["rates"] = {act: float(rates.get(act, config["lr"])) for act in acts}
+    own = {act: {**{k: v for k, v in config.items() if k != "rates"}, "lr": config["rates"][act]} for act in acts}
     threads = torch.get_num_threads()
     workers = min(len(acts), threads) if workers is None else check_positive_int("workers", workers)
     start = time.perf_counter()
     if workers == 1:
-        runs = {act: train_ensemble(corpus, act=act, seeds=seeds, **config) for act in acts}
+        runs = {act: train_ensemble(corpus, act=act, seeds=seeds, **own[act]) for act in acts}
     else:
         # One activation per worker thread, each with an equal share of the cores. The
         # kernels release the GIL, so the workers run side by side; on small tensors this
@@ -677,13 +697,172 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
         torch.set_num_threads(max(1, threads // workers))
         try:
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                futures = {act: pool.submit(train_ensemble, corpus, act=act, seeds=seeds, **config)
+                futures = {act: pool.submit(train_ensemble, corpus, act=act, seeds=seeds, **own[act])
                            for act in acts}
                 runs = {act: future.result() for act, future in futures.items()}
         finally:
             torch.set_num_threads(threads)
     return FFNComparison(runs, len(corpus.text), corpus.sha256, corpus.vocab_size,
                          time.perf_counter() - start, config)
+
+
+# --------------------------------------------------------------------------------------
+# The learning-rate sweep
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class LRSweep:
+    """The result of :func:`lr_sweep`.
+
+    Attributes:
+        acts: the activations; rates: the peak learning rates, ascending.
+        seed: the one seed of every model (its initial weights and its batches).
+        val_loss: ``{act: [loss per rate]}``, validation loss after the last step (NaN
+            for a model that diverged).
+        train_loss: ``{act: [[loss per step] per rate]}``, the training-batch losses.
+        seconds: wall time of the whole sweep; config: the settings shared by every model.
+    """
+
+    acts: list[str]
+    rates: list[float]
+    seed: int
+    val_loss: dict
+    train_loss: dict = field(repr=False)
+    seconds: float
+    config: dict
+
+    def best_rate(self, act: str) -> float:
+        """The rate at which ``act`` reached its lowest validation loss (diverged runs excluded).
+
+        Raises:
+            ValueError: if ``act`` was not swept or diverged at every rate.
+        """
+        if act not in self.val_loss:
+            raise ValueError(f"act must be one of the swept activations {tuple(self.val_loss)}, got {act!r}")
+        finite = [(loss, rate) for loss, rate in zip(self.val_loss[act], self.rates) if math.isfinite(loss)]
+        if not finite:
+            raise ValueError(f"act {act!r} diverged at every rate")
+        return min(finite)[1]
+
+    def table(self):
+        """A ``pandas.DataFrame``: one row per peak rate, one column of validation losses per activation."""
+        import pandas as pd
+
+        frame = pd.DataFrame({ACT_LABELS.get(act, act): self.val_loss[act] for act in self.acts},
+                             index=pd.Index(self.rates, name="peak learning rate"))
+        return frame
+
+
+@shown_in("ch07")
+def sweep_in_lockstep(corpus: CharCorpus, pairs: list[tuple[str, float]], seed: int, num_steps: int,
+                      config: dict) -> tuple[TrainLog, list[float]]:
+    """Train one model per ``(activation, peak rate)`` pair, all in one lockstep.
+
+    Every model starts from the weights of ``seed`` and reads the batches of ``seed``;
+    the model of rate ``r`` follows the schedule of the highest rate scaled by
+    ``r / highest`` (its own optimizer parameter group). Returns the training log and
+    every model's validation loss after the last step.
+    """
+    shape = {k: config[k] for k in ("num_hiddens", "num_heads", "num_layers", "norm", "placement")}
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=config["seq_len"], act=act, bias=False, **shape)
+              for act, _ in pairs]
+    top = max(rate for _, rate in pairs)
+    log = train_models(models, corpus, [seed] * len(pairs), num_steps, config["batch_size"], config["seq_len"],
+                       top, config["warmup_steps"], config["schedule"], tuple(config["betas"]),
+                       config["weight_decay"], stop_on_divergence=False,
+                       lr_scales=[rate / top for _, rate in pairs])
+    val = validation_batches(corpus, config["batch_size"], config["seq_len"], config["eval_batches"])
+    return log, validation_losses(lockstep_losses(models), len(pairs), val)
+
+
+def lr_sweep(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), rates=SWEEP_RATES, seed: int = 0,
+             num_steps: int = 300, **overrides) -> LRSweep:
+    """Train the comparison's model with every FFN at every peak learning rate, one seed.
+
+    The models of all ``len(acts) * len(rates)`` pairs train in one lockstep
+    (:func:`sweep_in_lockstep` on :func:`d2lmini.train.train_models` with ``lr_scales``):
+    each model gets exactly the steps it would get alone with its own peak rate, up to
+    the rounding of the rate (exactly, for rates a power of two apart such as
+    :data:`SWEEP_RATES`). Everything else is :data:`COMPARISON_CONFIG` (warm-up, cosine
+    decay to 10% at ``num_steps``, batches), and every model is scored after the last
+    step on the comparison's fixed validation batches (:func:`validation_batches`).
+
+    Args:
+        corpus: the data (default :func:`d2lmini.data.python_reference_corpus`).
+        acts: activations (names from :data:`d2lmini.ffn.ACTS`, distinct).
+        rates: distinct peak learning rates (> 0).
+        seed: the seed of every model's weights and batches.
+        num_steps: training steps per model.
+        **overrides: replace entries of :data:`COMPARISON_CONFIG` except ``lr``.
+
+    Returns:
+        An :class:`LRSweep`.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments (each names the argument).
+
+    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    """
+    from ..data import python_reference_corpus
+
+    if isinstance(acts, str) or not acts:
+        raise TypeError(f"acts must be a non-empty sequence of names from {ACTS}, got {acts!r}")
+    acts = [check_choice("acts", act, ACTS) for act in acts]
+    rates = sorted(check_positive_floats("rates", rates))
+    if len(set(acts)) != len(acts) or len(set(rates)) != len(rates):
+        raise ValueError(f"acts and rates must be distinct, got {acts} and {rates}")
+    seed = check_int_at_least("seed", seed, 0)
+    num_steps = check_positive_int("num_steps", num_steps)
+    if "lr" in overrides:
+        raise TypeError("lr_sweep sets the learning rates itself; pass rates=...")
+    unknown = set(overrides) - set(COMPARISON_CONFIG)
+    if unknown:
+        raise TypeError(f"lr_sweep got unknown settings {sorted(unknown)}; known: {sorted(COMPARISON_CONFIG)}")
+    corpus = python_reference_corpus() if corpus is None else corpus
+    config = {**COMPARISON_CONFIG, **overrides, "num_steps": num_steps}
+    del config["lr"]
+    start = time.perf_counter()
+    pairs = [(act, rate) for act in acts for rate in rates]
+    log, val = sweep_in_lockstep(corpus, pairs, seed, num_steps, config)
+    k = len(rates)
+    return LRSweep(acts, rates, seed, {act: val[i * k:(i + 1) * k] for i, act in enumerate(acts)},
+                   {act: log.losses[i * k:(i + 1) * k] for i, act in enumerate(acts)},
+                   time.perf_counter() - start, config)
+
+
+def plot_lr_sweep(sweep: LRSweep, width: float = 8.0, height: float = 3.0):
+    """Validation loss against peak learning rate, one curve per activation.
+
+    Left: the sweep (:func:`lr_sweep`), on a logarithmic rate axis. Right: the
+    difference of the first two activations (first minus second) at every rate.
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: if the sweep has fewer than two activations.
+    """
+    if len(sweep.acts) < 2:
+        raise ValueError(f"sweep must have at least two activations, got {sweep.acts}")
+    a, b = sweep.acts[:2]
+    names = [ACT_LABELS.get(act, act) for act in sweep.acts]
+    ticks = [f"{r:g}" for r in sweep.rates]
+    with styled_figure(2, width=width, height=height) as (fig, (ax, ax_gap)):
+        for act, name in zip(sweep.acts, names):
+            ax.plot(sweep.rates, sweep.val_loss[act], marker="o", color=ACT_COLORS.get(act), label=name)
+        ax.set_xscale("log")
+        ax.set_xticks(sweep.rates, ticks)
+        ax.minorticks_off()
+        ax.set(xlabel="peak learning rate", ylabel="validation loss (nats / char)",
+               title=f"Sweep (seed {sweep.seed}, {sweep.config['num_steps']} steps)")
+        ax.legend(fontsize=9)
+        gap = [x - y for x, y in zip(sweep.val_loss[a], sweep.val_loss[b])]
+        ax_gap.bar(range(len(gap)), gap, color=[ACT_COLORS.get(b) if g > 0 else ACT_COLORS.get(a) for g in gap])
+        ax_gap.axhline(0.0, color="0.3", linewidth=1.0)
+        ax_gap.set_xticks(range(len(gap)), ticks)
+        ax_gap.set(xlabel="peak learning rate", ylabel=f"{names[0]} − {names[1]} (nats)",
+                   title=f"Gap (> 0: {names[1]} ahead)")
+    return fig
 
 
 #: Colours of the seeds in the gap panel of :func:`plot_ffn_comparison`: none of them is an
@@ -756,9 +935,9 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: st
 
 
 __all__ = [
-    "COMPARISON_CONFIG", "SHAZEER_2020_LOG_PERPLEXITY",
-    "EnsembleRun", "FFNComparison", "MemoryReading",
-    "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "memory_reading", "memory_triggers",
-    "plot_activations",
-    "plot_ffn_comparison", "train_ensemble", "trigger_table", "validation_batches",
+    "COMPARISON_CONFIG", "SHAZEER_2020_LOG_PERPLEXITY", "SWEEP_RATES",
+    "EnsembleRun", "FFNComparison", "LRSweep", "MemoryReading",
+    "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "lr_sweep", "memory_reading", "memory_triggers",
+    "plot_activations", "plot_ffn_comparison", "plot_lr_sweep", "sweep_in_lockstep", "train_ensemble",
+    "trigger_table", "validation_batches",
 ]
