@@ -94,8 +94,10 @@ def last_block_gradients(depths=(2, 4, 8, 16, 32), placements=("post", "pre"), s
     pre-LN. One :func:`d2lmini.probes.probe_depth` per placement, depth and seed.
 
     Args:
-        depths: stack depths ``L`` (ints >= 1); placements: names :func:`probe_depth` takes;
-        seeds: one stack each; **kwargs: passed to :func:`probe_depth` (sizes, ``dtype``, ...).
+        depths: stack depths ``L`` (ints >= 1).
+        placements: names :func:`probe_depth` takes.
+        seeds: one stack each.
+        **kwargs: passed to :func:`probe_depth` (sizes, ``dtype``, ...).
 
     Returns:
         ``pandas.DataFrame`` indexed by (placement, L, seed): the gradient norm of each
