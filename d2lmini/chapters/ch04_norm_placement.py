@@ -90,8 +90,8 @@ def last_block_gradients(depths=(2, 4, 8, 16, 32), placements=("post", "pre"), s
     """The gradient norm of the *last* block's weights in fresh stacks of several depths.
 
     Xiong et al. (2020, Theorem 1) bound the gradient of the last block's FFN weight
-    ``W_2``: independent of the depth ``L`` for post-LN, shrinking like ``1/sqrt(L)`` for
-    pre-LN. One :func:`d2lmini.probes.probe_depth` per placement, depth and seed.
+    ``W_2`` from above: a bound independent of the depth ``L`` for post-LN, one shrinking
+    like ``1/sqrt(L)`` for pre-LN. One :func:`d2lmini.probes.probe_depth` per placement, depth and seed.
 
     Args:
         depths: stack depths ``L`` (ints >= 1).
@@ -128,8 +128,8 @@ def depth_exponents(table, column: str = "W_2") -> dict[str, float]:
 
     Returns:
         ``{placement: b}``: the least-squares slope of ``log g`` against ``log L``, where
-        ``g`` is the mean over the seeds. Xiong et al. (2020) predict ``b = 0`` for post-LN
-        and ``b = -1/2`` for pre-LN.
+        ``g`` is the mean over the seeds. Xiong et al.'s (2020) upper bounds depend on the
+        depth like ``L^0`` for post-LN and ``L^(-1/2)`` for pre-LN.
 
     Raises:
         ValueError: if ``column`` is not a column of ``table`` or a placement has fewer than two depths.
