@@ -74,7 +74,7 @@ def test_chapter_holds_its_executed_table_and_figure(html):
     assert len(tables[0].find("tbody").find_all("tr")) == 6  # post/pre x k = 8, 16, 32
     assert len(tables[1].find("tbody").find_all("tr")) == 5  # five placements at k = 32
     captions = figure_captions(soup, 4)
-    assert list(captions) == ["4.1", "4.2", "4.3", "4.4"]
+    assert list(captions) == ["4.1", "4.2", "4.3", "4.4", "4.5"]
     for number, caption in captions.items():  # each caption sits under the cell that drew its figure
         cell = caption.find_previous_sibling("div", class_="cell")
         image = cell.find("img") if cell is not None else None
