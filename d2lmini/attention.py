@@ -150,6 +150,21 @@ class MultiHeadAttention(nn.Module):
         rope_theta: RoPE base; ``None`` (default) for no rotary embedding.
         scale: the logit scale; default ``1 / sqrt(head_dim)`` (Gemma 3 uses
             ``query_pre_attn_scalar ** -0.5``).
+        window: ``None`` (default: no window) or an int ``w >= 1``: sliding-window
+            (local) attention, query ``i`` sees only keys ``j`` with ``i - w < j <= i``,
+            i.e. itself and the ``w - 1`` keys before it (``w = 1``: itself alone).
+            This is the convention of Hugging Face ``transformers`` 5.24
+            (``masking_utils.sliding_window_overlay``: ``kv_idx > q_idx - sliding_window``,
+            and-ed with the causal mask), as used by Mistral 7B v0.1
+            (``MistralConfig.sliding_window``) and the ``"sliding_attention"`` layers of
+            Gemma 3. It needs ``causal=True`` (``ValueError`` otherwise): the models that
+            use it are causal, and ``transformers``' bidirectional windows disagree on
+            the edge (``masking_utils``: ``|i - j| <= w``; Gemma 3's bidirectional
+            option: ``|i - j| < w``), so a non-causal window would be ambiguous.
+            The window is one more term of the boolean mask handed to SDPA (fused path
+            kept); a window ``>= n`` equals plain causal attention. With ``valid_lens``,
+            a padded query whose window holds no real key attends to itself alone, so
+            its (meaningless) output stays finite on every torch version.
 
     Every argument after ``num_heads`` is keyword-only.
 
@@ -171,7 +186,8 @@ class MultiHeadAttention(nn.Module):
         ValueError: ``num_hiddens`` not divisible by ``num_heads`` (without an explicit
             ``head_dim``), ``num_heads`` not divisible by ``num_kv_heads``, an unknown
             ``qk_norm`` (the message lists the allowed ones), an odd ``head_dim`` with
-            RoPE, dropout outside [0, 1); at call time, inputs of the wrong rank or
+            RoPE, dropout outside [0, 1), ``window`` below 1 or given without
+            ``causal=True``; at call time, inputs of the wrong rank or
             width, keys and values of different shapes, RoPE or causal attention with
             different query and key lengths, or bad ``valid_lens`` (see
             :func:`valid_lens_mask`).
@@ -181,7 +197,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, bias: bool = False,
                  num_kv_heads: int | None = None, causal: bool = False, head_dim: int | None = None,
                  qk_norm: str | None = None, qk_norm_eps: float | None = None,
-                 rope_theta: float | None = None, scale: float | None = None):
+                 rope_theta: float | None = None, scale: float | None = None, window: int | None = None):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
@@ -202,6 +218,10 @@ class MultiHeadAttention(nn.Module):
         if self.rope_theta is not None and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
         self.scale = None if scale is None else check_positive_float("scale", scale)
+        self.window = None if window is None else check_positive_int("window", window)
+        if self.window is not None and not self.causal:
+            raise ValueError(f"window={window} needs causal=True (sliding-window attention is causal: "
+                             "query i sees keys i - window < j <= i); pass causal=True or window=None")
 
         q_hiddens, kv_hiddens = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.W_q = nn.Linear(num_hiddens, q_hiddens, bias=bias)
@@ -285,7 +305,7 @@ class MultiHeadAttention(nn.Module):
                              f"got {queries.shape[1]} queries and {keys.shape[1]} keys")
 
     def _mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device) -> torch.Tensor | None:
-        """The boolean ``attn_mask``, (b, 1, 1 or q, k), of ``valid_lens`` and ``causal``; ``None`` if none."""
+        """The boolean ``attn_mask``, (b, 1, 1 or q, k), of ``valid_lens``, ``causal`` and ``window``; ``None`` if none."""
         if self.causal and num_queries != num_keys:
             raise ValueError("causal attention needs as many queries as keys (self-attention), "
                              f"got {num_queries} queries and {num_keys} keys")
@@ -299,7 +319,14 @@ class MultiHeadAttention(nn.Module):
         if self.causal:
             # An explicit mask, not SDPA's is_causal: on CPU its masked kernel is the faster one.
             causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()
-            mask = causal if mask is None else mask & causal
+            if self.window is not None:  # and j > i - window: the band of the last `window` keys
+                causal = causal.triu(1 - self.window)
+            if mask is None:
+                return causal
+            mask = mask & causal
+            if self.window is not None:  # a padded query may see no real key: let it see itself
+                diagonal = torch.eye(num_queries, num_keys, dtype=torch.bool, device=device)
+                mask = mask | (diagonal & ~mask.any(dim=-1, keepdim=True))
         return mask
 
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
@@ -328,7 +355,7 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"causal={self.causal}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}")
+                f"causal={self.causal}, window={self.window}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}")
 
 
 class GatedAttention(nn.Module):
@@ -347,12 +374,12 @@ class GatedAttention(nn.Module):
         num_heads: query heads ``h``.
         **attention_kwargs: passed to :class:`~d2lmini.attention.MultiHeadAttention`
             (``num_kv_heads``, ``head_dim``, ``qk_norm``, ``rope_theta``, ``causal``,
-            ``bias``, ...).
+            ``window``, ``bias``, ...).
 
     Attributes:
         attention: the wrapped attention (``attention.W_o`` is ``nn.Identity``);
         W_gate: ``nn.Linear(d, h * head_dim, bias=False)``; W_o: the output projection.
-        num_heads, num_kv_heads, head_dim, qk_norm, rope_theta, causal: read from
+        num_heads, num_kv_heads, head_dim, qk_norm, rope_theta, causal, window: read from
         the wrapped attention.
 
     Shape:
@@ -383,6 +410,7 @@ class GatedAttention(nn.Module):
     qk_norm = property(lambda self: self.attention.qk_norm)
     rope_theta = property(lambda self: self.attention.rope_theta)
     causal = property(lambda self: self.attention.causal)
+    window = property(lambda self: self.attention.window)
 
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
         """Attend, gate every head feature by ``sigmoid(W_gate queries)``, project; returns (b, q, d)."""

@@ -126,6 +126,9 @@ class TransformerBlock(nn.Module):
         head_dim, qk_norm, qk_norm_eps, rope_theta: passed to :class:`MultiHeadAttention`
             (features per head; QK-norm variant; its epsilon; RoPE base or ``None``).
         attn_scale: attention logit scale (default ``1/sqrt(head_dim)``).
+        window: ``None`` or an int >= 1: sliding-window self-attention, query ``i``
+            sees keys ``i - window < j <= i`` (needs ``causal=True``); see
+            :class:`MultiHeadAttention`.
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
@@ -133,8 +136,8 @@ class TransformerBlock(nn.Module):
             ``attn(X, X, X, valid_lens)``; default a :class:`MultiHeadAttention` built
             from the arguments above. When given, the module is configured by the
             factory alone: the attention-only arguments (``num_kv_heads``, ``causal``,
-            ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``)
-            must keep their defaults, and ``num_heads`` must equal the module's
+            ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``,
+            ``window``) must keep their defaults, and ``num_heads`` must equal the module's
             ``num_heads`` if it has one (``ValueError`` otherwise).
         ffn_factory: zero-argument callable returning the FFN module, called as
             ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
@@ -168,6 +171,7 @@ class TransformerBlock(nn.Module):
                  sublayer_norm_gain: float | None = None,
                  head_dim: int | None = None, qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, attn_scale: float | None = None, residual: bool = True,
+                 window: int | None = None,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
         super().__init__()
@@ -181,12 +185,12 @@ class TransformerBlock(nn.Module):
             self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
                                                 num_kv_heads=num_kv_heads, causal=causal, head_dim=head_dim,
                                                 qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
-                                                scale=attn_scale)
+                                                scale=attn_scale, window=window)
         else:
             check_left_at_default("attn_factory builds the attention, so set these on the module it returns",
                                   TransformerBlock.__init__, num_kv_heads=num_kv_heads, causal=causal,
                                   head_dim=head_dim, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps,
-                                  rope_theta=rope_theta, attn_scale=attn_scale)
+                                  rope_theta=rope_theta, attn_scale=attn_scale, window=window)
             self.attention = _build("attn_factory", attn_factory)
             check_positive_int("num_heads", num_heads)
             heads = getattr(self.attention, "num_heads", num_heads)  # checked where the module has one
@@ -236,6 +240,8 @@ class TransformerDecoderBlock(TransformerBlock):
             those of the cross-attention, a plain :class:`MultiHeadAttention` (no RoPE,
             no QK-norm, not causal). With ``attn_factory``, ``num_kv_heads`` and
             ``head_dim`` configure the cross-attention only.
+        window: passed (with the other :class:`TransformerBlock` arguments) to the
+            self-attention only; the cross-attention never has a window.
 
     Attributes:
         attention, cross_attention, ffn: the three sublayers.

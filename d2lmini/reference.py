@@ -7,7 +7,7 @@ function; the block is on the layer's device and dtype, in the layer's train/eva
 mode. The
 references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` and, from Hugging Face ``transformers`` (an optional
-dependency, imported only here), ``BertLayer``, ``GPT2Block``, ``LlamaDecoderLayer``,
+dependency, imported only here), ``BertLayer``, ``GPT2Block``, ``LlamaDecoderLayer``, ``MistralDecoderLayer``,
 ``Qwen3DecoderLayer``, ``Olmo2DecoderLayer`` and ``Gemma3DecoderLayer``.
 
 :data:`REFERENCES` and :func:`compare_with_reference` build a tiny randomly
@@ -243,7 +243,7 @@ def _rope_theta(config, layer_type: str | None = None) -> float:
 
 def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str = "swiglu",
                    unit_offset: bool = False, attn_scale: float | None = None,
-                   layer_type: str | None = None) -> TransformerBlock:
+                   layer_type: str | None = None, window: int | None = None) -> TransformerBlock:
     """Shared mapping of the Llama family (q/k/v/o_proj, gate/up/down_proj, RMSNorm, RoPE)."""
     attn, mlp = layer.self_attn, layer.mlp
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -252,7 +252,7 @@ def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str 
                              num_kv_heads=config.num_key_value_heads, ffn_num_hiddens=config.intermediate_size,
                              eps=config.rms_norm_eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
                              qk_norm_eps=config.rms_norm_eps, rope_theta=_rope_theta(config, layer_type),
-                             attn_scale=attn_scale)
+                             attn_scale=attn_scale, window=window)
     for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
         src = getattr(attn, theirs)
         _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
@@ -279,6 +279,25 @@ def from_llama_layer(layer, config) -> TransformerBlock:
         The pre-norm causal block with grouped-query attention and RoPE.
     """
     block = _gated_decoder(layer, config, "pre", None)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+def from_mistral_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``MistralDecoderLayer`` (Mistral 7B).
+
+    The Llama block plus sliding-window attention: ``window=config.sliding_window``
+    (query ``i`` sees keys ``i - window < j <= i``, as ``transformers``'
+    ``create_sliding_window_causal_mask``), or no window if it is ``None``.
+
+    Args:
+        layer, config: a ``MistralDecoderLayer`` and its ``MistralConfig``.
+
+    Returns:
+        The pre-norm causal block with grouped-query attention, RoPE and the window.
+    """
+    block = _gated_decoder(layer, config, "pre", None, window=config.sliding_window)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
     _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
     return block.to(layer.input_layernorm.weight).train(layer.training)

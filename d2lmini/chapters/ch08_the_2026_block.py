@@ -65,6 +65,7 @@ KNOB_MEANINGS = {
     "rope_theta": "RoPE base; None: no rotary positions",
     "attn_scale": "attention logit scale (default 1/sqrt(head_dim))",
     "residual": "False removes both skip connections",
+    "window": "sliding-window attention: query i sees keys i - window < j <= i (needs causal)",
     "attn_factory": "zero-argument callable returning the attention module",
     "ffn_factory": "zero-argument callable returning the FFN module",
 }
