@@ -45,7 +45,7 @@ class AddNorm(nn.Module):
     Args:
         num_hiddens: width ``d`` of the stream.
         placement: one of :data:`PLACEMENTS`.
-        norm: ``'layer'`` or ``'rms'`` (see :func:`d2lmini.norms.make_norm`).
+        norm: one of :data:`d2lmini.norms.NORMS` (see :func:`d2lmini.norms.make_norm`).
         eps: the norms' epsilon (``None``: the norm type's default).
         dropout: dropout on the branch output before it is added, in [0, 1).
         sublayer_norm_gain: initial gain of ``norm_out`` (e.g. ``1/sqrt(L)`` for
@@ -114,7 +114,9 @@ class TransformerBlock(nn.Module):
         num_heads: attention heads; must divide ``num_hiddens``.
         dropout: dropout on attention weights, FFN hidden units and each branch
             output before it is added (training only), in [0, 1).
-        norm: ``'layer'`` (LayerNorm) or ``'rms'`` (RMSNorm).
+        norm: ``'layer'`` (LayerNorm), ``'rms'`` (RMSNorm), ``'layer_no_bias'`` (LayerNorm
+            without bias, Cohere Command R) or ``'layer_nonparametric'`` (LayerNorm without
+            gain or bias, OLMo 1); see :func:`d2lmini.norms.make_norm`.
         act: FFN activation: ``'relu'``, ``'gelu'``, ``'gelu_tanh'``, ``'swiglu'`` or ``'geglu'``.
         placement: where the norms go: ``'post'``, ``'pre'``, ``'post_sublayer'`` or
             ``'sandwich'`` (see :data:`PLACEMENTS`).

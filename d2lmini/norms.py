@@ -1,7 +1,9 @@
 """Every normalization layer of the book, and the factory every block uses to make its norms.
 
 * :class:`RMSNorm` and :func:`make_norm` (``'layer'`` or ``'rms'``) -- the block's norms,
-  introduced in the chapters "Where the norm goes" and "RMSNorm";
+  introduced in the chapters "Where the norm goes" and "RMSNorm"; :func:`make_norm` also
+  makes two LayerNorm variants of recent models, ``'layer_no_bias'`` (Cohere Command R)
+  and ``'layer_nonparametric'`` (OLMo 1), both :class:`Float32LayerNorm`;
 * :class:`HeadwiseRMSNorm` -- RMSNorm over each head with a gain per head, one of the
   QK-norm variants of the chapter "QK-norm";
 * :class:`LayerNormByHand` -- LayerNorm written like :class:`RMSNorm`, for the timing of
@@ -16,15 +18,20 @@ import torch
 from torch import nn
 
 from ._checks import (check_choice, check_last_dim, check_positive_float, check_positive_int, check_probability,
-                      check_sequence_tensor)
+                      check_real, check_sequence_tensor)
 from ._shown import shown_in
 
 #: Names accepted by :func:`make_norm` (and by ``TransformerBlock(norm=...)``).
-NORMS = ("layer", "rms")
+NORMS = ("layer", "rms", "layer_no_bias", "layer_nonparametric")
 
-#: Default epsilon of each norm: PyTorch's LayerNorm default, and the RMSNorm
-#: value used by Llama, Qwen3 and OLMo 2.
-DEFAULT_EPS = {"layer": 1e-5, "rms": 1e-6}
+#: The two norms the chapters compare (LayerNorm against RMSNorm): the options of
+#: the depth explorer and the default of the norm comparison of the chapter "RMSNorm".
+COMPARED_NORMS = ("layer", "rms")
+
+#: Default epsilon of each norm: PyTorch's LayerNorm default; the RMSNorm
+#: value used by Llama, Qwen3 and OLMo 2; ``CohereConfig.layer_norm_eps`` (1e-5)
+#: and the 1e-5 that ``OlmoLayerNorm`` hard-codes, in Hugging Face ``transformers``.
+DEFAULT_EPS = {"layer": 1e-5, "rms": 1e-6, "layer_no_bias": 1e-5, "layer_nonparametric": 1e-5}
 
 
 class RMSNorm(nn.Module):
@@ -76,33 +83,84 @@ class RMSNorm(nn.Module):
         return f"{self.num_hiddens}, eps={self.eps}"
 
 
+class Float32LayerNorm(nn.LayerNorm):
+    """``torch.nn.LayerNorm`` computed in at least float32, the result cast back to the input's dtype.
+
+    LayerNorm (Ba, Kiros & Hinton, 2016) as Hugging Face ``transformers`` writes it for
+    Cohere Command R (``CohereLayerNorm``: gain, no bias) and OLMo 1 (``OlmoLayerNorm``:
+    neither gain nor bias): the input, and the gain and bias if any, are cast to float32
+    (float64 stays float64), ``torch.nn.functional.layer_norm`` normalizes and applies
+    them, and the result is cast to the input's dtype. A bfloat16 input thus gets the
+    float32 statistics *and* the float32 gain of those models, rounded once at the end
+    (``torch.nn.LayerNorm`` on bfloat16 can differ from them by one bfloat16 step).
+    Made by :func:`make_norm` for ``'layer_no_bias'`` and ``'layer_nonparametric'``; it
+    takes the arguments of ``torch.nn.LayerNorm``.
+
+    Shape:
+        ``(*, normalized_shape)`` in, the same shape and dtype out.
+    """
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Normalize ``X`` over its last dimension(s) in float32 (or float64); returns ``X``'s shape and dtype."""
+        X32 = X if X.dtype == torch.float64 else X.float()  # at least float32; float64 stays
+        weight = None if self.weight is None else self.weight.to(X32.dtype)
+        bias = None if self.bias is None else self.bias.to(X32.dtype)
+        return nn.functional.layer_norm(X32, self.normalized_shape, weight, bias, self.eps).to(X.dtype)
+
+
 def make_norm(norm: str, num_hiddens: int, eps: float | None = None, gain: float = 1.0) -> nn.Module:
     """Return a freshly initialized normalization layer.
 
     Args:
-        norm: ``'layer'`` for ``torch.nn.LayerNorm`` (Ba, Kiros & Hinton, 2016;
-            mean and variance over the features, with gain and bias) or
-            ``'rms'`` for :class:`RMSNorm` (Zhang & Sennrich, 2019).
+        norm: one of :data:`NORMS`:
+
+            * ``'layer'``: ``torch.nn.LayerNorm`` (Ba, Kiros & Hinton, 2016; mean and
+              variance over the features, with gain and bias);
+            * ``'rms'``: :class:`RMSNorm` (Zhang & Sennrich, 2019);
+            * ``'layer_no_bias'``: LayerNorm with a gain but no bias, as in Cohere's
+              Command R (``CohereLayerNorm`` in Hugging Face ``transformers``), made as
+              ``Float32LayerNorm(num_hiddens, eps=eps, bias=False)``. It computes what
+              ``CohereLayerNorm`` computes (mean and variance in float32, the gain
+              applied in float32, the result cast to the input's dtype), within float32
+              rounding (``torch``'s fused kernel against Cohere's two-pass formula). One
+              difference: a float64 input stays in float64 here, where Cohere's
+              casts it to float32.
+            * ``'layer_nonparametric'``: LayerNorm with neither gain nor bias, as in
+              OLMo 1 (Groeneveld et al., 2024; ``OlmoLayerNorm`` in ``transformers``),
+              made as ``Float32LayerNorm(num_hiddens, eps=eps,
+              elementwise_affine=False)``: no parameters at all, and the same values as
+              ``OlmoLayerNorm``, which calls ``layer_norm`` in float32 and casts back.
         num_hiddens: size of the normalized last dimension.
         eps: the norm's epsilon; ``None`` takes :data:`DEFAULT_EPS` for ``norm``.
-        gain: initial value of the norm's gain (weight) entries.
+        gain: initial value of the norm's gain (weight) entries. ``'layer_nonparametric'``
+            has no gain, so it accepts only the default, 1.0.
 
     Returns:
         An ``nn.Module`` mapping ``(*, num_hiddens)`` to the same shape.
 
     Raises:
         ValueError: if ``norm`` is not one of :data:`NORMS` (the message lists them),
-            or ``num_hiddens``/``eps`` are out of range.
+            ``num_hiddens``/``eps`` are out of range, or ``gain`` is not 1.0 for
+            ``'layer_nonparametric'``.
         TypeError: if an argument has the wrong type.
     """
     check_choice("norm", norm, NORMS)
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
     eps = DEFAULT_EPS[norm] if eps is None else check_positive_float("eps", eps)
+    gain = check_real("gain", gain)
     if norm == "rms":
         return RMSNorm(num_hiddens, eps=eps, gain=gain)
-    layer = nn.LayerNorm(num_hiddens, eps=eps)
+    if norm == "layer_nonparametric":
+        if gain != 1.0:
+            raise ValueError(f"gain must be 1.0 for norm='layer_nonparametric' (it has no gain to "
+                             f"initialize), got {gain}")
+        return Float32LayerNorm(num_hiddens, eps=eps, elementwise_affine=False)
+    if norm == "layer":
+        layer = nn.LayerNorm(num_hiddens, eps=eps)
+    else:
+        layer = Float32LayerNorm(num_hiddens, eps=eps, bias=False)
     with torch.no_grad():
-        layer.weight.fill_(float(gain))
+        layer.weight.fill_(gain)
     return layer
 
 

@@ -54,7 +54,8 @@ SKIP_NORM_LABELS = {"none": "no norms", "pre": "pre-LN", "post": "post-LN"}
 #: One colour per norm in the chapter "Normalization" (BatchNorm orange, LayerNorm blue).
 NORM_COLORS = {"batch": "#d35400", "layer": "#2471a3"}
 #: Names of the norms, for legends, controls and tables.
-NORM_LABELS = {"batch": "BatchNorm", "layer": "LayerNorm", "rms": "RMSNorm"}
+NORM_LABELS = {"batch": "BatchNorm", "layer": "LayerNorm", "rms": "RMSNorm",
+               "layer_no_bias": "LayerNorm (no bias)", "layer_nonparametric": "LayerNorm (no parameters)"}
 #: Fill of a real token's cell and edge of a padding cell in the chapter "Normalization".
 CELL_COLORS = {"real": "#d6dbdf", "padding": "#99a3a4"}
 

@@ -174,7 +174,7 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
 
     Args:
         placement: ``'post'``, ``'pre'``, ``'post_sublayer'`` or ``'sandwich'``.
-        norm: ``'layer'`` or ``'rms'``.
+        norm: one of :data:`d2lmini.norms.NORMS`.
         depth: number of blocks ``L`` (>= 1).
         num_hiddens, num_heads, num_steps: model width ``d``, heads, sequence length ``n`` (>= 2).
         act: FFN activation (default ``'relu'``, as in 2017).

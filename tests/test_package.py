@@ -231,7 +231,7 @@ def test_token_spread_of_identical_tokens_is_zero():
 BAD_CALLS = {
     "num_hiddens not divisible by num_heads": (lambda: TransformerBlock(30, 4), ValueError, "divisible by num_heads"),
     "num_heads not divisible by num_kv_heads": (lambda: MultiHeadAttention(32, 4, num_kv_heads=3), ValueError, "num_kv_heads"),
-    "unknown norm": (lambda: TransformerBlock(32, 4, norm="batch"), ValueError, "('layer', 'rms')"),
+    "unknown norm": (lambda: TransformerBlock(32, 4, norm="batch"), ValueError, str(d2lmini.NORMS)),
     "unknown act": (lambda: TransformerBlock(32, 4, act="tanh"), ValueError, "swiglu"),
     "unknown placement": (lambda: TransformerBlock(32, 4, placement="middle"), ValueError, "post_sublayer"),
     "negative dropout": (lambda: TransformerBlock(32, 4, dropout=-0.1), ValueError, "dropout"),

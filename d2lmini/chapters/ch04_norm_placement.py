@@ -21,7 +21,7 @@ from .._checks import (check_choice, check_int_in, check_int_sequence, check_pos
                        check_seeds)
 from .._shown import shown_in
 from ..data import CharCorpus
-from ..norms import NORMS
+from ..norms import COMPARED_NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
                     figure_png, new_figure, styled_figure)
 from ..probes import ATTENTION_WEIGHTS, PROBED_PLACEMENTS, DepthProbe, probe_depth
@@ -458,7 +458,7 @@ class DepthExplorer:
         max_depth = check_positive_int("max_depth", max_depth)
         check_int_in("depth", depth, 1, max_depth)
         check_choice("placement", placement, PROBED_PLACEMENTS)
-        check_choice("norm", norm, NORMS)
+        check_choice("norm", norm, COMPARED_NORMS)
         allowed = set(inspect.signature(probe_depth).parameters) - {"placement", "norm", "depth", "sublayer_norm_gain"}
         unknown = sorted(set(probe_kwargs) - allowed)
         if unknown:
@@ -472,7 +472,7 @@ class DepthExplorer:
         self.placement_dropdown = widgets.Dropdown(
             options=[(PLACEMENT_LABELS[p], p) for p in PROBED_PLACEMENTS], value=placement,
             description="placement")
-        self.norm_toggle = widgets.ToggleButtons(options=[(NORM_LABELS[n], n) for n in NORMS],
+        self.norm_toggle = widgets.ToggleButtons(options=[(NORM_LABELS[n], n) for n in COMPARED_NORMS],
                                                  value=norm, description="norm")
         self.image = widgets.Image(format="png")
         self.fig, self.axes = new_figure(3, width=10.0, height=3.4)
@@ -546,7 +546,7 @@ def depth_explorer(**kwargs) -> DepthExplorer:
 
 
 def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placements=PROBED_PLACEMENTS,
-                          norms=NORMS, depth: int = 32, placement: str = "post", norm: str = "layer",
+                          norms=COMPARED_NORMS, depth: int = 32, placement: str = "post", norm: str = "layer",
                           **probe_kwargs) -> StaticTwin:
     """The static twin of :class:`DepthExplorer`: the same three panels on a grid of depths.
 

@@ -37,7 +37,7 @@ from .._checks import (check_choice, check_dtype_name, check_instance, check_fin
                        check_positive_float, check_positive_floats, check_positive_int, check_sequence, check_vector)
 from ..block import TransformerBlock
 from ..data import CharCorpus
-from ..norms import NORMS, RMSNorm
+from ..norms import COMPARED_NORMS, NORMS, RMSNorm
 from ..parameters import num_parameters
 from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, styled_figure
 from ..seeding import seeded
@@ -454,7 +454,7 @@ def train_with_norms(corpus: CharCorpus, norms, seeds, config: dict) -> dict:
             for i, norm in enumerate(norms)}
 
 
-def norm_comparison(corpus: CharCorpus, norms=NORMS, seeds=(0, 1, 2), **overrides) -> NormComparison:
+def norm_comparison(corpus: CharCorpus, norms=COMPARED_NORMS, seeds=(0, 1, 2), **overrides) -> NormComparison:
     """Does RMSNorm train a language model as well as LayerNorm? One small run per norm and seed.
 
     Trains the :class:`~d2lmini.train.TinyLM` of :data:`NORM_COMPARISON_CONFIG` (pre-norm,
@@ -469,7 +469,8 @@ def norm_comparison(corpus: CharCorpus, norms=NORMS, seeds=(0, 1, 2), **override
 
     Args:
         corpus: the data (:func:`d2lmini.data.python_reference_corpus`).
-        norms: names from :data:`d2lmini.norms.NORMS`, each once.
+        norms: names from :data:`d2lmini.norms.NORMS`, each once (default
+            :data:`d2lmini.norms.COMPARED_NORMS`, LayerNorm and RMSNorm).
         seeds: distinct ints >= 0, the same for every norm.
         **overrides: replace entries of :data:`NORM_COMPARISON_CONFIG` (e.g. ``num_steps=600``).
 
