@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import (check_bool, check_choice, check_dtype_matches, check_positive_float, check_positive_int,
+from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_positive_float, check_positive_int,
                       check_probability, check_sequence_tensor)
 from ._shown import shown_in
 from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
@@ -140,7 +140,10 @@ class MultiHeadAttention(nn.Module):
         num_hiddens: model width ``d`` (last dimension of inputs and output).
         num_heads: number of query heads ``h``.
         dropout: dropout on the attention weights (training only), in [0, 1).
-        bias: whether the four projections have biases (2017, BERT, GPT-2: yes; Llama: no).
+        bias: whether the four projections have biases (2017, BERT, GPT-2: yes; Llama: no),
+            or ``'qkv'``: biases on ``W_q``, ``W_k``, ``W_v`` only, ``W_o`` without one, as
+            Hugging Face ``transformers`` 5.24 ``Qwen2Attention`` (Qwen2: ``q/k/v_proj``
+            with ``bias=True``, ``o_proj`` with ``bias=False``).
         num_kv_heads: key/value heads (default ``num_heads``); must divide ``num_heads``.
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
         head_dim: features per head (default ``num_hiddens // num_heads``, which then
@@ -165,6 +168,14 @@ class MultiHeadAttention(nn.Module):
             kept); a window ``>= n`` equals plain causal attention. With ``valid_lens``,
             a padded query whose window holds no real key attends to itself alone, so
             its (meaningless) output stays finite on every torch version.
+        logit_softcap: ``None`` (default) or a float ``c > 0``: attention logit soft-capping,
+            ``logits = tanh(logits / c) * c``, applied to the scaled logits
+            ``scale * q k^T`` before masking and softmax, as Gemma 2's
+            ``attn_logit_softcapping`` (Hugging Face ``transformers`` 5.24,
+            ``models/gemma2/modeling_gemma2.py``, ``eager_attention_forward``). SDPA cannot
+            soft-cap, so with a cap the attention is computed by an explicit (unfused)
+            path: matmul, cap, mask, float32 softmax, dropout, matmul; without one the
+            fused SDPA path is kept.
 
     Every argument after ``num_heads`` is keyword-only.
 
@@ -186,7 +197,8 @@ class MultiHeadAttention(nn.Module):
         ValueError: ``num_hiddens`` not divisible by ``num_heads`` (without an explicit
             ``head_dim``), ``num_heads`` not divisible by ``num_kv_heads``, an unknown
             ``qk_norm`` (the message lists the allowed ones), an odd ``head_dim`` with
-            RoPE, dropout outside [0, 1), ``window`` below 1 or given without
+            RoPE, dropout outside [0, 1), ``bias`` a string other than ``'qkv'``,
+            ``logit_softcap`` not > 0 or not finite, ``window`` below 1 or given without
             ``causal=True``; at call time, inputs of the wrong rank or
             width, keys and values of different shapes, RoPE or causal attention with
             different query and key lengths, or bad ``valid_lens`` (see
@@ -197,14 +209,15 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, bias: bool = False,
                  num_kv_heads: int | None = None, causal: bool = False, head_dim: int | None = None,
                  qk_norm: str | None = None, qk_norm_eps: float | None = None,
-                 rope_theta: float | None = None, scale: float | None = None, window: int | None = None):
+                 rope_theta: float | None = None, scale: float | None = None, window: int | None = None,
+                 logit_softcap: float | None = None):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.num_kv_heads = self.num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
         self.dropout = check_probability("dropout", dropout)
         self.causal = check_bool("causal", causal)
-        check_bool("bias", bias)
+        check_bool_or_choice("bias", bias, ("qkv",))
         if head_dim is None:
             if self.num_hiddens % self.num_heads:
                 raise ValueError(f"num_hiddens={num_hiddens} must be divisible by num_heads={num_heads} "
@@ -222,12 +235,14 @@ class MultiHeadAttention(nn.Module):
         if self.window is not None and not self.causal:
             raise ValueError(f"window={window} needs causal=True (sliding-window attention is causal: "
                              "query i sees keys i - window < j <= i); pass causal=True or window=None")
+        self.logit_softcap = None if logit_softcap is None else check_positive_float("logit_softcap", logit_softcap)
 
         q_hiddens, kv_hiddens = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.W_q = nn.Linear(num_hiddens, q_hiddens, bias=bias)
-        self.W_k = nn.Linear(num_hiddens, kv_hiddens, bias=bias)
-        self.W_v = nn.Linear(num_hiddens, kv_hiddens, bias=bias)
-        self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias)
+        qkv_bias = bias is True or bias == "qkv"  # 'qkv': Qwen2, no bias on W_o
+        self.W_q = nn.Linear(num_hiddens, q_hiddens, bias=qkv_bias)
+        self.W_k = nn.Linear(num_hiddens, kv_hiddens, bias=qkv_bias)
+        self.W_v = nn.Linear(num_hiddens, kv_hiddens, bias=qkv_bias)
+        self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias is True)
 
         eps = DEFAULT_EPS["rms"] if qk_norm_eps is None else check_positive_float("qk_norm_eps", qk_norm_eps)
         if self.qk_norm == "per_head":
@@ -349,13 +364,35 @@ class MultiHeadAttention(nn.Module):
                 group = self.num_heads // self.num_kv_heads
                 k = k.repeat_interleave(group, dim=1)
                 v = v.repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
-                                             dropout_p=self.dropout if self.training else 0.0, **extra)
+        dropout_p = self.dropout if self.training else 0.0
+        if self.logit_softcap is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
+                                                 dropout_p=dropout_p, **extra)
+        else:
+            out = self._explicit_attention(q, k, v, mask, dropout_p)
         return self.W_o(out.transpose(1, 2).flatten(-2))
+
+    def _explicit_attention(self, q, k, v, mask, dropout_p: float) -> torch.Tensor:
+        """Unfused attention with logit soft-capping (Gemma 2), as ``eager_attention_forward``.
+
+        ``logits = tanh(scale * q k^T / cap) * cap``, then the mask, a float32 softmax,
+        dropout and the weighted sum of values; returns ``(b, h, n_q, head_dim)``.
+        """
+        if k.shape[1] != q.shape[1]:  # grouped-query attention: share the key/value heads
+            group = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        logits = q @ k.transpose(-1, -2) * self.logit_scale
+        logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(logits, dim=-1, dtype=torch.float32).to(q.dtype)
+        weights = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
+        return weights @ v
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"causal={self.causal}, window={self.window}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}")
+                f"causal={self.causal}, window={self.window}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}"
+                + (f", logit_softcap={self.logit_softcap}" if self.logit_softcap is not None else ""))
 
 
 class GatedAttention(nn.Module):

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._checks import (check_bool, check_choice, check_dtype_matches, check_left_at_default, check_positive_int,
+from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_left_at_default, check_positive_int,
                       check_probability, check_sequence_tensor)
 from ._shown import shown_in
 from .attention import MultiHeadAttention
@@ -120,7 +120,8 @@ class TransformerBlock(nn.Module):
         act: FFN activation: ``'relu'``, ``'gelu'``, ``'gelu_tanh'``, ``'swiglu'`` or ``'geglu'``.
         placement: where the norms go: ``'post'``, ``'pre'``, ``'post_sublayer'`` or
             ``'sandwich'`` (see :data:`PLACEMENTS`).
-        bias: whether the attention and FFN linear layers have biases.
+        bias: whether the attention and FFN linear layers have biases; ``'qkv'``: biases on
+            the attention's query, key and value projections only (Qwen2), none elsewhere.
         num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
         ffn_num_hiddens: FFN hidden width (default ``4d``, or ``round(8d/3)`` gated).
         eps: epsilon of every norm (default: 1e-5 for LayerNorm, 1e-6 for RMSNorm).
@@ -131,6 +132,9 @@ class TransformerBlock(nn.Module):
         window: ``None`` or an int >= 1: sliding-window self-attention, query ``i``
             sees keys ``i - window < j <= i`` (needs ``causal=True``); see
             :class:`MultiHeadAttention`.
+        logit_softcap: ``None`` or a float ``c > 0``: attention logits become
+            ``tanh(logits / c) * c`` (Gemma 2; an explicit, unfused attention path); see
+            :class:`MultiHeadAttention`.
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
@@ -139,7 +143,7 @@ class TransformerBlock(nn.Module):
             from the arguments above. When given, the module is configured by the
             factory alone: the attention-only arguments (``num_kv_heads``, ``causal``,
             ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``,
-            ``window``) must keep their defaults, and ``num_heads`` must equal the module's
+            ``window``, ``logit_softcap``) must keep their defaults, and ``num_heads`` must equal the module's
             ``num_heads`` if it has one (``ValueError`` otherwise).
         ffn_factory: zero-argument callable returning the FFN module, called as
             ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
@@ -167,19 +171,21 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, norm: str = "rms",
-                 act: str = "swiglu", placement: str = "pre", bias: bool = False,
+                 act: str = "swiglu", placement: str = "pre", bias: bool | str = False,
                  num_kv_heads: int | None = None, ffn_num_hiddens: int | None = None,
                  eps: float | None = None, causal: bool = False,
                  sublayer_norm_gain: float | None = None,
                  head_dim: int | None = None, qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, attn_scale: float | None = None, residual: bool = True,
                  window: int | None = None,
+                 logit_softcap: float | None = None,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.placement = check_choice("placement", placement, PLACEMENTS)
         self.norm = check_choice("norm", norm, NORMS)
+        check_bool_or_choice("bias", bias, ("qkv",))
         for name, factory in (("attn_factory", attn_factory), ("ffn_factory", ffn_factory)):
             if factory is not None and not callable(factory):
                 raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
@@ -187,12 +193,13 @@ class TransformerBlock(nn.Module):
             self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
                                                 num_kv_heads=num_kv_heads, causal=causal, head_dim=head_dim,
                                                 qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
-                                                scale=attn_scale, window=window)
+                                                scale=attn_scale, window=window, logit_softcap=logit_softcap)
         else:
             check_left_at_default("attn_factory builds the attention, so set these on the module it returns",
                                   TransformerBlock.__init__, num_kv_heads=num_kv_heads, causal=causal,
                                   head_dim=head_dim, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps,
-                                  rope_theta=rope_theta, attn_scale=attn_scale, window=window)
+                                  rope_theta=rope_theta, attn_scale=attn_scale, window=window,
+                                  logit_softcap=logit_softcap)
             self.attention = _build("attn_factory", attn_factory)
             check_positive_int("num_heads", num_heads)
             heads = getattr(self.attention, "num_heads", num_heads)  # checked where the module has one
@@ -200,7 +207,7 @@ class TransformerBlock(nn.Module):
                 raise ValueError(f"num_heads={num_heads} differs from the num_heads={heads} of the module "
                                  f"attn_factory returned; pass num_heads={heads}")
         if ffn_factory is None:
-            self.ffn = FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias, dropout=dropout)
+            self.ffn = FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias is True, dropout=dropout)
         else:
             check_left_at_default("ffn_factory builds the FFN, so set these on the module it returns",
                                   TransformerBlock.__init__, act=act, ffn_num_hiddens=ffn_num_hiddens)

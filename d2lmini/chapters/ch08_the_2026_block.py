@@ -53,7 +53,7 @@ KNOB_MEANINGS = {
     "norm": "which normalization",
     "act": "FFN activation (gated ones use three matrices)",
     "placement": "where the norms sit around each sublayer",
-    "bias": "biases in the attention and FFN linear layers",
+    "bias": "biases in the attention and FFN linear layers ('qkv': on q, k, v only, Qwen2)",
     "num_kv_heads": "key/value heads (fewer than h: grouped-query attention)",
     "ffn_num_hiddens": "FFN hidden width (default 4d, or 8d/3 when gated)",
     "eps": "epsilon of every norm",
@@ -66,6 +66,7 @@ KNOB_MEANINGS = {
     "attn_scale": "attention logit scale (default 1/sqrt(head_dim))",
     "residual": "False removes both skip connections",
     "window": "sliding-window attention: query i sees keys i - window < j <= i (needs causal)",
+    "logit_softcap": "attention logit soft-capping tanh(l / c) * c (Gemma 2); None: off",
     "attn_factory": "zero-argument callable returning the attention module",
     "ffn_factory": "zero-argument callable returning the FFN module",
 }
