@@ -375,14 +375,15 @@ class MultiHeadAttention(nn.Module):
     def _explicit_attention(self, q, k, v, mask, dropout_p: float) -> torch.Tensor:
         """Unfused attention with logit soft-capping (Gemma 2), as ``eager_attention_forward``.
 
-        ``logits = tanh(scale * q k^T / cap) * cap``, then the mask, a float32 softmax,
+        ``logits = tanh(scale * q k^T / cap) * cap`` (no cap: the plain scaled logits), then the mask, a float32 softmax,
         dropout and the weighted sum of values; returns ``(b, h, n_q, head_dim)``.
         """
         if k.shape[1] != q.shape[1]:  # grouped-query attention: share the key/value heads
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         logits = q @ k.transpose(-1, -2) * self.logit_scale
-        logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        if self.logit_softcap is not None:
+            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(logits, dim=-1, dtype=torch.float32).to(q.dtype)

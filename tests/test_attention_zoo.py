@@ -160,3 +160,17 @@ def test_gemma2_softcapped_attention_matches_transformers(valid):
     assert out <= 1e-5 and grad <= 1e-5
     ours.logit_softcap = None  # the cap matters here: without it the outputs differ
     assert (ours(X, X, X, valid_lens) - attn_hf(X, attention_mask=mask, **_rotary_kwargs(rot, config, X))[0]).abs().max() > 1e-4
+
+
+def test_explicit_path_without_a_cap_equals_sdpa():
+    torch.manual_seed(1)
+    attn = MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, window=3, rope_theta=10000.0).eval()
+    X = torch.randn(2, 7, 32)
+    for valid_lens in (None, torch.tensor([7, 4]), torch.tensor([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]])):
+        q, k = attn.queries_and_keys(X, X)
+        v = attn.W_v(X).unflatten(-1, (2, 8)).transpose(1, 2)
+        mask = attn._mask(valid_lens, 2, 7, 7, X.device)
+        explicit = attn._explicit_attention(q, k, v, mask, 0.0)
+        fused = torch.nn.functional.scaled_dot_product_attention(
+            q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), attn_mask=mask)
+        assert (explicit - fused).abs().max() < 1e-6
