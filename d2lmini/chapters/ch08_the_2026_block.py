@@ -66,6 +66,7 @@ KNOB_MEANINGS = {
     "attn_scale": "attention logit scale (default 1/sqrt(head_dim))",
     "residual": "False removes both skip connections",
     "window": "sliding-window attention: query i sees keys i - window < j <= i (needs causal)",
+    "residual_multiplier": "m scaling each sublayer output before it is added (IBM Granite; pre-LN only)",
     "attn_factory": "zero-argument callable returning the attention module",
     "ffn_factory": "zero-argument callable returning the FFN module",
 }
