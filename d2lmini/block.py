@@ -12,8 +12,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_left_at_default, check_positive_int,
-                      check_probability, check_sequence_tensor)
+from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_left_at_default,
+                      check_positive_float, check_positive_int, check_probability, check_sequence_tensor)
 from ._shown import shown_in
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
@@ -53,6 +53,12 @@ class AddNorm(nn.Module):
         residual: ``True`` adds the branch to the stream; ``False`` *replaces* the stream
             by the branch (no skip connection; for the experiments of the chapter
             "Residual connections", He et al. 2016).
+        residual_multiplier: a finite float ``m > 0`` scaling the branch output before it
+            is added: ``x <- x + m * F(Norm(x))``, as IBM Granite's ``residual_multiplier``
+            (Hugging Face ``GraniteDecoderLayer``: ``residual + hidden_states *
+            self.residual_multiplier``). Defined only for ``placement='pre'`` with
+            ``residual=True`` (the one combination a released model uses); ``m = 1``
+            (the default) is the plain block, bit for bit.
 
     Shape:
         ``forward(X, branch)``: ``X`` is ``(b, n, d)``; ``branch`` is a callable
@@ -60,16 +66,24 @@ class AddNorm(nn.Module):
 
     Raises:
         ValueError: unknown ``placement``/``norm`` (the message lists the allowed
-            names), or ``sublayer_norm_gain`` given for a placement without a
-            sublayer-output norm.
+            names), ``sublayer_norm_gain`` given for a placement without a
+            sublayer-output norm, or ``residual_multiplier`` not a finite float > 0, or
+            not 1 with a placement other than ``'pre'`` or with ``residual=False``.
+        TypeError: ``residual_multiplier`` not a real number.
     """
 
     def __init__(self, num_hiddens: int, placement: str = "pre", *, norm: str = "rms",
                  eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None,
-                 residual: bool = True):
+                 residual: bool = True, residual_multiplier: float = 1.0):
         super().__init__()
         self.placement = check_choice("placement", placement, PLACEMENTS)
         self.residual = check_bool("residual", residual)
+        self.residual_multiplier = check_positive_float("residual_multiplier", residual_multiplier)
+        if self.residual_multiplier != 1.0 and (placement != "pre" or not self.residual):
+            raise ValueError(
+                f"residual_multiplier applies only to placement='pre' with residual=True (IBM Granite), "
+                f"got residual_multiplier={residual_multiplier!r} with placement={placement!r}, residual={residual!r}"
+            )
         check_choice("norm", norm, NORMS)
         if sublayer_norm_gain is not None and placement not in SUBLAYER_NORM_PLACEMENTS:
             raise ValueError(
@@ -88,6 +102,8 @@ class AddNorm(nn.Module):
         Y = branch(X if self.norm_in is None else self.norm_in(X))
         if self.norm_out is not None:
             Y = self.norm_out(Y)
+        if self.residual_multiplier != 1.0:  # IBM Granite: x + m * F(Norm(x))
+            Y = Y * self.residual_multiplier
         X = X + self.dropout(Y) if self.residual else self.dropout(Y)
         return X if self.norm_post is None else self.norm_post(X)
 
@@ -138,6 +154,10 @@ class TransformerBlock(nn.Module):
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
+        residual_multiplier: ``m`` scaling both sublayer outputs before they are added,
+            ``x <- x + m * F(Norm(x))`` (IBM Granite's ``residual_multiplier``; pair it with
+            ``attn_scale=config.attention_multiplier``); only with ``placement='pre'`` and
+            ``residual=True`` (see :class:`AddNorm`).
         attn_factory: zero-argument callable returning the attention module, called as
             ``attn(X, X, X, valid_lens)``; default a :class:`MultiHeadAttention` built
             from the arguments above. When given, the module is configured by the
@@ -177,8 +197,8 @@ class TransformerBlock(nn.Module):
                  sublayer_norm_gain: float | None = None,
                  head_dim: int | None = None, qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, attn_scale: float | None = None, residual: bool = True,
-                 window: int | None = None,
-                 logit_softcap: float | None = None,
+                 window: int | None = None, logit_softcap: float | None = None,
+                 residual_multiplier: float = 1.0,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
         super().__init__()
@@ -213,7 +233,8 @@ class TransformerBlock(nn.Module):
                                   TransformerBlock.__init__, act=act, ffn_num_hiddens=ffn_num_hiddens)
             self.ffn = _build("ffn_factory", ffn_factory)
         addnorm = dict(placement=placement, norm=norm, eps=eps, dropout=dropout,
-                       sublayer_norm_gain=sublayer_norm_gain, residual=residual)
+                       sublayer_norm_gain=sublayer_norm_gain, residual=residual,
+                       residual_multiplier=residual_multiplier)
         self.addnorm1 = AddNorm(num_hiddens, **addnorm)
         self.addnorm2 = AddNorm(num_hiddens, **addnorm)
 

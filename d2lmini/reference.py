@@ -243,7 +243,8 @@ def _rope_theta(config, layer_type: str | None = None) -> float:
 
 def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str = "swiglu",
                    unit_offset: bool = False, attn_scale: float | None = None,
-                   layer_type: str | None = None, window: int | None = None) -> TransformerBlock:
+                   layer_type: str | None = None, window: int | None = None,
+                   residual_multiplier: float = 1.0) -> TransformerBlock:
     """Shared mapping of the Llama family (q/k/v/o_proj, gate/up/down_proj, RMSNorm, RoPE)."""
     attn, mlp = layer.self_attn, layer.mlp
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -252,7 +253,7 @@ def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str 
                              num_kv_heads=config.num_key_value_heads, ffn_num_hiddens=config.intermediate_size,
                              eps=config.rms_norm_eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
                              qk_norm_eps=config.rms_norm_eps, rope_theta=_rope_theta(config, layer_type),
-                             attn_scale=attn_scale, window=window)
+                             attn_scale=attn_scale, window=window, residual_multiplier=residual_multiplier)
     for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
         src = getattr(attn, theirs)
         _copy_linear(getattr(block.attention, ours), src.weight, src.bias)

@@ -67,6 +67,7 @@ KNOB_MEANINGS = {
     "residual": "False removes both skip connections",
     "window": "sliding-window attention: query i sees keys i - window < j <= i (needs causal)",
     "logit_softcap": "attention logit soft-capping tanh(l / c) * c (Gemma 2); None: off",
+    "residual_multiplier": "m scaling each sublayer output before it is added (IBM Granite; pre-LN only)",
     "attn_factory": "zero-argument callable returning the attention module",
     "ffn_factory": "zero-argument callable returning the FFN module",
 }
