@@ -371,6 +371,35 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     return log
 
 
+def train_and_evaluate(corpus: CharCorpus, seeds, model_kwargs, num_steps: int, batch_size: int, seq_len: int,
+                       lr: float, warmup_steps: int = 0, schedule: str = "constant",
+                       eval_batches: int = 8) -> tuple[TrainLog, list[float]]:
+    """Train one seeded :class:`TinyLM` per ``(seed, model_kwargs)`` pair in lockstep; score each at the end.
+
+    Model ``i`` is :func:`seeded_tiny_lm` of ``seeds[i]`` with ``model_kwargs[i]`` and reads
+    the batches of ``seeds[i]``, so it is what :func:`train_lm` trains with that seed; all
+    train in one :func:`train_models` call (a diverged model keeps recording NaN while the
+    others train on). After the last step each model is scored by :func:`evaluate` on the
+    held-out batches ``train_lm`` uses (NaN for a diverged model).
+
+    Returns:
+        The :class:`TrainLog` and one final validation loss per model.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments (each names the argument).
+    """
+    seq_len = check_positive_int("seq_len", seq_len)  # also the models' max_len
+    eval_batches = check_positive_int("eval_batches", eval_batches)
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **kwargs)
+              for seed, kwargs in zip(seeds, model_kwargs, strict=True)]
+    log = train_models(models, corpus, list(seeds), num_steps, batch_size, seq_len, lr, warmup_steps, schedule,
+                       stop_on_divergence=False)
+    val = [evaluate(model, corpus, batch_size, seq_len, eval_batches)
+           if all(math.isfinite(value) for value in losses) else math.nan
+           for model, losses in zip(models, log.losses)]
+    return log, val
+
+
 def train_lm(corpus: CharCorpus, num_steps: int = 300, batch_size: int = 32, seq_len: int = 64,
              lr: float = 1e-3, warmup_steps: int = 0, schedule: str = "constant",
              betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,

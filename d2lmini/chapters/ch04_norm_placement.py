@@ -25,7 +25,7 @@ from ..norms import COMPARED_NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
                     figure_png, new_figure, styled_figure)
 from ..probes import ATTENTION_WEIGHTS, PROBED_PLACEMENTS, DepthProbe, probe_depth
-from ..train import TrainResult, evaluate, seeded_tiny_lm, train_models
+from ..train import TrainResult, train_and_evaluate
 from ..widgets import StaticTwin, round_frame_values
 
 
@@ -269,7 +269,7 @@ def train_seeds(corpus: CharCorpus, seeds=(0, 1, 2), num_steps: int = 300, batch
                 lr: float = 1e-2, warmup_steps: int = 0, eval_batches: int = 8, **model_kwargs) -> list[TrainResult]:
     """One :class:`~d2lmini.train.TinyLM` per seed, all trained in lockstep, each scored at the end.
 
-    The seeds' models train together in one :func:`d2lmini.train.train_models` call (one
+    The seeds' models train together through :func:`d2lmini.train.train_and_evaluate` (one
     AdamW step updates all of them, see there), so model ``i`` is the model
     :func:`d2lmini.train.train_lm` trains with ``seed=seeds[i]``: the same initial weights,
     batches, learning rates and losses. A model whose loss becomes NaN or infinite keeps
@@ -297,18 +297,14 @@ def train_seeds(corpus: CharCorpus, seeds=(0, 1, 2), num_steps: int = 300, batch
     Introduced in the chapter "Where the norm goes".
     """
     seeds = check_seeds(seeds)
-    seq_len = check_positive_int("seq_len", seq_len)  # also the models' max_len
-    eval_batches = check_positive_int("eval_batches", eval_batches)
-    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **model_kwargs) for seed in seeds]
-    log = train_models(models, corpus, seeds, num_steps, batch_size, seq_len, lr, warmup_steps,
-                       stop_on_divergence=False)
+    log, val = train_and_evaluate(corpus, seeds, [model_kwargs] * len(seeds), num_steps, batch_size, seq_len, lr,
+                                  warmup_steps, eval_batches=eval_batches)
     results = []
-    for model, seed, losses in zip(models, seeds, log.losses):
+    for seed, losses, loss in zip(seeds, log.losses, val):
         config = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
                       warmup_steps=warmup_steps, seed=seed, **model_kwargs)
         diverged = not all(math.isfinite(value) for value in losses)
-        val = math.nan if diverged else evaluate(model, corpus, batch_size, seq_len, eval_batches)
-        results.append(TrainResult(config, losses, [num_steps], [val], log.lr, diverged, log.seconds))
+        results.append(TrainResult(config, losses, [num_steps], [loss], log.lr, diverged, log.seconds))
     return results
 
 

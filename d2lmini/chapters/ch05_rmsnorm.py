@@ -41,7 +41,7 @@ from ..norms import COMPARED_NORMS, NORMS, RMSNorm
 from ..parameters import num_parameters
 from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, styled_figure
 from ..seeding import seeded
-from ..train import evaluate, seeded_tiny_lm, train_models
+from ..train import train_and_evaluate
 from .._shown import shown_in
 
 #: The epsilon this chapter uses for every RMSNorm (Llama 3, Qwen3, OLMo 2).
@@ -442,13 +442,11 @@ def train_with_norms(corpus: CharCorpus, norms, seeds, config: dict) -> dict:
     Returns ``{norm: (final validation losses, per-step training losses)}``, one per seed.
     """
     model = {k: config[k] for k in ("num_hiddens", "num_heads", "num_layers", "placement", "act", "bias")}
-    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=config["seq_len"], norm=norm, **model)
-              for norm in norms for seed in seeds]  # norms[0] with every seed, then norms[1], ...
-    log = train_models(models, corpus, list(seeds) * len(norms), config["num_steps"],
-                       config["batch_size"], config["seq_len"], config["lr"],
-                       config["warmup_steps"], "cosine", stop_on_divergence=False)
-    val = [evaluate(m, corpus, config["batch_size"], config["seq_len"], config["eval_batches"])
-           for m in models]  # the same fixed validation windows for every model
+    # norms[0] with every seed, then norms[1], ...; all scored on the same fixed validation windows
+    log, val = train_and_evaluate(corpus, list(seeds) * len(norms),
+                                  [dict(model, norm=norm) for norm in norms for _ in seeds], config["num_steps"],
+                                  config["batch_size"], config["seq_len"], config["lr"], config["warmup_steps"],
+                                  "cosine", config["eval_batches"])
     k = len(seeds)
     return {norm: (val[i * k:(i + 1) * k], log.losses[i * k:(i + 1) * k])
             for i, norm in enumerate(norms)}
