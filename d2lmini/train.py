@@ -371,6 +371,7 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     return log
 
 
+@shown_in("ch05")
 def train_and_evaluate(corpus: CharCorpus, seeds, model_kwargs, num_steps: int, batch_size: int, seq_len: int,
                        lr: float, warmup_steps: int = 0, schedule: str = "constant",
                        eval_batches: int = 8) -> tuple[TrainLog, list[float]]:
