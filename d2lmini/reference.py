@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ._checks import check_nonnegative_int
 from ._shown import shown_in
 from .attention import valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
@@ -230,7 +231,16 @@ def _hf_act(name: str) -> str:
     return table[name]
 
 
+def _gated_act(name: str) -> str:
+    """The d2lmini name of a gated MLP ``down(act(gate(x)) * up(x))`` with Hugging Face activation ``name``."""
+    table = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu"}
+    if name not in table:
+        raise ValueError(f"unsupported gated-MLP activation {name!r}; supported: {tuple(table)}")
+    return table[name]
+
+
 def _rope_theta(config, layer_type: str | None = None) -> float:
+    """The RoPE base a layer of type ``layer_type`` uses; ValueError for RoPE d2lmini does not implement."""
     params = getattr(config, "rope_parameters", None)
     if params is None:
         return float(config.rope_theta)
@@ -238,34 +248,72 @@ def _rope_theta(config, layer_type: str | None = None) -> float:
         params = params[layer_type]
     if params.get("rope_type", "default") != "default":
         raise ValueError(f"only default RoPE is supported, got rope_type={params.get('rope_type')!r}")
+    fraction = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    if fraction not in (None, 1, 1.0):
+        raise ValueError(f"only full RoPE is supported, got partial_rotary_factor={fraction!r}")
     return float(params["rope_theta"])
+
+
+def _layer_type(config, layer_idx: int) -> str | None:
+    """``config.layer_types[layer_idx]`` (e.g. ``'sliding_attention'``), or ``None`` for a model without them."""
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        return None
+    if not 0 <= layer_idx < len(types):
+        raise ValueError(f"layer_idx={layer_idx} is outside config.layer_types (length {len(types)})")
+    return types[layer_idx]
 
 
 def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str = "swiglu",
                    unit_offset: bool = False, attn_scale: float | None = None,
                    layer_type: str | None = None, window: int | None = None,
-                   residual_multiplier: float = 1.0) -> TransformerBlock:
-    """Shared mapping of the Llama family (q/k/v/o_proj, gate/up/down_proj, RMSNorm, RoPE)."""
+                   residual_multiplier: float = 1.0, *, norm: str = "rms", eps: float | None = None,
+                   bias: bool | str | None = None, rope: bool = True,
+                   logit_softcap: float | None = None) -> TransformerBlock:
+    """Shared mapping of the Llama family (q/k/v/o_proj; gate/up/down_proj or c_fc/c_proj; RoPE).
+
+    ``norm``/``eps`` are the block norms' type and epsilon (default RMSNorm with
+    ``config.rms_norm_eps``); ``bias`` defaults to ``config.attention_bias``; ``rope=False``
+    is a NoPE layer; a plain MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain
+    activation and the layer's biases.
+    """
     attn, mlp = layer.self_attn, layer.mlp
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", act=act,
-                             placement=placement, bias=bool(getattr(config, "attention_bias", False)),
+    rms_eps = getattr(config, "rms_norm_eps", None)
+    bias = bool(getattr(config, "attention_bias", False)) if bias is None else bias
+    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm=norm, act=act,
+                             placement=placement, bias=bias,
                              num_kv_heads=config.num_key_value_heads, ffn_num_hiddens=config.intermediate_size,
-                             eps=config.rms_norm_eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
-                             qk_norm_eps=config.rms_norm_eps, rope_theta=_rope_theta(config, layer_type),
-                             attn_scale=attn_scale, window=window, residual_multiplier=residual_multiplier)
+                             eps=rms_eps if eps is None else eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
+                             qk_norm_eps=rms_eps if qk_norm else None,
+                             rope_theta=_rope_theta(config, layer_type) if rope else None,
+                             attn_scale=attn_scale, window=window, logit_softcap=logit_softcap,
+                             residual_multiplier=residual_multiplier)
     for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
         src = getattr(attn, theirs)
         _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
-    if getattr(config, "mlp_bias", False):
-        raise ValueError("MLP biases are not supported for this family")
-    _copy_linear(block.ffn.W_g, mlp.gate_proj.weight)
-    _copy_linear(block.ffn.W_1, mlp.up_proj.weight)
-    _copy_linear(block.ffn.W_2, mlp.down_proj.weight)
+    if hasattr(mlp, "c_fc"):  # a plain two-matrix MLP (StarCoder2)
+        _copy_linear(block.ffn.W_1, mlp.c_fc.weight, mlp.c_fc.bias)
+        _copy_linear(block.ffn.W_2, mlp.c_proj.weight, mlp.c_proj.bias)
+    else:
+        if getattr(config, "mlp_bias", False):
+            raise ValueError("MLP biases are not supported for this family")
+        _copy_linear(block.ffn.W_g, mlp.gate_proj.weight)
+        _copy_linear(block.ffn.W_1, mlp.up_proj.weight)
+        _copy_linear(block.ffn.W_2, mlp.down_proj.weight)
     if qk_norm is not None:
         _copy_norm(block.attention.q_norm, attn.q_norm, unit_offset)
         _copy_norm(block.attention.k_norm, attn.k_norm, unit_offset)
     return block
+
+
+def _pre_norm_decoder(layer, config, qk_norm: str | None = None, **kwargs) -> TransformerBlock:
+    """A pre-norm Llama-family block (``input_layernorm``, ``post_attention_layernorm``) with the norms copied."""
+    block = _gated_decoder(layer, config, "pre", qk_norm, act=_gated_act(getattr(config, "hidden_act", "silu")),
+                           **kwargs)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    return block.to(layer.self_attn.q_proj.weight).train(layer.training)
 
 
 def from_llama_layer(layer, config) -> TransformerBlock:
@@ -278,11 +326,11 @@ def from_llama_layer(layer, config) -> TransformerBlock:
 
     Returns:
         The pre-norm causal block with grouped-query attention and RoPE.
+
+    Raises:
+        ValueError: for RoPE scaling, MLP biases or an activation other than SiLU.
     """
-    block = _gated_decoder(layer, config, "pre", None)
-    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
-    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
-    return block.to(layer.input_layernorm.weight).train(layer.training)
+    return _pre_norm_decoder(layer, config)
 
 
 def from_mistral_layer(layer, config) -> TransformerBlock:
@@ -298,10 +346,51 @@ def from_mistral_layer(layer, config) -> TransformerBlock:
     Returns:
         The pre-norm causal block with grouped-query attention, RoPE and the window.
     """
-    block = _gated_decoder(layer, config, "pre", None, window=config.sliding_window)
-    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
-    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
-    return block.to(layer.input_layernorm.weight).train(layer.training)
+    return _pre_norm_decoder(layer, config, window=config.sliding_window)
+
+
+def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``MinistralDecoderLayer`` (Ministral 8B, 2024).
+
+    The Mistral block whose window is set per layer: ``config.layer_types[layer_idx]``
+    ``'sliding_attention'`` gives ``window=config.sliding_window``, ``'full_attention'``
+    no window (``MinistralAttention.sliding_window``; ``MinistralModel`` builds the
+    matching mask per layer type).
+
+    Args:
+        layer, config: a ``MinistralDecoderLayer`` and its ``MinistralConfig``.
+        layer_idx: the layer's position in the stack (selects its layer type).
+
+    Returns:
+        The pre-norm causal block, windowed on sliding layers.
+
+    Raises:
+        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+    """
+    local = _layer_type(config, layer_idx) == "sliding_attention"
+    return _pre_norm_decoder(layer, config, window=config.sliding_window if local else None)
+
+
+def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Qwen2DecoderLayer`` (Qwen2, 2024).
+
+    The Llama block with biases on the query, key and value projections only
+    (``bias='qkv'``; ``Qwen2Attention``'s ``o_proj`` has none). With
+    ``use_sliding_window`` the layers from ``max_window_layers`` on are
+    ``'sliding_attention'`` in ``config.layer_types`` and get ``window=config.sliding_window``.
+
+    Args:
+        layer, config: a ``Qwen2DecoderLayer`` and its ``Qwen2Config``.
+        layer_idx: the layer's position in the stack (selects its layer type).
+
+    Returns:
+        The pre-norm causal block with q/k/v biases.
+
+    Raises:
+        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+    """
+    local = _layer_type(config, layer_idx) == "sliding_attention"
+    return _pre_norm_decoder(layer, config, bias="qkv", window=config.sliding_window if local else None)
 
 
 def from_qwen3_layer(layer, config) -> TransformerBlock:
@@ -317,14 +406,79 @@ def from_qwen3_layer(layer, config) -> TransformerBlock:
         The Llama-style block with per-head QK-norm.
 
     Raises:
-        ValueError: for a sliding-window layer (d2lmini has no sliding window).
+        ValueError: for a sliding-window configuration (``use_sliding_window``), RoPE scaling.
     """
     if getattr(config, "use_sliding_window", False):
-        raise ValueError("sliding-window attention is not supported")
-    block = _gated_decoder(layer, config, "pre", "per_head")
-    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
-    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
-    return block.to(layer.input_layernorm.weight).train(layer.training)
+        raise ValueError("Qwen3's use_sliding_window is not supported")
+    return _pre_norm_decoder(layer, config, "per_head")
+
+
+def from_granite_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``GraniteDecoderLayer`` (IBM Granite 3.0, 2024).
+
+    The Llama block with ``residual_multiplier`` scaling both branches
+    (``x + m * F(Norm(x))``) and ``attention_multiplier`` as the logit scale
+    (``attn_scale``) instead of ``1/sqrt(head_dim)``. Granite's two other multipliers,
+    ``embedding_multiplier`` (on the token embeddings) and ``logits_scaling`` (dividing
+    the LM head's logits), act outside the decoder layers and are not part of the block.
+
+    Args:
+        layer, config: a ``GraniteDecoderLayer`` and its ``GraniteConfig``.
+
+    Returns:
+        The pre-norm causal block with both multipliers.
+
+    Raises:
+        ValueError: for MLP biases or RoPE scaling.
+    """
+    return _pre_norm_decoder(layer, config, attn_scale=config.attention_multiplier,
+                             residual_multiplier=config.residual_multiplier)
+
+
+def from_smollm3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``SmolLM3DecoderLayer`` (SmolLM3, 2025).
+
+    The Llama block, except on the NoPE layers: ``config.no_rope_layers[layer_idx] == 0``
+    means the layer applies no rotary embedding (``SmolLM3Attention.use_rope``), so the
+    block gets ``rope_theta=None``. With ``use_sliding_window`` a
+    ``'sliding_attention'`` layer gets ``window=config.sliding_window``.
+
+    Args:
+        layer, config: a ``SmolLM3DecoderLayer`` and its ``SmolLM3Config``.
+        layer_idx: the layer's position in the stack (selects RoPE or NoPE, and the window).
+
+    Returns:
+        The pre-norm causal block, with or without RoPE.
+
+    Raises:
+        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+    """
+    local = config.use_sliding_window and _layer_type(config, layer_idx) == "sliding_attention"
+    return _pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]),
+                             window=config.sliding_window if local else None)
+
+
+def from_olmo_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``OlmoDecoderLayer`` (OLMo, 2024).
+
+    Pre-LN with a *non-parametric* LayerNorm (no gain, no bias; ``OlmoLayerNorm``, whose
+    eps is fixed at 1e-5 whatever the config says), RoPE, SwiGLU, no biases.
+
+    Args:
+        layer, config: a ``OlmoDecoderLayer`` and its ``OlmoConfig``.
+
+    Returns:
+        The pre-norm block with ``norm='layer_nonparametric'``.
+
+    Raises:
+        ValueError: for ``clip_qkv`` (OLMo's clamping of q, k and v, which d2lmini does not
+            implement), biases or RoPE scaling.
+    """
+    if getattr(config, "clip_qkv", None) is not None:
+        raise ValueError(f"OLMo's clip_qkv={config.clip_qkv!r} is not supported; use clip_qkv=None")
+    block = _gated_decoder(layer, config, "pre", None, act=_gated_act(config.hidden_act),
+                           norm="layer_nonparametric", eps=1e-5)
+    return block.to(layer.self_attn.q_proj.weight).train(layer.training)
 
 
 def from_olmo2_layer(layer, config) -> TransformerBlock:
@@ -340,43 +494,210 @@ def from_olmo2_layer(layer, config) -> TransformerBlock:
     Returns:
         The ``'post_sublayer'`` block with QK-norm over the projection.
     """
-    block = _gated_decoder(layer, config, "post_sublayer", "projection")
+    return from_olmo3_layer(layer, config, None)
+
+
+def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Olmo3DecoderLayer`` (OLMo 3, 2025).
+
+    OLMo 2's block (``'post_sublayer'`` RMSNorm, QK-norm over the projection) with
+    layer types: a ``'sliding_attention'`` layer in ``config.layer_types`` gets
+    ``window=config.sliding_window`` and the RoPE base of
+    ``config.rope_parameters['sliding_attention']``, a ``'full_attention'`` layer no
+    window and the full layers' RoPE.
+
+    Args:
+        layer, config: a ``Olmo3DecoderLayer`` and its ``Olmo3Config`` (or an OLMo 2 pair).
+        layer_idx: the layer's position in the stack (selects its type); ``None`` for OLMo 2.
+
+    Returns:
+        The ``'post_sublayer'`` block, windowed on sliding layers.
+
+    Raises:
+        ValueError: for RoPE scaling (e.g. YaRN on the full layers of released OLMo 3 models)
+            or a ``layer_idx`` outside ``config.layer_types``.
+    """
+    layer_type = None if layer_idx is None else _layer_type(config, layer_idx)
+    window = config.sliding_window if layer_type == "sliding_attention" else None
+    block = _gated_decoder(layer, config, "post_sublayer", "projection", act=_gated_act(config.hidden_act),
+                           layer_type=layer_type, window=window)
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
     _copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
     return block.to(layer.post_attention_layernorm.weight).train(layer.training)
 
 
-def from_gemma3_layer(layer, config) -> TransformerBlock:
-    """A :class:`TransformerBlock` equal to a global-attention Hugging Face ``Gemma3DecoderLayer``.
+def from_starcoder2_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Starcoder2DecoderLayer`` (StarCoder2, 2024).
 
-    Sandwich placement (RMSNorm before and after each sublayer), gains applied as
-    ``1 + w``, QK-norm per head (shared gain), logit scale
-    ``query_pre_attn_scalar ** -0.5``, GeGLU with tanh GELU, RoPE with the global
-    layers' base.
+    Pre-LN with LayerNorm (gain and bias, eps ``config.norm_epsilon``), grouped-query
+    attention with RoPE and ``window=config.sliding_window`` (``None``: none), a plain
+    two-matrix MLP ``c_proj(act(c_fc(x)))`` (tanh GELU in StarCoder2), biases on every
+    projection when ``config.use_bias``.
 
     Args:
-        layer, config: a ``Gemma3DecoderLayer`` and its ``Gemma3TextConfig``.
+        layer, config: a ``Starcoder2DecoderLayer`` and its ``Starcoder2Config``.
 
     Returns:
-        The ``'sandwich'`` block with per-head QK-norm.
+        The pre-LN causal block.
 
     Raises:
-        ValueError: for a sliding-window (local) layer, or logit soft-capping.
+        ValueError: for an unsupported activation or RoPE scaling.
     """
-    if getattr(layer.self_attn, "sliding_window", None) is not None:
-        raise ValueError("sliding-window (local) Gemma 3 layers are not supported; use a full_attention layer")
-    if getattr(config, "attn_logit_softcapping", None) is not None:
-        raise ValueError("attention logit soft-capping is not supported")
+    block = _gated_decoder(layer, config, "pre", None, act=_hf_act(config.hidden_act), norm="layer",
+                           eps=config.norm_epsilon, bias=bool(config.use_bias), window=config.sliding_window)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    return block.to(layer.self_attn.q_proj.weight).train(layer.training)
+
+
+def _sandwich_decoder(layer, config, qk_norm: str | None, layer_type: str | None, **kwargs) -> TransformerBlock:
+    """The Gemma 2/3 mapping: sandwich RMSNorms with ``1 + w`` gains, scale ``query_pre_attn_scalar ** -0.5``."""
     if getattr(config, "use_bidirectional_attention", False):
-        raise ValueError("bidirectional Gemma 3 layers are not supported")
-    block = _gated_decoder(layer, config, "sandwich", "per_head", act=_hf_act(config.hidden_activation)
-                           .replace("gelu_tanh", "geglu"), unit_offset=True,
-                           attn_scale=config.query_pre_attn_scalar ** -0.5, layer_type="full_attention")
+        raise ValueError("bidirectional Gemma layers (use_bidirectional_attention) are not supported")
+    window = config.sliding_window if layer_type == "sliding_attention" else None
+    block = _gated_decoder(layer, config, "sandwich", qk_norm, act=_gated_act(config.hidden_activation),
+                           unit_offset=True, attn_scale=config.query_pre_attn_scalar ** -0.5,
+                           layer_type=layer_type, window=window, **kwargs)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm, unit_offset=True)
     _copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm, unit_offset=True)
     _copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm, unit_offset=True)
     return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Gemma2DecoderLayer`` (Gemma 2, 2024).
+
+    Sandwich placement (RMSNorm before and after each sublayer) with gains applied as
+    ``1 + w``, GeGLU with tanh GELU, logit scale ``query_pre_attn_scalar ** -0.5``,
+    attention-logit soft-capping ``logit_softcap=config.attn_logit_softcapping``, one
+    RoPE base for all layers, and on ``'sliding_attention'`` layers (``config.layer_types``;
+    Gemma 2 alternates local and global) ``window=config.sliding_window``. The final-logit
+    soft-capping and the embedding scale ``sqrt(d)`` act outside the decoder layers.
+
+    Args:
+        layer, config: a ``Gemma2DecoderLayer`` and its ``Gemma2Config``.
+        layer_idx: the layer's position in the stack (selects local or global).
+
+    Returns:
+        The ``'sandwich'`` block.
+
+    Raises:
+        ValueError: for bidirectional attention, RoPE scaling, or a ``layer_idx`` outside
+            ``config.layer_types``.
+    """
+    return _sandwich_decoder(layer, config, None, _layer_type(config, layer_idx),
+                             logit_softcap=config.attn_logit_softcapping)
+
+
+def from_gemma3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Gemma3DecoderLayer`` (Gemma 3, 2025).
+
+    Sandwich placement (RMSNorm before and after each sublayer), gains applied as
+    ``1 + w``, QK-norm per head (shared gain), logit scale
+    ``query_pre_attn_scalar ** -0.5``, GeGLU with tanh GELU. A global
+    (``'full_attention'``) layer uses ``rope_parameters['full_attention']``; a local
+    (``'sliding_attention'``) layer gets ``window=config.sliding_window`` and the local
+    RoPE base ``rope_parameters['sliding_attention']`` (``rope_local_base_freq`` in
+    older configs).
+
+    Args:
+        layer, config: a ``Gemma3DecoderLayer`` and its ``Gemma3TextConfig``.
+        layer_idx: the layer's position in the stack (selects local or global); ``None``:
+            the layer's own ``self_attn.layer_idx``.
+
+    Returns:
+        The ``'sandwich'`` block with per-head QK-norm.
+
+    Raises:
+        ValueError: for logit soft-capping, bidirectional attention, RoPE scaling, or a
+            ``layer_idx`` outside ``config.layer_types``.
+    """
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        raise ValueError("attention logit soft-capping is not supported for Gemma 3")
+    layer_idx = layer.self_attn.layer_idx if layer_idx is None else layer_idx
+    return _sandwich_decoder(layer, config, "per_head", _layer_type(config, layer_idx))
+
+
+#: ``from_hf``'s dispatch table: Hugging Face layer class name -> converter ``(layer, config, layer_idx)``.
+HF_CONVERTERS: dict[str, Callable] = {
+    "BertLayer": lambda layer, config, layer_idx: from_bert_layer(layer, config),
+    "GPT2Block": lambda layer, config, layer_idx: from_gpt2_block(layer, config),
+    "LlamaDecoderLayer": lambda layer, config, layer_idx: from_llama_layer(layer, config),
+    "MistralDecoderLayer": lambda layer, config, layer_idx: from_mistral_layer(layer, config),
+    "MinistralDecoderLayer": from_ministral_layer,
+    "Qwen2DecoderLayer": from_qwen2_layer,
+    "Qwen3DecoderLayer": lambda layer, config, layer_idx: from_qwen3_layer(layer, config),
+    "Gemma2DecoderLayer": from_gemma2_layer,
+    "Gemma3DecoderLayer": from_gemma3_layer,
+    "OlmoDecoderLayer": lambda layer, config, layer_idx: from_olmo_layer(layer, config),
+    "Olmo2DecoderLayer": lambda layer, config, layer_idx: from_olmo2_layer(layer, config),
+    "Olmo3DecoderLayer": from_olmo3_layer,
+    "Starcoder2DecoderLayer": lambda layer, config, layer_idx: from_starcoder2_layer(layer, config),
+    "GraniteDecoderLayer": lambda layer, config, layer_idx: from_granite_layer(layer, config),
+    "SmolLM3DecoderLayer": from_smollm3_layer,
+}
+
+
+def _own_layer_idx(layer) -> int | None:
+    """The ``layer_idx`` a Hugging Face layer was built with, where its attention records it."""
+    for path in ("self_attn", "attn", "attention.self"):
+        module = layer
+        for part in path.split("."):
+            module = getattr(module, part, None)
+        if module is not None and isinstance(getattr(module, "layer_idx", None), int):
+            return module.layer_idx
+    return None
+
+
+def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to a Hugging Face decoder (or encoder) layer.
+
+    The one entry point for every supported layer: it dispatches on the layer's class
+    name (so ``transformers`` stays an optional import) through :data:`HF_CONVERTERS`
+    to the ``from_*`` function of that class, which returns a block holding copies of
+    the layer's weights, on its device and dtype, in its train/eval mode. Called on
+    ``X`` and ``valid_lens``, the block equals the layer called with its model's own
+    masks (causal, sliding-window where the layer has one, right padding), rotary
+    tables for positions ``0 .. n-1`` and position ids ``0 .. n-1`` -- at the valid
+    positions (see :mod:`d2lmini.zoo`, which checks every row).
+
+    Supported classes: ``BertLayer`` (BERT), ``GPT2Block`` (GPT-2),
+    ``LlamaDecoderLayer`` (Llama), ``MistralDecoderLayer`` (Mistral),
+    ``MinistralDecoderLayer`` (Ministral), ``Qwen2DecoderLayer`` (Qwen2),
+    ``Qwen3DecoderLayer`` (Qwen3), ``Gemma2DecoderLayer`` (Gemma 2),
+    ``Gemma3DecoderLayer`` (Gemma 3), ``OlmoDecoderLayer`` (OLMo),
+    ``Olmo2DecoderLayer`` (OLMo 2), ``Olmo3DecoderLayer`` (OLMo 3),
+    ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite) and
+    ``SmolLM3DecoderLayer`` (SmolLM3).
+
+    Args:
+        layer: an instance of a supported class, built from ``config``.
+        config: the layer's model configuration.
+        layer_idx: the layer's position in the stack (an int >= 0). It selects the layer
+            type of models that alternate them (sliding or full attention: Gemma 2/3,
+            Ministral, OLMo 3, Qwen2; RoPE or NoPE: SmolLM3) and must equal the index the
+            layer was built with where the layer records one.
+
+    Returns:
+        The equivalent :class:`TransformerBlock`.
+
+    Raises:
+        TypeError: for a layer of an unsupported class (the message lists the supported
+            ones), or a ``layer_idx`` that is not an int.
+        ValueError: for a negative ``layer_idx``, one unequal to the layer's own, or a
+            configuration option of the layer that d2lmini does not implement (the
+            converter's error names it).
+    """
+    name = type(layer).__name__
+    if name not in HF_CONVERTERS:
+        raise TypeError(f"from_hf does not support {name}; supported Hugging Face layer classes: "
+                        f"{', '.join(sorted(HF_CONVERTERS))}")
+    layer_idx = check_nonnegative_int("layer_idx", layer_idx)
+    own = _own_layer_idx(layer)
+    if own is not None and own != layer_idx:
+        raise ValueError(f"layer_idx={layer_idx}, but this {name} was built with layer_idx={own}")
+    return HF_CONVERTERS[name](layer, config, layer_idx)
 
 
 # --------------------------------------------------------------------------- the comparison harness
@@ -479,63 +800,142 @@ def _torch_decoder_make(seed):
     return _randomize_(layer, seed).eval(), None
 
 
-def _hf_layer(kind: str):
-    """make/call for a Hugging Face layer class, tiny config, SDPA attention."""
+def hf_make(model_type: str, layer_class: str, config_class: str, config_kwargs: dict, *, layer_idx: int = 0,
+            attn_implementation: str = "sdpa", unit_offset_norms: bool = False) -> Callable:
+    """A ``make(seed) -> (layer, config)`` for a tiny random Hugging Face layer (no download).
+
+    The layer is ``transformers.models.<model_type>.modeling_<model_type>.<layer_class>``
+    built from ``transformers.<config_class>(**config_kwargs)`` at position ``layer_idx``
+    of the stack, in eval mode, every parameter seeded-random (:func:`_randomize_`; norm
+    gains stored as ``w`` in ``1 + w`` centred at 0 when ``unit_offset_norms``).
+
+    Args:
+        model_type: the folder under ``transformers/models`` (e.g. ``'gemma2'``).
+        layer_class, config_class: class names in the modeling module and in ``transformers``.
+        config_kwargs: the tiny configuration.
+        layer_idx: the layer's position in the stack (passed to the layer's constructor).
+        attn_implementation: ``'sdpa'`` or ``'eager'`` (``'eager'`` where SDPA cannot run
+            the layer, e.g. Gemma 2's logit soft-capping).
+        unit_offset_norms: whether the layer's norm gains are stored as ``w`` in ``1 + w``.
+
+    Raises:
+        ImportError: at call time, without ``transformers``.
+    """
 
     def make(seed):
+        import importlib
+
         import transformers as tf
 
+        modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
         torch.manual_seed(seed)
-        if kind == "bert":
-            config = tf.BertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=256)
-            config._attn_implementation = "sdpa"
-            layer = tf.models.bert.modeling_bert.BertLayer(config)
-        elif kind == "gpt2":
-            config = tf.GPT2Config(n_embd=64, n_head=4)
-            config._attn_implementation = "sdpa"
-            layer = tf.models.gpt2.modeling_gpt2.GPT2Block(config, layer_idx=0)
-        elif kind == "llama":
-            config = tf.LlamaConfig(**TINY, num_hidden_layers=1, rope_theta=500000.0)
-            config._attn_implementation = "sdpa"
-            layer = tf.models.llama.modeling_llama.LlamaDecoderLayer(config, layer_idx=0)
-        elif kind == "qwen3":
-            config = tf.Qwen3Config(**TINY, num_hidden_layers=1, head_dim=32)  # head_dim != 64 / 4
-            config._attn_implementation = "sdpa"
-            layer = tf.models.qwen3.modeling_qwen3.Qwen3DecoderLayer(config, layer_idx=0)
-        elif kind == "olmo2":
-            config = tf.Olmo2Config(**TINY, num_hidden_layers=1)
-            config._attn_implementation = "sdpa"
-            layer = tf.models.olmo2.modeling_olmo2.Olmo2DecoderLayer(config, layer_idx=0)
-        elif kind == "gemma3":
-            config = tf.Gemma3TextConfig(**TINY, num_hidden_layers=1, head_dim=32, query_pre_attn_scalar=24,
-                                         layer_types=["full_attention"])
-            config._attn_implementation = "sdpa"
-            layer = tf.models.gemma3.modeling_gemma3.Gemma3DecoderLayer(config, layer_idx=0)
-        else:  # pragma: no cover - internal table
-            raise ValueError(kind)
-        return _randomize_(layer, seed, unit_offset_norms=kind == "gemma3").eval(), config
+        config = getattr(tf, config_class)(**config_kwargs)
+        config._attn_implementation = attn_implementation
+        layer = getattr(modeling, layer_class)(config, layer_idx=layer_idx)
+        return _randomize_(layer, seed, unit_offset_norms=unit_offset_norms).eval(), config
+
+    return make
+
+
+def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bool = True,
+            mask: str | None = None, rotary: str | None | bool = True) -> Callable:
+    """A ``call(layer, config, X, valid_lens)`` running a Hugging Face layer as its model would.
+
+    Builds what the model's ``forward`` builds for layer ``layer_idx`` of a batch ``X``
+    ``(b, n, d)`` right-padded to ``valid_lens``: the 2-D padding mask (1 at real tokens)
+    turned into the layer's attention mask by ``transformers.masking_utils`` --
+    ``create_bidirectional_mask`` for an encoder (``causal=False``),
+    ``create_sliding_window_causal_mask`` for a sliding layer (``config.layer_types[layer_idx]
+    == 'sliding_attention'``, or, in a model without layer types, ``config.sliding_window``
+    set, as Mistral and StarCoder2 decide), ``create_causal_mask`` otherwise -- position ids
+    ``0 .. n-1`` and, for a layer with RoPE, the rotary tables of the model's own
+    ``<Prefix>RotaryEmbedding(config)`` (with the layer type where its ``forward`` takes one).
+
+    Args:
+        model_type, layer_class: as :func:`hf_make`.
+        layer_idx: the layer's position in the stack.
+        causal: ``False`` for an encoder layer.
+        mask: ``None`` (the rule above), or ``'causal'``, ``'sliding'``, ``'bidirectional'``.
+        rotary: ``True``: the modeling module's ``<Prefix>RotaryEmbedding`` if it has one
+            (``<Prefix>`` is ``layer_class`` without ``DecoderLayer``); a class name; or
+            ``False``/``None``: no rotary tables.
+
+    Returns:
+        The callable; it returns the layer's output ``(b, n, d)``.
+    """
 
     def call(layer, config, X, valid_lens):
-        import transformers as tf
+        import importlib
+        import inspect
 
+        from transformers import masking_utils
+
+        modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
         batch_size, num_steps, _ = X.shape
-        causal = kind not in ("bert",)
-        mask = additive_mask(valid_lens, num_steps, causal, X.dtype, batch_size)
-        kwargs = {}
-        if kind in ("llama", "qwen3", "olmo2", "gemma3"):
-            module = {"llama": tf.models.llama.modeling_llama.LlamaRotaryEmbedding,
-                      "qwen3": tf.models.qwen3.modeling_qwen3.Qwen3RotaryEmbedding,
-                      "olmo2": tf.models.olmo2.modeling_olmo2.Olmo2RotaryEmbedding,
-                      "gemma3": tf.models.gemma3.modeling_gemma3.Gemma3RotaryEmbedding}[kind]
-            rotary = module(config)
-            position_ids = torch.arange(num_steps)[None].expand(batch_size, -1)
-            extra = ("full_attention",) if kind == "gemma3" else ()
-            kwargs["position_embeddings"] = rotary(X, position_ids, *extra)
-            kwargs["position_ids"] = position_ids
-        out = layer(X, attention_mask=mask, **kwargs)
+        padding = None if valid_lens is None else valid_lens_mask(valid_lens, num_steps).long()
+        position_ids = torch.arange(num_steps, device=X.device)[None].expand(batch_size, -1)
+        kind = mask
+        if kind is None:
+            layer_type = _layer_type(config, layer_idx)
+            sliding = (layer_type == "sliding_attention" if layer_type is not None
+                       else getattr(config, "sliding_window", None) is not None)
+            kind = "bidirectional" if not causal else "sliding" if sliding else "causal"
+        if kind == "bidirectional":
+            attention_mask = masking_utils.create_bidirectional_mask(config=config, inputs_embeds=X,
+                                                                     attention_mask=padding)
+        else:
+            build = (masking_utils.create_sliding_window_causal_mask if kind == "sliding"
+                     else masking_utils.create_causal_mask)
+            attention_mask = build(config=config, inputs_embeds=X, attention_mask=padding, cache=None,
+                                   position_ids=position_ids)
+        kwargs = {"attention_mask": attention_mask}
+        name = rotary
+        if name is True:
+            name = layer_class.replace("DecoderLayer", "") + "RotaryEmbedding"
+            name = name if hasattr(modeling, name) else None
+        if name:
+            module = getattr(modeling, name)(config).to(X.device)
+            extra = ()
+            if "layer_type" in inspect.signature(module.forward).parameters:
+                extra = (_layer_type(config, layer_idx),)
+            kwargs.update(position_embeddings=module(X, position_ids, *extra), position_ids=position_ids)
+        out = layer(X, **kwargs)
         return out[0] if isinstance(out, tuple) else out
 
-    return make, call
+    return call
+
+
+def hf_reference(model: str, model_type: str, layer_class: str, config_class: str, config_kwargs: dict, *,
+                 layer_idx: int = 0, causal: bool = True, attn_implementation: str = "sdpa",
+                 unit_offset_norms: bool = False, mask: str | None = None,
+                 rotary: str | None | bool = True) -> Reference:
+    """A :class:`Reference` for a Hugging Face layer: :func:`hf_make`, :func:`from_hf`, :func:`hf_call`.
+
+    Args:
+        model: the model it stands for (``Reference.model``), e.g. ``'Gemma 2 (local)'``.
+        model_type, layer_class, config_class, config_kwargs, layer_idx, attn_implementation,
+        unit_offset_norms: as :func:`hf_make`.
+        causal, mask, rotary: as :func:`hf_call`.
+    """
+    make = hf_make(model_type, layer_class, config_class, config_kwargs, layer_idx=layer_idx,
+                   attn_implementation=attn_implementation, unit_offset_norms=unit_offset_norms)
+    call = hf_call(model_type, layer_class, layer_idx=layer_idx, causal=causal, mask=mask, rotary=rotary)
+    return Reference(layer_class, model, make, lambda layer, config: from_hf(layer, config, layer_idx), call,
+                     causal)
+
+
+#: The tiny configurations of the Hugging Face layers in :data:`REFERENCES`, by layer class:
+#: ``(model, model_type, config class, config kwargs)``.
+HF_TINY = {
+    "BertLayer": ("BERT", "bert", "BertConfig", dict(hidden_size=64, num_attention_heads=4, intermediate_size=256)),
+    "GPT2Block": ("GPT-2", "gpt2", "GPT2Config", dict(n_embd=64, n_head=4)),
+    "LlamaDecoderLayer": ("Llama 3", "llama", "LlamaConfig", dict(**TINY, num_hidden_layers=1, rope_theta=500000.0)),
+    "Qwen3DecoderLayer": ("Qwen3", "qwen3", "Qwen3Config", dict(**TINY, num_hidden_layers=1, head_dim=32)),
+    "Olmo2DecoderLayer": ("OLMo 2", "olmo2", "Olmo2Config", dict(**TINY, num_hidden_layers=1)),
+    "Gemma3DecoderLayer": ("Gemma 3", "gemma3", "Gemma3TextConfig",
+                           dict(**TINY, num_hidden_layers=1, head_dim=32, query_pre_attn_scalar=24,
+                                layer_types=["full_attention"])),
+}
 
 
 def _build_references() -> dict[str, Reference]:
@@ -558,16 +958,9 @@ def _build_references() -> dict[str, Reference]:
         "TransformerDecoderLayer", "PyTorch, encoder-decoder Transformer (2017)", _torch_decoder_make,
         lambda layer, config: from_torch_decoder_layer(layer), decoder_call, causal=True,
         needs_transformers=False, memory=12)
-    for kind, name, model, convert, causal in (
-        ("bert", "BertLayer", "BERT", from_bert_layer, False),
-        ("gpt2", "GPT2Block", "GPT-2", from_gpt2_block, True),
-        ("llama", "LlamaDecoderLayer", "Llama 3", from_llama_layer, True),
-        ("qwen3", "Qwen3DecoderLayer", "Qwen3", from_qwen3_layer, True),
-        ("olmo2", "Olmo2DecoderLayer", "OLMo 2", from_olmo2_layer, True),
-        ("gemma3", "Gemma3DecoderLayer", "Gemma 3", from_gemma3_layer, True),
-    ):
-        make, call = _hf_layer(kind)
-        refs[name] = Reference(name, model, make, convert, call, causal)
+    for name, (model, model_type, config_class, kwargs) in HF_TINY.items():
+        refs[name] = hf_reference(model, model_type, name, config_class, kwargs, causal=name != "BertLayer",
+                                  unit_offset_norms=name == "Gemma3DecoderLayer")
     return refs
 
 
