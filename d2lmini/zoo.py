@@ -1,0 +1,235 @@
+"""The block zoo: released models' layers, each reproduced by one d2lmini block.
+
+Every row of :data:`ZOO` names a model (and, for models that alternate layer types,
+which layer: Gemma 2's local or global layers, SmolLM3's RoPE or NoPE layers), the
+Hugging Face layer class that implements it, and how to build a tiny random
+instance of that layer (no download) and call it as its model would: with the
+model's own causal, sliding-window and padding masks from
+``transformers.masking_utils`` and its own rotary tables
+(:func:`d2lmini.reference.hf_call`). :func:`zoo_table` converts every row's layer
+with :func:`d2lmini.reference.from_hf`, runs both on the same padded batch
+(:func:`d2lmini.reference.compare_with_reference`) and describes the block it got
+(:func:`describe`): the table's descriptive columns are read from the converted
+block, not typed by hand.
+
+Adding a model: one :class:`ZooRow` built with :func:`hf_row` (a tiny config whose
+windows are shorter than the test sequence of 16 steps), a converter in
+:data:`d2lmini.reference.HF_CONVERTERS`, and, for a new block feature, a column in
+:func:`describe`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ._checks import check_bool, check_instance, check_int_at_least, check_seed
+from .block import TransformerBlock
+from .reference import (
+    REFERENCES,
+    TINY,
+    Reference,
+    compare_with_reference,
+    from_hf,
+    hf_call,
+    hf_make,
+)
+
+#: Largest absolute difference (float32) of outputs and of input gradients for a row to count as reproduced.
+TOLERANCE = 1e-5
+
+
+@dataclass(frozen=True)
+class ZooRow:
+    """One row of the zoo: a model's layer, how to build it tiny and how its model calls it.
+
+    Attributes:
+        name: display name, e.g. ``'Gemma 2 (local)'``.
+        family: the model family, e.g. ``'Gemma'``.
+        year: the year the model was released.
+        layer_class: the Hugging Face layer class, e.g. ``'Gemma2DecoderLayer'``
+            (the key :func:`d2lmini.reference.from_hf` dispatches on).
+        layer_idx: the layer's position in the tiny stack; it selects the layer type
+            of models that alternate them.
+        make: ``seed -> (layer, config)``: a tiny layer in eval mode, every parameter
+            seeded-random (:func:`d2lmini.reference._randomize_`), and its config.
+        call: ``(layer, config, X, valid_lens) -> output``: the layer run with its model's
+            own masks, rotary tables and position ids ``0 .. n-1``.
+        causal: whether the layer's self-attention is causal.
+        note: what the model does outside the layer (so not in the block), or ``''``.
+    """
+
+    name: str
+    family: str
+    year: int
+    layer_class: str
+    layer_idx: int
+    make: Callable
+    call: Callable
+    causal: bool = True
+    note: str = ""
+
+    def reference(self) -> Reference:
+        """This row as a :class:`d2lmini.reference.Reference`, converted with :func:`~d2lmini.reference.from_hf`."""
+        layer_idx = self.layer_idx
+        return Reference(self.layer_class, self.name, self.make,
+                         lambda layer, config: from_hf(layer, config, layer_idx), self.call, self.causal)
+
+
+def hf_row(name: str, family: str, year: int, model_type: str, layer_class: str, config_class: str,
+           config_kwargs: dict, *, layer_idx: int = 0, causal: bool = True, attn_implementation: str = "sdpa",
+           unit_offset_norms: bool = False, note: str = "") -> ZooRow:
+    """A :class:`ZooRow` for a Hugging Face layer, made and called by :func:`~d2lmini.reference.hf_make`
+    and :func:`~d2lmini.reference.hf_call`.
+
+    Args:
+        name, family, year, layer_class, layer_idx, causal, note: the row's fields.
+        model_type: the folder under ``transformers/models`` (e.g. ``'gemma2'``).
+        config_class, config_kwargs: the tiny configuration, ``transformers.<config_class>(**config_kwargs)``.
+        attn_implementation: ``'sdpa'``, or ``'eager'`` where SDPA cannot run the layer.
+        unit_offset_norms: whether the norm gains are stored as ``w`` in ``1 + w`` (Gemma).
+    """
+    make = hf_make(model_type, layer_class, config_class, config_kwargs, layer_idx=layer_idx,
+                   attn_implementation=attn_implementation, unit_offset_norms=unit_offset_norms)
+    call = hf_call(model_type, layer_class, layer_idx=layer_idx, causal=causal)
+    return ZooRow(name, family, year, layer_class, layer_idx, make, call, causal, note)
+
+
+def _from_references(name: str, family: str, year: int, layer_class: str, note: str = "") -> ZooRow:
+    """A row for one of the Hugging Face layers already in :data:`d2lmini.reference.REFERENCES`."""
+    ref = REFERENCES[layer_class]
+    return ZooRow(name, family, year, layer_class, 0, ref.make, ref.call, ref.causal, note)
+
+
+_WINDOW = 5  # every sliding window is shorter than the 16-step test sequences
+_GEMMA = dict(**TINY, head_dim=32, query_pre_attn_scalar=24, sliding_window=_WINDOW)
+_GEMMA2 = dict(_GEMMA, num_hidden_layers=2, attn_logit_softcapping=5.0)  # layer types: local, global
+_GEMMA3 = dict(_GEMMA, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
+_OLMO3 = dict(**TINY, num_hidden_layers=4, sliding_window=_WINDOW)  # layers 0-2 sliding, 3 full
+_SMOLLM3 = dict(**TINY, num_hidden_layers=4)  # layers 0-2 RoPE, 3 NoPE (no_rope_layer_interval=4)
+_LEARNED = "learned absolute positions, added to the input (outside the layer)"
+
+#: The rows of the zoo, oldest model first.
+ZOO: tuple[ZooRow, ...] = (
+    _from_references("BERT", "BERT", 2018, "BertLayer", note=_LEARNED),
+    _from_references("GPT-2", "GPT", 2019, "GPT2Block", note=_LEARNED),
+    hf_row("Mistral 7B", "Mistral", 2023, "mistral", "MistralDecoderLayer", "MistralConfig",
+           dict(**TINY, num_hidden_layers=1, sliding_window=_WINDOW, rope_theta=10000.0)),
+    hf_row("OLMo", "OLMo", 2024, "olmo", "OlmoDecoderLayer", "OlmoConfig", dict(**TINY, num_hidden_layers=1)),
+    hf_row("StarCoder2", "StarCoder", 2024, "starcoder2", "Starcoder2DecoderLayer", "Starcoder2Config",
+           dict(**TINY, num_hidden_layers=1, sliding_window=_WINDOW, bos_token_id=None, eos_token_id=None)),
+    _from_references("Llama 3", "Llama", 2024, "LlamaDecoderLayer"),
+    hf_row("Qwen2", "Qwen", 2024, "qwen2", "Qwen2DecoderLayer", "Qwen2Config",
+           dict(**TINY, num_hidden_layers=1, use_sliding_window=False)),
+    hf_row("Gemma 2 (local)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _GEMMA2,
+           layer_idx=0, attn_implementation="eager", unit_offset_norms=True,
+           note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
+    hf_row("Gemma 2 (global)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _GEMMA2,
+           layer_idx=1, attn_implementation="eager", unit_offset_norms=True,
+           note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
+    hf_row("Ministral 8B", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
+           dict(**TINY, num_hidden_layers=2, head_dim=16, sliding_window=_WINDOW,  # head_dim: no default
+                layer_types=["full_attention", "sliding_attention"]), layer_idx=1),
+    hf_row("Granite 3.0", "Granite", 2024, "granite", "GraniteDecoderLayer", "GraniteConfig",
+           dict(**TINY, num_hidden_layers=1, residual_multiplier=0.22, attention_multiplier=0.0078,
+                embedding_multiplier=12.0, logits_scaling=8.0),
+           note="embedding_multiplier and logits_scaling act on the embeddings and logits (outside the layer)"),
+    _from_references("OLMo 2", "OLMo", 2024, "Olmo2DecoderLayer"),
+    hf_row("Gemma 3 (local)", "Gemma", 2025, "gemma3", "Gemma3DecoderLayer", "Gemma3TextConfig", _GEMMA3,
+           layer_idx=0, unit_offset_norms=True, note="embeddings scaled by sqrt(d) (outside the layer)"),
+    _from_references("Gemma 3 (global)", "Gemma", 2025, "Gemma3DecoderLayer",
+                     note="embeddings scaled by sqrt(d) (outside the layer)"),
+    _from_references("Qwen3", "Qwen", 2025, "Qwen3DecoderLayer"),
+    hf_row("SmolLM3 (RoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _SMOLLM3,
+           layer_idx=0),
+    hf_row("SmolLM3 (NoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _SMOLLM3,
+           layer_idx=3, note="every fourth layer has no positional encoding"),
+    hf_row("OLMo 3 (sliding)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=0),
+    hf_row("OLMo 3 (full)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=3),
+)
+
+_NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
+          "layer_nonparametric": "LayerNorm without gain or bias"}
+_PLACEMENTS = {"post": "post-norm", "pre": "pre-norm", "post_sublayer": "norm on sublayer output",
+               "sandwich": "sandwich"}
+_QK_NORMS = {"per_head": "per head", "projection": "over the projection",
+             "per_head_distinct": "per head, distinct gains"}
+
+
+def describe(block: TransformerBlock) -> dict:
+    """The zoo's descriptive columns, read from a converted block's modules.
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock` with the default attention and FFN.
+
+    Returns:
+        dict of short strings: ``norm`` (type and epsilon), ``placement``, ``attention``
+        (heads / key-value heads x head_dim, causal or not, QK-norm, a logit scale other
+        than ``1/sqrt(head_dim)``, window, soft-cap), ``positions`` (``'RoPE, base ...'``
+        or ``'none in the layer'``), ``ffn`` (activation, hidden width), ``bias``
+        (``'none'``, ``'q, k, v'`` or ``'all'``) and ``residual`` (the residual multiplier,
+        or ``'1'``).
+
+    Raises:
+        TypeError: if ``block`` is not a TransformerBlock.
+    """
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    att, ffn, addnorm = block.attention, block.ffn, block.addnorm1
+    norm = next(m for m in (addnorm.norm_in, addnorm.norm_out, addnorm.norm_post) if m is not None)
+    eps = getattr(norm, "eps", None)
+    attention = [f"{att.num_heads}/{att.num_kv_heads} heads x {att.head_dim}",
+                 "causal" if att.causal else "bidirectional"]
+    if att.qk_norm is not None:
+        attention.append(f"QK-norm {_QK_NORMS[att.qk_norm]}")
+    if att.scale is not None and abs(att.scale - att.head_dim ** -0.5) > 1e-12:
+        attention.append(f"scale {att.scale:.4g}")
+    if att.window is not None:
+        attention.append(f"window {att.window}")
+    if att.logit_softcap is not None:
+        attention.append(f"soft-cap {att.logit_softcap:g}")
+    positions = "none in the layer" if att.rope_theta is None else f"RoPE, base {att.rope_theta:g}"
+    has_bias = [m.bias is not None for m in (att.W_q, att.W_o, ffn.W_1)]
+    bias = "all" if all(has_bias) else "q, k, v" if has_bias[0] else "none"
+    return {"norm": _NORMS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
+            "placement": _PLACEMENTS[block.placement], "attention": ", ".join(attention),
+            "positions": positions, "ffn": f"{ffn.act}, {ffn.W_1.out_features} hidden", "bias": bias,
+            "residual": f"{addnorm.residual_multiplier:g}"}
+
+
+def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None) -> list[dict]:
+    """Build, convert, verify and describe every row of the zoo.
+
+    For each row, a tiny random instance of its layer is converted with
+    :func:`d2lmini.reference.from_hf`, and both run on the same batch of two sequences
+    (the second right-padded to 5/8 of ``num_steps`` when ``padded``) with the same
+    random read-out backpropagated to the inputs
+    (:func:`d2lmini.reference.compare_with_reference`; only valid positions compared).
+
+    Args:
+        seed: seeds every layer and batch.
+        num_steps: length of the test sequences (>= 2); the zoo's windows are 5.
+        padded: whether to pad the second sequence.
+        rows: the rows to run (default :data:`ZOO`).
+
+    Returns:
+        One dict per row: ``name``, ``family``, ``year``, ``layer_class``, ``layer_idx``,
+        the columns of :func:`describe`, ``note``, ``max_abs_diff`` (outputs),
+        ``max_abs_grad_diff`` (input gradients), ``max_abs_output`` (their scale) and
+        ``reproduced`` (both differences <= :data:`TOLERANCE`).
+
+    Raises:
+        ImportError: if ``transformers`` is not installed.
+        TypeError / ValueError: bad ``seed``, ``num_steps`` or ``padded``.
+    """
+    seed = check_seed(seed)
+    num_steps = check_int_at_least("num_steps", num_steps, 2)
+    padded = check_bool("padded", padded)
+    out = []
+    for row in ZOO if rows is None else rows:
+        result = compare_with_reference(row.reference(), num_steps=num_steps, seed=seed, padded=padded)
+        out.append({"name": row.name, "family": row.family, "year": row.year, "layer_class": row.layer_class,
+                    "layer_idx": row.layer_idx, **describe(result["block"]), "note": row.note,
+                    "max_abs_diff": result["max_abs_diff"], "max_abs_grad_diff": result["max_abs_grad_diff"],
+                    "max_abs_output": result["max_abs_output"],
+                    "reproduced": max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE})
+    return out
