@@ -7,8 +7,13 @@ function; the block is on the layer's device and dtype, in the layer's train/eva
 mode. The
 references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` and, from Hugging Face ``transformers`` (an optional
-dependency, imported only here), ``BertLayer``, ``GPT2Block``, ``LlamaDecoderLayer``, ``MistralDecoderLayer``,
-``Qwen3DecoderLayer``, ``Olmo2DecoderLayer`` and ``Gemma3DecoderLayer``.
+dependency, imported only inside functions), the decoder and encoder layers of
+:data:`HF_CONVERTERS`: :func:`from_hf` converts any of them, dispatching on the layer's
+class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
+OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3; :mod:`d2lmini.zoo` checks each of them).
+:func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
+as its model does (the model's own masks from ``transformers.masking_utils`` and its
+own rotary tables).
 
 :data:`REFERENCES` and :func:`compare_with_reference` build a tiny randomly
 initialized instance of each (no download), run both on the same padded batch
@@ -18,7 +23,10 @@ Traps handled here, each one a silent wrong answer if missed: BERT's LayerNorm e
 of 1e-12; GPT-2's ``Conv1D`` weights stored (in, out) and its tanh GELU; Gemma's
 RMSNorm gain stored as ``w`` and applied as ``1 + w``, and its logit scale
 ``query_pre_attn_scalar ** -0.5``; OLMo 2's QK-norm over the whole projection;
-Qwen3's ``head_dim`` unequal to ``d / h``; ``nn.TransformerEncoderLayer``'s fused
+Qwen3's ``head_dim`` unequal to ``d / h``; OLMo's parameter-free LayerNorm with
+its eps fixed at 1e-5 (and ``clip_qkv``, refused); Qwen2's biases on q, k, v but not o;
+Gemma 3's local layers, which use their own RoPE base; layer types (sliding or full,
+RoPE or NoPE) chosen by ``layer_idx``; ``nn.TransformerEncoderLayer``'s fused
 fast path (eval, no grad) which returns zeros at padded positions; and Hugging Face
 layers called with ``attention_mask=None``, which are causal under SDPA but
 bidirectional under eager attention -- so masks are always passed explicitly.
@@ -913,8 +921,8 @@ def hf_reference(model: str, model_type: str, layer_class: str, config_class: st
 
     Args:
         model: the model it stands for (``Reference.model``), e.g. ``'Gemma 2 (local)'``.
-        model_type, layer_class, config_class, config_kwargs, layer_idx, attn_implementation,
-        unit_offset_norms: as :func:`hf_make`.
+        model_type, layer_class, config_class, config_kwargs: as :func:`hf_make`.
+        layer_idx, attn_implementation, unit_offset_norms: as :func:`hf_make`.
         causal, mask, rotary: as :func:`hf_call`.
     """
     make = hf_make(model_type, layer_class, config_class, config_kwargs, layer_idx=layer_idx,
