@@ -49,7 +49,7 @@ def _check_rope_scaling(scaling) -> dict:
     if not isinstance(scaling, dict):
         raise TypeError(f"rope_scaling must be None or a dict, got {type(scaling).__name__} {scaling!r}")
     rope_type = scaling.get("rope_type")
-    if rope_type not in ROPE_SCALINGS:
+    if not isinstance(rope_type, str) or rope_type not in ROPE_SCALINGS:
         raise ValueError(f"rope_scaling['rope_type'] must be one of {tuple(ROPE_SCALINGS)}, got {rope_type!r} "
                          "(no scaling: rope_scaling=None)")
     required, optional = ROPE_SCALINGS[rope_type]
@@ -598,11 +598,11 @@ class MultiHeadAttention(nn.Module):
     def _sink_mask(self, mask, q: torch.Tensor, num_keys: int) -> torch.Tensor:
         """The float mask (b, h, n_q, n_k + 1) of attention sinks: 0 / -inf from ``mask``, then each head's sink logit."""
         b, h, n_q = q.shape[:3]
-        real = torch.zeros((), dtype=q.dtype, device=q.device).expand(b, h, n_q, num_keys)
+        out = torch.zeros(b, h, n_q, num_keys + 1, dtype=q.dtype, device=q.device)  # filled in place: one pass
         if mask is not None:
-            real = real.masked_fill(~mask, float("-inf"))
-        sinks = self.sinks.to(q.dtype)[:, None, None].expand(b, h, n_q, 1)
-        return torch.cat((real, sinks), dim=-1)
+            out[..., :num_keys].masked_fill_(~mask, float("-inf"))
+        out[..., num_keys] = self.sinks.to(q.dtype)[:, None]  # (h, 1) -> every batch element and query
+        return out
 
     def _explicit_attention(self, q, k, v, mask, dropout_p: float) -> torch.Tensor:
         """Unfused attention with logit soft-capping (Gemma 2), as ``eager_attention_forward``.
