@@ -151,6 +151,11 @@ class TransformerBlock(nn.Module):
         logit_softcap: ``None`` or a float ``c > 0``: attention logits become
             ``tanh(logits / c) * c`` (Gemma 2; an explicit, unfused attention path); see
             :class:`MultiHeadAttention`.
+        rotary_dim, rope_scaling, query_scaling, sinks: passed to :class:`MultiHeadAttention`
+            (partial RoPE: rotate only the first ``rotary_dim`` features of each head;
+            RoPE frequency scaling ``{'rope_type': 'linear' | 'yarn' | 'llama3', ...}``;
+            Ministral 3's position-dependent query factor ``(beta, period)``; gpt-oss's
+            learned attention sinks).
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
@@ -163,7 +168,8 @@ class TransformerBlock(nn.Module):
             from the arguments above. When given, the module is configured by the
             factory alone: the attention-only arguments (``num_kv_heads``, ``causal``,
             ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``,
-            ``window``, ``logit_softcap``) must keep their defaults, and ``num_heads`` must equal the module's
+            ``window``, ``logit_softcap``, ``rotary_dim``, ``rope_scaling``, ``query_scaling``,
+            ``sinks``) must keep their defaults, and ``num_heads`` must equal the module's
             ``num_heads`` if it has one (``ValueError`` otherwise).
         ffn_factory: zero-argument callable returning the FFN module, called as
             ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
@@ -198,6 +204,8 @@ class TransformerBlock(nn.Module):
                  head_dim: int | None = None, qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, attn_scale: float | None = None, residual: bool = True,
                  window: int | None = None, logit_softcap: float | None = None,
+                 rotary_dim: int | None = None, rope_scaling: dict | None = None,
+                 query_scaling: tuple[float, int] | None = None, sinks: bool = False,
                  residual_multiplier: float = 1.0,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
@@ -213,13 +221,16 @@ class TransformerBlock(nn.Module):
             self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
                                                 num_kv_heads=num_kv_heads, causal=causal, head_dim=head_dim,
                                                 qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
-                                                scale=attn_scale, window=window, logit_softcap=logit_softcap)
+                                                scale=attn_scale, window=window, logit_softcap=logit_softcap,
+                                                rotary_dim=rotary_dim, rope_scaling=rope_scaling,
+                                                query_scaling=query_scaling, sinks=sinks)
         else:
             check_left_at_default("attn_factory builds the attention, so set these on the module it returns",
                                   TransformerBlock.__init__, num_kv_heads=num_kv_heads, causal=causal,
                                   head_dim=head_dim, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps,
                                   rope_theta=rope_theta, attn_scale=attn_scale, window=window,
-                                  logit_softcap=logit_softcap)
+                                  logit_softcap=logit_softcap, rotary_dim=rotary_dim, rope_scaling=rope_scaling,
+                                  query_scaling=query_scaling, sinks=sinks)
             self.attention = _build("attn_factory", attn_factory)
             check_positive_int("num_heads", num_heads)
             heads = getattr(self.attention, "num_heads", num_heads)  # checked where the module has one
