@@ -44,7 +44,7 @@ from torch.nn import functional as F
 
 from ._checks import check_nonnegative_int
 from ._shown import shown_in
-from .attention import valid_lens_mask
+from .attention import ROPE_SCALINGS, valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
 
 # --------------------------------------------------------------------------- copying helpers
@@ -247,19 +247,82 @@ def _gated_act(name: str) -> str:
     return table[name]
 
 
-def _rope_theta(config, layer_type: str | None = None) -> float:
-    """The RoPE base a layer of type ``layer_type`` uses; ValueError for RoPE d2lmini does not implement."""
+#: RoPE types of ``config.rope_parameters`` whose frequencies d2lmini reproduces: ``'default'`` and
+#: :data:`d2lmini.attention.ROPE_SCALINGS` (``'dynamic'``, ``'longrope'`` and ``'proportional'`` are refused).
+_ROPE_TYPES = ("default",) + tuple(ROPE_SCALINGS)
+
+
+def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False) -> dict:
+    """The RoPE of a layer of type ``layer_type`` as :class:`~d2lmini.block.TransformerBlock` arguments.
+
+    The one place a Hugging Face ``config``'s RoPE is read. It follows what
+    ``modeling_rope_utils`` (``standardize_rope_params`` and ``ROPE_INIT_FUNCTIONS``,
+    ``transformers`` 5.24) computes for a rotary table: ``config.rope_parameters`` --
+    the entry of ``layer_type`` where the parameters are given per layer type (Gemma 3,
+    OLMo 3) -- or, in older configs, ``config.rope_theta``; the legacy key ``'type'``
+    for ``'rope_type'``; ``partial_rotary_factor`` from the parameters or the config.
+
+    Returns:
+        ``{'rope_theta': float, 'rope_scaling': dict | None, 'rotary_dim': int | None}``.
+        ``rope_scaling`` (``None`` for ``'default'``) holds the keys the Hugging Face
+        initializer of that ``rope_type`` reads, and nothing else (so model-specific
+        keys such as Ministral 3's ``llama_4_scaling_beta`` are left out): for YaRN, a
+        missing ``factor`` is ``max_position_embeddings / original_max_position_embeddings``,
+        ``truncate`` is read from the top level of ``rope_parameters`` (as
+        ``_compute_yarn_parameters`` does), and ``mscale``/``mscale_all_dim`` are kept only
+        when both are set (non-zero), the only case in which ``transformers`` uses them.
+        ``rotary_dim`` is ``int(head_dim * partial_rotary_factor)``, or ``None`` for full RoPE.
+
+    Args:
+        config: a Hugging Face model configuration.
+        layer_type: the layer's type (``config.layer_types[layer_idx]``) or ``None``.
+        partial: whether the model's attention applies partial RoPE (rotates only the
+            first ``rotary_dim`` features); if not, a ``partial_rotary_factor`` below 1 is refused.
+
+    Raises:
+        ValueError: a ``rope_type`` d2lmini does not reproduce (``'dynamic'``, whose
+            frequencies change with the sequence length, ``'longrope'``, ...), or partial
+            RoPE where ``partial`` is ``False``.
+    """
     params = getattr(config, "rope_parameters", None)
     if params is None:
-        return float(config.rope_theta)
+        params = {"rope_theta": config.rope_theta}
+    top = params
     if layer_type is not None and layer_type in params:
         params = params[layer_type]
-    if params.get("rope_type", "default") != "default":
-        raise ValueError(f"only default RoPE is supported, got rope_type={params.get('rope_type')!r}")
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in _ROPE_TYPES:
+        raise ValueError(f"rope_type={rope_type!r} is not supported; supported: {_ROPE_TYPES}")
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     fraction = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    rotary_dim = None
     if fraction not in (None, 1, 1.0):
-        raise ValueError(f"only full RoPE is supported, got partial_rotary_factor={fraction!r}")
-    return float(params["rope_theta"])
+        if not partial:
+            raise ValueError(f"only full RoPE is supported for this layer, got partial_rotary_factor={fraction!r}")
+        rotary_dim = int(head_dim * fraction)
+    scaling = None
+    if rope_type != "default":
+        required, optional = ROPE_SCALINGS[rope_type]
+        scaling = {"rope_type": rope_type}
+        scaling.update({key: params[key] for key in required + optional if params.get(key) is not None})
+        if rope_type == "yarn":
+            if scaling.get("factor") is None and "original_max_position_embeddings" in scaling:
+                scaling["factor"] = config.max_position_embeddings / scaling["original_max_position_embeddings"]
+            scaling.pop("truncate", None)
+            if top.get("truncate") is not None:
+                scaling["truncate"] = top["truncate"]
+            if not (scaling.get("mscale") and scaling.get("mscale_all_dim")):
+                scaling.pop("mscale", None)
+                scaling.pop("mscale_all_dim", None)
+    return {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling, "rotary_dim": rotary_dim}
+
+
+def _rope_theta(config, layer_type: str | None = None) -> float:
+    """The RoPE base of a layer with plain, full RoPE (:func:`_rope_kwargs`); ValueError for scaled or partial RoPE."""
+    rope = _rope_kwargs(config, layer_type)
+    if rope["rope_scaling"] is not None:
+        raise ValueError(f"only default RoPE is supported here, got rope_type={rope['rope_scaling']['rope_type']!r}")
+    return rope["rope_theta"]
 
 
 def _layer_type(config, layer_idx: int) -> str | None:
@@ -277,13 +340,15 @@ def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str 
                    layer_type: str | None = None, window: int | None = None,
                    residual_multiplier: float = 1.0, *, norm: str = "rms", eps: float | None = None,
                    bias: bool | str | None = None, rope: bool = True,
-                   logit_softcap: float | None = None) -> TransformerBlock:
+                   logit_softcap: float | None = None,
+                   query_scaling: tuple[float, int] | None = None) -> TransformerBlock:
     """Shared mapping of the Llama family (q/k/v/o_proj; gate/up/down_proj or c_fc/c_proj; RoPE).
 
     ``norm``/``eps`` are the block norms' type and epsilon (default RMSNorm with
     ``config.rms_norm_eps``); ``bias`` defaults to ``config.attention_bias``; ``rope=False``
-    is a NoPE layer; a plain MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain
-    activation and the layer's biases.
+    is a NoPE layer, else the layer's RoPE (base, scaling, as :func:`_rope_kwargs` reads them);
+    a plain MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain activation and the
+    layer's biases.
     """
     attn, mlp = layer.self_attn, layer.mlp
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -294,9 +359,9 @@ def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str 
                              num_kv_heads=config.num_key_value_heads, ffn_num_hiddens=config.intermediate_size,
                              eps=rms_eps if eps is None else eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
                              qk_norm_eps=rms_eps if qk_norm else None,
-                             rope_theta=_rope_theta(config, layer_type) if rope else None,
                              attn_scale=attn_scale, window=window, logit_softcap=logit_softcap,
-                             residual_multiplier=residual_multiplier)
+                             query_scaling=query_scaling, residual_multiplier=residual_multiplier,
+                             **(_rope_kwargs(config, layer_type) if rope else {}))
     for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
         src = getattr(attn, theirs)
         _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
@@ -336,7 +401,7 @@ def from_llama_layer(layer, config) -> TransformerBlock:
         The pre-norm causal block with grouped-query attention and RoPE.
 
     Raises:
-        ValueError: for RoPE scaling, MLP biases or an activation other than SiLU.
+        ValueError: for a RoPE type d2lmini does not reproduce, MLP biases or an activation other than SiLU.
     """
     return _pre_norm_decoder(layer, config)
 
@@ -373,7 +438,7 @@ def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         The pre-norm causal block, windowed on sliding layers.
 
     Raises:
-        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
     local = _layer_type(config, layer_idx) == "sliding_attention"
     return _pre_norm_decoder(layer, config, window=config.sliding_window if local else None)
@@ -395,7 +460,7 @@ def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         The pre-norm causal block with q/k/v biases.
 
     Raises:
-        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
     local = _layer_type(config, layer_idx) == "sliding_attention"
     return _pre_norm_decoder(layer, config, bias="qkv", window=config.sliding_window if local else None)
@@ -414,7 +479,7 @@ def from_qwen3_layer(layer, config) -> TransformerBlock:
         The Llama-style block with per-head QK-norm.
 
     Raises:
-        ValueError: for a sliding-window configuration (``use_sliding_window``), RoPE scaling.
+        ValueError: for a sliding-window configuration (``use_sliding_window``), a RoPE type d2lmini does not reproduce.
     """
     if getattr(config, "use_sliding_window", False):
         raise ValueError("Qwen3's use_sliding_window is not supported")
@@ -437,7 +502,7 @@ def from_granite_layer(layer, config) -> TransformerBlock:
         The pre-norm causal block with both multipliers.
 
     Raises:
-        ValueError: for MLP biases or RoPE scaling.
+        ValueError: for MLP biases or a RoPE type d2lmini does not reproduce.
     """
     return _pre_norm_decoder(layer, config, attn_scale=config.attention_multiplier,
                              residual_multiplier=config.residual_multiplier)
@@ -459,7 +524,7 @@ def from_smollm3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         The pre-norm causal block, with or without RoPE.
 
     Raises:
-        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
     local = config.use_sliding_window and _layer_type(config, layer_idx) == "sliding_attention"
     return _pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]),
@@ -480,7 +545,7 @@ def from_olmo_layer(layer, config) -> TransformerBlock:
 
     Raises:
         ValueError: for ``clip_qkv`` (OLMo's clamping of q, k and v, which d2lmini does not
-            implement), biases or RoPE scaling.
+            implement), biases or a RoPE type d2lmini does not reproduce.
     """
     if getattr(config, "clip_qkv", None) is not None:
         raise ValueError(f"OLMo's clip_qkv={config.clip_qkv!r} is not supported; use clip_qkv=None")
@@ -522,8 +587,8 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlo
         The ``'post_sublayer'`` block, windowed on sliding layers.
 
     Raises:
-        ValueError: for RoPE scaling (e.g. YaRN on the full layers of released OLMo 3 models)
-            or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce (YaRN, as on the full layers of
+            released OLMo 3 models, is reproduced) or a ``layer_idx`` outside ``config.layer_types``.
     """
     layer_type = None if layer_idx is None else _layer_type(config, layer_idx)
     window = config.sliding_window if layer_type == "sliding_attention" else None
@@ -549,7 +614,7 @@ def from_starcoder2_layer(layer, config) -> TransformerBlock:
         The pre-LN causal block.
 
     Raises:
-        ValueError: for an unsupported activation or RoPE scaling.
+        ValueError: for an unsupported activation or a RoPE type d2lmini does not reproduce.
     """
     block = _gated_decoder(layer, config, "pre", None, act=_hf_act(config.hidden_act), norm="layer",
                            eps=config.norm_epsilon, bias=bool(config.use_bias), window=config.sliding_window)
@@ -591,7 +656,7 @@ def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         The ``'sandwich'`` block.
 
     Raises:
-        ValueError: for bidirectional attention, RoPE scaling, or a ``layer_idx`` outside
+        ValueError: for bidirectional attention, a RoPE type d2lmini does not reproduce, or a ``layer_idx`` outside
             ``config.layer_types``.
     """
     return _sandwich_decoder(layer, config, None, _layer_type(config, layer_idx),
@@ -618,13 +683,50 @@ def from_gemma3_layer(layer, config, layer_idx: int | None = None) -> Transforme
         The ``'sandwich'`` block with per-head QK-norm.
 
     Raises:
-        ValueError: for logit soft-capping, bidirectional attention, RoPE scaling, or a
+        ValueError: for logit soft-capping, bidirectional attention, a RoPE type d2lmini does not reproduce, or a
             ``layer_idx`` outside ``config.layer_types``.
     """
     if getattr(config, "attn_logit_softcapping", None) is not None:
         raise ValueError("attention logit soft-capping is not supported for Gemma 3")
     layer_idx = layer.self_attn.layer_idx if layer_idx is None else layer_idx
     return _sandwich_decoder(layer, config, "per_head", _layer_type(config, layer_idx))
+
+
+# --------------------------------------------------------------------------- Ministral 3, Arcee Trinity, gpt-oss
+
+
+def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Ministral3DecoderLayer`` (Ministral 3, 2025).
+
+    The Mistral block (pre-norm RMSNorm, grouped-query attention, SwiGLU, no biases) with
+    YaRN-scaled RoPE (``rope_scaling`` read from ``config.rope_parameters`` by
+    :func:`_rope_kwargs`) and Llama 4-style position-dependent query scaling: after RoPE
+    the query at position ``p`` is multiplied by ``1 + beta * log(1 + floor(p / L))``,
+    ``query_scaling=(beta, L)`` with ``beta = rope_parameters['llama_4_scaling_beta']`` and
+    ``L = rope_parameters['original_max_position_embeddings']``
+    (``modeling_ministral3.get_llama_4_attn_scale``); ``window=config.sliding_window`` on
+    every layer when it is set (``Ministral3Attention`` passes it to every layer, and
+    ``Ministral3Model`` builds one sliding-window mask for all of them).
+
+    Args:
+        layer, config: a ``Ministral3DecoderLayer`` and its ``Ministral3Config``.
+        layer_idx: the layer's position in the stack (every layer is alike).
+
+    Returns:
+        The pre-norm causal block with scaled RoPE and query scaling.
+
+    Raises:
+        ValueError: for ``rope_parameters`` without ``llama_4_scaling_beta`` or
+            ``original_max_position_embeddings`` (the layer needs both), a RoPE type d2lmini
+            does not reproduce, or MLP biases.
+    """
+    params = config.rope_parameters
+    beta, period = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+    if beta is None or period is None:
+        raise ValueError("Ministral 3 needs rope_parameters['llama_4_scaling_beta'] and "
+                         f"['original_max_position_embeddings'] (its query scaling), got {beta!r} and {period!r}")
+    return _pre_norm_decoder(layer, config, window=config.sliding_window,
+                             query_scaling=(beta, period) if beta else None)
 
 
 #: ``from_hf``'s dispatch table: Hugging Face layer class name -> converter ``(layer, config, layer_idx)``.
@@ -644,6 +746,7 @@ HF_CONVERTERS: dict[str, Callable] = {
     "Starcoder2DecoderLayer": lambda layer, config, layer_idx: from_starcoder2_layer(layer, config),
     "GraniteDecoderLayer": lambda layer, config, layer_idx: from_granite_layer(layer, config),
     "SmolLM3DecoderLayer": from_smollm3_layer,
+    "Ministral3DecoderLayer": from_ministral3_layer,
 }
 
 

@@ -108,6 +108,12 @@ _GEMMA3 = dict(_GEMMA, num_hidden_layers=2, layer_types=["sliding_attention", "f
 _OLMO3 = dict(**TINY, num_hidden_layers=4, sliding_window=_WINDOW)  # layers 0-2 sliding, 3 full
 _SMOLLM3 = dict(**TINY, num_hidden_layers=4)  # layers 0-2 RoPE, 3 NoPE (no_rope_layer_interval=4)
 _LEARNED = "learned absolute positions, added to the input (outside the layer)"
+# Ministral 3: YaRN over an "original" context of 4 positions, so the query scaling 1 + beta log(1 + floor(p / 4))
+# changes within the 16 test steps (the released models: 16384, factor 16).
+_MINISTRAL3 = dict(**TINY, num_hidden_layers=1, head_dim=16, max_position_embeddings=64,
+                   rope_parameters=dict(rope_type="yarn", rope_theta=1_000_000.0, factor=16.0,
+                                        original_max_position_embeddings=4, beta_fast=32.0, beta_slow=1.0,
+                                        mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.1))
 
 #: The rows of the zoo, oldest model first.
 ZOO: tuple[ZooRow, ...] = (
@@ -146,6 +152,7 @@ ZOO: tuple[ZooRow, ...] = (
            layer_idx=3, note="every fourth layer has no positional encoding"),
     hf_row("OLMo 3 (sliding)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=0),
     hf_row("OLMo 3 (full)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=3),
+    hf_row("Ministral 3", "Mistral", 2025, "ministral3", "Ministral3DecoderLayer", "Ministral3Config", _MINISTRAL3),
 )
 
 _NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
