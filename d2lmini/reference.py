@@ -10,7 +10,8 @@ references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 dependency, imported only inside functions), the decoder and encoder layers of
 :data:`HF_CONVERTERS`: :func:`from_hf` converts any of them, dispatching on the layer's
 class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
-OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3; :mod:`d2lmini.zoo` checks each of them).
+OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity; :mod:`d2lmini.zoo`
+checks each of them).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
 own rotary tables).
@@ -25,7 +26,11 @@ RMSNorm gain stored as ``w`` and applied as ``1 + w``, and its logit scale
 ``query_pre_attn_scalar ** -0.5``; OLMo 2's QK-norm over the whole projection;
 Qwen3's ``head_dim`` unequal to ``d / h``; OLMo's parameter-free LayerNorm with
 its eps fixed at 1e-5 (and ``clip_qkv``, refused); Qwen2's biases on q, k, v but not o;
-Gemma 3's local layers, which use their own RoPE base; layer types (sliding or full,
+Gemma 3's local layers, which use their own RoPE base; keys of ``rope_parameters`` that
+``transformers`` reads for one RoPE type but not another (YaRN's ``truncate`` from the top
+level, ``mscale`` only with ``mscale_all_dim``; :func:`_rope_kwargs`); Ministral 3's query
+scaling, whose period is YaRN's ``original_max_position_embeddings``; Arcee Trinity's global
+layers, which apply no RoPE though the model computes a rotary table; layer types (sliding or full,
 RoPE or NoPE) chosen by ``layer_idx``; ``nn.TransformerEncoderLayer``'s fused
 fast path (eval, no grad) which returns zeros at padded positions; and Hugging Face
 layers called with ``attention_mask=None``, which are causal under SDPA but
@@ -34,6 +39,7 @@ bidirectional under eager attention -- so masks are always passed explicitly.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -44,8 +50,10 @@ from torch.nn import functional as F
 
 from ._checks import check_nonnegative_int
 from ._shown import shown_in
-from .attention import ROPE_SCALINGS, valid_lens_mask
+from .attention import ROPE_SCALINGS, GatedAttention, valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
+from .ffn import FeedForward
+from .moe import MixtureOfExperts
 
 # --------------------------------------------------------------------------- copying helpers
 
@@ -729,6 +737,93 @@ def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock
                              query_scaling=(beta, period) if beta else None)
 
 
+def _copy_gated_mlp(ffn, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> None:
+    """Copy a bias-free gated MLP ``down(act(gate x) * up x)`` into a gated :class:`~d2lmini.ffn.FeedForward`."""
+    _copy_linear(ffn.W_g, gate)
+    _copy_linear(ffn.W_1, up)
+    _copy_linear(ffn.W_2, down)
+
+
+def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``AfmoeDecoderLayer`` (Arcee Trinity, 2025).
+
+    ``AfmoeDecoderLayer`` is the ``transformers`` layer of Arcee's Trinity models
+    (Singh et al., 2026): sandwich placement with RMSNorm, QK-norm per head (one gain
+    shared by the heads), grouped-query attention gated by ``sigmoid(W_gate x)``
+    (:class:`~d2lmini.attention.GatedAttention`), and -- after the first
+    ``num_dense_layers`` layers -- a mixture of SwiGLU experts with sigmoid routing, an
+    expert bias used only for selection, and an always-on shared expert
+    (:class:`~d2lmini.moe.MixtureOfExperts`). Layers alternate by
+    ``config.layer_types``: a global (``'full_attention'``) layer applies no position
+    encoding at all, a local (``'sliding_attention'``) layer applies RoPE (the model's one
+    ``rope_parameters``, :func:`_rope_kwargs`) and ``window=config.sliding_window``
+    (``AfmoeAttention.is_local_attention``; ``AfmoeModel`` builds the sliding-window mask
+    for those layers). ``mup_enabled`` scales the embeddings, outside the layers.
+
+    Args:
+        layer: an ``AfmoeDecoderLayer``; its weights are copied, not shared.
+        config: the layer's ``AfmoeConfig``.
+        layer_idx: the layer's position in the stack (selects global or local); ``None``:
+            the layer's own ``layer_idx``.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
+
+    Raises:
+        ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
+            not reproduce (local layers), or an activation other than SiLU.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    layer_idx = layer.layer_idx if layer_idx is None else layer_idx
+    attn = layer.self_attn
+    local = _layer_type(config, layer_idx) == "sliding_attention"
+    if _gated_act(config.hidden_act) != "swiglu":
+        raise ValueError(f"AFMoE's MLPs are supported with hidden_act='silu' only, got {config.hidden_act!r}")
+    d, h, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    bias = bool(getattr(config, "attention_bias", False))
+    local_kwargs = dict(window=config.sliding_window, **_rope_kwargs(config)) if local else {}
+
+    def attention():
+        return GatedAttention(d, h, num_kv_heads=kv, head_dim=attn.head_dim, causal=True, qk_norm="per_head",
+                              qk_norm_eps=config.rms_norm_eps, scale=attn.scaling, bias=bias, **local_kwargs)
+
+    if layer.moe_enabled:
+        def ffn():
+            return MixtureOfExperts(d, config.num_experts, top_k=config.num_experts_per_tok,
+                                    ffn_num_hiddens=config.moe_intermediate_size, act="swiglu", router="sigmoid",
+                                    num_shared_experts=config.num_shared_experts,
+                                    route_scale=float(config.route_scale))
+    else:
+        def ffn():
+            return FeedForward(d, config.intermediate_size, act="swiglu")
+    block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps,
+                             attn_factory=attention, ffn_factory=ffn)
+    ours = block.attention
+    for mine, theirs in ((ours.attention.W_q, attn.q_proj), (ours.attention.W_k, attn.k_proj),
+                         (ours.attention.W_v, attn.v_proj), (ours.W_o, attn.o_proj), (ours.W_gate, attn.gate_proj)):
+        _copy_linear(mine, theirs.weight, theirs.bias)
+    _copy_norm(ours.attention.q_norm, attn.q_norm)
+    _copy_norm(ours.attention.k_norm, attn.k_norm)
+    for mine, theirs in ((block.addnorm1.norm_in, layer.input_layernorm),
+                         (block.addnorm1.norm_out, layer.post_attention_layernorm),
+                         (block.addnorm2.norm_in, layer.pre_mlp_layernorm),
+                         (block.addnorm2.norm_out, layer.post_mlp_layernorm)):
+        _copy_norm(mine, theirs)
+    mlp = layer.mlp
+    if layer.moe_enabled:
+        _copy_linear(block.ffn.router, mlp.router.gate.weight)
+        _copy(block.ffn.expert_bias, mlp.expert_bias)
+        for e, expert in enumerate(block.ffn.experts):
+            gate, up = mlp.experts.gate_up_proj[e].chunk(2, dim=0)  # (2 * hidden, d): gate rows, then up rows
+            _copy_gated_mlp(expert, gate, up, mlp.experts.down_proj[e])
+        shared = mlp.shared_experts
+        _copy_gated_mlp(block.ffn.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    else:
+        _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
 #: ``from_hf``'s dispatch table: Hugging Face layer class name -> converter ``(layer, config, layer_idx)``.
 HF_CONVERTERS: dict[str, Callable] = {
     "BertLayer": lambda layer, config, layer_idx: from_bert_layer(layer, config),
@@ -747,6 +842,7 @@ HF_CONVERTERS: dict[str, Callable] = {
     "GraniteDecoderLayer": lambda layer, config, layer_idx: from_granite_layer(layer, config),
     "SmolLM3DecoderLayer": from_smollm3_layer,
     "Ministral3DecoderLayer": from_ministral3_layer,
+    "AfmoeDecoderLayer": from_afmoe_layer,
 }
 
 
@@ -779,15 +875,16 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     ``Qwen3DecoderLayer`` (Qwen3), ``Gemma2DecoderLayer`` (Gemma 2),
     ``Gemma3DecoderLayer`` (Gemma 3), ``OlmoDecoderLayer`` (OLMo),
     ``Olmo2DecoderLayer`` (OLMo 2), ``Olmo3DecoderLayer`` (OLMo 3),
-    ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite) and
-    ``SmolLM3DecoderLayer`` (SmolLM3).
+    ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
+    ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3) and
+    ``AfmoeDecoderLayer`` (Arcee Trinity).
 
     Args:
         layer: an instance of a supported class, built from ``config``.
         config: the layer's model configuration.
         layer_idx: the layer's position in the stack (an int >= 0). It selects the layer
             type of models that alternate them (sliding or full attention: Gemma 2/3,
-            Ministral, OLMo 3, Qwen2; RoPE or NoPE: SmolLM3) and must equal the index the
+            Ministral, OLMo 3, Qwen2, Arcee Trinity; RoPE or NoPE: SmolLM3) and must equal the index the
             layer was built with where the layer records one.
 
     Returns:
@@ -940,8 +1037,9 @@ def hf_make(model_type: str, layer_class: str, config_class: str, config_kwargs:
 
         modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
         torch.manual_seed(seed)
-        config = getattr(tf, config_class)(**config_kwargs)
+        config = getattr(tf, config_class)(**copy.deepcopy(config_kwargs))  # configs edit nested dicts in place
         config._attn_implementation = attn_implementation
+        config._experts_implementation = "eager"  # MoE layers (Trinity, gpt-oss): the plain loop over experts
         layer = getattr(modeling, layer_class)(config, layer_idx=layer_idx)
         return _randomize_(layer, seed, unit_offset_norms=unit_offset_norms).eval(), config
 
