@@ -154,7 +154,8 @@ class TransformerBlock(nn.Module):
         norm: ``'layer'`` (LayerNorm), ``'rms'`` (RMSNorm), ``'layer_no_bias'`` (LayerNorm
             without bias, Cohere Command R) or ``'layer_nonparametric'`` (LayerNorm without
             gain or bias, OLMo 1); see :func:`d2lmini.norms.make_norm`.
-        act: FFN activation: ``'relu'``, ``'gelu'``, ``'gelu_tanh'``, ``'swiglu'`` or ``'geglu'``.
+        act: FFN activation: ``'relu'``, ``'gelu'``, ``'gelu_tanh'``, ``'swiglu'``, ``'geglu'`` or
+            ``'swiglu_clamped'`` (gpt-oss, limit 7.0); see :class:`~d2lmini.ffn.FeedForward`.
         placement: where the norms go: ``'post'``, ``'pre'``, ``'post_sublayer'``,
             ``'sandwich'``, or attention and FFN in parallel, ``x <- x + Attn(N_1(x)) +
             FFN(N_2(x))``, with one shared norm ``N_1 = N_2`` (``'parallel'``: GPT-J, PaLM,

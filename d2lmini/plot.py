@@ -95,7 +95,8 @@ PLACEMENT_SHORT_LABELS = {"post": "post", "pre": "pre", "post_sublayer": "post-s
                           "parallel": "parallel", "parallel_two_norms": "parallel, two norms"}
 QK_SHORT_LABELS = {None: "—", "per_head": "per head", "projection": "whole projection",
                    "per_head_distinct": "per head, own gains"}
-ACT_SHORT_LABELS = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swiglu": "SwiGLU", "geglu": "GeGLU"}
+ACT_SHORT_LABELS = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swiglu": "SwiGLU", "geglu": "GeGLU",
+                    "swiglu_clamped": "SwiGLU (clamped)"}
 
 
 def skip_label(placement: str, residual: bool) -> str:
