@@ -35,9 +35,9 @@ class MixtureOfExperts(nn.Module):
     selected logits alone, which is how OpenAI gpt-oss computes them (Hugging Face
     ``GptOssTopKRouter``: top-k of the logits, then a softmax over those k); gpt-oss's
     router also has a bias (``router_bias=True``) and its experts are
-    ``act='swiglu_clamped'`` FFNs with biases. Each token runs through only ``top_k`` experts, so the
-    parameters grow with ``num_experts`` while the computation per token grows with
-    ``top_k``. Drop it into a block with
+    ``act='swiglu_clamped'`` FFNs with biases (``bias=True``). Each token runs through
+    only ``top_k`` experts, so the parameters grow with ``num_experts`` while the
+    computation per token grows with ``top_k``. Drop it into a block with
     ``TransformerBlock(d, h, ffn_factory=lambda: MixtureOfExperts(d))``.
 
     Args:
@@ -66,8 +66,8 @@ class MixtureOfExperts(nn.Module):
 
     Raises:
         ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, an
-            unknown ``router`` or ``act``, a ``swiglu_limit`` with another act; at call time an input whose last dimension
-            is not ``d``.
+            unknown ``router`` or ``act``, a ``swiglu_limit`` with another act; at call
+            time an input whose last dimension is not ``d``.
 
     Introduced in the chapter "One block, every configuration".
     """
