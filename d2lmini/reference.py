@@ -1256,3 +1256,42 @@ def output_and_grad_differences(runs, X: torch.Tensor, R: torch.Tensor, keep: to
     return {"max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
             "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
             "max_abs_output": float(outputs[0][keep].abs().max())}
+
+
+# --------------------------------------------------------------------------- gpt-oss
+
+
+def _copy_gptoss_experts(experts: nn.ModuleList, src) -> None:
+    """Copy Hugging Face ``GptOssExperts``' fused weights into ``E`` d2lmini FeedForwards.
+
+    gpt-oss stores all experts in three tensors, laid out (in, out): ``gate_up_proj``
+    ``(E, d, 2h)`` with gate and up *interleaved* (gate in the even columns ``[..., ::2]``,
+    up in the odd ones ``[..., 1::2]``, as ``GptOssExperts._apply_gate`` splits them),
+    ``gate_up_proj_bias`` ``(E, 2h)``, ``down_proj`` ``(E, h, d)`` and ``down_proj_bias``
+    ``(E, d)``. Expert ``e`` becomes ``experts[e]``: ``W_g`` from the gate columns, ``W_1``
+    from the up columns, ``W_2`` from ``down_proj[e]``, each transposed into ``nn.Linear``'s
+    (out, in), biases included.
+
+    Args:
+        experts: ``E`` :class:`~d2lmini.ffn.FeedForward` modules with ``act='swiglu_clamped'``,
+            biases and the source's ``swiglu_limit`` (e.g. ``MixtureOfExperts.experts``).
+        src: a ``GptOssExperts`` (``GptOssMLP.experts``).
+
+    Raises:
+        ValueError: a different number of experts, an act other than ``'swiglu_clamped'``,
+            a limit unequal to ``src.limit``, ``src.alpha`` not 1.702, or mismatched shapes.
+    """
+    from .ffn import SWIGLU_CLAMPED_ALPHA
+
+    if len(experts) != src.num_experts:
+        raise ValueError(f"gpt-oss has {src.num_experts} experts, got {len(experts)} FeedForwards")
+    if float(src.alpha) != SWIGLU_CLAMPED_ALPHA:
+        raise ValueError(f"only gpt-oss's swiglu_alpha={SWIGLU_CLAMPED_ALPHA} is supported, got {src.alpha}")
+    for e, ffn in enumerate(experts):
+        if ffn.act != "swiglu_clamped" or ffn.swiglu_limit != float(src.limit):
+            raise ValueError(f"experts[{e}] must have act='swiglu_clamped' and swiglu_limit={float(src.limit)}, "
+                             f"got act={ffn.act!r}, swiglu_limit={ffn.swiglu_limit}")
+        gate_up, gate_up_bias = src.gate_up_proj[e], src.gate_up_proj_bias[e]  # (d, 2h), (2h,)
+        _copy_linear(ffn.W_g, gate_up[:, ::2].t(), gate_up_bias[::2])
+        _copy_linear(ffn.W_1, gate_up[:, 1::2].t(), gate_up_bias[1::2])
+        _copy_linear(ffn.W_2, src.down_proj[e].t(), src.down_proj_bias[e])

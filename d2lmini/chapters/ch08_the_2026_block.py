@@ -53,7 +53,7 @@ KNOB_MEANINGS = {
     "dropout": "dropout on attention weights, FFN hidden units, branch outputs",
     "norm": "which normalization",
     "act": "FFN activation (gated ones use three matrices)",
-    "placement": "where the norms sit around each sublayer",
+    "placement": "where the norms sit around each sublayer, or attention and FFN in parallel (GPT-J, GPT-NeoX)",
     "bias": "biases in the attention and FFN linear layers ('qkv': on q, k, v only, Qwen2)",
     "num_kv_heads": "key/value heads (fewer than h: grouped-query attention)",
     "ffn_num_hiddens": "FFN hidden width (default 4d, or 8d/3 when gated)",
