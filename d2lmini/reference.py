@@ -10,8 +10,8 @@ references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 dependency, imported only inside functions), the decoder and encoder layers of
 :data:`HF_CONVERTERS`: :func:`from_hf` converts any of them, dispatching on the layer's
 class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
-OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity; :mod:`d2lmini.zoo`
-checks each of them).
+OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss;
+:mod:`d2lmini.zoo` checks each of them).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
 own rotary tables).
@@ -824,6 +824,56 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
+def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``GptOssDecoderLayer`` (OpenAI gpt-oss, 2025).
+
+    Pre-norm RMSNorm; grouped-query attention with biases on q, k, v and o, a learned
+    sink logit per head (``sinks=True``: ``GptOssAttention.sinks`` joins every softmax),
+    YaRN-scaled RoPE (:func:`_rope_kwargs`; gpt-oss: factor 32, ``truncate=False``) and, on
+    the ``'sliding_attention'`` layers of ``config.layer_types`` (gpt-oss alternates
+    sliding and full layers), ``window=config.sliding_window``; and a mixture of experts
+    (:class:`~d2lmini.moe.MixtureOfExperts`): a router with a bias taking the top-k
+    logits and a softmax over them (``GptOssTopKRouter``; equal to the renormalized
+    softmax router), experts with biases and the clamped SwiGLU
+    (``act='swiglu_clamped'``, ``swiglu_limit=config.swiglu_limit``; ``GptOssExperts``,
+    weights copied by :func:`_copy_gptoss_experts`), no shared expert.
+
+    Args:
+        layer, config: a ``GptOssDecoderLayer`` and its ``GptOssConfig`` (call it with
+            ``attn_implementation='eager'``: gpt-oss does not support SDPA).
+        layer_idx: the layer's position in the stack (selects sliding or full).
+
+    Returns:
+        The pre-norm causal block with sinks and the MoE FFN.
+
+    Raises:
+        ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
+            not reproduce, or a ``swiglu_alpha`` other than 1.702.
+    """
+    attn, mlp = layer.self_attn, layer.mlp
+    window = config.sliding_window if _layer_type(config, layer_idx) == "sliding_attention" else None
+    d, num_experts = config.hidden_size, config.num_local_experts
+
+    def ffn():
+        return MixtureOfExperts(d, num_experts, top_k=config.num_experts_per_tok,
+                                ffn_num_hiddens=config.intermediate_size, act="swiglu_clamped", router="softmax",
+                                bias=True, router_bias=True, swiglu_limit=float(config.swiglu_limit))
+
+    block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="pre",
+                             bias=bool(config.attention_bias), num_kv_heads=config.num_key_value_heads,
+                             eps=config.rms_norm_eps, causal=True, head_dim=attn.head_dim, window=window,
+                             sinks=True, ffn_factory=ffn, **_rope_kwargs(config))
+    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
+        src = getattr(attn, theirs)
+        _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
+    _copy(block.attention.sinks, attn.sinks)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    _copy_linear(block.ffn.router, mlp.router.weight, mlp.router.bias)
+    _copy_gptoss_experts(block.ffn.experts, mlp.experts)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
 #: ``from_hf``'s dispatch table: Hugging Face layer class name -> converter ``(layer, config, layer_idx)``.
 HF_CONVERTERS: dict[str, Callable] = {
     "BertLayer": lambda layer, config, layer_idx: from_bert_layer(layer, config),
@@ -843,6 +893,7 @@ HF_CONVERTERS: dict[str, Callable] = {
     "SmolLM3DecoderLayer": from_smollm3_layer,
     "Ministral3DecoderLayer": from_ministral3_layer,
     "AfmoeDecoderLayer": from_afmoe_layer,
+    "GptOssDecoderLayer": from_gpt_oss_layer,
 }
 
 
@@ -876,15 +927,15 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     ``Gemma3DecoderLayer`` (Gemma 3), ``OlmoDecoderLayer`` (OLMo),
     ``Olmo2DecoderLayer`` (OLMo 2), ``Olmo3DecoderLayer`` (OLMo 3),
     ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
-    ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3) and
-    ``AfmoeDecoderLayer`` (Arcee Trinity).
+    ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
+    ``AfmoeDecoderLayer`` (Arcee Trinity) and ``GptOssDecoderLayer`` (gpt-oss).
 
     Args:
         layer: an instance of a supported class, built from ``config``.
         config: the layer's model configuration.
         layer_idx: the layer's position in the stack (an int >= 0). It selects the layer
             type of models that alternate them (sliding or full attention: Gemma 2/3,
-            Ministral, OLMo 3, Qwen2, Arcee Trinity; RoPE or NoPE: SmolLM3) and must equal the index the
+            Ministral, OLMo 3, Qwen2, Arcee Trinity, gpt-oss; RoPE or NoPE: SmolLM3) and must equal the index the
             layer was built with where the layer records one.
 
     Returns:

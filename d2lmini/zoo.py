@@ -121,6 +121,12 @@ _TRINITY = dict(**TINY, head_dim=32, moe_intermediate_size=32, num_experts=8, nu
                 num_shared_experts=1, num_dense_layers=0, num_hidden_layers=2, sliding_window=_WINDOW,
                 layer_types=["sliding_attention", "full_attention"])
 _TRINITY_NOTE = "gated attention, MoE FFN (sigmoid router, shared expert)"
+# gpt-oss: layers alternate sliding (the row's layer 0) and full; YaRN as released (factor 32 over 4096, not
+# truncated); a SwiGLU clamp of 1 (released: 7) so that the tiny layer's activations reach it.
+_GPT_OSS = dict(**TINY, head_dim=16, num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=2,
+                sliding_window=_WINDOW, swiglu_limit=1.0,
+                rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                     beta_slow=1.0, truncate=False, original_max_position_embeddings=4096))
 
 #: The rows of the zoo, oldest model first.
 ZOO: tuple[ZooRow, ...] = (
@@ -164,6 +170,8 @@ ZOO: tuple[ZooRow, ...] = (
            layer_idx=0, note=_TRINITY_NOTE),
     hf_row("Arcee Trinity (global)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _TRINITY,
            layer_idx=1, note=_TRINITY_NOTE + "; no position encoding in global layers"),
+    hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _GPT_OSS, layer_idx=0,
+           attn_implementation="eager", note="sliding layer shown; full-attention layers alternate with it"),
 )
 
 _NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
@@ -190,10 +198,10 @@ def _describe_ffn(ffn) -> str:
     """The ``ffn`` column of :func:`describe`: a FeedForward's activation and width, or a mixture of experts."""
     if not isinstance(ffn, MixtureOfExperts):
         return f"{ffn.act}, {ffn.W_1.out_features} hidden"
-    router = ffn.router_kind + (" with bias" if getattr(ffn.router, "bias", None) is not None else "")
+    router = ffn.router_kind + " router" + (" with bias" if getattr(ffn.router, "bias", None) is not None else "")
     shared = f", {ffn.num_shared_experts} shared" if ffn.num_shared_experts else ""
     return (f"MoE: {ffn.num_experts} {ffn.act} experts of {ffn.experts[0].ffn_num_hiddens} hidden, "
-            f"top-{ffn.top_k}{shared}, {router} router")
+            f"top-{ffn.top_k}{shared}, {router}")
 
 
 def describe(block: TransformerBlock) -> dict:

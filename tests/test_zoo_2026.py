@@ -1,4 +1,4 @@
-"""The zoo's 2025-26 rows (Ministral 3, Arcee Trinity local and global, gpt-oss), the RoPE reader and describe()."""
+"""The zoo's 2025 rows (Ministral 3, Arcee Trinity local and global, gpt-oss), the RoPE reader and describe()."""
 
 from __future__ import annotations
 
@@ -106,6 +106,55 @@ def test_compare_with_trinity_is_unchanged():
     assert abs(result["max_abs_output"] - 7.174245357513428) < 1e-6  # the chapter's numbers do not move
 
 
+# --------------------------------------------------------------------------- gpt-oss
+
+
+def _set_limit(limit):
+    def mutate(block):
+        for expert in block.ffn.experts:
+            expert.swiglu_limit = limit
+    return mutate
+
+
+def test_gpt_oss_row_is_a_sliding_layer_with_sinks_yarn_biases_and_the_moe():
+    layer, config = ROWS["gpt-oss"].make(0)
+    assert config.layer_types[0] == "sliding_attention" and config._attn_implementation == "eager"
+    block = from_hf(layer, config, 0)
+    att = block.attention
+    assert att.window == 5 and att.sinks is not None and att.W_o.bias is not None
+    assert att.rope_scaling == {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+    assert block.ffn.router.bias is not None and block.ffn.shared is None
+    assert {expert.act for expert in block.ffn.experts} == {"swiglu_clamped"}
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_gpt_oss_full_attention_layer(padded):
+    ref = hf_reference("gpt-oss (full)", "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", zoo._GPT_OSS,
+                       layer_idx=1, attn_implementation="eager")
+    result = compare_with_reference(ref, seed=0, padded=padded)
+    assert result["block"].attention.window is None
+    assert max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda block: block.attention.sinks.zero_(),
+    lambda block: setattr(block.attention, "rope_scaling", None),
+    lambda block: setattr(block.attention, "window", None),
+    lambda block: block.ffn.router.bias.zero_(),
+    _set_limit(7.0),
+], ids=["sinks zeroed", "YaRN dropped", "window removed", "router bias zeroed", "clamp limit 7"])
+def test_gpt_oss_check_catches_a_wrong_block(mutate):
+    assert _differs(_mutated(ROWS["gpt-oss"], mutate))
+
+
+def test_gpt_oss_other_swiglu_alpha_is_refused():
+    layer, config = ROWS["gpt-oss"].make(0)
+    layer.mlp.experts.alpha = 1.0
+    with pytest.raises(ValueError, match="swiglu_alpha"):
+        from_hf(layer, config, 0)
+
+
 # --------------------------------------------------------------------------- the RoPE reader
 
 
@@ -159,7 +208,7 @@ def test_rope_kwargs_reads_every_form_of_the_config():
 
 def test_describe_reads_the_new_features_from_the_modules():
     rows = {r["name"]: r for r in zoo.zoo_table(rows=[ROWS["Ministral 3"], ROWS["Arcee Trinity (local)"],
-                                                       ROWS["Arcee Trinity (global)"]])}
+                                                       ROWS["Arcee Trinity (global)"], ROWS["gpt-oss"]])}
     assert all(r["reproduced"] for r in rows.values())
     m3 = rows["Ministral 3"]
     assert "query scaling 1 + 0.1 log(1 + floor(p / 4))" in m3["attention"]
@@ -168,6 +217,10 @@ def test_describe_reads_the_new_features_from_the_modules():
     assert "sigmoid output gate" in local["attention"] and "window 5" in local["attention"]
     assert glob["positions"] == "none in the layer" and local["positions"].startswith("RoPE")
     assert glob["ffn"] == "MoE: 8 swiglu experts of 32 hidden, top-2, 1 shared, sigmoid router"
+    gpt_oss = rows["gpt-oss"]
+    assert gpt_oss["attention"].endswith("window 5, sinks") and gpt_oss["bias"] == "all"
+    assert gpt_oss["positions"] == "RoPE, base 150000, yarn scaling x32"
+    assert gpt_oss["ffn"] == "MoE: 4 swiglu_clamped experts of 160 hidden, top-2, softmax router with bias"
     block = TransformerBlock(32, 4, rope_theta=100.0, rotary_dim=4, sinks=True, causal=True)
     described = zoo.describe(block)
     assert described["positions"] == "RoPE, base 100, on 4/8 = 50% of each head"
