@@ -20,7 +20,8 @@ windows are shorter than the test sequence of 16 steps), a converter in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable
 
 from ._checks import check_bool, check_instance, check_int_at_least, check_seed
@@ -108,6 +109,22 @@ _GEMMA3 = dict(_GEMMA, num_hidden_layers=2, layer_types=["sliding_attention", "f
 _OLMO3 = dict(**TINY, num_hidden_layers=4, sliding_window=_WINDOW)  # layers 0-2 sliding, 3 full
 _SMOLLM3 = dict(**TINY, num_hidden_layers=4)  # layers 0-2 RoPE, 3 NoPE (no_rope_layer_interval=4)
 _LEARNED = "learned absolute positions, added to the input (outside the layer)"
+_INTERLEAVED = "interleaved RoPE pairs (2l, 2l+1), converted by permuting the rows of W_q and W_k"
+
+
+def _rotary_named(row: ZooRow, model_type: str, rotary: str) -> ZooRow:
+    """``row`` called with the rotary tables of ``rotary``, a class of ``model_type``'s modeling module
+    (GPT-NeoX's and GPT-J's layer classes do not share their rotary class's prefix)."""
+    return replace(row, call=hf_call(model_type, row.layer_class, layer_idx=row.layer_idx, causal=row.causal,
+                                     rotary=rotary))
+
+
+def _without_alibi(row: ZooRow) -> ZooRow:
+    """``row`` calling its layer with ``alibi=None``, the required argument of ``FalconDecoderLayer``
+    (``FalconModel`` passes ``None`` for its RoPE models)."""
+    call = row.call
+    return replace(row, call=lambda layer, config, X, valid_lens: call(partial(layer, alibi=None), config, X,
+                                                                       valid_lens))
 
 #: The rows of the zoo, oldest model first.
 ZOO: tuple[ZooRow, ...] = (
@@ -146,12 +163,39 @@ ZOO: tuple[ZooRow, ...] = (
            layer_idx=3, note="every fourth layer has no positional encoding"),
     hf_row("OLMo 3 (sliding)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=0),
     hf_row("OLMo 3 (full)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=3),
+    # Parallel attention + FFN, partial and interleaved RoPE (appended, so not in year order).
+    hf_row("Phi-2", "Phi", 2023, "phi", "PhiDecoderLayer", "PhiConfig",
+           dict(TINY, num_key_value_heads=4, num_hidden_layers=1, partial_rotary_factor=0.5)),
+    hf_row("Phi-3 mini", "Phi", 2024, "phi3", "Phi3DecoderLayer", "Phi3Config",
+           dict(TINY, num_key_value_heads=4, num_hidden_layers=1, sliding_window=_WINDOW, pad_token_id=0)),
+    hf_row("Phi-4-mini", "Phi", 2025, "phi3", "Phi3DecoderLayer", "Phi3Config",
+           dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.75, pad_token_id=0),
+           note="Phi3DecoderLayer with partial_rotary_factor=0.75"),
+    _rotary_named(hf_row("GPT-NeoX", "GPT-NeoX", 2022, "gpt_neox", "GPTNeoXLayer", "GPTNeoXConfig",
+                         dict(hidden_size=64, num_attention_heads=4, intermediate_size=160, num_hidden_layers=1,
+                              rotary_pct=0.25)), "gpt_neox", "GPTNeoXRotaryEmbedding"),
+    _rotary_named(hf_row("GPT-J", "GPT-J", 2021, "gptj", "GPTJBlock", "GPTJConfig",
+                         dict(n_embd=64, n_head=2, n_inner=160, n_layer=1, rotary_dim=8),
+                         note=_INTERLEAVED), "gptj", "GPTJRotaryEmbedding"),
+    _without_alibi(hf_row("Falcon-7B", "Falcon", 2023, "falcon", "FalconDecoderLayer", "FalconConfig",
+                          dict(hidden_size=64, num_attention_heads=4, multi_query=True, parallel_attn=True,
+                               new_decoder_architecture=False, alibi=False, bias=False, ffn_hidden_size=160,
+                               num_hidden_layers=1),
+                          attn_implementation="eager",  # SDPA does not broadcast the single key/value head
+                          note="Falcon-40B/180B (new_decoder_architecture) convert to 'parallel_two_norms'")),
+    hf_row("Command R", "Cohere", 2024, "cohere", "CohereDecoderLayer", "CohereConfig",
+           dict(**TINY, num_hidden_layers=1, attention_bias=True),
+           note=_INTERLEAVED + "; logit_scale multiplies the logits (outside the layer)"),
+    hf_row("StableLM 2", "StableLM", 2024, "stablelm", "StableLmDecoderLayer", "StableLmConfig",
+           dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.25, use_qkv_bias=True,
+                use_parallel_residual=False)),
 )
 
 _NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
           "layer_nonparametric": "LayerNorm without gain or bias"}
 _PLACEMENTS = {"post": "post-norm", "pre": "pre-norm", "post_sublayer": "norm on sublayer output",
-               "sandwich": "sandwich"}
+               "sandwich": "sandwich", "parallel": "parallel, one shared norm",
+               "parallel_two_norms": "parallel, two norms"}
 _QK_NORMS = {"per_head": "per head", "projection": "over the projection",
              "per_head_distinct": "per head, distinct gains"}
 
@@ -165,10 +209,12 @@ def describe(block: TransformerBlock) -> dict:
     Returns:
         dict of short strings: ``norm`` (type and epsilon), ``placement``, ``attention``
         (heads / key-value heads x head_dim, causal or not, QK-norm, a logit scale other
-        than ``1/sqrt(head_dim)``, window, soft-cap), ``positions`` (``'RoPE, base ...'``
-        or ``'none in the layer'``), ``ffn`` (activation, hidden width), ``bias``
-        (``'none'``, ``'q, k, v'`` or ``'all'``) and ``residual`` (the residual multiplier,
-        or ``'1'``).
+        than ``1/sqrt(head_dim)``, window, soft-cap), ``positions`` (``'RoPE, base ...'``,
+        with partial RoPE also the rotated fraction ``rotary_dim / head_dim``, e.g.
+        ``'RoPE, base 10000, on 0.25 of head_dim'``; or ``'none in the layer'``), ``ffn``
+        (activation, hidden width), ``bias`` (``'none'``, ``'all'``, or those of
+        ``'q, k, v'``, ``'o'``, ``'FFN'`` that have biases, e.g. ``'FFN'`` for GPT-J) and
+        ``residual`` (the residual multiplier, or ``'1'``).
 
     Raises:
         TypeError: if ``block`` is not a TransformerBlock.
@@ -188,8 +234,11 @@ def describe(block: TransformerBlock) -> dict:
     if att.logit_softcap is not None:
         attention.append(f"soft-cap {att.logit_softcap:g}")
     positions = "none in the layer" if att.rope_theta is None else f"RoPE, base {att.rope_theta:g}"
+    if att.rope_theta is not None and att.rotary_dim is not None:  # partial RoPE (Phi, GPT-NeoX, GPT-J, StableLM)
+        positions += f", on {att.rotary_dim / att.head_dim:g} of head_dim"
     has_bias = [m.bias is not None for m in (att.W_q, att.W_o, ffn.W_1)]
-    bias = "all" if all(has_bias) else "q, k, v" if has_bias[0] else "none"
+    bias = ("all" if all(has_bias) else "none" if not any(has_bias)
+            else ", ".join(part for part, on in zip(("q, k, v", "o", "FFN"), has_bias) if on))
     return {"norm": _NORMS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
             "placement": _PLACEMENTS[block.placement], "attention": ", ".join(attention),
             "positions": positions, "ffn": f"{ffn.act}, {ffn.W_1.out_features} hidden", "bias": bias,
