@@ -688,17 +688,18 @@ def _rotary_block(config, *, num_kv_heads: int, head_dim: int, placement: str, n
     differ from it (GPT-J, GPT-NeoX without ``attention_bias``, Cohere with it) comes from
     ``ffn_factory``.
     """
+    from functools import partial
+
     from .ffn import FeedForward
 
     d = config.hidden_size
-    ffn_factory = None
+    kwargs = {"act": act, "ffn_num_hiddens": ffn_num_hiddens}
     if ffn_bias != (bias is True):
-        ffn_factory = lambda: FeedForward(d, ffn_num_hiddens, act=act, bias=ffn_bias)  # noqa: E731
-    kwargs = {} if ffn_factory is not None else dict(act=act, ffn_num_hiddens=ffn_num_hiddens)
+        kwargs = {"ffn_factory": partial(FeedForward, d, ffn_num_hiddens, act=act, bias=ffn_bias)}
     return TransformerBlock(d, config.num_attention_heads, norm=norm, placement=placement, bias=bias,
                             num_kv_heads=num_kv_heads, eps=eps, causal=True, head_dim=head_dim,
                             rope_theta=rope_theta, rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-                            window=window, ffn_factory=ffn_factory, **kwargs)
+                            window=window, **kwargs)
 
 
 def _copy_attention(block: TransformerBlock, q: nn.Module | tuple, k: nn.Module | tuple, v: nn.Module | tuple,
@@ -858,13 +859,9 @@ def from_gptj_block(layer, config) -> TransformerBlock:
         The ``'parallel'`` causal block with partial RoPE.
 
     Raises:
-        ValueError: for ``rotary_dim=None`` (GPT-J's rotary table then has ``hidden_size``
-            features, which fits a head only when there is one head) or an unsupported
-            activation.
+        ValueError: for an unsupported activation.
     """
     attn = layer.attn
-    if config.rotary_dim is None:
-        raise ValueError("GPT-J with rotary_dim=None is not supported; set rotary_dim (64 in GPT-J-6B)")
     block = _rotary_block(config, num_kv_heads=config.num_attention_heads, head_dim=attn.head_dim,
                           placement="parallel", norm="layer", eps=config.layer_norm_epsilon,
                           act=_hf_act(config.activation_function), bias=False, ffn_bias=True,
