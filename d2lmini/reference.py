@@ -10,7 +10,8 @@ references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 dependency, imported only inside functions), the decoder and encoder layers of
 :data:`HF_CONVERTERS`: :func:`from_hf` converts any of them, dispatching on the layer's
 class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
-OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3; :mod:`d2lmini.zoo` checks each of them).
+OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, and the parallel or partial-RoPE Phi, Phi-3,
+GPT-NeoX, GPT-J, Falcon, Cohere, StableLM; :mod:`d2lmini.zoo` checks each of them).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
 own rotary tables).
@@ -30,6 +31,11 @@ RoPE or NoPE) chosen by ``layer_idx``; ``nn.TransformerEncoderLayer``'s fused
 fast path (eval, no grad) which returns zeros at padded positions; and Hugging Face
 layers called with ``attention_mask=None``, which are causal under SDPA but
 bidirectional under eager attention -- so masks are always passed explicitly.
+Among the parallel and partial-RoPE layers: GPT-J's and Cohere's *interleaved* RoPE pairs
+(converted by permuting the rows of ``W_q`` and ``W_k``, :func:`rope_interleaved_to_half`),
+partial RoPE on ``int(head_dim * partial_rotary_factor)`` features, the fused q/k/v layouts
+of GPT-NeoX (per head), Phi-3 (q, then k, then v) and Falcon (three of them), MLP biases
+that differ from the attention's (GPT-J, GPT-NeoX), and Falcon's required ``alibi`` argument.
 """
 
 from __future__ import annotations
