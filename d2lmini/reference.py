@@ -10,7 +10,8 @@ references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 dependency, imported only inside functions), the decoder and encoder layers of
 :data:`HF_CONVERTERS`: :func:`from_hf` converts any of them, dispatching on the layer's
 class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
-OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss;
+OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss, and the
+parallel or partial-RoPE Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, Cohere, StableLM;
 :mod:`d2lmini.zoo` checks each of them).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
@@ -35,6 +36,11 @@ RoPE or NoPE) chosen by ``layer_idx``; ``nn.TransformerEncoderLayer``'s fused
 fast path (eval, no grad) which returns zeros at padded positions; and Hugging Face
 layers called with ``attention_mask=None``, which are causal under SDPA but
 bidirectional under eager attention -- so masks are always passed explicitly.
+Among the parallel and partial-RoPE layers: GPT-J's and Cohere's *interleaved* RoPE pairs
+(converted by permuting the rows of ``W_q`` and ``W_k``, :func:`rope_interleaved_to_half`),
+partial RoPE on ``int(head_dim * partial_rotary_factor)`` features, the fused q/k/v layouts
+of GPT-NeoX (per head), Phi-3 (q, then k, then v) and Falcon (three of them), MLP biases
+that differ from the attention's (GPT-J, GPT-NeoX), and Falcon's required ``alibi`` argument.
 """
 
 from __future__ import annotations
@@ -325,9 +331,10 @@ def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False
     return {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling, "rotary_dim": rotary_dim}
 
 
-def _rope_theta(config, layer_type: str | None = None) -> float:
-    """The RoPE base of a layer with plain, full RoPE (:func:`_rope_kwargs`); ValueError for scaled or partial RoPE."""
-    rope = _rope_kwargs(config, layer_type)
+def _rope_theta(config, layer_type: str | None = None, *, partial: bool = False) -> float:
+    """The RoPE base of a layer with unscaled RoPE (:func:`_rope_kwargs`); ValueError for scaled RoPE, and for
+    partial RoPE unless ``partial`` (the layer then reads its rotated width itself)."""
+    rope = _rope_kwargs(config, layer_type, partial=partial)
     if rope["rope_scaling"] is not None:
         raise ValueError(f"only default RoPE is supported here, got rope_type={rope['rope_scaling']['rope_type']!r}")
     return rope["rope_theta"]
@@ -874,6 +881,386 @@ def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
+# --------------------------------------------------------------------------- parallel blocks, partial and interleaved RoPE
+
+
+def rope_interleaved_to_half(weight: torch.Tensor, head_dim: int, rotary_dim: int | None = None) -> torch.Tensor:
+    """Reorder a query or key projection from interleaved RoPE pairs to the half-split layout.
+
+    Interleaved RoPE (RoFormer; GPT-J's ``rotate_every_two``, Cohere's ``rotate_half``)
+    rotates the features ``(2l, 2l + 1)`` of each head together by the angle of frequency
+    ``l``; the half-split layout of :func:`d2lmini.attention.apply_rotary` rotates
+    ``(l, l + r/2)``, ``r`` the rotated features. Moving, within each head, feature ``2l``
+    to ``l`` and ``2l + 1`` to ``l + r/2`` (features from ``r`` on stay) turns the one
+    into the other, and a checkpoint converts by permuting the rows of ``W_q`` and
+    ``W_k`` (and of their biases) this way: queries and keys are permuted alike, so
+    every dot product ``q . k``, hence the attention, is unchanged, while values and
+    ``W_o`` are not touched (the chapter "QK-norm", section "Before RoPE, not after").
+
+    Args:
+        weight: rows grouped by head, ``(heads * head_dim, ...)``: a ``W_q``/``W_k``
+            weight ``(heads * head_dim, d)`` or bias ``(heads * head_dim,)``.
+        head_dim: features per head.
+        rotary_dim: the first ``rotary_dim`` features of each head are rotated (partial
+            RoPE, GPT-J); ``None``: all ``head_dim`` (Cohere). Even.
+
+    Returns:
+        A new tensor shaped like ``weight``, rows permuted.
+
+    Raises:
+        ValueError: ``weight``'s first dimension not a multiple of ``head_dim``, or
+            ``rotary_dim`` odd or outside ``[2, head_dim]``.
+        TypeError: a non-int ``head_dim``/``rotary_dim``.
+    """
+    from ._checks import check_int_in, check_positive_int
+
+    head_dim = check_positive_int("head_dim", head_dim)
+    r = head_dim if rotary_dim is None else check_int_in("rotary_dim", rotary_dim, 2, head_dim)
+    if r % 2:
+        raise ValueError(f"rotary_dim must be even (RoPE rotates pairs), got {r}")
+    if weight.shape[0] % head_dim:
+        raise ValueError(f"weight has {weight.shape[0]} rows, not a multiple of head_dim={head_dim}")
+    order = torch.cat((torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, head_dim)))
+    heads = weight.reshape(weight.shape[0] // head_dim, head_dim, *weight.shape[1:])
+    return heads[:, order.to(weight.device)].reshape(weight.shape)
+
+
+def _rotary_block(config, *, num_kv_heads: int, head_dim: int, placement: str, norm: str, eps: float, act: str,
+                  bias: bool | str, ffn_bias: bool, ffn_num_hiddens: int, rope_theta: float,
+                  rotary_dim: int | None, window: int | None = None) -> TransformerBlock:
+    """A causal block for the RoPE families below; ``rotary_dim == head_dim`` is full RoPE.
+
+    ``bias`` is the attention's (``True``, ``False`` or ``'qkv'``); an FFN whose biases
+    differ from it (GPT-J, GPT-NeoX without ``attention_bias``, Cohere with it) comes from
+    ``ffn_factory``.
+    """
+    from functools import partial
+
+    from .ffn import FeedForward
+
+    d = config.hidden_size
+    kwargs = {"act": act, "ffn_num_hiddens": ffn_num_hiddens}
+    if ffn_bias != (bias is True):
+        kwargs = {"ffn_factory": partial(FeedForward, d, ffn_num_hiddens, act=act, bias=ffn_bias)}
+    return TransformerBlock(d, config.num_attention_heads, norm=norm, placement=placement, bias=bias,
+                            num_kv_heads=num_kv_heads, eps=eps, causal=True, head_dim=head_dim,
+                            rope_theta=rope_theta, rotary_dim=None if rotary_dim == head_dim else rotary_dim,
+                            window=window, **kwargs)
+
+
+def _copy_attention(block: TransformerBlock, q: nn.Module | tuple, k: nn.Module | tuple, v: nn.Module | tuple,
+                    o: nn.Module, interleaved: int | None = None) -> None:
+    """Copy q, k, v (``nn.Linear`` or ``(weight, bias)``) and o; with ``interleaved`` (the rotated
+    features per head), permute the q and k rows from interleaved RoPE pairs (:func:`rope_interleaved_to_half`)."""
+    att = block.attention
+    for ours, src in (("W_q", q), ("W_k", k), ("W_v", v)):
+        weight, bias = src if isinstance(src, tuple) else (src.weight, src.bias)
+        if interleaved is not None and ours != "W_v":
+            weight = rope_interleaved_to_half(weight, att.head_dim, interleaved)
+            bias = None if bias is None else rope_interleaved_to_half(bias, att.head_dim, interleaved)
+        _copy_linear(getattr(att, ours), weight, bias)
+    _copy_linear(att.W_o, o.weight, o.bias)
+
+
+def _copy_mlp(block: TransformerBlock, up: nn.Module, down: nn.Module, gate: nn.Module | None = None) -> None:
+    """Copy a plain MLP ``down(act(up(x)))``, or a gated one ``down(act(gate(x)) * up(x))``, with its biases."""
+    _copy_linear(block.ffn.W_1, up.weight, up.bias)
+    _copy_linear(block.ffn.W_2, down.weight, down.bias)
+    if gate is not None:
+        _copy_linear(block.ffn.W_g, gate.weight, gate.bias)
+
+
+def _copy_parallel_or_pre_norms(block: TransformerBlock, first: nn.Module, second: nn.Module | None) -> None:
+    """Copy the norm before attention and, unless the block shares it (``'parallel'``), the one before the FFN."""
+    _copy_norm(block.addnorm1.norm_in, first)
+    if block.placement != "parallel":
+        _copy_norm(block.addnorm2.norm_in, second)
+
+
+def from_phi_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``PhiDecoderLayer`` (Phi-1, Phi-1.5, Phi-2; 2023).
+
+    Attention and MLP in parallel on one shared LayerNorm (``placement='parallel'``:
+    ``x + Attn(LN(x)) + MLP(LN(x))``, eps ``config.layer_norm_eps``), biases on every
+    projection, a plain MLP ``fc2(gelu_new(fc1(x)))`` (tanh GELU), and partial RoPE on the
+    first ``rotary_dim = int(head_dim * partial_rotary_factor)`` features of each head
+    (0.5 in Phi-2; ``PhiAttention.rotary_ndims``), half-split layout.
+
+    Args:
+        layer, config: a ``PhiDecoderLayer`` and its ``PhiConfig``.
+
+    Returns:
+        The ``'parallel'`` causal block with partial RoPE.
+
+    Raises:
+        ValueError: for ``qk_layernorm`` (a LayerNorm with bias on each head's queries and
+            keys, which d2lmini's RMSNorm QK-norms do not implement), scaled RoPE, or an
+            unsupported activation.
+    """
+    if config.qk_layernorm:
+        raise ValueError("Phi's qk_layernorm (LayerNorm with bias on q and k) is not supported; use qk_layernorm=False")
+    attn = layer.self_attn
+    block = _rotary_block(config, num_kv_heads=config.num_key_value_heads, head_dim=attn.head_dim,
+                          placement="parallel", norm="layer", eps=config.layer_norm_eps, act=_hf_act(config.hidden_act),
+                          bias=True, ffn_bias=True, ffn_num_hiddens=config.intermediate_size,
+                          rope_theta=_rope_theta(config, partial=True), rotary_dim=attn.rotary_ndims)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.dense)
+    _copy_mlp(block, layer.mlp.fc1, layer.mlp.fc2)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)  # addnorm2 shares it
+    return block.to(attn.q_proj.weight).train(layer.training)
+
+
+def from_phi3_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Phi3DecoderLayer`` (Phi-3, Phi-3.5, Phi-4-mini).
+
+    Pre-LN with RMSNorm (``config.rms_norm_eps``), grouped-query attention without biases
+    whose q, k and v come from one fused ``qkv_proj`` (rows: all query heads, then the key
+    heads, then the value heads), a SwiGLU MLP whose gate and up projections are fused in
+    ``gate_up_proj`` (gate in the first half of the rows, up in the second), RoPE on the
+    first ``int(head_dim * partial_rotary_factor)`` features of each head (all of them in
+    Phi-3; 0.75 in Phi-4-mini), and ``window=config.sliding_window`` (``None``: none;
+    Phi-3-mini-4k has 2047, and ``Phi3Model`` then builds the sliding-window mask).
+
+    Args:
+        layer, config: a ``Phi3DecoderLayer`` and its ``Phi3Config``.
+
+    Returns:
+        The pre-norm causal block.
+
+    Raises:
+        ValueError: for scaled RoPE (``rope_type='longrope'``, the 128k-context Phi-3 models)
+            or an unsupported gated activation.
+    """
+    attn, mlp = layer.self_attn, layer.mlp
+    head_dim, kv = attn.head_dim, config.num_key_value_heads
+    fraction = config.rope_parameters.get("partial_rotary_factor", 1.0)
+    block = _rotary_block(config, num_kv_heads=kv, head_dim=head_dim, placement="pre", norm="rms",
+                          eps=config.rms_norm_eps, act=_gated_act(config.hidden_act), bias=False, ffn_bias=False,
+                          ffn_num_hiddens=config.intermediate_size, rope_theta=_rope_theta(config, partial=True),
+                          rotary_dim=int(head_dim * fraction), window=config.sliding_window)
+    q_rows = config.num_attention_heads * head_dim
+    Wq, Wk, Wv = attn.qkv_proj.weight.split([q_rows, kv * head_dim, kv * head_dim])
+    _copy_attention(block, (Wq, None), (Wk, None), (Wv, None), attn.o_proj)
+    gate, up = mlp.gate_up_proj.weight.chunk(2, dim=0)
+    _copy_linear(block.ffn.W_g, gate)
+    _copy_linear(block.ffn.W_1, up)
+    _copy_linear(block.ffn.W_2, mlp.down_proj.weight)
+    _copy_parallel_or_pre_norms(block, layer.input_layernorm, layer.post_attention_layernorm)
+    return block.to(attn.qkv_proj.weight).train(layer.training)
+
+
+def from_gpt_neox_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``GPTNeoXLayer`` (GPT-NeoX-20B, Pythia; 2022).
+
+    With ``use_parallel_residual`` (the default, and every released GPT-NeoX and Pythia
+    model) attention and MLP in parallel, each on its own LayerNorm
+    (``placement='parallel_two_norms'``: ``input_layernorm``, ``post_attention_layernorm``),
+    else pre-LN. The fused ``query_key_value`` projection is laid out per head: rows
+    ``(heads, [q, k, v], head_dim)``. RoPE on the first
+    ``int(head_dim * partial_rotary_factor)`` features of each head (``rotary_pct``, 0.25 by
+    default; ``GPTNeoXAttention.rotary_ndims``), half-split; a plain MLP with biases;
+    attention biases when ``config.attention_bias``.
+
+    Args:
+        layer, config: a ``GPTNeoXLayer`` and its ``GPTNeoXConfig``.
+
+    Returns:
+        The ``'parallel_two_norms'`` (or ``'pre'``) causal block with partial RoPE.
+
+    Raises:
+        ValueError: for scaled RoPE or an unsupported activation.
+    """
+    attn = layer.attention
+    h, head_dim, bias = config.num_attention_heads, attn.head_size, bool(config.attention_bias)
+    block = _rotary_block(config, num_kv_heads=h, head_dim=head_dim,
+                          placement="parallel_two_norms" if config.use_parallel_residual else "pre", norm="layer",
+                          eps=config.layer_norm_eps, act=_hf_act(config.hidden_act), bias=bias, ffn_bias=True,
+                          ffn_num_hiddens=config.intermediate_size, rope_theta=_rope_theta(config, partial=True),
+                          rotary_dim=attn.rotary_ndims)
+    W = attn.query_key_value.weight.reshape(h, 3, head_dim, -1)
+    b = attn.query_key_value.bias
+    b = None if b is None else b.reshape(h, 3, head_dim)
+    q, k, v = ((W[:, i].reshape(h * head_dim, -1), None if b is None else b[:, i].reshape(-1)) for i in range(3))
+    _copy_attention(block, q, k, v, attn.dense)
+    _copy_mlp(block, layer.mlp.dense_h_to_4h, layer.mlp.dense_4h_to_h)
+    _copy_parallel_or_pre_norms(block, layer.input_layernorm, layer.post_attention_layernorm)
+    return block.to(W).train(layer.training)
+
+
+def from_gptj_block(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``GPTJBlock`` (GPT-J-6B, 2021).
+
+    Attention and MLP in parallel on one shared LayerNorm ``ln_1`` (``placement='parallel'``,
+    eps ``config.layer_norm_epsilon``); no biases on q, k, v and the output projection, a
+    plain MLP ``fc_out(gelu_new(fc_in(x)))`` *with* biases; RoPE with base 10,000 on the
+    first ``config.rotary_dim`` features of each head (64 of 256 in GPT-J-6B) in the
+    *interleaved* layout (``rotate_every_two``: pairs ``(2l, 2l + 1)``), converted to the
+    block's half-split layout by permuting the rows of ``W_q`` and ``W_k``
+    (:func:`rope_interleaved_to_half`).
+
+    Args:
+        layer, config: a ``GPTJBlock`` and its ``GPTJConfig``.
+
+    Returns:
+        The ``'parallel'`` causal block with partial RoPE.
+
+    Raises:
+        ValueError: for an unsupported activation.
+    """
+    attn = layer.attn
+    block = _rotary_block(config, num_kv_heads=config.num_attention_heads, head_dim=attn.head_dim,
+                          placement="parallel", norm="layer", eps=config.layer_norm_epsilon,
+                          act=_hf_act(config.activation_function), bias=False, ffn_bias=True,
+                          ffn_num_hiddens=layer.mlp.fc_in.out_features, rope_theta=10000.0,
+                          rotary_dim=config.rotary_dim)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj, interleaved=config.rotary_dim)
+    _copy_mlp(block, layer.mlp.fc_in, layer.mlp.fc_out)
+    _copy_norm(block.addnorm1.norm_in, layer.ln_1)  # addnorm2 shares it
+    return block.to(attn.q_proj.weight).train(layer.training)
+
+
+def from_falcon_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``FalconDecoderLayer`` (Falcon, 2023).
+
+    Three layouts, read from the config:
+
+    * Falcon-7B (``parallel_attn``, ``multi_query``): attention and MLP in parallel on one
+      shared ``input_layernorm`` (``placement='parallel'``), one key/value head; the fused
+      ``query_key_value`` rows are ``[q (all heads); k; v]``.
+    * Falcon-40B/180B (``new_decoder_architecture``): parallel, with ``ln_attn`` and
+      ``ln_mlp`` (``'parallel_two_norms'``; with ``num_ln_in_parallel_attn=1`` one shared
+      ``input_layernorm``), ``num_kv_heads`` key/value heads; fused rows grouped per
+      key/value head, ``(groups, [q_1 .. q_{h/kv}, k, v], head_dim)``.
+    * neither ``multi_query`` nor the new architecture: rows ``(heads, [q, k, v], head_dim)``;
+      without ``parallel_attn`` the block is pre-LN (``input_layernorm``,
+      ``post_attention_layernorm``).
+
+    Full RoPE (half-split, ``FalconRotaryEmbedding`` ignores ``partial_rotary_factor``),
+    exact GELU by default, biases on every projection when ``config.bias`` (Falcon: none).
+    Falcon drops out the sum of the two branches once (``hidden_dropout``) where the
+    block drops out each branch: the same in eval mode.
+
+    Args:
+        layer, config: a ``FalconDecoderLayer`` and its ``FalconConfig``.
+
+    Returns:
+        The causal block.
+
+    Raises:
+        ValueError: for ALiBi (``config.alibi``, Falcon-RW), scaled RoPE or an unsupported
+            activation.
+    """
+    if config.alibi:
+        raise ValueError("Falcon with alibi=True (ALiBi position biases, Falcon-RW) is not supported; "
+                         "d2lmini implements RoPE")
+    attn = layer.self_attention
+    h, head_dim, d = config.num_attention_heads, attn.head_dim, config.hidden_size
+    if config.new_decoder_architecture:
+        kv = config.num_kv_heads
+        placement = "parallel_two_norms" if hasattr(layer, "ln_attn") else "parallel"
+    else:
+        kv = 1 if config.multi_query else h
+        placement = "parallel" if config.parallel_attn else "pre"
+    block = _rotary_block(config, num_kv_heads=kv, head_dim=head_dim, placement=placement, norm="layer",
+                          eps=config.layer_norm_epsilon, act=_hf_act(config.activation), bias=bool(config.bias),
+                          ffn_bias=bool(config.bias), ffn_num_hiddens=config.ffn_hidden_size,
+                          rope_theta=_rope_theta(config, partial=True), rotary_dim=head_dim)
+    W, b = attn.query_key_value.weight, attn.query_key_value.bias
+    rows = torch.arange(W.shape[0], device=W.device)
+    if config.new_decoder_architecture:  # (groups, [q_1 .. q_{h/kv}, k, v], head_dim)
+        rows = rows.reshape(kv, h // kv + 2, head_dim)
+        q_rows, k_rows, v_rows = rows[:, :-2], rows[:, -2], rows[:, -1]
+    elif config.multi_query:  # [q; k; v], one key/value head
+        q_rows, k_rows, v_rows = rows.split([d, head_dim, head_dim])
+    else:  # (heads, [q, k, v], head_dim)
+        rows = rows.reshape(h, 3, head_dim)
+        q_rows, k_rows, v_rows = rows[:, 0], rows[:, 1], rows[:, 2]
+    q, k, v = ((W[r.reshape(-1)], None if b is None else b[r.reshape(-1)]) for r in (q_rows, k_rows, v_rows))
+    _copy_attention(block, q, k, v, attn.dense)
+    _copy_mlp(block, layer.mlp.dense_h_to_4h, layer.mlp.dense_4h_to_h)
+    if placement == "parallel_two_norms":
+        _copy_parallel_or_pre_norms(block, layer.ln_attn, layer.ln_mlp)
+    else:
+        _copy_parallel_or_pre_norms(block, layer.input_layernorm, getattr(layer, "post_attention_layernorm", None))
+    return block.to(W).train(layer.training)
+
+
+def from_cohere_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``CohereDecoderLayer`` (Cohere Command R, 2024).
+
+    Attention and a SwiGLU MLP in parallel on one shared LayerNorm *without bias*
+    (``placement='parallel'``, ``norm='layer_no_bias'``; ``CohereLayerNorm``, eps
+    ``config.layer_norm_eps``), grouped-query attention with biases when
+    ``config.attention_bias`` (the MLP has none), and full RoPE in the *interleaved*
+    layout (``CohereRotaryEmbedding`` repeats each frequency twice, ``repeat_interleave``,
+    and ``rotate_half`` pairs ``(2l, 2l + 1)``), converted to the half-split layout by
+    permuting the rows of ``W_q`` and ``W_k`` and of their biases
+    (:func:`rope_interleaved_to_half`). Command R's ``logit_scale`` multiplies the LM
+    head's logits, outside the decoder layers.
+
+    Args:
+        layer, config: a ``CohereDecoderLayer`` and its ``CohereConfig``.
+
+    Returns:
+        The ``'parallel'`` causal block.
+
+    Raises:
+        ValueError: for ``use_qk_norm`` (Command R+'s QK-norm is a mean-subtracting
+            LayerNorm with a distinct gain per head; d2lmini's QK-norms are RMSNorms),
+            scaled RoPE or an unsupported gated activation.
+    """
+    if config.use_qk_norm:
+        raise ValueError("Cohere's use_qk_norm (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
+                         "RMSNorms. Use use_qk_norm=False")
+    attn, mlp = layer.self_attn, layer.mlp
+    block = _rotary_block(config, num_kv_heads=config.num_key_value_heads, head_dim=attn.head_dim,
+                          placement="parallel", norm="layer_no_bias", eps=config.layer_norm_eps,
+                          act=_gated_act(config.hidden_act), bias=bool(config.attention_bias), ffn_bias=False,
+                          ffn_num_hiddens=config.intermediate_size, rope_theta=_rope_theta(config, partial=True),
+                          rotary_dim=attn.head_dim)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, interleaved=attn.head_dim)
+    _copy_mlp(block, mlp.up_proj, mlp.down_proj, gate=mlp.gate_proj)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)  # addnorm2 shares it
+    return block.to(attn.q_proj.weight).train(layer.training)
+
+
+def from_stablelm_layer(layer, config) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``StableLmDecoderLayer`` (StableLM 3B, StableLM 2; 2023-24).
+
+    Pre-LN with LayerNorm (gain and bias, eps ``config.layer_norm_eps``), or with
+    ``use_parallel_residual`` (StableLM 2 12B) attention and MLP in parallel on the one
+    ``input_layernorm`` (``placement='parallel'``); grouped-query attention with biases on
+    q, k and v only when ``use_qkv_bias`` (StableLM 2: ``bias='qkv'``), a SwiGLU MLP
+    without biases, RoPE on the first ``int(head_dim * partial_rotary_factor)`` features
+    of each head (0.25; ``StableLmAttention.rotary_ndims``), half-split. StableLM drops
+    out only the MLP branch where the block drops out each: the same in eval mode.
+
+    Args:
+        layer, config: a ``StableLmDecoderLayer`` and its ``StableLmConfig``.
+
+    Returns:
+        The ``'pre'`` (or ``'parallel'``) causal block with partial RoPE.
+
+    Raises:
+        ValueError: for ``qk_layernorm`` (a LayerNorm per head, StableLM 2 12B; d2lmini's
+            QK-norms are RMSNorms), scaled RoPE or an unsupported gated activation.
+    """
+    if config.qk_layernorm:
+        raise ValueError("StableLM's qk_layernorm (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
+                         "RMSNorms. Use qk_layernorm=False")
+    attn, mlp = layer.self_attn, layer.mlp
+    block = _rotary_block(config, num_kv_heads=config.num_key_value_heads, head_dim=attn.head_dim,
+                          placement="parallel" if config.use_parallel_residual else "pre", norm="layer",
+                          eps=config.layer_norm_eps, act=_gated_act(config.hidden_act),
+                          bias="qkv" if config.use_qkv_bias else False, ffn_bias=False,
+                          ffn_num_hiddens=config.intermediate_size, rope_theta=_rope_theta(config, partial=True),
+                          rotary_dim=attn.rotary_ndims)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+    _copy_mlp(block, mlp.up_proj, mlp.down_proj, gate=mlp.gate_proj)
+    _copy_parallel_or_pre_norms(block, layer.input_layernorm, layer.post_attention_layernorm)
+    return block.to(attn.q_proj.weight).train(layer.training)
+
+
 #: ``from_hf``'s dispatch table: Hugging Face layer class name -> converter ``(layer, config, layer_idx)``.
 HF_CONVERTERS: dict[str, Callable] = {
     "BertLayer": lambda layer, config, layer_idx: from_bert_layer(layer, config),
@@ -894,6 +1281,15 @@ HF_CONVERTERS: dict[str, Callable] = {
     "Ministral3DecoderLayer": from_ministral3_layer,
     "AfmoeDecoderLayer": from_afmoe_layer,
     "GptOssDecoderLayer": from_gpt_oss_layer,
+
+
+    "PhiDecoderLayer": lambda layer, config, layer_idx: from_phi_layer(layer, config),
+    "Phi3DecoderLayer": lambda layer, config, layer_idx: from_phi3_layer(layer, config),
+    "GPTNeoXLayer": lambda layer, config, layer_idx: from_gpt_neox_layer(layer, config),
+    "GPTJBlock": lambda layer, config, layer_idx: from_gptj_block(layer, config),
+    "FalconDecoderLayer": lambda layer, config, layer_idx: from_falcon_layer(layer, config),
+    "CohereDecoderLayer": lambda layer, config, layer_idx: from_cohere_layer(layer, config),
+    "StableLmDecoderLayer": lambda layer, config, layer_idx: from_stablelm_layer(layer, config),
 }
 
 
@@ -929,6 +1325,12 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
     ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
     ``AfmoeDecoderLayer`` (Arcee Trinity) and ``GptOssDecoderLayer`` (gpt-oss).
+
+
+    ``SmolLM3DecoderLayer`` (SmolLM3), and the parallel or partial-RoPE layers
+    ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
+    ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
+    (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
 
     Args:
         layer: an instance of a supported class, built from ``config``.

@@ -20,7 +20,8 @@ windows are shorter than the test sequence of 16 steps), a converter in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable
 
 from ._checks import check_bool, check_instance, check_int_at_least, check_seed
@@ -127,6 +128,22 @@ _GPT_OSS = dict(**TINY, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
                 sliding_window=_WINDOW, swiglu_limit=1.0,
                 rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
                                      beta_slow=1.0, truncate=False, original_max_position_embeddings=4096))
+_INTERLEAVED = "interleaved RoPE pairs (2l, 2l+1), converted by permuting the rows of W_q and W_k"
+
+
+def _rotary_named(row: ZooRow, model_type: str, rotary: str) -> ZooRow:
+    """``row`` called with the rotary tables of ``rotary``, a class of ``model_type``'s modeling module
+    (GPT-NeoX's and GPT-J's layer classes do not share their rotary class's prefix)."""
+    return replace(row, call=hf_call(model_type, row.layer_class, layer_idx=row.layer_idx, causal=row.causal,
+                                     rotary=rotary))
+
+
+def _without_alibi(row: ZooRow) -> ZooRow:
+    """``row`` calling its layer with ``alibi=None``, the required argument of ``FalconDecoderLayer``
+    (``FalconModel`` passes ``None`` for its RoPE models)."""
+    call = row.call
+    return replace(row, call=lambda layer, config, X, valid_lens: call(partial(layer, alibi=None), config, X,
+                                                                       valid_lens))
 
 #: The rows of the zoo, oldest model first.
 ZOO: tuple[ZooRow, ...] = (
@@ -172,12 +189,39 @@ ZOO: tuple[ZooRow, ...] = (
            layer_idx=1, note=_TRINITY_NOTE + "; no position encoding in global layers"),
     hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _GPT_OSS, layer_idx=0,
            attn_implementation="eager", note="sliding layer shown; full-attention layers alternate with it"),
+    # Parallel attention + FFN, partial and interleaved RoPE (appended, so not in year order).
+    hf_row("Phi-2", "Phi", 2023, "phi", "PhiDecoderLayer", "PhiConfig",
+           dict(TINY, num_key_value_heads=4, num_hidden_layers=1, partial_rotary_factor=0.5)),
+    hf_row("Phi-3 mini", "Phi", 2024, "phi3", "Phi3DecoderLayer", "Phi3Config",
+           dict(TINY, num_key_value_heads=4, num_hidden_layers=1, sliding_window=_WINDOW, pad_token_id=0)),
+    hf_row("Phi-4-mini", "Phi", 2025, "phi3", "Phi3DecoderLayer", "Phi3Config",
+           dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.75, pad_token_id=0),
+           note="Phi3DecoderLayer with partial_rotary_factor=0.75"),
+    _rotary_named(hf_row("GPT-NeoX", "GPT-NeoX", 2022, "gpt_neox", "GPTNeoXLayer", "GPTNeoXConfig",
+                         dict(hidden_size=64, num_attention_heads=4, intermediate_size=160, num_hidden_layers=1,
+                              rotary_pct=0.25)), "gpt_neox", "GPTNeoXRotaryEmbedding"),
+    _rotary_named(hf_row("GPT-J", "GPT-J", 2021, "gptj", "GPTJBlock", "GPTJConfig",
+                         dict(n_embd=64, n_head=2, n_inner=160, n_layer=1, rotary_dim=8),
+                         note=_INTERLEAVED), "gptj", "GPTJRotaryEmbedding"),
+    _without_alibi(hf_row("Falcon-7B", "Falcon", 2023, "falcon", "FalconDecoderLayer", "FalconConfig",
+                          dict(hidden_size=64, num_attention_heads=4, multi_query=True, parallel_attn=True,
+                               new_decoder_architecture=False, alibi=False, bias=False, ffn_hidden_size=160,
+                               num_hidden_layers=1),
+                          attn_implementation="eager",  # SDPA does not broadcast the single key/value head
+                          note="Falcon-40B/180B (new_decoder_architecture) convert to 'parallel_two_norms'")),
+    hf_row("Command R", "Cohere", 2024, "cohere", "CohereDecoderLayer", "CohereConfig",
+           dict(**TINY, num_hidden_layers=1, attention_bias=True),
+           note=_INTERLEAVED + "; logit_scale multiplies the logits (outside the layer)"),
+    hf_row("StableLM 2", "StableLM", 2024, "stablelm", "StableLmDecoderLayer", "StableLmConfig",
+           dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.25, use_qkv_bias=True,
+                use_parallel_residual=False)),
 )
 
 _NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
           "layer_nonparametric": "LayerNorm without gain or bias"}
 _PLACEMENTS = {"post": "post-norm", "pre": "pre-norm", "post_sublayer": "norm on sublayer output",
-               "sandwich": "sandwich"}
+               "sandwich": "sandwich", "parallel": "parallel, one shared norm",
+               "parallel_two_norms": "parallel, two norms"}
 _QK_NORMS = {"per_head": "per head", "projection": "over the projection",
              "per_head_distinct": "per head, distinct gains"}
 
@@ -221,7 +265,8 @@ def describe(block: TransformerBlock) -> dict:
         fraction of each head where it is partial and the scaling type and factor where
         scaled, or ``'none in the layer'``), ``ffn`` (activation and hidden width, or for a
         mixture of experts: experts, their activation and width, top-k, shared experts,
-        router and whether it has a bias), ``bias`` (``'none'``, ``'q, k, v'`` or ``'all'``)
+        router and whether it has a bias), ``bias`` (``'none'``, ``'all'``, or those of ``'q, k, v'``, ``'o'``, ``'FFN'`` that have
+        biases, e.g. ``'FFN'`` for GPT-J)
         and ``residual`` (the residual multiplier, or ``'1'``).
 
     Raises:
@@ -252,7 +297,8 @@ def describe(block: TransformerBlock) -> dict:
     W_o = block.attention.W_o if gated else att.W_o
     W_ffn = (ffn.experts[0] if isinstance(ffn, MixtureOfExperts) else ffn).W_1
     has_bias = [m.bias is not None for m in (att.W_q, W_o, W_ffn)]
-    bias = "all" if all(has_bias) else "q, k, v" if has_bias[0] else "none"
+    bias = ("all" if all(has_bias) else "none" if not any(has_bias)
+            else ", ".join(part for part, on in zip(("q, k, v", "o", "FFN"), has_bias) if on))
     return {"norm": _NORMS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
             "placement": _PLACEMENTS[block.placement], "attention": ", ".join(attention),
             "positions": _describe_positions(att), "ffn": _describe_ffn(ffn), "bias": bias,

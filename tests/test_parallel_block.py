@@ -1,13 +1,11 @@
 """Parallel attention + FFN: TransformerBlock(placement='parallel' | 'parallel_two_norms').
 
-``x <- x + Attn(N_1(x)) + FFN(N_2(x))``, checked against the real layers of ``transformers``:
-``GPTNeoXLayer`` (``use_parallel_residual``, two norms), ``PhiDecoderLayer`` and Falcon-7B's
-``FalconDecoderLayer`` (``parallel_attn``, one shared norm), and Falcon-40B's
-(``new_decoder_architecture``, ``ln_attn``/``ln_mlp``). All of them rotate queries and keys
-with RoPE in layouts of their own; to isolate the parallel structure the reference layers get
-``position_embeddings`` with ``cos = 1``, ``sin = 0`` (the identity rotation) and the d2lmini
-block ``rope_theta=None``. Float32, tiny random configs with every parameter randomized
-(norms and biases too), a padded batch; outputs and input gradients to 1e-5.
+``x <- x + Attn(N_1(x)) + FFN(N_2(x))``: the update rule, the shared norm, dropout, training and
+bad input. The comparisons with the real layers of ``transformers`` (``GPTNeoXLayer``,
+``PhiDecoderLayer``, ``GPTJBlock``, ``CohereDecoderLayer``, Falcon-7B's and Falcon-40B's
+``FalconDecoderLayer``, StableLM with ``use_parallel_residual``), converted by
+``reference.from_hf`` and run with their models' own masks and rotary tables, are in
+``tests/test_zoo.py`` and ``tests/test_zoo_parallel.py``.
 """
 
 from __future__ import annotations
@@ -17,147 +15,8 @@ import torch
 from torch import nn
 
 from d2lmini import AddNorm, TransformerBlock, TransformerDecoderBlock
-from d2lmini.attention import valid_lens_mask
 from d2lmini.block import PARALLEL_PLACEMENTS, PLACEMENTS, SEQUENTIAL_PLACEMENTS
-from d2lmini.reference import (
-    _copy_linear,
-    _copy_norm,
-    _randomize_,
-    additive_mask,
-    output_and_grad_differences,
-)
-
-tf = pytest.importorskip("transformers")
-
-D, H, N, B = 64, 4, 12, 2
-HEAD = D // H
-
-
-# --------------------------------------------------------------------------- against transformers
-
-
-def _compare(layer, block, call, seed=0):
-    """Max |output diff| and |input-gradient diff| on a padded batch (second sequence 7 of 12)."""
-    gen = torch.Generator().manual_seed(seed + 1)
-    X, R = torch.randn(B, N, D, generator=gen), torch.randn(B, N, D, generator=gen)
-    valid_lens = torch.tensor([N, 7])
-    mask = additive_mask(valid_lens, N, causal=True, batch_size=B)
-    keep = valid_lens_mask(valid_lens, N)[..., None]
-    runs = (lambda Z: call(Z, mask), lambda Z: block(Z, valid_lens))
-    return output_and_grad_differences(runs, X, R, keep)
-
-
-def _identity_rotation(dim):
-    """(cos, sin) of shape (B, N, dim) that rotate by 0: RoPE left out on both sides."""
-    return torch.ones(B, N, dim), torch.zeros(B, N, dim)
-
-
-def _gpt_neox(seed=0):
-    config = tf.GPTNeoXConfig(hidden_size=D, num_attention_heads=H, intermediate_size=160, use_parallel_residual=True,
-                              hidden_act="gelu", num_hidden_layers=1, attention_bias=True)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    layer = _randomize_(tf.models.gpt_neox.modeling_gpt_neox.GPTNeoXLayer(config, layer_idx=0), seed).eval()
-    block = TransformerBlock(D, H, norm="layer", act="gelu", placement="parallel_two_norms", bias=True,
-                             ffn_num_hiddens=160, eps=config.layer_norm_eps, causal=True).eval()
-    attn = layer.attention
-    # The fused projection is laid out per head: rows (heads, [q, k, v], head_dim).
-    W = attn.query_key_value.weight.view(H, 3, HEAD, D)
-    b = attn.query_key_value.bias.view(H, 3, HEAD)
-    for i, name in enumerate(("W_q", "W_k", "W_v")):
-        _copy_linear(getattr(block.attention, name), W[:, i].reshape(D, D), b[:, i].reshape(D))
-    _copy_linear(block.attention.W_o, attn.dense.weight, attn.dense.bias)
-    _copy_linear(block.ffn.W_1, layer.mlp.dense_h_to_4h.weight, layer.mlp.dense_h_to_4h.bias)
-    _copy_linear(block.ffn.W_2, layer.mlp.dense_4h_to_h.weight, layer.mlp.dense_4h_to_h.bias)
-    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
-    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
-    rotation = _identity_rotation(attn.rotary_ndims)
-
-    def call(Z, mask):
-        return layer(Z, attention_mask=mask, position_embeddings=rotation)
-
-    return layer, block, call
-
-
-def _phi(seed=0):
-    config = tf.PhiConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=2, intermediate_size=160,
-                          num_hidden_layers=1)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    layer = _randomize_(tf.models.phi.modeling_phi.PhiDecoderLayer(config, layer_idx=0), seed).eval()
-    block = TransformerBlock(D, H, norm="layer", act="gelu_tanh", placement="parallel", bias=True, num_kv_heads=2,
-                             ffn_num_hiddens=160, eps=config.layer_norm_eps, causal=True).eval()
-    attn = layer.self_attn
-    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "dense")):
-        src = getattr(attn, theirs)
-        _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
-    _copy_linear(block.ffn.W_1, layer.mlp.fc1.weight, layer.mlp.fc1.bias)
-    _copy_linear(block.ffn.W_2, layer.mlp.fc2.weight, layer.mlp.fc2.bias)
-    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)  # addnorm2 holds the same module
-    rotation = _identity_rotation(attn.rotary_ndims)
-
-    def call(Z, mask):
-        return layer(Z, attention_mask=mask, position_embeddings=rotation)
-
-    return layer, block, call
-
-
-def _falcon(seed=0, new_decoder_architecture=False):
-    """Falcon-7B (multi-query, one input_layernorm) or Falcon-40B (grouped kv, ln_attn and ln_mlp)."""
-    kv = 2 if new_decoder_architecture else 1
-    config = tf.FalconConfig(hidden_size=D, num_attention_heads=H, num_kv_heads=kv, multi_query=True,
-                             parallel_attn=True, new_decoder_architecture=new_decoder_architecture, bias=False,
-                             alibi=False, ffn_hidden_size=160, num_hidden_layers=1)
-    config._attn_implementation = "eager"  # SDPA does not broadcast Falcon-7B's single key head
-    torch.manual_seed(seed)
-    layer = _randomize_(tf.models.falcon.modeling_falcon.FalconDecoderLayer(config, layer_idx=0), seed).eval()
-    block = TransformerBlock(D, H, norm="layer", act="gelu", bias=False, num_kv_heads=kv, ffn_num_hiddens=160,
-                             placement="parallel_two_norms" if new_decoder_architecture else "parallel",
-                             eps=config.layer_norm_epsilon, causal=True).eval()
-    attn = layer.self_attention
-    W = attn.query_key_value.weight
-    if new_decoder_architecture:  # rows (kv groups, [q_1 .. q_{h/kv}, k, v], head_dim)
-        W = W.view(kv, H // kv + 2, HEAD, D)
-        Wq, Wk, Wv = W[:, :-2].reshape(D, D), W[:, -2].reshape(-1, D), W[:, -1].reshape(-1, D)
-    else:  # rows [q (all heads); k; v], one key/value head
-        Wq, Wk, Wv = W.split([D, HEAD, HEAD])
-    for name, weight in (("W_q", Wq), ("W_k", Wk), ("W_v", Wv)):
-        _copy_linear(getattr(block.attention, name), weight)
-    _copy_linear(block.attention.W_o, attn.dense.weight)
-    _copy_linear(block.ffn.W_1, layer.mlp.dense_h_to_4h.weight)
-    _copy_linear(block.ffn.W_2, layer.mlp.dense_4h_to_h.weight)
-    if new_decoder_architecture:
-        _copy_norm(block.addnorm1.norm_in, layer.ln_attn)
-        _copy_norm(block.addnorm2.norm_in, layer.ln_mlp)
-    else:
-        _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
-    rotation = _identity_rotation(HEAD)
-
-    def call(Z, mask):
-        return layer(Z, alibi=None, attention_mask=mask, position_embeddings=rotation)
-
-    return layer, block, call
-
-
-@pytest.mark.parametrize("make", [_gpt_neox, _phi, _falcon, lambda seed: _falcon(seed, True)],
-                         ids=["GPTNeoXLayer", "PhiDecoderLayer", "FalconDecoderLayer-7B", "FalconDecoderLayer-40B"])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_parallel_block_equals_the_reference_layer(make, seed):
-    layer, block, call = make(seed)
-    diff = _compare(layer, block, call, seed)
-    assert diff["max_abs_output"] > 0.5  # a real signal, not zeros
-    assert diff["max_abs_diff"] <= 1e-5, diff
-    assert diff["max_abs_grad_diff"] <= 1e-5, diff
-
-
-def test_the_reference_layers_are_really_parallel():
-    """Sanity of the comparison: the same weights in a sequential ('pre') block do not match."""
-    layer, block, call = _gpt_neox()
-    sequential = TransformerBlock(D, H, norm="layer", act="gelu", placement="pre", bias=True, ffn_num_hiddens=160,
-                                  causal=True).eval()
-    sequential.load_state_dict(block.state_dict())
-    assert _compare(layer, sequential, call)["max_abs_diff"] > 1e-2
-
+from d2lmini.reference import _randomize_
 
 # --------------------------------------------------------------------------- structure
 

@@ -27,7 +27,7 @@ def test_row_reproduces_its_layer(name, padded):
 
 
 def test_zoo_has_the_rows_and_every_supported_class():
-    assert len(zoo.ZOO) == len(ROWS) == 23
+    assert len(zoo.ZOO) == len(ROWS) == 31
     assert {row.layer_class for row in zoo.ZOO} == set(HF_CONVERTERS)
     for row in zoo.ZOO:
         assert row.layer_class in from_hf.__doc__  # the docstring lists every supported class
