@@ -12,6 +12,11 @@ with :func:`d2lmini.reference.from_hf`, runs both on the same padded batch
 (:func:`describe`): the table's descriptive columns are read from the converted
 block, not typed by hand.
 
+Each line comes from :func:`zoo_row`, which reports a row whose layer class the
+installed ``transformers`` lacks (an older release, as Colab may have) instead of
+raising. The appendix "The Block Zoo" prints the table with :func:`zoo_frame` and
+counts features by year with :func:`features_by_year`.
+
 Adding a model: one :class:`ZooRow` built with :func:`hf_row` (a tiny config whose
 windows are shorter than the test sequence of 16 steps), a converter in
 :data:`d2lmini.reference.HF_CONVERTERS`, and, for a new block feature, a column in
@@ -315,18 +320,18 @@ def transformers_version() -> str:
 #: every other key (the :func:`describe` columns, whatever they are) becomes a column.
 _NOT_COLUMNS = ("name", "family", "year", "layer_class", "layer_idx", "note", "max_abs_diff", "max_abs_grad_diff",
                 "max_abs_output", "reproduced", "status", "block")
-_HEADERS = {"attention": "attention (test layer)", "ffn": "FFN (test layer)", "bias": "biases",
-            "residual": "residual scale"}
+_HEADERS = {"attention": "attention (test layer)", "positions": "positions (test layer)", "ffn": "FFN (test layer)",
+            "bias": "biases", "residual": "residual scale"}
 
 
 def zoo_frame(rows: list[dict]):
     """The zoo as the appendix prints it: one line per row of :func:`zoo_table`.
 
-    Columns: ``model`` (the index), ``family``, ``year``, ``norm, placement``, then every
-    other descriptive column of the rows in their order (those :func:`describe` returns,
-    whichever they are), the largest output and input-gradient differences (``'0'`` when
-    exact, ``'—'`` when not measured), the row's ``check`` (:func:`zoo_row`'s status) and
-    what the model does ``outside the layer``.
+    Columns: ``model`` (the index), ``family``, ``year``, ``layer class``, ``norm,
+    placement``, then every other descriptive column of the rows in their order (those
+    :func:`describe` returns, whichever they are), the largest output and input-gradient
+    differences (``'0'`` when exact, ``'—'`` when not measured), the row's ``check``
+    (:func:`zoo_row`'s status) and its ``note`` (what the model does outside the layer).
 
     Args:
         rows: dicts as :func:`zoo_row` returns them.
@@ -344,11 +349,11 @@ def zoo_frame(rows: list[dict]):
 
     lines = []
     for r in rows:
-        line = {"model": r["name"], "family": r["family"], "year": r["year"],
+        line = {"model": r["name"], "family": r["family"], "year": r["year"], "layer class": r["layer_class"],
                 "norm, placement": f"{r['norm']}, {r['placement']}" if "norm" in r else "—"}
         line.update({_HEADERS.get(key, key.replace("_", " ")): r.get(key, "—") for key in columns})
         line.update({"max |Δ| output": fmt(r["max_abs_diff"]), "max |Δ| input grad": fmt(r["max_abs_grad_diff"]),
-                     "check": r["status"], "outside the layer": r["note"] or "—"})
+                     "check": r["status"], "note": r["note"] or "—"})
         lines.append(line)
     return pd.DataFrame(lines).set_index("model")
 
