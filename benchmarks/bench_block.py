@@ -5,6 +5,11 @@ Prints one line per measure, ``NAME ratio=R target<=T``, with R = d2lmini / peer
 * ``block_llama_time`` / ``block_llama_memory``: forward + backward of a Llama-shaped
   block (d=512, 8 heads, 2 key/value heads, SwiGLU, RoPE, causal; batch 8 x 256 tokens,
   float32, CPU) against Hugging Face ``LlamaDecoderLayer`` (SDPA) holding the same weights.
+* ``block_mistral_window_time``: forward + backward of a Mistral-shaped block with
+  sliding-window attention (d=512, 8 heads, 2 key/value heads, window 128; batch 4 x 512
+  tokens) against Hugging Face ``MistralDecoderLayer`` (SDPA) holding the same weights,
+  given its explicit sliding-window causal mask (key j visible to query i iff
+  i - 128 < j <= i, as ``masking_utils.sliding_window_overlay``).
 * ``block_encoder_time`` / ``block_encoder_memory``: a LayerNorm/GELU pre-LN block against
   ``torch.nn.TransformerEncoderLayer(norm_first=True, activation='gelu')``, same shape.
 * ``rmsnorm_time``: forward + backward of ``d2lmini.RMSNorm`` against ``torch.nn.RMSNorm``
@@ -29,7 +34,12 @@ import torch
 from torch import nn
 
 import d2lmini
-from d2lmini.reference import additive_mask, from_llama_layer, from_torch_encoder_layer
+from d2lmini.reference import (
+    additive_mask,
+    from_llama_layer,
+    from_mistral_layer,
+    from_torch_encoder_layer,
+)
 
 
 def saved_bytes(fn) -> int:
@@ -109,6 +119,31 @@ def main(quick: bool = False) -> None:
     m_ours, m_peer = saved_bytes(lambda: ours(X.requires_grad_(True))), saved_bytes(lambda: llama_call(X))
     report("block_llama_memory", m_ours / m_peer, "<=1.0",
            f"saved for backward: d2lmini {m_ours / 2**20:.1f} MiB vs {m_peer / 2**20:.1f} MiB")
+
+    # Sliding-window (Mistral) block vs MistralDecoderLayer (SDPA), same weights, window 128 of 512 tokens.
+    window, win_batch, win_steps = 128, 4, 512
+    config = tf.MistralConfig(hidden_size=d, num_attention_heads=8, num_key_value_heads=2, intermediate_size=1368,
+                              num_hidden_layers=1, sliding_window=window)
+    config._attn_implementation = "sdpa"
+    mistral = tf.models.mistral.modeling_mistral.MistralDecoderLayer(config, layer_idx=0).train()
+    ours_win = from_mistral_layer(mistral, config).train()
+    rotary = tf.models.mistral.modeling_mistral.MistralRotaryEmbedding(config)
+    X = torch.randn(win_batch, win_steps, d)
+    position_ids = torch.arange(win_steps)[None].expand(win_batch, -1)
+    i, j = torch.arange(win_steps)[:, None], torch.arange(win_steps)[None, :]
+    band = (j <= i) & (j > i - window)  # the model's sliding_window_overlay, and-ed with causal
+    win_mask = torch.zeros(win_steps, win_steps).masked_fill(~band, torch.finfo(torch.float32).min)
+    win_mask = win_mask.expand(win_batch, 1, -1, -1)
+
+    def mistral_call(Z):
+        return mistral(Z, attention_mask=win_mask, position_embeddings=rotary(Z, position_ids),
+                       position_ids=position_ids)
+
+    with torch.no_grad():
+        torch.testing.assert_close(ours_win(X), mistral_call(X), atol=1e-4, rtol=1e-4)
+    t = median_times({"ours": forward_backward(ours_win, X), "peer": forward_backward(mistral_call, X)}, repeats)
+    report("block_mistral_window_time", t["ours"] / t["peer"], "<=1.0",
+           f"d2lmini {t['ours'] * 1e3:.1f} ms vs MistralDecoderLayer {t['peer'] * 1e3:.1f} ms (window {window})")
 
     # LayerNorm/GELU block vs nn.TransformerEncoderLayer (pre-LN), same weights.
     encoder = nn.TransformerEncoderLayer(d, 8, dim_feedforward=4 * d, dropout=0.0, activation="gelu",

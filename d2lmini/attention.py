@@ -6,12 +6,14 @@ Shapes use d2l's names: ``(batch, num_steps, num_hiddens)``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_positive_float, check_positive_int,
-                      check_probability, check_sequence_tensor)
+from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_int_in,
+                      check_positive_float, check_positive_int, check_probability, check_sequence_tensor)
 from ._shown import shown_in
 from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 
@@ -31,52 +33,203 @@ QK_NORMS = ("per_head", "projection", "per_head_distinct")
 _SDPA_HAS_GQA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
 
 
-def rotary_cos_sin(num_steps: int, head_dim: int, theta: float = 10000.0, device=None, dtype=torch.float32):
+#: RoPE scalings accepted by :func:`rope_frequencies` (``MultiHeadAttention(rope_scaling=...)``),
+#: each with its required and optional keys, in the format of Hugging Face ``transformers``
+#: 5.24 ``config.rope_parameters`` without ``rope_theta`` (passed as ``rope_theta=``).
+ROPE_SCALINGS = {
+    "linear": (("factor",), ()),
+    "yarn": (("factor", "original_max_position_embeddings"),
+             ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate")),
+    "llama3": (("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"), ()),
+}
+
+
+def _check_rope_scaling(scaling) -> dict:
+    """Return ``scaling`` with its numbers checked (see :func:`rope_frequencies`), else raise naming the key."""
+    if not isinstance(scaling, dict):
+        raise TypeError(f"rope_scaling must be None or a dict, got {type(scaling).__name__} {scaling!r}")
+    rope_type = scaling.get("rope_type")
+    if not isinstance(rope_type, str) or rope_type not in ROPE_SCALINGS:
+        raise ValueError(f"rope_scaling['rope_type'] must be one of {tuple(ROPE_SCALINGS)}, got {rope_type!r} "
+                         "(no scaling: rope_scaling=None)")
+    required, optional = ROPE_SCALINGS[rope_type]
+    allowed = ("rope_type",) + required + optional
+    unknown = [key for key in scaling if key not in allowed]
+    if unknown:
+        raise ValueError(f"rope_scaling keys {unknown} are not allowed for rope_type={rope_type!r}; allowed: {allowed} "
+                         "(rope_theta is its own argument, partial_rotary_factor is rotary_dim, "
+                         "Ministral 3's llama_4_scaling_beta is query_scaling)")
+    missing = [key for key in required if scaling.get(key) is None]
+    if missing:
+        raise ValueError(f"rope_scaling with rope_type={rope_type!r} needs the keys {required}; missing {missing}")
+    out = {"rope_type": rope_type}
+    for key, value in scaling.items():
+        name = f"rope_scaling[{key!r}]"
+        if key == "rope_type" or value is None:
+            continue
+        if key == "original_max_position_embeddings":
+            out[key] = check_positive_int(name, value)
+        elif key == "truncate":
+            out[key] = check_bool(name, value)
+        else:
+            out[key] = check_positive_float(name, value)
+    if out["factor"] < 1:
+        raise ValueError(f"rope_scaling['factor'] must be >= 1 (it stretches the context), got {out['factor']}")
+    if out.get("beta_fast", 32.0) < out.get("beta_slow", 1.0):
+        raise ValueError(f"rope_scaling needs beta_fast >= beta_slow (defaults 32 and 1), "
+                         f"got {out.get('beta_fast', 32.0)} and {out.get('beta_slow', 1.0)}")
+    if ("mscale" in out) != ("mscale_all_dim" in out):
+        raise ValueError("rope_scaling's mscale and mscale_all_dim go together (transformers uses them only when "
+                         "both are set); give both or neither")
+    if rope_type == "llama3" and out["high_freq_factor"] <= out["low_freq_factor"]:
+        raise ValueError(f"rope_scaling needs high_freq_factor > low_freq_factor, "
+                         f"got {out['high_freq_factor']} and {out['low_freq_factor']}")
+    return out
+
+
+def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's ``sqrt(1/t) = 0.1 * mscale * ln(s) + 1`` for a context stretched ``s`` times (1 for ``s <= 1``)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = None,
+                     device=None) -> tuple[torch.Tensor, float]:
+    """RoPE's inverse frequencies, optionally scaled for a longer context, and the attention factor.
+
+    Unscaled, pair ``i`` of the ``dim`` rotated features turns by ``theta ** (-2i / dim)``
+    radians per position (Su et al., 2021). ``scaling`` follows Hugging Face
+    ``transformers`` 5.24 ``config.rope_parameters`` (without ``rope_theta``); checked
+    against ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``:
+
+    * ``{"rope_type": "linear", "factor": s}``: position interpolation (Chen et al., 2023;
+      kaiokendev), every frequency divided by ``s``; Gemma 3's global layers (``s = 8``).
+    * ``{"rope_type": "yarn", "factor": s, "original_max_position_embeddings": L, ...}``:
+      YaRN (Peng et al., 2023, arXiv 2309.00071, "NTK-by-parts" + attention temperature).
+      Pairs that turn more than ``beta_fast`` (default 32) times over the original context
+      ``L`` keep their frequency, pairs that turn fewer than ``beta_slow`` (default 1) times
+      are divided by ``s``, with a linear ramp between; the boundaries are the pair
+      indices ``dim * ln(L / (2 pi beta)) / (2 ln theta)``, floored/ceiled if
+      ``truncate`` (default ``True``), clipped to ``[0, dim - 1]``. The attention factor
+      multiplies cos and sin (so every logit by its square): ``attention_factor`` if
+      given, else ``m(s, mscale) / m(s, mscale_all_dim)`` if both are given (DeepSeek),
+      else ``m(s, 1)``, with ``m(s, c) = 0.1 c ln(s) + 1`` (1 for ``s <= 1``).
+      gpt-oss (``s = 32``, ``truncate=False``) and Ministral 3 use it.
+    * ``{"rope_type": "llama3", "factor": s, "original_max_position_embeddings": L,
+      "low_freq_factor": a, "high_freq_factor": b}``: Llama 3.1; wavelengths shorter than
+      ``L / b`` are kept, longer than ``L / a`` divided by ``s``, smoothly in between.
+
+    Args:
+        dim: rotated features per head (``head_dim``, or ``rotary_dim`` for partial RoPE); even.
+        theta: the RoPE base.
+        scaling: ``None`` (plain RoPE) or a dict as above (see :data:`ROPE_SCALINGS`).
+        device: of the returned frequencies.
+
+    Returns:
+        ``(inv_freq, attention_factor)``: float32 ``(dim // 2,)`` and a float (1.0 unless YaRN).
+
+    Raises:
+        ValueError: odd ``dim``, ``theta`` not > 0, an unknown ``rope_type``, a missing or
+            unknown key (the message lists the allowed ones), ``factor < 1``,
+            ``beta_fast < beta_slow``, only one of ``mscale``/``mscale_all_dim``,
+            ``high_freq_factor <= low_freq_factor``, a number not > 0.
+        TypeError: ``scaling`` not a dict, a value of the wrong type.
+    """
+    check_positive_int("dim", dim)
+    if dim % 2:
+        raise ValueError(f"RoPE needs an even number of rotated features, got {dim}")
+    check_positive_float("theta", theta)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
+    if scaling is None:
+        return inv_freq, 1.0
+    scaling = _check_rope_scaling(scaling)
+    kind, factor = scaling["rope_type"], scaling["factor"]
+    if kind == "linear":
+        return inv_freq / factor, 1.0
+    if kind == "llama3":  # 0: a long wavelength, divided by factor; 1: a short one, kept
+        wavelength = 2 * math.pi / inv_freq
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        keep = ((scaling["original_max_position_embeddings"] / wavelength - low) / (high - low)).clamp(0, 1)
+        return keep * inv_freq + (1 - keep) * inv_freq / factor, 1.0
+    # YaRN: pair i turns L * inv_freq[i] / (2 pi) times over the original context L.
+    def pair_turning(turns):  # the (fractional) pair index that turns `turns` times
+        return dim * math.log(scaling["original_max_position_embeddings"] / (2 * math.pi * turns)) / (2 * math.log(theta))
+    low, high = pair_turning(scaling.get("beta_fast", 32.0)), pair_turning(scaling.get("beta_slow", 1.0))
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as transformers: avoid dividing by zero
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32, device=device) - low) / (high - low)).clamp(0, 1)
+    inv_freq = (1 - ramp) * inv_freq + ramp * inv_freq / factor  # ramp 0: kept (fast pairs), 1: interpolated
+    if "attention_factor" in scaling:
+        attention_factor = scaling["attention_factor"]
+    elif "mscale" in scaling:
+        attention_factor = _yarn_mscale(factor, scaling["mscale"]) / _yarn_mscale(factor, scaling["mscale_all_dim"])
+    else:
+        attention_factor = _yarn_mscale(factor)
+    return inv_freq, attention_factor
+
+
+def rotary_cos_sin(num_steps: int, head_dim: int, theta: float = 10000.0, device=None, dtype=torch.float32,
+                   *, scaling: dict | None = None):
     """Cosines and sines of rotary position embeddings (RoPE; Su et al., 2021).
 
-    Position ``p`` and frequency ``i`` get the angle ``p * theta**(-2i / head_dim)``,
-    ``i = 0 .. head_dim/2 - 1``; each angle is repeated for the two halves of the
+    Position ``p`` and frequency ``i`` get the angle ``p * inv_freq[i]`` with
+    ``inv_freq`` from :func:`rope_frequencies` (unscaled: ``theta**(-2i / head_dim)``,
+    ``i = 0 .. head_dim/2 - 1``); each angle is repeated for the two halves of the
     head (the "half-split" layout used by Llama, Qwen3, OLMo 2 and Gemma in
-    Hugging Face ``transformers``). Angles are computed in float32, then cast.
+    Hugging Face ``transformers``). Angles are computed in float32; cos and sin are
+    multiplied by the scaling's attention factor (YaRN; else 1), then cast.
 
     Args:
         num_steps: sequence length ``n``.
-        head_dim: features per head; must be even.
+        head_dim: rotated features per head (``rotary_dim`` for partial RoPE); must be even.
         theta: the RoPE base (10,000 in RoFormer and Llama 2; 500,000 in Llama 3).
         device, dtype: of the returned tensors.
+        scaling: ``None`` or a RoPE scaling dict (see :func:`rope_frequencies`).
 
     Returns:
         ``(cos, sin)``, each of shape ``(num_steps, head_dim)``.
 
     Raises:
-        ValueError: if ``head_dim`` is odd or ``theta`` is not positive.
+        ValueError / TypeError: as :func:`rope_frequencies`.
     """
-    if head_dim % 2:
-        raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
-    check_positive_float("theta", theta)
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    inv_freq, attention_factor = rope_frequencies(head_dim, theta, scaling, device)
     angles = torch.arange(num_steps, dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]
     angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    if attention_factor == 1.0:
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+    return (angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)
 
 
 def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate query or key features by their positions' angles (half-split RoPE).
 
-    Feature ``j`` in the first half is paired with feature ``j + head_dim/2``; each
-    pair is rotated by its angle: ``X * cos + rotate_half(X) * sin`` with
+    The first ``r = cos.shape[-1]`` features are rotated (all of ``head_dim``, or
+    partial RoPE's ``rotary_dim``, as Phi, StableLM, GPT-NeoX); the rest pass
+    unchanged. Feature ``j < r/2`` is paired with feature ``j + r/2``; each pair is
+    rotated by its angle: ``x * cos + rotate_half(x) * sin`` with
     ``rotate_half([x1, x2]) = [-x2, x1]``.
 
     Args:
         X: ``(batch, heads, num_steps, head_dim)``.
-        cos, sin: ``(num_steps, head_dim)`` from :func:`rotary_cos_sin`.
+        cos, sin: ``(num_steps, r)`` from :func:`rotary_cos_sin`, ``r <= head_dim``.
 
     Returns:
         A tensor shaped like ``X``.
     """
-    half = X.shape[-1] // 2
-    rotated = torch.cat((-X[..., half:], X[..., :half]), dim=-1)
-    return X * cos + rotated * sin
+    r = cos.shape[-1]
+    x, rest = X[..., :r], X[..., r:]
+    rotated = torch.cat((-x[..., r // 2:], x[..., :r // 2]), dim=-1)
+    out = x * cos + rotated * sin
+    return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
+
+
+def _check_query_scaling(value) -> tuple[float, int]:
+    """Return ``query_scaling`` as ``(beta, period)`` if it is a pair ``(float > 0, int >= 1)``, else raise."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"query_scaling must be None or a pair (beta, period), got {type(value).__name__} {value!r}")
+    return (check_positive_float("query_scaling beta", value[0]), check_positive_int("query_scaling period", value[1]))
 
 
 def valid_lens_mask(valid_lens: torch.Tensor | None, num_steps: int, min_len: int = 0) -> torch.Tensor | None:
@@ -176,12 +329,50 @@ class MultiHeadAttention(nn.Module):
             soft-cap, so with a cap the attention is computed by an explicit (unfused)
             path: matmul, cap, mask, float32 softmax, dropout, matmul; without one the
             fused SDPA path is kept.
+        rotary_dim: ``None`` (default: RoPE rotates all ``head_dim`` features) or an even
+            int in ``[2, head_dim]``: partial RoPE, only the first ``rotary_dim`` features of
+            each query and key head are rotated (``q[..., :rotary_dim]``), the rest pass
+            unchanged, and the frequencies use ``rotary_dim`` as the dimension
+            (``theta ** (-2i / rotary_dim)``). Hugging Face ``transformers`` 5.24 sets it as
+            ``int(head_dim * partial_rotary_factor)`` (``modeling_rope_utils``; Phi 0.5,
+            StableLM 0.25, Phi-3.5/Phi-4-mini 0.75; GPT-NeoX ``rotary_pct``, GPT-J
+            ``rotary_dim``). Needs ``rope_theta``.
+        rope_scaling: ``None`` (default) or a dict scaling RoPE's frequencies for a longer
+            context, in the format of ``transformers``' ``config.rope_parameters`` without
+            ``rope_theta``: ``rope_type`` ``'linear'`` (Gemma 3's global layers), ``'yarn'``
+            (gpt-oss, Ministral 3; its attention factor multiplies cos and sin) or
+            ``'llama3'`` (Llama 3.1); see :func:`rope_frequencies`. Needs ``rope_theta``.
+        query_scaling: ``None`` (default) or ``(beta, period)``, a float ``beta > 0`` and an
+            int ``period >= 1``: after RoPE the query at position ``p`` is multiplied by
+            ``1 + beta * log(1 + floor(p / period))``, so logits grow (the softmax
+            sharpens) past every multiple of ``period`` -- Ministral 3
+            (``models/ministral3/modeling_ministral3.py``, ``get_llama_4_attn_scale`` with
+            ``rope_parameters['llama_4_scaling_beta']`` and
+            ``['original_max_position_embeddings']``). Llama 4's
+            ``attn_temperature_tuning`` is related but differs (``1 + attn_scale *
+            log(1 + floor((p + 1) / floor_scale))``, on its no-RoPE layers only) and is
+            not implemented. Positions are ``0 .. n_q - 1``; works with any path.
+        sinks: ``False`` (default) or ``True``: attention sinks as gpt-oss
+            (``models/gpt_oss/modeling_gpt_oss.py``, ``GptOssAttention.sinks``,
+            ``eager_attention_forward``): a learned logit per query head (``self.sinks``,
+            shape ``(num_heads,)``, initialized to 0) joins every query's softmax as one
+            more "key" without a value, so the weights on the real keys sum to less than
+            1 (a head may attend to nothing). The fused SDPA path is kept: one zero key
+            and one zero value are appended per key/value head, and a float mask carries
+            the sink logit in that extra column (0 or ``-inf`` elsewhere). With
+            ``logit_softcap`` the explicit path appends the sink logit after capping and
+            masking (sinks are not capped).
+
+    Which path: SDPA (fused) unless ``logit_softcap`` is set, which takes the explicit
+    path; ``rotary_dim``, ``rope_scaling``, ``query_scaling`` and ``sinks`` keep
+    whichever path the rest selects.
 
     Every argument after ``num_heads`` is keyword-only.
 
     Attributes:
         W_q, W_k, W_v, W_o: the projections (``nn.Linear``).
         q_norm, k_norm: the QK-norms, or ``None``.
+        sinks: the sink logits (``nn.Parameter`` of shape ``(num_heads,)``), or ``None``.
 
     :meth:`queries_and_keys` returns the queries and keys exactly as :meth:`forward`
     hands them to the attention kernel.
@@ -199,7 +390,9 @@ class MultiHeadAttention(nn.Module):
             ``qk_norm`` (the message lists the allowed ones), an odd ``head_dim`` with
             RoPE, dropout outside [0, 1), ``bias`` a string other than ``'qkv'``,
             ``logit_softcap`` not > 0 or not finite, ``window`` below 1 or given without
-            ``causal=True``; at call time, inputs of the wrong rank or
+            ``causal=True``, ``rotary_dim`` odd or outside ``[2, head_dim]``, ``rotary_dim``
+            or ``rope_scaling`` without ``rope_theta``, a bad ``rope_scaling`` (see
+            :func:`rope_frequencies`), a bad ``query_scaling``; at call time, inputs of the wrong rank or
             width, keys and values of different shapes, RoPE or causal attention with
             different query and key lengths, or bad ``valid_lens`` (see
             :func:`valid_lens_mask`).
@@ -210,7 +403,9 @@ class MultiHeadAttention(nn.Module):
                  num_kv_heads: int | None = None, causal: bool = False, head_dim: int | None = None,
                  qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, scale: float | None = None, window: int | None = None,
-                 logit_softcap: float | None = None):
+                 logit_softcap: float | None = None, rotary_dim: int | None = None,
+                 rope_scaling: dict | None = None, query_scaling: tuple[float, int] | None = None,
+                 sinks: bool = False):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
@@ -236,6 +431,15 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"window={window} needs causal=True (sliding-window attention is causal: "
                              "query i sees keys i - window < j <= i); pass causal=True or window=None")
         self.logit_softcap = None if logit_softcap is None else check_positive_float("logit_softcap", logit_softcap)
+        for name, value in (("rotary_dim", rotary_dim), ("rope_scaling", rope_scaling)):
+            if value is not None and self.rope_theta is None:
+                raise ValueError(f"{name}={value!r} needs RoPE: pass rope_theta too")
+        self.rotary_dim = None if rotary_dim is None else check_int_in("rotary_dim", rotary_dim, 2, self.head_dim)
+        if self.rotary_dim is not None and self.rotary_dim % 2:
+            raise ValueError(f"rotary_dim must be even (RoPE rotates pairs), got {rotary_dim}")
+        self.rope_scaling = None if rope_scaling is None else _check_rope_scaling(rope_scaling)
+        self.query_scaling = None if query_scaling is None else _check_query_scaling(query_scaling)
+        self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if check_bool("sinks", sinks) else None
 
         q_hiddens, kv_hiddens = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         qkv_bias = bias is True or bias == "qkv"  # 'qkv': Qwen2, no bias on W_o
@@ -259,9 +463,21 @@ class MultiHeadAttention(nn.Module):
     def _rotary(self, num_steps: int, like: torch.Tensor):
         key = (num_steps, like.device, like.dtype)
         if key not in self._rotary_cache:
-            self._rotary_cache = {key: rotary_cos_sin(num_steps, self.head_dim, self.rope_theta,
-                                                      like.device, like.dtype)}
+            self._rotary_cache = {key: rotary_cos_sin(num_steps, self.rotary_dim or self.head_dim, self.rope_theta,
+                                                      like.device, like.dtype, scaling=self.rope_scaling)}
         return self._rotary_cache[key]
+
+    def _query_scales(self, num_steps: int, like: torch.Tensor) -> torch.Tensor:
+        """Ministral 3's query factors ``1 + beta * log(1 + floor(p / period))`` for ``p = 0 .. n-1``.
+
+        Computed in float32, cast to ``like``'s dtype; shape ``(num_steps, 1)`` (broadcasts
+        over ``(b, h, n, head_dim)``). Needs ``query_scaling`` (``ValueError`` otherwise).
+        """
+        if self.query_scaling is None:
+            raise ValueError("_query_scales needs query_scaling=(beta, period)")
+        beta, period = self.query_scaling
+        positions = torch.arange(num_steps, dtype=torch.float32, device=like.device)
+        return (1 + beta * torch.log(1 + torch.floor(positions / period)))[:, None].to(like.dtype)
 
     @property
     def logit_scale(self) -> float:
@@ -274,7 +490,8 @@ class MultiHeadAttention(nn.Module):
 
         Project, QK-normalize (if ``qk_norm``: the whole projection, or each head),
         split into heads, then rotate by RoPE (if ``rope_theta``): the norm comes before
-        the rotation, as in Qwen3, OLMo 2 and Gemma 3. Used by :meth:`forward` and by
+        the rotation, as in Qwen3, OLMo 2 and Gemma 3; then scale the queries by position
+        (if ``query_scaling``, Ministral 3). Used by :meth:`forward` and by
         the chapter "QK-norm" (logits ``logit_scale * q @ k.transpose(-1, -2)``).
 
         Args:
@@ -300,6 +517,8 @@ class MultiHeadAttention(nn.Module):
         if self.rope_theta is not None:
             cos, sin = self._rotary(q.shape[2], q)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.query_scaling is not None:  # Ministral 3: q * (1 + beta log(1 + floor(p / period)))
+            q = q * self._query_scales(q.shape[2], q)
         return q, k
 
     def _check_inputs(self, queries: torch.Tensor, keys: torch.Tensor) -> None:
@@ -365,18 +584,32 @@ class MultiHeadAttention(nn.Module):
                 k = k.repeat_interleave(group, dim=1)
                 v = v.repeat_interleave(group, dim=1)
         dropout_p = self.dropout if self.training else 0.0
-        if self.logit_softcap is None:
+        if self.logit_softcap is not None:
+            out = self._explicit_attention(q, k, v, mask, dropout_p)
+        elif self.sinks is not None:  # one zero key/value per head, whose logit the float mask sets to the sink's
+            k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self._sink_mask(mask, q, k.shape[2] - 1),
+                                                 scale=self.scale, dropout_p=dropout_p, **extra)
+        else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
                                                  dropout_p=dropout_p, **extra)
-        else:
-            out = self._explicit_attention(q, k, v, mask, dropout_p)
         return self.W_o(out.transpose(1, 2).flatten(-2))
+
+    def _sink_mask(self, mask, q: torch.Tensor, num_keys: int) -> torch.Tensor:
+        """The float mask (b, h, n_q, n_k + 1) of attention sinks: 0 / -inf from ``mask``, then each head's sink logit."""
+        b, h, n_q = q.shape[:3]
+        out = torch.zeros(b, h, n_q, num_keys + 1, dtype=q.dtype, device=q.device)  # filled in place: one pass
+        if mask is not None:
+            out[..., :num_keys].masked_fill_(~mask, float("-inf"))
+        out[..., num_keys] = self.sinks.to(q.dtype)[:, None]  # (h, 1) -> every batch element and query
+        return out
 
     def _explicit_attention(self, q, k, v, mask, dropout_p: float) -> torch.Tensor:
         """Unfused attention with logit soft-capping (Gemma 2), as ``eager_attention_forward``.
 
         ``logits = tanh(scale * q k^T / cap) * cap`` (no cap: the plain scaled logits), then the mask, a float32 softmax,
-        dropout and the weighted sum of values; returns ``(b, h, n_q, head_dim)``.
+        dropout and the weighted sum of values; returns ``(b, h, n_q, head_dim)``. With ``sinks``, each head's sink
+        logit joins the softmax as one more column after the cap and the mask (gpt-oss), and is dropped after it.
         """
         if k.shape[1] != q.shape[1]:  # grouped-query attention: share the key/value heads
             group = self.num_heads // self.num_kv_heads
@@ -386,14 +619,22 @@ class MultiHeadAttention(nn.Module):
             logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(logits, dim=-1, dtype=torch.float32).to(q.dtype)
+        if self.sinks is not None:  # gpt-oss: one more logit per head and query, not capped, dropped after the softmax
+            sinks = self.sinks.to(logits.dtype)[:, None, None].expand(*logits.shape[:-1], 1)
+            weights = torch.softmax(torch.cat((logits, sinks), dim=-1), dim=-1, dtype=torch.float32)[..., :-1].to(q.dtype)
+        else:
+            weights = torch.softmax(logits, dim=-1, dtype=torch.float32).to(q.dtype)
         weights = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
         return weights @ v
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"causal={self.causal}, window={self.window}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}"
-                + (f", logit_softcap={self.logit_softcap}" if self.logit_softcap is not None else ""))
+                + (f", logit_softcap={self.logit_softcap}" if self.logit_softcap is not None else "")
+                + (f", rotary_dim={self.rotary_dim}" if self.rotary_dim is not None else "")
+                + (f", rope_scaling={self.rope_scaling}" if self.rope_scaling is not None else "")
+                + (f", query_scaling={self.query_scaling}" if self.query_scaling is not None else "")
+                + (", sinks=True" if self.sinks is not None else ""))
 
 
 class GatedAttention(nn.Module):

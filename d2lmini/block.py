@@ -26,7 +26,24 @@ from .norms import NORMS, make_norm
 #: * ``'pre'``: ``x <- x + F(Norm(x))`` -- GPT-2 onward, Llama, Qwen3.
 #: * ``'post_sublayer'``: ``x <- x + Norm(F(x))`` -- OLMo 2.
 #: * ``'sandwich'``: ``x <- x + Norm_out(F(Norm_in(x)))`` -- CogView, Gemma 2/3, Peri-LN.
-PLACEMENTS = ("post", "pre", "post_sublayer", "sandwich")
+#:
+#: The two parallel placements apply attention and FFN side by side, both reading the
+#: same stream, in one update per block (:class:`TransformerBlock` only):
+#:
+#: * ``'parallel'``: ``x <- x + Attn(Norm(x)) + FFN(Norm(x))``, one shared norm -- GPT-J
+#:   (``ln_1``), PaLM, Falcon-7B (``parallel_attn``, one ``input_layernorm``), Phi-1/2,
+#:   Cohere Command R, StableLM with ``use_parallel_residual``.
+#: * ``'parallel_two_norms'``: ``x <- x + Attn(Norm_1(x)) + FFN(Norm_2(x))`` -- GPT-NeoX and
+#:   Pythia (``use_parallel_residual``: ``input_layernorm``, ``post_attention_layernorm``),
+#:   Falcon-40B/180B (``new_decoder_architecture``: ``ln_attn``, ``ln_mlp``).
+PLACEMENTS = ("post", "pre", "post_sublayer", "sandwich", "parallel", "parallel_two_norms")
+
+#: Placements with one residual connection per sublayer, applied one after the other
+#: (those :class:`AddNorm` implements, and the ones the chapters compare).
+SEQUENTIAL_PLACEMENTS = ("post", "pre", "post_sublayer", "sandwich")
+
+#: Placements where attention and FFN read the same stream (see :data:`PLACEMENTS`).
+PARALLEL_PLACEMENTS = ("parallel", "parallel_two_norms")
 
 #: Placements that normalize the sublayer's output (where ``sublayer_norm_gain`` applies).
 SUBLAYER_NORM_PLACEMENTS = ("post_sublayer", "sandwich")
@@ -36,7 +53,8 @@ class AddNorm(nn.Module):
     """One residual connection with its norms placed as ``placement`` says.
 
     Generalizes d2l's ``AddNorm`` (which is the ``'post'`` case) to every
-    placement in :data:`PLACEMENTS`. It holds up to two norms:
+    placement in :data:`SEQUENTIAL_PLACEMENTS` (a parallel :class:`TransformerBlock`
+    builds its two connections as ``'pre'`` ones, the second without a skip). It holds up to two norms:
     ``norm_in`` (on the sublayer's input: ``'pre'``, ``'sandwich'``),
     ``norm_out`` (on the sublayer's output, inside the residual branch:
     ``'post_sublayer'``, ``'sandwich'``) or ``norm_post`` (on the stream after the
@@ -44,7 +62,7 @@ class AddNorm(nn.Module):
 
     Args:
         num_hiddens: width ``d`` of the stream.
-        placement: one of :data:`PLACEMENTS`.
+        placement: one of :data:`SEQUENTIAL_PLACEMENTS`.
         norm: one of :data:`d2lmini.norms.NORMS` (see :func:`d2lmini.norms.make_norm`).
         eps: the norms' epsilon (``None``: the norm type's default).
         dropout: dropout on the branch output before it is added, in [0, 1).
@@ -76,7 +94,10 @@ class AddNorm(nn.Module):
                  eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None,
                  residual: bool = True, residual_multiplier: float = 1.0):
         super().__init__()
-        self.placement = check_choice("placement", placement, PLACEMENTS)
+        if placement in PARALLEL_PLACEMENTS:
+            raise ValueError(f"placement={placement!r} combines two sublayers, so one AddNorm cannot apply it; "
+                             f"use TransformerBlock(placement={placement!r}) or one of {SEQUENTIAL_PLACEMENTS}")
+        self.placement = check_choice("placement", placement, SEQUENTIAL_PLACEMENTS)
         self.residual = check_bool("residual", residual)
         self.residual_multiplier = check_positive_float("residual_multiplier", residual_multiplier)
         if self.residual_multiplier != 1.0 and (placement != "pre" or not self.residual):
@@ -133,9 +154,17 @@ class TransformerBlock(nn.Module):
         norm: ``'layer'`` (LayerNorm), ``'rms'`` (RMSNorm), ``'layer_no_bias'`` (LayerNorm
             without bias, Cohere Command R) or ``'layer_nonparametric'`` (LayerNorm without
             gain or bias, OLMo 1); see :func:`d2lmini.norms.make_norm`.
-        act: FFN activation: ``'relu'``, ``'gelu'``, ``'gelu_tanh'``, ``'swiglu'`` or ``'geglu'``.
-        placement: where the norms go: ``'post'``, ``'pre'``, ``'post_sublayer'`` or
-            ``'sandwich'`` (see :data:`PLACEMENTS`).
+        act: FFN activation: ``'relu'``, ``'gelu'``, ``'gelu_tanh'``, ``'swiglu'``, ``'geglu'`` or
+            ``'swiglu_clamped'`` (gpt-oss, limit 7.0); see :class:`~d2lmini.ffn.FeedForward`.
+        placement: where the norms go: ``'post'``, ``'pre'``, ``'post_sublayer'``,
+            ``'sandwich'``, or attention and FFN in parallel, ``x <- x + Attn(N_1(x)) +
+            FFN(N_2(x))``, with one shared norm ``N_1 = N_2`` (``'parallel'``: GPT-J, PaLM,
+            Falcon-7B, Phi-1/2, Cohere) or two (``'parallel_two_norms'``: GPT-NeoX, Falcon-40B);
+            see :data:`PLACEMENTS`. A parallel block has a dropout on each branch (as GPT-NeoX,
+            Phi and StableLM; Falcon drops out their sum once, which differs in training only),
+            takes neither ``sublayer_norm_gain`` nor ``residual_multiplier``, and
+            ``residual=False`` leaves ``Attn(N_1(x)) + FFN(N_2(x))``. With ``'parallel'``,
+            ``addnorm2.norm_in`` *is* ``addnorm1.norm_in`` (one module, one set of weights).
         bias: whether the attention and FFN linear layers have biases; ``'qkv'``: biases on
             the attention's query, key and value projections only (Qwen2), none elsewhere.
         num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
@@ -151,6 +180,11 @@ class TransformerBlock(nn.Module):
         logit_softcap: ``None`` or a float ``c > 0``: attention logits become
             ``tanh(logits / c) * c`` (Gemma 2; an explicit, unfused attention path); see
             :class:`MultiHeadAttention`.
+        rotary_dim, rope_scaling, query_scaling, sinks: passed to :class:`MultiHeadAttention`
+            (partial RoPE: rotate only the first ``rotary_dim`` features of each head;
+            RoPE frequency scaling ``{'rope_type': 'linear' | 'yarn' | 'llama3', ...}``;
+            Ministral 3's position-dependent query factor ``(beta, period)``; gpt-oss's
+            learned attention sinks).
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
@@ -163,7 +197,8 @@ class TransformerBlock(nn.Module):
             from the arguments above. When given, the module is configured by the
             factory alone: the attention-only arguments (``num_kv_heads``, ``causal``,
             ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``,
-            ``window``, ``logit_softcap``) must keep their defaults, and ``num_heads`` must equal the module's
+            ``window``, ``logit_softcap``, ``rotary_dim``, ``rope_scaling``, ``query_scaling``,
+            ``sinks``) must keep their defaults, and ``num_heads`` must equal the module's
             ``num_heads`` if it has one (``ValueError`` otherwise).
         ffn_factory: zero-argument callable returning the FFN module, called as
             ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
@@ -171,7 +206,8 @@ class TransformerBlock(nn.Module):
 
     Attributes:
         attention, ffn: the two sublayers.
-        addnorm1, addnorm2: their residual connections and norms (:class:`AddNorm`).
+        addnorm1, addnorm2: their residual connections and norms (:class:`AddNorm`); in a
+            parallel block ``'pre'`` connections, ``addnorm2`` without its skip.
 
     Shape:
         ``forward(X, valid_lens=None)``: ``X`` ``(b, n, d)``; ``valid_lens`` ``None``,
@@ -180,7 +216,8 @@ class TransformerBlock(nn.Module):
 
     Raises:
         ValueError: an unknown ``norm``, ``act`` or ``placement`` (the message lists
-            the allowed names), ``num_hiddens`` not divisible by ``num_heads``,
+            the allowed names), a parallel placement with ``sublayer_norm_gain`` or
+            ``residual_multiplier != 1``, ``num_hiddens`` not divisible by ``num_heads``,
             ``num_heads`` not divisible by ``num_kv_heads``, dropout outside [0, 1), an
             argument that a factory makes meaningless set to a non-default value, or
             ``num_heads`` unequal to the factory's module's; at call time an input that
@@ -198,6 +235,8 @@ class TransformerBlock(nn.Module):
                  head_dim: int | None = None, qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, attn_scale: float | None = None, residual: bool = True,
                  window: int | None = None, logit_softcap: float | None = None,
+                 rotary_dim: int | None = None, rope_scaling: dict | None = None,
+                 query_scaling: tuple[float, int] | None = None, sinks: bool = False,
                  residual_multiplier: float = 1.0,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
@@ -213,13 +252,16 @@ class TransformerBlock(nn.Module):
             self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
                                                 num_kv_heads=num_kv_heads, causal=causal, head_dim=head_dim,
                                                 qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
-                                                scale=attn_scale, window=window, logit_softcap=logit_softcap)
+                                                scale=attn_scale, window=window, logit_softcap=logit_softcap,
+                                                rotary_dim=rotary_dim, rope_scaling=rope_scaling,
+                                                query_scaling=query_scaling, sinks=sinks)
         else:
             check_left_at_default("attn_factory builds the attention, so set these on the module it returns",
                                   TransformerBlock.__init__, num_kv_heads=num_kv_heads, causal=causal,
                                   head_dim=head_dim, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps,
                                   rope_theta=rope_theta, attn_scale=attn_scale, window=window,
-                                  logit_softcap=logit_softcap)
+                                  logit_softcap=logit_softcap, rotary_dim=rotary_dim, rope_scaling=rope_scaling,
+                                  query_scaling=query_scaling, sinks=sinks)
             self.attention = _build("attn_factory", attn_factory)
             check_positive_int("num_heads", num_heads)
             heads = getattr(self.attention, "num_heads", num_heads)  # checked where the module has one
@@ -232,11 +274,19 @@ class TransformerBlock(nn.Module):
             check_left_at_default("ffn_factory builds the FFN, so set these on the module it returns",
                                   TransformerBlock.__init__, act=act, ffn_num_hiddens=ffn_num_hiddens)
             self.ffn = _build("ffn_factory", ffn_factory)
-        addnorm = dict(placement=placement, norm=norm, eps=eps, dropout=dropout,
+        parallel = placement in PARALLEL_PLACEMENTS
+        if parallel and (sublayer_norm_gain is not None
+                         or check_positive_float("residual_multiplier", residual_multiplier) != 1.0):
+            raise ValueError(f"placement={placement!r} takes neither sublayer_norm_gain nor residual_multiplier, "
+                             f"got sublayer_norm_gain={sublayer_norm_gain!r}, "
+                             f"residual_multiplier={residual_multiplier!r}")
+        addnorm = dict(placement="pre" if parallel else placement, norm=norm, eps=eps, dropout=dropout,
                        sublayer_norm_gain=sublayer_norm_gain, residual=residual,
                        residual_multiplier=residual_multiplier)
         self.addnorm1 = AddNorm(num_hiddens, **addnorm)
-        self.addnorm2 = AddNorm(num_hiddens, **addnorm)
+        self.addnorm2 = AddNorm(num_hiddens, **{**addnorm, "residual": residual and not parallel})
+        if placement == "parallel":  # one norm feeds both sublayers (GPT-J's ln_1)
+            self.addnorm2.norm_in = self.addnorm1.norm_in
 
     @shown_in("ch01")
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
@@ -247,8 +297,10 @@ class TransformerBlock(nn.Module):
         """
         check_sequence_tensor("X", X, self.num_hiddens)
         check_dtype_matches("X", X, self)
-        X = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
-        return self.addnorm2(X, self.ffn)
+        attended = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
+        if self.placement in PARALLEL_PLACEMENTS:  # x + Attn(N1(x)) + FFN(N2(x)); addnorm2 adds no skip
+            return attended + self.addnorm2(X, self.ffn)
+        return self.addnorm2(attended, self.ffn)
 
     def extra_repr(self) -> str:
         return f"placement={self.placement!r}, norm={self.norm!r}"
@@ -264,6 +316,9 @@ class TransformerDecoderBlock(TransformerBlock):
     first two keyword-only); the ones below differ.
 
     Args:
+        placement: one of :data:`SEQUENTIAL_PLACEMENTS` (the parallel placements of
+            :class:`TransformerBlock` are rejected: no model runs self-attention,
+            cross-attention and FFN side by side).
         causal: whether the self-attention is causal (default ``True``). With
             ``attn_factory`` the module it returns decides, and ``causal`` must stay ``True``.
         dropout, bias, num_kv_heads, head_dim: as in :class:`TransformerBlock`, and also
@@ -286,7 +341,7 @@ class TransformerDecoderBlock(TransformerBlock):
 
     Raises:
         ValueError / TypeError: as :class:`TransformerBlock`, and ``causal=False`` with
-            ``attn_factory``; at call time also for ``enc_outputs`` that is not
+            ``attn_factory`` or a parallel ``placement``; at call time also for ``enc_outputs`` that is not
             ``(b, m, d)`` or bad ``enc_valid_lens``.
     """
 
@@ -298,6 +353,9 @@ class TransformerDecoderBlock(TransformerBlock):
         else:
             check_left_at_default("attn_factory builds the self-attention, so make the module it returns causal",
                                   TransformerDecoderBlock.__init__, causal=causal)
+        if kwargs.get("placement") in PARALLEL_PLACEMENTS:  # no model runs three sublayers in parallel
+            raise ValueError(f"TransformerDecoderBlock applies its three sublayers one after the other; "
+                             f"placement must be one of {SEQUENTIAL_PLACEMENTS}, got {kwargs['placement']!r}")
         super().__init__(num_hiddens, num_heads, dropout=dropout, bias=bias, attn_factory=attn_factory, **kwargs)
         self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
                                                   num_kv_heads=num_kv_heads, head_dim=head_dim)

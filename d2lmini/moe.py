@@ -31,9 +31,13 @@ class MixtureOfExperts(nn.Module):
     ``'sigmoid'`` takes ``sigmoid(s)``, selects with ``sigmoid(s) + expert_bias`` and
     renormalizes the selected scores (DeepSeek-V3 and Arcee Trinity's routing;
     ``expert_bias`` is a buffer a load balancer adjusts outside gradient descent,
-    zero by default). Each token runs through only ``top_k`` experts, so the
-    parameters grow with ``num_experts`` while the computation per token grows with
-    ``top_k``. Drop it into a block with
+    zero by default). The softmax router's weights equal a softmax over the ``top_k``
+    selected logits alone, which is how OpenAI gpt-oss computes them (Hugging Face
+    ``GptOssTopKRouter``: top-k of the logits, then a softmax over those k); gpt-oss's
+    router also has a bias (``router_bias=True``) and its experts are
+    ``act='swiglu_clamped'`` FFNs with biases (``bias=True``). Each token runs through
+    only ``top_k`` experts, so the parameters grow with ``num_experts`` while the
+    computation per token grows with ``top_k``. Drop it into a block with
     ``TransformerBlock(d, h, ffn_factory=lambda: MixtureOfExperts(d))``.
 
     Args:
@@ -47,10 +51,14 @@ class MixtureOfExperts(nn.Module):
         num_shared_experts: shared experts, fused into one always-on FFN of width
             ``num_shared_experts * ffn_num_hiddens`` (0: none).
         route_scale: factor on the routed experts' weights (Trinity's ``route_scale``).
-        bias: whether the experts' linear layers have biases (the router has none).
+        bias: whether the experts' linear layers have biases.
+        router_bias: whether the router has a bias, ``router(x) = W x + b`` (gpt-oss); default
+            ``False`` (Mixtral, DeepSeek, Qwen3-MoE, Trinity).
+        swiglu_limit: the experts' (and shared expert's) clamp for ``act='swiglu_clamped'``;
+            see :class:`~d2lmini.ffn.FeedForward` (``None``: its default, 7.0).
 
     Attributes:
-        router: ``nn.Linear(d, E, bias=False)``; experts: ``nn.ModuleList`` of ``E``
+        router: ``nn.Linear(d, E, bias=router_bias)``; experts: ``nn.ModuleList`` of ``E``
         FeedForwards; shared: the shared FFN or ``None``; expert_bias: buffer ``(E,)``.
 
     Shape:
@@ -58,15 +66,16 @@ class MixtureOfExperts(nn.Module):
 
     Raises:
         ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, an
-            unknown ``router`` or ``act``; at call time an input whose last dimension
-            is not ``d``.
+            unknown ``router`` or ``act``, a ``swiglu_limit`` with another act; at call
+            time an input whose last dimension is not ``d``.
 
     Introduced in the chapter "One block, every configuration".
     """
 
     def __init__(self, num_hiddens: int, num_experts: int = 8, *, top_k: int = 2, ffn_num_hiddens: int | None = None,
                  act: str = "swiglu", router: str = "softmax", num_shared_experts: int = 0,
-                 route_scale: float = 1.0, bias: bool = False):
+                 route_scale: float = 1.0, bias: bool = False, router_bias: bool = False,
+                 swiglu_limit: float | None = None):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_experts = check_positive_int("num_experts", num_experts)
@@ -78,11 +87,12 @@ class MixtureOfExperts(nn.Module):
         self.num_shared_experts = check_nonnegative_int("num_shared_experts", num_shared_experts)
         self.route_scale = check_positive_float("route_scale", route_scale)
         check_bool("bias", bias)
-        self.router = nn.Linear(num_hiddens, num_experts, bias=False)
-        self.experts = nn.ModuleList(FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias)
+        self.router = nn.Linear(num_hiddens, num_experts, bias=check_bool("router_bias", router_bias))
+        expert = {"act": act, "bias": bias, "swiglu_limit": swiglu_limit}
+        self.experts = nn.ModuleList(FeedForward(num_hiddens, ffn_num_hiddens, **expert)
                                      for _ in range(num_experts))
         width = self.experts[0].ffn_num_hiddens
-        self.shared = (FeedForward(num_hiddens, width * num_shared_experts, act=act, bias=bias)
+        self.shared = (FeedForward(num_hiddens, width * num_shared_experts, **expert)
                        if num_shared_experts else None)
         self.register_buffer("expert_bias", torch.zeros(num_experts))
 

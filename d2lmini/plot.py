@@ -91,10 +91,12 @@ ACT_FUNCTION_COLORS = {"relu": ACT_COLORS["relu"], "gelu": ACT_COLORS["gelu"], "
                        "silu": ACT_COLORS["swiglu"]}
 
 #: Short names for the "who uses what" table of the chapter "One block, every configuration".
-PLACEMENT_SHORT_LABELS = {"post": "post", "pre": "pre", "post_sublayer": "post-sublayer", "sandwich": "sandwich"}
+PLACEMENT_SHORT_LABELS = {"post": "post", "pre": "pre", "post_sublayer": "post-sublayer", "sandwich": "sandwich",
+                          "parallel": "parallel", "parallel_two_norms": "parallel, two norms"}
 QK_SHORT_LABELS = {None: "—", "per_head": "per head", "projection": "whole projection",
                    "per_head_distinct": "per head, own gains"}
-ACT_SHORT_LABELS = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swiglu": "SwiGLU", "geglu": "GeGLU"}
+ACT_SHORT_LABELS = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swiglu": "SwiGLU", "geglu": "GeGLU",
+                    "swiglu_clamped": "SwiGLU (clamped)"}
 
 
 def skip_label(placement: str, residual: bool) -> str:

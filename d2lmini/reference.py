@@ -10,7 +10,8 @@ references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 dependency, imported only inside functions), the decoder and encoder layers of
 :data:`HF_CONVERTERS`: :func:`from_hf` converts any of them, dispatching on the layer's
 class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
-OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3; :mod:`d2lmini.zoo` checks each of them).
+OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss;
+:mod:`d2lmini.zoo` checks each of them).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
 own rotary tables).
@@ -25,7 +26,11 @@ RMSNorm gain stored as ``w`` and applied as ``1 + w``, and its logit scale
 ``query_pre_attn_scalar ** -0.5``; OLMo 2's QK-norm over the whole projection;
 Qwen3's ``head_dim`` unequal to ``d / h``; OLMo's parameter-free LayerNorm with
 its eps fixed at 1e-5 (and ``clip_qkv``, refused); Qwen2's biases on q, k, v but not o;
-Gemma 3's local layers, which use their own RoPE base; layer types (sliding or full,
+Gemma 3's local layers, which use their own RoPE base; keys of ``rope_parameters`` that
+``transformers`` reads for one RoPE type but not another (YaRN's ``truncate`` from the top
+level, ``mscale`` only with ``mscale_all_dim``; :func:`_rope_kwargs`); Ministral 3's query
+scaling, whose period is YaRN's ``original_max_position_embeddings``; Arcee Trinity's global
+layers, which apply no RoPE though the model computes a rotary table; layer types (sliding or full,
 RoPE or NoPE) chosen by ``layer_idx``; ``nn.TransformerEncoderLayer``'s fused
 fast path (eval, no grad) which returns zeros at padded positions; and Hugging Face
 layers called with ``attention_mask=None``, which are causal under SDPA but
@@ -34,6 +39,7 @@ bidirectional under eager attention -- so masks are always passed explicitly.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -44,8 +50,10 @@ from torch.nn import functional as F
 
 from ._checks import check_nonnegative_int
 from ._shown import shown_in
-from .attention import valid_lens_mask
+from .attention import ROPE_SCALINGS, GatedAttention, valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
+from .ffn import FeedForward
+from .moe import MixtureOfExperts
 
 # --------------------------------------------------------------------------- copying helpers
 
@@ -247,19 +255,82 @@ def _gated_act(name: str) -> str:
     return table[name]
 
 
-def _rope_theta(config, layer_type: str | None = None) -> float:
-    """The RoPE base a layer of type ``layer_type`` uses; ValueError for RoPE d2lmini does not implement."""
+#: RoPE types of ``config.rope_parameters`` whose frequencies d2lmini reproduces: ``'default'`` and
+#: :data:`d2lmini.attention.ROPE_SCALINGS` (``'dynamic'``, ``'longrope'`` and ``'proportional'`` are refused).
+_ROPE_TYPES = ("default",) + tuple(ROPE_SCALINGS)
+
+
+def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False) -> dict:
+    """The RoPE of a layer of type ``layer_type`` as :class:`~d2lmini.block.TransformerBlock` arguments.
+
+    The one place a Hugging Face ``config``'s RoPE is read. It follows what
+    ``modeling_rope_utils`` (``standardize_rope_params`` and ``ROPE_INIT_FUNCTIONS``,
+    ``transformers`` 5.24) computes for a rotary table: ``config.rope_parameters`` --
+    the entry of ``layer_type`` where the parameters are given per layer type (Gemma 3,
+    OLMo 3) -- or, in older configs, ``config.rope_theta``; the legacy key ``'type'``
+    for ``'rope_type'``; ``partial_rotary_factor`` from the parameters or the config.
+
+    Returns:
+        ``{'rope_theta': float, 'rope_scaling': dict | None, 'rotary_dim': int | None}``.
+        ``rope_scaling`` (``None`` for ``'default'``) holds the keys the Hugging Face
+        initializer of that ``rope_type`` reads, and nothing else (so model-specific
+        keys such as Ministral 3's ``llama_4_scaling_beta`` are left out): for YaRN, a
+        missing ``factor`` is ``max_position_embeddings / original_max_position_embeddings``,
+        ``truncate`` is read from the top level of ``rope_parameters`` (as
+        ``_compute_yarn_parameters`` does), and ``mscale``/``mscale_all_dim`` are kept only
+        when both are set (non-zero), the only case in which ``transformers`` uses them.
+        ``rotary_dim`` is ``int(head_dim * partial_rotary_factor)``, or ``None`` for full RoPE.
+
+    Args:
+        config: a Hugging Face model configuration.
+        layer_type: the layer's type (``config.layer_types[layer_idx]``) or ``None``.
+        partial: whether the model's attention applies partial RoPE (rotates only the
+            first ``rotary_dim`` features); if not, a ``partial_rotary_factor`` below 1 is refused.
+
+    Raises:
+        ValueError: a ``rope_type`` d2lmini does not reproduce (``'dynamic'``, whose
+            frequencies change with the sequence length, ``'longrope'``, ...), or partial
+            RoPE where ``partial`` is ``False``.
+    """
     params = getattr(config, "rope_parameters", None)
     if params is None:
-        return float(config.rope_theta)
+        params = {"rope_theta": config.rope_theta}
+    top = params
     if layer_type is not None and layer_type in params:
         params = params[layer_type]
-    if params.get("rope_type", "default") != "default":
-        raise ValueError(f"only default RoPE is supported, got rope_type={params.get('rope_type')!r}")
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in _ROPE_TYPES:
+        raise ValueError(f"rope_type={rope_type!r} is not supported; supported: {_ROPE_TYPES}")
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     fraction = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    rotary_dim = None
     if fraction not in (None, 1, 1.0):
-        raise ValueError(f"only full RoPE is supported, got partial_rotary_factor={fraction!r}")
-    return float(params["rope_theta"])
+        if not partial:
+            raise ValueError(f"only full RoPE is supported for this layer, got partial_rotary_factor={fraction!r}")
+        rotary_dim = int(head_dim * fraction)
+    scaling = None
+    if rope_type != "default":
+        required, optional = ROPE_SCALINGS[rope_type]
+        scaling = {"rope_type": rope_type}
+        scaling.update({key: params[key] for key in required + optional if params.get(key) is not None})
+        if rope_type == "yarn":
+            if scaling.get("factor") is None and "original_max_position_embeddings" in scaling:
+                scaling["factor"] = config.max_position_embeddings / scaling["original_max_position_embeddings"]
+            scaling.pop("truncate", None)
+            if top.get("truncate") is not None:
+                scaling["truncate"] = top["truncate"]
+            if not (scaling.get("mscale") and scaling.get("mscale_all_dim")):
+                scaling.pop("mscale", None)
+                scaling.pop("mscale_all_dim", None)
+    return {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling, "rotary_dim": rotary_dim}
+
+
+def _rope_theta(config, layer_type: str | None = None) -> float:
+    """The RoPE base of a layer with plain, full RoPE (:func:`_rope_kwargs`); ValueError for scaled or partial RoPE."""
+    rope = _rope_kwargs(config, layer_type)
+    if rope["rope_scaling"] is not None:
+        raise ValueError(f"only default RoPE is supported here, got rope_type={rope['rope_scaling']['rope_type']!r}")
+    return rope["rope_theta"]
 
 
 def _layer_type(config, layer_idx: int) -> str | None:
@@ -277,13 +348,15 @@ def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str 
                    layer_type: str | None = None, window: int | None = None,
                    residual_multiplier: float = 1.0, *, norm: str = "rms", eps: float | None = None,
                    bias: bool | str | None = None, rope: bool = True,
-                   logit_softcap: float | None = None) -> TransformerBlock:
+                   logit_softcap: float | None = None,
+                   query_scaling: tuple[float, int] | None = None) -> TransformerBlock:
     """Shared mapping of the Llama family (q/k/v/o_proj; gate/up/down_proj or c_fc/c_proj; RoPE).
 
     ``norm``/``eps`` are the block norms' type and epsilon (default RMSNorm with
     ``config.rms_norm_eps``); ``bias`` defaults to ``config.attention_bias``; ``rope=False``
-    is a NoPE layer; a plain MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain
-    activation and the layer's biases.
+    is a NoPE layer, else the layer's RoPE (base, scaling, as :func:`_rope_kwargs` reads them);
+    a plain MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain activation and the
+    layer's biases.
     """
     attn, mlp = layer.self_attn, layer.mlp
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -294,9 +367,9 @@ def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str 
                              num_kv_heads=config.num_key_value_heads, ffn_num_hiddens=config.intermediate_size,
                              eps=rms_eps if eps is None else eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
                              qk_norm_eps=rms_eps if qk_norm else None,
-                             rope_theta=_rope_theta(config, layer_type) if rope else None,
                              attn_scale=attn_scale, window=window, logit_softcap=logit_softcap,
-                             residual_multiplier=residual_multiplier)
+                             query_scaling=query_scaling, residual_multiplier=residual_multiplier,
+                             **(_rope_kwargs(config, layer_type) if rope else {}))
     for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
         src = getattr(attn, theirs)
         _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
@@ -336,7 +409,7 @@ def from_llama_layer(layer, config) -> TransformerBlock:
         The pre-norm causal block with grouped-query attention and RoPE.
 
     Raises:
-        ValueError: for RoPE scaling, MLP biases or an activation other than SiLU.
+        ValueError: for a RoPE type d2lmini does not reproduce, MLP biases or an activation other than SiLU.
     """
     return _pre_norm_decoder(layer, config)
 
@@ -373,7 +446,7 @@ def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         The pre-norm causal block, windowed on sliding layers.
 
     Raises:
-        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
     local = _layer_type(config, layer_idx) == "sliding_attention"
     return _pre_norm_decoder(layer, config, window=config.sliding_window if local else None)
@@ -395,7 +468,7 @@ def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         The pre-norm causal block with q/k/v biases.
 
     Raises:
-        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
     local = _layer_type(config, layer_idx) == "sliding_attention"
     return _pre_norm_decoder(layer, config, bias="qkv", window=config.sliding_window if local else None)
@@ -414,7 +487,7 @@ def from_qwen3_layer(layer, config) -> TransformerBlock:
         The Llama-style block with per-head QK-norm.
 
     Raises:
-        ValueError: for a sliding-window configuration (``use_sliding_window``), RoPE scaling.
+        ValueError: for a sliding-window configuration (``use_sliding_window``), a RoPE type d2lmini does not reproduce.
     """
     if getattr(config, "use_sliding_window", False):
         raise ValueError("Qwen3's use_sliding_window is not supported")
@@ -437,7 +510,7 @@ def from_granite_layer(layer, config) -> TransformerBlock:
         The pre-norm causal block with both multipliers.
 
     Raises:
-        ValueError: for MLP biases or RoPE scaling.
+        ValueError: for MLP biases or a RoPE type d2lmini does not reproduce.
     """
     return _pre_norm_decoder(layer, config, attn_scale=config.attention_multiplier,
                              residual_multiplier=config.residual_multiplier)
@@ -459,7 +532,7 @@ def from_smollm3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         The pre-norm causal block, with or without RoPE.
 
     Raises:
-        ValueError: for RoPE scaling or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
     local = config.use_sliding_window and _layer_type(config, layer_idx) == "sliding_attention"
     return _pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]),
@@ -480,7 +553,7 @@ def from_olmo_layer(layer, config) -> TransformerBlock:
 
     Raises:
         ValueError: for ``clip_qkv`` (OLMo's clamping of q, k and v, which d2lmini does not
-            implement), biases or RoPE scaling.
+            implement), biases or a RoPE type d2lmini does not reproduce.
     """
     if getattr(config, "clip_qkv", None) is not None:
         raise ValueError(f"OLMo's clip_qkv={config.clip_qkv!r} is not supported; use clip_qkv=None")
@@ -522,8 +595,8 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlo
         The ``'post_sublayer'`` block, windowed on sliding layers.
 
     Raises:
-        ValueError: for RoPE scaling (e.g. YaRN on the full layers of released OLMo 3 models)
-            or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce (YaRN, as on the full layers of
+            released OLMo 3 models, is reproduced) or a ``layer_idx`` outside ``config.layer_types``.
     """
     layer_type = None if layer_idx is None else _layer_type(config, layer_idx)
     window = config.sliding_window if layer_type == "sliding_attention" else None
@@ -549,7 +622,7 @@ def from_starcoder2_layer(layer, config) -> TransformerBlock:
         The pre-LN causal block.
 
     Raises:
-        ValueError: for an unsupported activation or RoPE scaling.
+        ValueError: for an unsupported activation or a RoPE type d2lmini does not reproduce.
     """
     block = _gated_decoder(layer, config, "pre", None, act=_hf_act(config.hidden_act), norm="layer",
                            eps=config.norm_epsilon, bias=bool(config.use_bias), window=config.sliding_window)
@@ -591,7 +664,7 @@ def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         The ``'sandwich'`` block.
 
     Raises:
-        ValueError: for bidirectional attention, RoPE scaling, or a ``layer_idx`` outside
+        ValueError: for bidirectional attention, a RoPE type d2lmini does not reproduce, or a ``layer_idx`` outside
             ``config.layer_types``.
     """
     return _sandwich_decoder(layer, config, None, _layer_type(config, layer_idx),
@@ -618,13 +691,187 @@ def from_gemma3_layer(layer, config, layer_idx: int | None = None) -> Transforme
         The ``'sandwich'`` block with per-head QK-norm.
 
     Raises:
-        ValueError: for logit soft-capping, bidirectional attention, RoPE scaling, or a
+        ValueError: for logit soft-capping, bidirectional attention, a RoPE type d2lmini does not reproduce, or a
             ``layer_idx`` outside ``config.layer_types``.
     """
     if getattr(config, "attn_logit_softcapping", None) is not None:
         raise ValueError("attention logit soft-capping is not supported for Gemma 3")
     layer_idx = layer.self_attn.layer_idx if layer_idx is None else layer_idx
     return _sandwich_decoder(layer, config, "per_head", _layer_type(config, layer_idx))
+
+
+# --------------------------------------------------------------------------- Ministral 3, Arcee Trinity, gpt-oss
+
+
+def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Ministral3DecoderLayer`` (Ministral 3, 2025).
+
+    The Mistral block (pre-norm RMSNorm, grouped-query attention, SwiGLU, no biases) with
+    YaRN-scaled RoPE (``rope_scaling`` read from ``config.rope_parameters`` by
+    :func:`_rope_kwargs`) and Llama 4-style position-dependent query scaling: after RoPE
+    the query at position ``p`` is multiplied by ``1 + beta * log(1 + floor(p / L))``,
+    ``query_scaling=(beta, L)`` with ``beta = rope_parameters['llama_4_scaling_beta']`` and
+    ``L = rope_parameters['original_max_position_embeddings']``
+    (``modeling_ministral3.get_llama_4_attn_scale``); ``window=config.sliding_window`` on
+    every layer when it is set (``Ministral3Attention`` passes it to every layer, and
+    ``Ministral3Model`` builds one sliding-window mask for all of them).
+
+    Args:
+        layer, config: a ``Ministral3DecoderLayer`` and its ``Ministral3Config``.
+        layer_idx: the layer's position in the stack (every layer is alike).
+
+    Returns:
+        The pre-norm causal block with scaled RoPE and query scaling.
+
+    Raises:
+        ValueError: for ``rope_parameters`` without ``llama_4_scaling_beta`` or
+            ``original_max_position_embeddings`` (the layer needs both), a RoPE type d2lmini
+            does not reproduce, or MLP biases.
+    """
+    params = config.rope_parameters
+    beta, period = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+    if beta is None or period is None:
+        raise ValueError("Ministral 3 needs rope_parameters['llama_4_scaling_beta'] and "
+                         f"['original_max_position_embeddings'] (its query scaling), got {beta!r} and {period!r}")
+    return _pre_norm_decoder(layer, config, window=config.sliding_window,
+                             query_scaling=(beta, period) if beta else None)
+
+
+def _copy_gated_mlp(ffn, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> None:
+    """Copy a bias-free gated MLP ``down(act(gate x) * up x)`` into a gated :class:`~d2lmini.ffn.FeedForward`."""
+    _copy_linear(ffn.W_g, gate)
+    _copy_linear(ffn.W_1, up)
+    _copy_linear(ffn.W_2, down)
+
+
+def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``AfmoeDecoderLayer`` (Arcee Trinity, 2025).
+
+    ``AfmoeDecoderLayer`` is the ``transformers`` layer of Arcee's Trinity models
+    (Singh et al., 2026): sandwich placement with RMSNorm, QK-norm per head (one gain
+    shared by the heads), grouped-query attention gated by ``sigmoid(W_gate x)``
+    (:class:`~d2lmini.attention.GatedAttention`), and -- after the first
+    ``num_dense_layers`` layers -- a mixture of SwiGLU experts with sigmoid routing, an
+    expert bias used only for selection, and an always-on shared expert
+    (:class:`~d2lmini.moe.MixtureOfExperts`). Layers alternate by
+    ``config.layer_types``: a global (``'full_attention'``) layer applies no position
+    encoding at all, a local (``'sliding_attention'``) layer applies RoPE (the model's one
+    ``rope_parameters``, :func:`_rope_kwargs`) and ``window=config.sliding_window``
+    (``AfmoeAttention.is_local_attention``; ``AfmoeModel`` builds the sliding-window mask
+    for those layers). ``mup_enabled`` scales the embeddings, outside the layers.
+
+    Args:
+        layer: an ``AfmoeDecoderLayer``; its weights are copied, not shared.
+        config: the layer's ``AfmoeConfig``.
+        layer_idx: the layer's position in the stack (selects global or local); ``None``:
+            the layer's own ``layer_idx``.
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
+
+    Raises:
+        ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
+            not reproduce (local layers), or an activation other than SiLU.
+
+    Introduced in the chapter "One block, every configuration".
+    """
+    layer_idx = layer.layer_idx if layer_idx is None else layer_idx
+    attn = layer.self_attn
+    local = _layer_type(config, layer_idx) == "sliding_attention"
+    if _gated_act(config.hidden_act) != "swiglu":
+        raise ValueError(f"AFMoE's MLPs are supported with hidden_act='silu' only, got {config.hidden_act!r}")
+    d, h, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    bias = bool(getattr(config, "attention_bias", False))
+    local_kwargs = dict(window=config.sliding_window, **_rope_kwargs(config)) if local else {}
+
+    def attention():
+        return GatedAttention(d, h, num_kv_heads=kv, head_dim=attn.head_dim, causal=True, qk_norm="per_head",
+                              qk_norm_eps=config.rms_norm_eps, scale=attn.scaling, bias=bias, **local_kwargs)
+
+    if layer.moe_enabled:
+        def ffn():
+            return MixtureOfExperts(d, config.num_experts, top_k=config.num_experts_per_tok,
+                                    ffn_num_hiddens=config.moe_intermediate_size, act="swiglu", router="sigmoid",
+                                    num_shared_experts=config.num_shared_experts,
+                                    route_scale=float(config.route_scale))
+    else:
+        def ffn():
+            return FeedForward(d, config.intermediate_size, act="swiglu")
+    block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps,
+                             attn_factory=attention, ffn_factory=ffn)
+    ours = block.attention
+    for mine, theirs in ((ours.attention.W_q, attn.q_proj), (ours.attention.W_k, attn.k_proj),
+                         (ours.attention.W_v, attn.v_proj), (ours.W_o, attn.o_proj), (ours.W_gate, attn.gate_proj)):
+        _copy_linear(mine, theirs.weight, theirs.bias)
+    _copy_norm(ours.attention.q_norm, attn.q_norm)
+    _copy_norm(ours.attention.k_norm, attn.k_norm)
+    for mine, theirs in ((block.addnorm1.norm_in, layer.input_layernorm),
+                         (block.addnorm1.norm_out, layer.post_attention_layernorm),
+                         (block.addnorm2.norm_in, layer.pre_mlp_layernorm),
+                         (block.addnorm2.norm_out, layer.post_mlp_layernorm)):
+        _copy_norm(mine, theirs)
+    mlp = layer.mlp
+    if layer.moe_enabled:
+        _copy_linear(block.ffn.router, mlp.router.gate.weight)
+        _copy(block.ffn.expert_bias, mlp.expert_bias)
+        for e, expert in enumerate(block.ffn.experts):
+            gate, up = mlp.experts.gate_up_proj[e].chunk(2, dim=0)  # (2 * hidden, d): gate rows, then up rows
+            _copy_gated_mlp(expert, gate, up, mlp.experts.down_proj[e])
+        shared = mlp.shared_experts
+        _copy_gated_mlp(block.ffn.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    else:
+        _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``GptOssDecoderLayer`` (OpenAI gpt-oss, 2025).
+
+    Pre-norm RMSNorm; grouped-query attention with biases on q, k, v and o, a learned
+    sink logit per head (``sinks=True``: ``GptOssAttention.sinks`` joins every softmax),
+    YaRN-scaled RoPE (:func:`_rope_kwargs`; gpt-oss: factor 32, ``truncate=False``) and, on
+    the ``'sliding_attention'`` layers of ``config.layer_types`` (gpt-oss alternates
+    sliding and full layers), ``window=config.sliding_window``; and a mixture of experts
+    (:class:`~d2lmini.moe.MixtureOfExperts`): a router with a bias taking the top-k
+    logits and a softmax over them (``GptOssTopKRouter``; equal to the renormalized
+    softmax router), experts with biases and the clamped SwiGLU
+    (``act='swiglu_clamped'``, ``swiglu_limit=config.swiglu_limit``; ``GptOssExperts``,
+    weights copied by :func:`_copy_gptoss_experts`), no shared expert.
+
+    Args:
+        layer, config: a ``GptOssDecoderLayer`` and its ``GptOssConfig`` (call it with
+            ``attn_implementation='eager'``: gpt-oss does not support SDPA).
+        layer_idx: the layer's position in the stack (selects sliding or full).
+
+    Returns:
+        The pre-norm causal block with sinks and the MoE FFN.
+
+    Raises:
+        ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
+            not reproduce, or a ``swiglu_alpha`` other than 1.702.
+    """
+    attn, mlp = layer.self_attn, layer.mlp
+    window = config.sliding_window if _layer_type(config, layer_idx) == "sliding_attention" else None
+    d, num_experts = config.hidden_size, config.num_local_experts
+
+    def ffn():
+        return MixtureOfExperts(d, num_experts, top_k=config.num_experts_per_tok,
+                                ffn_num_hiddens=config.intermediate_size, act="swiglu_clamped", router="softmax",
+                                bias=True, router_bias=True, swiglu_limit=float(config.swiglu_limit))
+
+    block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="pre",
+                             bias=bool(config.attention_bias), num_kv_heads=config.num_key_value_heads,
+                             eps=config.rms_norm_eps, causal=True, head_dim=attn.head_dim, window=window,
+                             sinks=True, ffn_factory=ffn, **_rope_kwargs(config))
+    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
+        src = getattr(attn, theirs)
+        _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
+    _copy(block.attention.sinks, attn.sinks)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    _copy_linear(block.ffn.router, mlp.router.weight, mlp.router.bias)
+    _copy_gptoss_experts(block.ffn.experts, mlp.experts)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
 #: ``from_hf``'s dispatch table: Hugging Face layer class name -> converter ``(layer, config, layer_idx)``.
@@ -644,6 +891,9 @@ HF_CONVERTERS: dict[str, Callable] = {
     "Starcoder2DecoderLayer": lambda layer, config, layer_idx: from_starcoder2_layer(layer, config),
     "GraniteDecoderLayer": lambda layer, config, layer_idx: from_granite_layer(layer, config),
     "SmolLM3DecoderLayer": from_smollm3_layer,
+    "Ministral3DecoderLayer": from_ministral3_layer,
+    "AfmoeDecoderLayer": from_afmoe_layer,
+    "GptOssDecoderLayer": from_gpt_oss_layer,
 }
 
 
@@ -676,15 +926,16 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     ``Qwen3DecoderLayer`` (Qwen3), ``Gemma2DecoderLayer`` (Gemma 2),
     ``Gemma3DecoderLayer`` (Gemma 3), ``OlmoDecoderLayer`` (OLMo),
     ``Olmo2DecoderLayer`` (OLMo 2), ``Olmo3DecoderLayer`` (OLMo 3),
-    ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite) and
-    ``SmolLM3DecoderLayer`` (SmolLM3).
+    ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
+    ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
+    ``AfmoeDecoderLayer`` (Arcee Trinity) and ``GptOssDecoderLayer`` (gpt-oss).
 
     Args:
         layer: an instance of a supported class, built from ``config``.
         config: the layer's model configuration.
         layer_idx: the layer's position in the stack (an int >= 0). It selects the layer
             type of models that alternate them (sliding or full attention: Gemma 2/3,
-            Ministral, OLMo 3, Qwen2; RoPE or NoPE: SmolLM3) and must equal the index the
+            Ministral, OLMo 3, Qwen2, Arcee Trinity, gpt-oss; RoPE or NoPE: SmolLM3) and must equal the index the
             layer was built with where the layer records one.
 
     Returns:
@@ -837,8 +1088,9 @@ def hf_make(model_type: str, layer_class: str, config_class: str, config_kwargs:
 
         modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
         torch.manual_seed(seed)
-        config = getattr(tf, config_class)(**config_kwargs)
+        config = getattr(tf, config_class)(**copy.deepcopy(config_kwargs))  # configs edit nested dicts in place
         config._attn_implementation = attn_implementation
+        config._experts_implementation = "eager"  # MoE layers (Trinity, gpt-oss): the plain loop over experts
         layer = getattr(modeling, layer_class)(config, layer_idx=layer_idx)
         return _randomize_(layer, seed, unit_offset_norms=unit_offset_norms).eval(), config
 
@@ -1055,3 +1307,42 @@ def output_and_grad_differences(runs, X: torch.Tensor, R: torch.Tensor, keep: to
     return {"max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
             "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
             "max_abs_output": float(outputs[0][keep].abs().max())}
+
+
+# --------------------------------------------------------------------------- gpt-oss
+
+
+def _copy_gptoss_experts(experts: nn.ModuleList, src) -> None:
+    """Copy Hugging Face ``GptOssExperts``' fused weights into ``E`` d2lmini FeedForwards.
+
+    gpt-oss stores all experts in three tensors, laid out (in, out): ``gate_up_proj``
+    ``(E, d, 2h)`` with gate and up *interleaved* (gate in the even columns ``[..., ::2]``,
+    up in the odd ones ``[..., 1::2]``, as ``GptOssExperts._apply_gate`` splits them),
+    ``gate_up_proj_bias`` ``(E, 2h)``, ``down_proj`` ``(E, h, d)`` and ``down_proj_bias``
+    ``(E, d)``. Expert ``e`` becomes ``experts[e]``: ``W_g`` from the gate columns, ``W_1``
+    from the up columns, ``W_2`` from ``down_proj[e]``, each transposed into ``nn.Linear``'s
+    (out, in), biases included.
+
+    Args:
+        experts: ``E`` :class:`~d2lmini.ffn.FeedForward` modules with ``act='swiglu_clamped'``,
+            biases and the source's ``swiglu_limit`` (e.g. ``MixtureOfExperts.experts``).
+        src: a ``GptOssExperts`` (``GptOssMLP.experts``).
+
+    Raises:
+        ValueError: a different number of experts, an act other than ``'swiglu_clamped'``,
+            a limit unequal to ``src.limit``, ``src.alpha`` not 1.702, or mismatched shapes.
+    """
+    from .ffn import SWIGLU_CLAMPED_ALPHA
+
+    if len(experts) != src.num_experts:
+        raise ValueError(f"gpt-oss has {src.num_experts} experts, got {len(experts)} FeedForwards")
+    if float(src.alpha) != SWIGLU_CLAMPED_ALPHA:
+        raise ValueError(f"only gpt-oss's swiglu_alpha={SWIGLU_CLAMPED_ALPHA} is supported, got {src.alpha}")
+    for e, ffn in enumerate(experts):
+        if ffn.act != "swiglu_clamped" or ffn.swiglu_limit != float(src.limit):
+            raise ValueError(f"experts[{e}] must have act='swiglu_clamped' and swiglu_limit={float(src.limit)}, "
+                             f"got act={ffn.act!r}, swiglu_limit={ffn.swiglu_limit}")
+        gate_up, gate_up_bias = src.gate_up_proj[e], src.gate_up_proj_bias[e]  # (d, 2h), (2h,)
+        _copy_linear(ffn.W_g, gate_up[:, ::2].t(), gate_up_bias[::2])
+        _copy_linear(ffn.W_1, gate_up[:, 1::2].t(), gate_up_bias[1::2])
+        _copy_linear(ffn.W_2, src.down_proj[e].t(), src.down_proj_bias[e])

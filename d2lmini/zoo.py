@@ -31,6 +31,7 @@ from typing import Callable
 
 from ._checks import check_bool, check_instance, check_int_at_least, check_seed
 from ._shown import shown_in
+from .attention import GatedAttention
 from .block import TransformerBlock
 from .moe import MixtureOfExperts
 from .reference import (
@@ -116,6 +117,23 @@ _GEMMA3 = dict(_GEMMA, num_hidden_layers=2, layer_types=["sliding_attention", "f
 _OLMO3 = dict(**TINY, num_hidden_layers=4, sliding_window=_WINDOW)  # layers 0-2 sliding, 3 full
 _SMOLLM3 = dict(**TINY, num_hidden_layers=4)  # layers 0-2 RoPE, 3 NoPE (no_rope_layer_interval=4)
 _LEARNED = "learned absolute positions, added to the input (outside the layer)"
+# Ministral 3: YaRN over an "original" context of 4 positions, so the query scaling 1 + beta log(1 + floor(p / 4))
+# changes within the 16 test steps (the released models: 16384, factor 16).
+_MINISTRAL3 = dict(**TINY, num_hidden_layers=1, head_dim=16, max_position_embeddings=64,
+                   rope_parameters=dict(rope_type="yarn", rope_theta=1_000_000.0, factor=16.0,
+                                        original_max_position_embeddings=4, beta_fast=32.0, beta_slow=1.0,
+                                        mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.1))
+# Arcee Trinity: a local (sliding-window, RoPE) and a global (no positions) layer, both with the MoE FFN.
+_TRINITY = dict(**TINY, head_dim=32, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                num_shared_experts=1, num_dense_layers=0, num_hidden_layers=2, sliding_window=_WINDOW,
+                layer_types=["sliding_attention", "full_attention"])
+_TRINITY_NOTE = "gated attention, MoE FFN (sigmoid router, shared expert)"
+# gpt-oss: layers alternate sliding (the row's layer 0) and full; YaRN as released (factor 32 over 4096, not
+# truncated); a SwiGLU clamp of 1 (released: 7) so that the tiny layer's activations reach it.
+_GPT_OSS = dict(**TINY, head_dim=16, num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=2,
+                sliding_window=_WINDOW, swiglu_limit=1.0,
+                rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                     beta_slow=1.0, truncate=False, original_max_position_embeddings=4096))
 
 #: The rows of the zoo, oldest model first.
 ZOO: tuple[ZooRow, ...] = (
@@ -154,6 +172,13 @@ ZOO: tuple[ZooRow, ...] = (
            layer_idx=3, note="every fourth layer has no positional encoding"),
     hf_row("OLMo 3 (sliding)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=0),
     hf_row("OLMo 3 (full)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=3),
+    hf_row("Ministral 3", "Mistral", 2025, "ministral3", "Ministral3DecoderLayer", "Ministral3Config", _MINISTRAL3),
+    hf_row("Arcee Trinity (local)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _TRINITY,
+           layer_idx=0, note=_TRINITY_NOTE),
+    hf_row("Arcee Trinity (global)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _TRINITY,
+           layer_idx=1, note=_TRINITY_NOTE + "; no position encoding in global layers"),
+    hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _GPT_OSS, layer_idx=0,
+           attn_implementation="eager", note="sliding layer shown; full-attention layers alternate with it"),
 )
 
 _NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
@@ -164,29 +189,61 @@ _QK_NORMS = {"per_head": "per head", "projection": "over the projection",
              "per_head_distinct": "per head, distinct gains"}
 
 
+def _describe_positions(att) -> str:
+    """The ``positions`` column of :func:`describe` for a :class:`~d2lmini.attention.MultiHeadAttention`."""
+    if att.rope_theta is None:
+        return "none in the layer"
+    out = f"RoPE, base {att.rope_theta:g}"
+    if att.rotary_dim is not None:
+        out += f", on {att.rotary_dim}/{att.head_dim} = {att.rotary_dim / att.head_dim:.0%} of each head"
+    if att.rope_scaling is not None:
+        out += f", {att.rope_scaling['rope_type']} scaling x{att.rope_scaling['factor']:g}"
+    return out
+
+
+def _describe_ffn(ffn) -> str:
+    """The ``ffn`` column of :func:`describe`: a FeedForward's activation and width, or a mixture of experts."""
+    if not isinstance(ffn, MixtureOfExperts):
+        return f"{ffn.act}, {ffn.W_1.out_features} hidden"
+    router = ffn.router_kind + " router" + (" with bias" if getattr(ffn.router, "bias", None) is not None else "")
+    shared = f", {ffn.num_shared_experts} shared" if ffn.num_shared_experts else ""
+    return (f"MoE: {ffn.num_experts} {ffn.act} experts of {ffn.experts[0].ffn_num_hiddens} hidden, "
+            f"top-{ffn.top_k}{shared}, {router}")
+
+
 def describe(block: TransformerBlock) -> dict:
     """The zoo's descriptive columns, read from a converted block's modules.
 
     Args:
-        block: a :class:`~d2lmini.block.TransformerBlock` with the default attention and FFN.
+        block: a :class:`~d2lmini.block.TransformerBlock` whose attention is a
+            :class:`~d2lmini.attention.MultiHeadAttention` or a
+            :class:`~d2lmini.attention.GatedAttention`, and whose FFN is a
+            :class:`~d2lmini.ffn.FeedForward` or a :class:`~d2lmini.moe.MixtureOfExperts`.
 
     Returns:
         dict of short strings: ``norm`` (type and epsilon), ``placement``, ``attention``
-        (heads / key-value heads x head_dim, causal or not, QK-norm, a logit scale other
-        than ``1/sqrt(head_dim)``, window, soft-cap), ``positions`` (``'RoPE, base ...'``
-        or ``'none in the layer'``), ``ffn`` (activation, hidden width), ``bias``
-        (``'none'``, ``'q, k, v'`` or ``'all'``) and ``residual`` (the residual multiplier,
-        or ``'1'``).
+        (heads / key-value heads x head_dim, causal or not, a sigmoid output gate, QK-norm,
+        a logit scale other than ``1/sqrt(head_dim)``, window, soft-cap, query scaling
+        ``(beta, period)``, sinks), ``positions`` (``'RoPE, base ...'`` with the rotated
+        fraction of each head where it is partial and the scaling type and factor where
+        scaled, or ``'none in the layer'``), ``ffn`` (activation and hidden width, or for a
+        mixture of experts: experts, their activation and width, top-k, shared experts,
+        router and whether it has a bias), ``bias`` (``'none'``, ``'q, k, v'`` or ``'all'``)
+        and ``residual`` (the residual multiplier, or ``'1'``).
 
     Raises:
         TypeError: if ``block`` is not a TransformerBlock.
     """
     check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
-    att, ffn, addnorm = block.attention, block.ffn, block.addnorm1
+    gated = isinstance(block.attention, GatedAttention)
+    att = block.attention.attention if gated else block.attention  # the MultiHeadAttention inside
+    ffn, addnorm = block.ffn, block.addnorm1
     norm = next(m for m in (addnorm.norm_in, addnorm.norm_out, addnorm.norm_post) if m is not None)
     eps = getattr(norm, "eps", None)
     attention = [f"{att.num_heads}/{att.num_kv_heads} heads x {att.head_dim}",
                  "causal" if att.causal else "bidirectional"]
+    if gated:
+        attention.append("sigmoid output gate")
     if att.qk_norm is not None:
         attention.append(f"QK-norm {_QK_NORMS[att.qk_norm]}")
     if att.scale is not None and abs(att.scale - att.head_dim ** -0.5) > 1e-12:
@@ -195,12 +252,17 @@ def describe(block: TransformerBlock) -> dict:
         attention.append(f"window {att.window}")
     if att.logit_softcap is not None:
         attention.append(f"soft-cap {att.logit_softcap:g}")
-    positions = "none in the layer" if att.rope_theta is None else f"RoPE, base {att.rope_theta:g}"
-    has_bias = [m.bias is not None for m in (att.W_q, att.W_o, ffn.W_1)]
+    if att.query_scaling is not None:
+        attention.append("query scaling 1 + {:g} log(1 + floor(p / {}))".format(*att.query_scaling))
+    if att.sinks is not None:
+        attention.append("sinks")
+    W_o = block.attention.W_o if gated else att.W_o
+    W_ffn = (ffn.experts[0] if isinstance(ffn, MixtureOfExperts) else ffn).W_1
+    has_bias = [m.bias is not None for m in (att.W_q, W_o, W_ffn)]
     bias = "all" if all(has_bias) else "q, k, v" if has_bias[0] else "none"
     return {"norm": _NORMS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
             "placement": _PLACEMENTS[block.placement], "attention": ", ".join(attention),
-            "positions": positions, "ffn": f"{ffn.act}, {ffn.W_1.out_features} hidden", "bias": bias,
+            "positions": _describe_positions(att), "ffn": _describe_ffn(ffn), "bias": bias,
             "residual": f"{addnorm.residual_multiplier:g}"}
 
 
@@ -361,12 +423,13 @@ def zoo_frame(rows: list[dict]):
 def block_features(block: TransformerBlock) -> dict[str, bool]:
     """Yes/no features of a converted block, for counting them over the zoo's years.
 
-    Read from the block's modules: ``post-norm`` (the 2017 placement), ``parallel
-    sublayers`` (a ``'parallel...'`` placement), ``RMSNorm``, ``gated FFN`` (a GLU
-    activation), ``mixture of experts``, ``biases`` (on the query projection), ``RoPE``,
-    ``partial RoPE`` (on fewer than all of a head's features), ``QK-norm``, ``sliding
-    window``, ``logit soft-cap`` and ``attention sinks``. A feature the installed d2lmini
-    lacks reads ``False``.
+    Read from the block's modules (for a :class:`~d2lmini.attention.GatedAttention`, from
+    the attention inside it): ``post-norm`` (the 2017 placement), ``parallel sublayers``
+    (a ``'parallel...'`` placement), ``RMSNorm``, ``gated FFN`` (a GLU activation, in the
+    experts too), ``mixture of experts``, ``biases`` (on the query projection), ``RoPE``,
+    ``partial RoPE`` (on fewer than all of a head's features), ``QK-norm``, ``sliding window``,
+    ``logit soft-cap``, ``attention sinks`` and ``gated attention`` (a sigmoid gate on the
+    attention's output).
 
     Args:
         block: a :class:`~d2lmini.block.TransformerBlock`.
@@ -375,15 +438,16 @@ def block_features(block: TransformerBlock) -> dict[str, bool]:
         TypeError: if ``block`` is not a TransformerBlock.
     """
     check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
-    att, ffn = block.attention, block.ffn
-    rotary_dim = getattr(att, "rotary_dim", None)
+    gated = isinstance(block.attention, GatedAttention)
+    att, ffn = (block.attention.attention if gated else block.attention), block.ffn
     return {"post-norm": block.placement == "post", "parallel sublayers": block.placement.startswith("parallel"),
             "RMSNorm": block.norm == "rms", "gated FFN": ffn.act.startswith(("swiglu", "geglu")),
             "mixture of experts": isinstance(ffn, MixtureOfExperts), "biases": att.W_q.bias is not None,
             "RoPE": att.rope_theta is not None,
-            "partial RoPE": att.rope_theta is not None and rotary_dim not in (None, att.head_dim),
+            "partial RoPE": att.rope_theta is not None and att.rotary_dim not in (None, att.head_dim),
             "QK-norm": att.qk_norm is not None, "sliding window": att.window is not None,
-            "logit soft-cap": att.logit_softcap is not None, "attention sinks": getattr(att, "sinks", None) is not None}
+            "logit soft-cap": att.logit_softcap is not None, "attention sinks": att.sinks is not None,
+            "gated attention": gated}
 
 
 def features_by_year(rows: list[dict]):

@@ -286,13 +286,16 @@ def test_trinity_comparison_can_fail(monkeypatch):
 
 
 @pytest.mark.skipif(not _has_afmoe(), reason="this transformers has no AfmoeDecoderLayer")
-def test_trinity_local_layers_are_refused():
+def test_trinity_converter_is_the_reference_one_and_takes_local_layers():
     from transformers import AfmoeConfig
     from transformers.models.afmoe.modeling_afmoe import AfmoeDecoderLayer
 
-    config = AfmoeConfig(**{**catalog.TRINITY_TINY, "layer_types": ["sliding_attention"]})
-    with pytest.raises(ValueError, match="sliding-window"):
-        catalog.from_afmoe_layer(AfmoeDecoderLayer(config, layer_idx=0), config)
+    from d2lmini import reference
+
+    assert catalog.from_afmoe_layer is reference.from_afmoe_layer  # one converter, re-exported for the chapter
+    config = AfmoeConfig(**{**catalog.TRINITY_TINY, "layer_types": ["sliding_attention"], "sliding_window": 5})
+    block = catalog.from_afmoe_layer(AfmoeDecoderLayer(config, layer_idx=0), config)
+    assert block.attention.window == 5 and block.attention.rope_theta == config.rope_parameters["rope_theta"]
 
 
 # --------------------------------------------------------------------------- decoder block, whole model

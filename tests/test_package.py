@@ -12,6 +12,7 @@ from torch import nn
 
 import d2lmini
 from d2lmini import FeedForward, MultiHeadAttention, RMSNorm, TransformerBlock
+from d2lmini.block import SEQUENTIAL_PLACEMENTS
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +44,7 @@ def test_block_is_differentiable_and_trains_in_train_mode_with_dropout():
 def test_placements_put_the_norms_where_the_literature_says():
     X = torch.randn(2, 6, 16)
     branch = nn.Linear(16, 16)
-    for placement in d2lmini.PLACEMENTS:
+    for placement in SEQUENTIAL_PLACEMENTS:
         add = d2lmini.AddNorm(16, placement, norm="layer")
         ln = nn.LayerNorm(16)
         expected = {

@@ -27,7 +27,7 @@ def test_row_reproduces_its_layer(name, padded):
 
 
 def test_zoo_has_the_rows_and_every_supported_class():
-    assert len(zoo.ZOO) == len(ROWS) == 19
+    assert len(zoo.ZOO) == len(ROWS) == 23
     assert {row.layer_class for row in zoo.ZOO} == set(HF_CONVERTERS)
     for row in zoo.ZOO:
         assert row.layer_class in from_hf.__doc__  # the docstring lists every supported class
@@ -145,7 +145,8 @@ def _make(row, **changes):
     ("Qwen3", dict(use_sliding_window=True), "use_sliding_window"),
     ("Gemma 3 (global)", dict(attn_logit_softcapping=50.0), "soft-capping"),
     ("Gemma 2 (local)", dict(use_bidirectional_attention=True), "bidirectional"),
-    ("Llama 3", dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}), "rope_type"),
+    ("Llama 3", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}), "rope_type"),
+    ("Llama 3", dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
     ("Llama 3", dict(hidden_act="gelu"), "activation"),
     ("Granite 3.0", dict(mlp_bias=True), "MLP biases"),
 ])

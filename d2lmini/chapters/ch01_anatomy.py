@@ -28,7 +28,7 @@ from .._checks import check_seed as _check_seed
 from .._checks import (check_bool, check_choice, check_float_dtype, check_instance, check_int_at_least,
                        check_positive_int, check_sequence_tensor)
 from .._shown import shown_in
-from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
+from ..block import SEQUENTIAL_PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..plot import PART_COLORS, PART_LABELS, RUNNING_SUM_COLOR, styled_figure
 from ..probes import INITS, init_linear_weights_, stream_rms
@@ -495,13 +495,17 @@ def record_contributions(blocks, X: torch.Tensor, valid_lens: torch.Tensor | Non
     Raises:
         TypeError: if an element of ``blocks`` is not a plain
             :class:`~d2lmini.block.TransformerBlock`, or ``X`` is not a floating tensor.
-        ValueError: if ``X`` is not ``(b, n, d)`` with the blocks' ``d``.
+        ValueError: if ``X`` is not ``(b, n, d)`` with the blocks' ``d``, or a block has a
+            parallel placement (:data:`d2lmini.block.PARALLEL_PLACEMENTS`).
     """
     blocks = list(blocks)
     for k, block in enumerate(blocks):
         if not isinstance(block, TransformerBlock) or isinstance(block, TransformerDecoderBlock):
             raise TypeError(f"blocks[{k}] must be a d2lmini TransformerBlock (not a decoder block), "
                             f"got {type(block).__name__}")
+        if block.placement not in SEQUENTIAL_PLACEMENTS:  # its FFN reads the block's input, not attention's output
+            raise ValueError(f"blocks[{k}] has placement={block.placement!r}; record_contributions replays "
+                             f"sequential blocks only, placements {SEQUENTIAL_PLACEMENTS}")
     if blocks:
         check_sequence_tensor("X", X, blocks[0].num_hiddens)
     contributions = []
@@ -575,7 +579,7 @@ def residual_sum(placement: str = "pre", depth: int = 6, num_hiddens: int = 64, 
     rescales the whole running sum and they do not.
 
     Args:
-        placement: one of :data:`d2lmini.block.PLACEMENTS`.
+        placement: one of :data:`d2lmini.block.SEQUENTIAL_PLACEMENTS`.
         depth: number of blocks ``L`` (>= 1).
         num_hiddens, num_heads, num_steps: ``d``, heads, ``n``.
         norm, act: the blocks' norm (``'layer'``/``'rms'``) and FFN activation; the
@@ -592,7 +596,7 @@ def residual_sum(placement: str = "pre", depth: int = 6, num_hiddens: int = 64, 
         ValueError / TypeError: for any invalid argument (unknown names are listed
             with the allowed ones).
     """
-    check_choice("placement", placement, PLACEMENTS)
+    check_choice("placement", placement, SEQUENTIAL_PLACEMENTS)
     depth = check_positive_int("depth", depth)
     num_steps = check_positive_int("num_steps", num_steps)
     _check_seed(seed)

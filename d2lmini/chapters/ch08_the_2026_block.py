@@ -37,9 +37,10 @@ from .._shown import shown_in
 from ..attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..moe import ROUTERS, MixtureOfExperts
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
-from ..ffn import ACTS, FeedForward
+from ..ffn import ACTS
 from ..norms import NORMS
 from ..parameters import BLOCK_PARTS, num_parameters
+from ..reference import from_afmoe_layer  # Trinity's converter (global and local layers); re-exported here
 from ..plot import (ACT_SHORT_LABELS, NORM_LABELS, PART_COLORS, PART_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS,
                     styled_figure)
 from ..seeding import seeded
@@ -54,7 +55,7 @@ KNOB_MEANINGS = {
     "dropout": "dropout on attention weights, FFN hidden units, branch outputs",
     "norm": "which normalization",
     "act": "FFN activation (gated ones use three matrices)",
-    "placement": "where the norms sit around each sublayer",
+    "placement": "where the norms sit around each sublayer, or attention and FFN in parallel (GPT-J, GPT-NeoX)",
     "bias": "biases in the attention and FFN linear layers ('qkv': on q, k, v only, Qwen2)",
     "num_kv_heads": "key/value heads (fewer than h: grouped-query attention)",
     "ffn_num_hiddens": "FFN hidden width (default 4d, or 8d/3 when gated)",
@@ -69,6 +70,10 @@ KNOB_MEANINGS = {
     "residual": "False removes both skip connections",
     "window": "sliding-window attention: query i sees keys i - window < j <= i (needs causal)",
     "logit_softcap": "attention logit soft-capping tanh(l / c) * c (Gemma 2); None: off",
+    "rotary_dim": "partial RoPE: rotate only the first rotary_dim features of each head (Phi, StableLM)",
+    "rope_scaling": "RoPE frequency scaling for long context: linear, yarn (gpt-oss) or llama3",
+    "query_scaling": "(beta, period): queries times 1 + beta log(1 + floor(p / period)) (Ministral 3)",
+    "sinks": "a learned per-head sink logit in every softmax (gpt-oss attention sinks)",
     "residual_multiplier": "m scaling each sublayer output before it is added (IBM Granite; pre-LN only)",
     "attn_factory": "zero-argument callable returning the attention module",
     "ffn_factory": "zero-argument callable returning the FFN module",
@@ -452,92 +457,6 @@ def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: i
 
 
 # --------------------------------------------------------------------------- Arcee Trinity (AFMoE)
-
-
-def _copy_(dst: torch.Tensor, src: torch.Tensor) -> None:
-    if dst.shape != src.shape:
-        raise ValueError(f"cannot copy a weight of shape {tuple(src.shape)} into {tuple(dst.shape)}")
-    with torch.no_grad():
-        dst.copy_(src)
-
-
-def from_afmoe_layer(layer, config) -> TransformerBlock:
-    """A :class:`~d2lmini.block.TransformerBlock` equal to a Hugging Face ``AfmoeDecoderLayer``.
-
-    ``AfmoeDecoderLayer`` is the ``transformers`` layer of Arcee's Trinity models
-    (Singh et al., 2026): sandwich placement with RMSNorm, QK-norm per head (one gain
-    shared by the heads), grouped-query attention gated by ``sigmoid(W_gate x)``
-    (:class:`GatedAttention`), and -- after the first ``num_dense_layers`` layers -- a
-    mixture of SwiGLU experts with sigmoid routing, an expert bias used only for
-    selection, and an always-on shared expert (:class:`MixtureOfExperts`). RoPE is
-    applied in its sliding-window (local) layers only.
-
-    Args:
-        layer: an ``AfmoeDecoderLayer`` of a *global* (full-attention) layer; its
-            weights are copied, not shared.
-        config: the layer's ``AfmoeConfig``.
-
-    Returns:
-        A block on the layer's device and dtype, in the layer's train/eval mode.
-
-    Raises:
-        ValueError: for a sliding-window layer (d2lmini has no sliding window) or
-            attention biases.
-
-    Introduced in the chapter "One block, every configuration".
-    """
-    attn = layer.self_attn
-    if getattr(attn, "sliding_window", None) is not None or getattr(attn, "is_local_attention", False):
-        raise ValueError("sliding-window (local) AFMoE layers are not supported; use a full_attention layer")
-    if getattr(config, "attention_bias", False):
-        raise ValueError("AFMoE attention biases are not supported")
-    d, h, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
-    head_dim = attn.head_dim
-
-    def attention():
-        return GatedAttention(d, h, num_kv_heads=kv, head_dim=head_dim, causal=True, qk_norm="per_head",
-                              qk_norm_eps=config.rms_norm_eps, scale=attn.scaling)
-
-    if layer.moe_enabled:
-        def ffn():
-            return MixtureOfExperts(d, config.num_experts, top_k=config.num_experts_per_tok,
-                                    ffn_num_hiddens=config.moe_intermediate_size, act="swiglu", router="sigmoid",
-                                    num_shared_experts=config.num_shared_experts,
-                                    route_scale=float(config.route_scale))
-    else:
-        def ffn():
-            return FeedForward(d, config.intermediate_size, act="swiglu")
-    block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps,
-                             attn_factory=attention, ffn_factory=ffn)
-    ours = block.attention
-    for mine, theirs in ((ours.attention.W_q, attn.q_proj), (ours.attention.W_k, attn.k_proj),
-                         (ours.attention.W_v, attn.v_proj), (ours.W_o, attn.o_proj), (ours.W_gate, attn.gate_proj)):
-        _copy_(mine.weight, theirs.weight)
-    _copy_(ours.attention.q_norm.weight, attn.q_norm.weight)
-    _copy_(ours.attention.k_norm.weight, attn.k_norm.weight)
-    for mine, theirs in ((block.addnorm1.norm_in, layer.input_layernorm),
-                         (block.addnorm1.norm_out, layer.post_attention_layernorm),
-                         (block.addnorm2.norm_in, layer.pre_mlp_layernorm),
-                         (block.addnorm2.norm_out, layer.post_mlp_layernorm)):
-        _copy_(mine.weight, theirs.weight)
-
-    def copy_mlp(ffn_module: FeedForward, gate, up, down):
-        _copy_(ffn_module.W_g.weight, gate)
-        _copy_(ffn_module.W_1.weight, up)
-        _copy_(ffn_module.W_2.weight, down)
-
-    mlp = layer.mlp
-    if layer.moe_enabled:
-        _copy_(block.ffn.router.weight, mlp.router.gate.weight)
-        _copy_(block.ffn.expert_bias, mlp.expert_bias)
-        for e, expert in enumerate(block.ffn.experts):
-            gate, up = mlp.experts.gate_up_proj[e].chunk(2, dim=0)
-            copy_mlp(expert, gate, up, mlp.experts.down_proj[e])
-        shared = mlp.shared_experts
-        copy_mlp(block.ffn.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
-    else:
-        copy_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-    return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
 #: The tiny Trinity-like configuration :func:`make_trinity_layer` builds: one global
