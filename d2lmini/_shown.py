@@ -2,7 +2,8 @@
 
 Chapters print package source with ``inspect.getsource``. Every function, method or
 class they print carries ``@shown_in("chNN", ...)`` at its definition, naming the
-chapters that print it; ``tests/test_shown.py`` reads the notebooks and checks both
+chapters that print it (a page outside the numbered chapters is named by its file,
+e.g. ``"zoo"`` for the appendix ``chapters/zoo.ipynb``); ``tests/test_shown.py`` reads the notebooks and checks both
 ways: each printed object is marked with its chapter, and each marked object is
 printed by the chapters it names, in 5 to 40 lines. Renaming or growing printed code
 without its chapter then fails a test instead of a book build.
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 from ._checks import check_choice
 
-#: The chapters that can print code: ``'ch01'`` to ``'ch08'``.
-CHAPTERS = tuple(f"ch{k:02d}" for k in range(1, 9))
+#: The pages that can print code: the chapters ``'ch01'`` to ``'ch08'`` and the appendix
+#: ``'zoo'`` (the block zoo, ``chapters/zoo.ipynb``).
+CHAPTERS = tuple(f"ch{k:02d}" for k in range(1, 9)) + ("zoo",)
 
 #: Every marked object -> the chapters that print it, e.g. ``('ch02', 'ch04')``.
 SHOWN: dict = {}

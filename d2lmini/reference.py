@@ -1684,7 +1684,7 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
     return {**output_and_grad_differences(runs, X, R, keep), "block": block}
 
 
-@shown_in("ch08")
+@shown_in("ch08", "zoo")
 def output_and_grad_differences(runs, X: torch.Tensor, R: torch.Tensor, keep: torch.Tensor) -> dict:
     """Feed two implementations the same input; compare their outputs and input gradients.
 

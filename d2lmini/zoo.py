@@ -12,6 +12,11 @@ with :func:`d2lmini.reference.from_hf`, runs both on the same padded batch
 (:func:`describe`): the table's descriptive columns are read from the converted
 block, not typed by hand.
 
+Each line comes from :func:`zoo_row`, which reports a row whose layer class the
+installed ``transformers`` lacks (an older release, as Colab may have) instead of
+raising. The appendix "The Block Zoo" prints the table with :func:`zoo_frame` and
+counts features by year with :func:`features_by_year`.
+
 Adding a model: one :class:`ZooRow` built with :func:`hf_row` (a tiny config whose
 windows are shorter than the test sequence of 16 steps), a converter in
 :data:`d2lmini.reference.HF_CONVERTERS`, and, for a new block feature, a column in
@@ -20,11 +25,13 @@ windows are shorter than the test sequence of 16 steps), a converter in
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
 from ._checks import check_bool, check_instance, check_int_at_least, check_seed
+from ._shown import shown_in
 from .attention import GatedAttention
 from .block import TransformerBlock
 from .moe import MixtureOfExperts
@@ -189,7 +196,7 @@ ZOO: tuple[ZooRow, ...] = (
            layer_idx=1, note=_TRINITY_NOTE + "; no position encoding in global layers"),
     hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _GPT_OSS, layer_idx=0,
            attn_implementation="eager", note="sliding layer shown; full-attention layers alternate with it"),
-    # Parallel attention + FFN, partial and interleaved RoPE (appended, so not in year order).
+    # Parallel attention + FFN, partial and interleaved RoPE.
     hf_row("Phi-2", "Phi", 2023, "phi", "PhiDecoderLayer", "PhiConfig",
            dict(TINY, num_key_value_heads=4, num_hidden_layers=1, partial_rotary_factor=0.5)),
     hf_row("Phi-3 mini", "Phi", 2024, "phi3", "Phi3DecoderLayer", "Phi3Config",
@@ -216,6 +223,7 @@ ZOO: tuple[ZooRow, ...] = (
            dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.25, use_qkv_bias=True,
                 use_parallel_residual=False)),
 )
+ZOO = tuple(sorted(ZOO, key=lambda row: row.year))  # the table reads in release order (a stable sort)
 
 _NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
           "layer_nonparametric": "LayerNorm without gain or bias"}
@@ -306,13 +314,15 @@ def describe(block: TransformerBlock) -> dict:
 
 
 def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None) -> list[dict]:
-    """Build, convert, verify and describe every row of the zoo.
+    """Build, convert, verify and describe every row of the zoo (:func:`zoo_row` for each).
 
     For each row, a tiny random instance of its layer is converted with
     :func:`d2lmini.reference.from_hf`, and both run on the same batch of two sequences
     (the second right-padded to 5/8 of ``num_steps`` when ``padded``) with the same
     random read-out backpropagated to the inputs
     (:func:`d2lmini.reference.compare_with_reference`; only valid positions compared).
+    A row whose layer class the installed ``transformers`` lacks (an older release, as on
+    Colab) is reported, not raised: see :func:`zoo_row`.
 
     Args:
         seed: seeds every layer and batch.
@@ -321,10 +331,7 @@ def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None
         rows: the rows to run (default :data:`ZOO`).
 
     Returns:
-        One dict per row: ``name``, ``family``, ``year``, ``layer_class``, ``layer_idx``,
-        the columns of :func:`describe`, ``note``, ``max_abs_diff`` (outputs),
-        ``max_abs_grad_diff`` (input gradients), ``max_abs_output`` (their scale) and
-        ``reproduced`` (both differences <= :data:`TOLERANCE`).
+        One dict per row, as :func:`zoo_row` returns it.
 
     Raises:
         ImportError: if ``transformers`` is not installed.
@@ -333,12 +340,178 @@ def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None
     seed = check_seed(seed)
     num_steps = check_int_at_least("num_steps", num_steps, 2)
     padded = check_bool("padded", padded)
-    out = []
-    for row in ZOO if rows is None else rows:
+    return [zoo_row(row, seed=seed, num_steps=num_steps, padded=padded) for row in (ZOO if rows is None else rows)]
+
+
+@shown_in("zoo")
+def zoo_row(row: ZooRow, seed: int = 0, num_steps: int = 16, padded: bool = True) -> dict:
+    """One row of the zoo's table: the layer built tiny, converted, compared, described.
+
+    Args:
+        row: a :class:`ZooRow`.
+        seed, num_steps, padded: as :func:`zoo_table` (which checks them).
+
+    Returns:
+        dict with ``name``, ``family``, ``year``, ``layer_class``, ``layer_idx``, ``note``,
+        the columns of :func:`describe`, ``max_abs_diff`` (outputs), ``max_abs_grad_diff``
+        (input gradients), ``max_abs_output`` (their scale), ``reproduced`` (both
+        differences <= :data:`TOLERANCE`), ``status`` (``'reproduced'``, ``'MISMATCH'`` or
+        ``'not in this transformers <version>'``) and ``block`` (the converted block). A
+        row whose layer class the installed ``transformers`` lacks
+        (:func:`missing_from_transformers`) has no :func:`describe` columns, ``None``
+        for the differences and the block, and ``reproduced`` False.
+
+    Raises:
+        ImportError: if ``transformers`` is not installed.
+    """
+    out = {"name": row.name, "family": row.family, "year": row.year, "layer_class": row.layer_class,
+           "layer_idx": row.layer_idx, "note": row.note}
+    try:
         result = compare_with_reference(row.reference(), num_steps=num_steps, seed=seed, padded=padded)
-        out.append({"name": row.name, "family": row.family, "year": row.year, "layer_class": row.layer_class,
-                    "layer_idx": row.layer_idx, **describe(result["block"]), "note": row.note,
-                    "max_abs_diff": result["max_abs_diff"], "max_abs_grad_diff": result["max_abs_grad_diff"],
-                    "max_abs_output": result["max_abs_output"],
-                    "reproduced": max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE})
-    return out
+    except (ImportError, AttributeError) as error:
+        if missing_from_transformers(error) is None:
+            raise  # a real failure, not an older transformers
+        return {**out, "max_abs_diff": None, "max_abs_grad_diff": None, "max_abs_output": None,
+                "reproduced": False, "status": f"not in this transformers {transformers_version()}",
+                "block": None}
+    diff, grad_diff = result["max_abs_diff"], result["max_abs_grad_diff"]
+    reproduced = max(diff, grad_diff) <= TOLERANCE
+    return {**out, **describe(result["block"]), "max_abs_diff": diff, "max_abs_grad_diff": grad_diff,
+            "max_abs_output": result["max_abs_output"], "reproduced": reproduced,
+            "status": "reproduced" if reproduced else "MISMATCH", "block": result["block"]}
+
+
+def missing_from_transformers(error: BaseException) -> str | None:
+    """What the installed ``transformers`` lacks, if ``error`` is about that; else ``None``.
+
+    A row's layer can be newer than the installed release (Colab's preinstalled
+    ``transformers`` can be older than the one this book pins). Building it then fails in
+    one of three ways, each recognized here: its modeling module is missing
+    (``ModuleNotFoundError`` for ``transformers.models.<model_type>...``), a name cannot be
+    imported from ``transformers`` (``ImportError`` naming the package), or a class is
+    missing from ``transformers`` or one of its modules (``AttributeError`` whose object
+    is that module). Any other error -- including ``transformers`` not being installed at
+    all -- returns ``None``, so the caller raises it.
+
+    Args:
+        error: the exception raised while building or calling a row's layer.
+
+    Returns:
+        The missing module or ``'<module>.<name>'``, or ``None``.
+    """
+    def ours(module: str | None) -> bool:
+        return module is not None and (module == "transformers" or module.startswith("transformers."))
+
+    if isinstance(error, ModuleNotFoundError):
+        return error.name if ours(error.name) and error.name != "transformers" else None
+    if isinstance(error, ImportError):
+        return f"{error.name}.{getattr(error, 'name_from', None) or '?'}" if ours(error.name) else None
+    obj = getattr(error, "obj", None)
+    if isinstance(error, AttributeError) and isinstance(obj, types.ModuleType) and ours(obj.__name__):
+        return f"{obj.__name__}.{error.name}"
+    return None
+
+
+def transformers_version() -> str:
+    """The installed ``transformers`` release, e.g. ``'5.24.0'``.
+
+    Raises:
+        ImportError: if ``transformers`` is not installed.
+    """
+    import transformers
+
+    return transformers.__version__
+
+
+# --------------------------------------------------------------------------- the appendix's tables
+
+#: Keys of :func:`zoo_row` that :func:`zoo_frame` shows in its own way or not at all;
+#: every other key (the :func:`describe` columns, whatever they are) becomes a column.
+_NOT_COLUMNS = ("name", "family", "year", "layer_class", "layer_idx", "note", "max_abs_diff", "max_abs_grad_diff",
+                "max_abs_output", "reproduced", "status", "block")
+_HEADERS = {"attention": "attention (test layer)", "positions": "positions (test layer)", "ffn": "FFN (test layer)",
+            "bias": "biases", "residual": "residual scale"}
+
+
+def zoo_frame(rows: list[dict]):
+    """The zoo as the appendix prints it: one line per row of :func:`zoo_table`.
+
+    Columns: ``model`` (the index), ``family``, ``year``, ``layer class``, ``norm,
+    placement``, then every other descriptive column of the rows in their order (those
+    :func:`describe` returns, whichever they are), the largest output and input-gradient
+    differences (``'0'`` when exact, ``'—'`` when not measured), the row's ``check``
+    (:func:`zoo_row`'s status) and its ``note`` (what the model does outside the layer).
+
+    Args:
+        rows: dicts as :func:`zoo_row` returns them.
+
+    Returns:
+        A ``pandas.DataFrame`` of strings and years.
+    """
+    import pandas as pd
+
+    columns = list(dict.fromkeys(key for row in rows for key in row if key not in _NOT_COLUMNS))
+    columns = [key for key in columns if key not in ("norm", "placement")]
+
+    def fmt(value):
+        return "—" if value is None else "0" if value == 0 else f"{value:.1e}"
+
+    lines = []
+    for r in rows:
+        line = {"model": r["name"], "family": r["family"], "year": r["year"], "layer class": r["layer_class"],
+                "norm, placement": f"{r['norm']}, {r['placement']}" if "norm" in r else "—"}
+        line.update({_HEADERS.get(key, key.replace("_", " ")): r.get(key, "—") for key in columns})
+        line.update({"max |Δ| output": fmt(r["max_abs_diff"]), "max |Δ| input grad": fmt(r["max_abs_grad_diff"]),
+                     "check": r["status"], "note": r["note"] or "—"})
+        lines.append(line)
+    return pd.DataFrame(lines).set_index("model")
+
+
+def block_features(block: TransformerBlock) -> dict[str, bool]:
+    """Yes/no features of a converted block, for counting them over the zoo's years.
+
+    Read from the block's modules (for a :class:`~d2lmini.attention.GatedAttention`, from
+    the attention inside it): ``post-norm`` (the 2017 placement), ``parallel sublayers``
+    (a ``'parallel...'`` placement), ``RMSNorm``, ``gated FFN`` (a GLU activation, in the
+    experts too), ``mixture of experts``, ``biases`` (on the query projection), ``RoPE``,
+    ``partial RoPE`` (on fewer than all of a head's features), ``QK-norm``, ``sliding window``,
+    ``logit soft-cap``, ``attention sinks`` and ``gated attention`` (a sigmoid gate on the
+    attention's output).
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock`.
+
+    Raises:
+        TypeError: if ``block`` is not a TransformerBlock.
+    """
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    gated = isinstance(block.attention, GatedAttention)
+    att, ffn = (block.attention.attention if gated else block.attention), block.ffn
+    return {"post-norm": block.placement == "post", "parallel sublayers": block.placement.startswith("parallel"),
+            "RMSNorm": block.norm == "rms", "gated FFN": ffn.act.startswith(("swiglu", "geglu")),
+            "mixture of experts": isinstance(ffn, MixtureOfExperts), "biases": att.W_q.bias is not None,
+            "RoPE": att.rope_theta is not None,
+            "partial RoPE": att.rope_theta is not None and att.rotary_dim not in (None, att.head_dim),
+            "QK-norm": att.qk_norm is not None, "sliding window": att.window is not None,
+            "logit soft-cap": att.logit_softcap is not None, "attention sinks": att.sinks is not None,
+            "gated attention": gated}
+
+
+def features_by_year(rows: list[dict]):
+    """How many rows of each year have each feature of :func:`block_features`.
+
+    Rows without a block (layer class not in the installed ``transformers``) are left
+    out; so are features no row has.
+
+    Args:
+        rows: dicts as :func:`zoo_row` returns them.
+
+    Returns:
+        A ``pandas.DataFrame`` indexed by year: ``rows`` (how many), then one column per
+        feature with the count of that year's rows that have it.
+    """
+    import pandas as pd
+
+    counted = [{"year": r["year"], "rows": 1, **block_features(r["block"])} for r in rows if r["block"] is not None]
+    table = pd.DataFrame(counted).groupby("year").sum().astype(int)
+    return table.loc[:, (table != 0).any()]

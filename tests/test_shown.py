@@ -27,17 +27,21 @@ def _getsource_calls(tree: ast.AST) -> list[ast.Call]:
             and ast.unparse(node.func) in ("inspect.getsource", "getsource") and node.args]
 
 
+def page_name(path) -> str:
+    """The name ``@shown_in`` uses for a notebook: ``'ch04'`` for ``04_norm_placement.ipynb``,
+    the file's stem for a page outside the numbered chapters (``'zoo'``)."""
+    return f"ch{path.stem[:2]}" if path.stem[:2].isdigit() else path.stem
+
+
 def printed_code() -> list[dict]:
     """One dict per ``inspect.getsource(<expr>)`` in a chapter's code cells.
 
-    Keys: ``chapter`` (``'ch01'``...), ``expr``, ``cell`` (the cell's source), ``scope``
+    Keys: ``chapter`` (``'ch01'``..., or ``'zoo'``: :func:`page_name`), ``expr``, ``cell`` (the cell's source), ``scope``
     (the namespace of the notebook's import statements) and ``obj`` (the object, or
     ``None`` if the expression does not resolve).
     """
     found = []
     for path in chapter_notebooks():
-        if not path.stem[:2].isdigit():
-            continue
         cells = [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
         trees = [ast.parse(source) for source in cells]
         scope: dict = {}
@@ -51,7 +55,7 @@ def printed_code() -> list[dict]:
                     obj = eval(expr, dict(scope))
                 except AttributeError:
                     obj = None
-                found.append(dict(chapter=f"ch{path.stem[:2]}", expr=expr, cell=source, scope=scope, obj=obj))
+                found.append(dict(chapter=page_name(path), expr=expr, cell=source, scope=scope, obj=obj))
     return found
 
 

@@ -17,6 +17,8 @@ It holds what that chapter shows:
   configured like the model and, where a reference layer class exists, verified
   against it (via :mod:`d2lmini.reference`, plus :func:`compare_with_trinity` for
   Arcee Trinity's ``AfmoeDecoderLayer``);
+* :func:`zoo_switches` -- three rows of the block zoo (:mod:`d2lmini.zoo`) side by
+  side, as the constructor arguments their converted blocks hold;
 * :func:`decoder_block_checks` -- the encoder-decoder Transformer's decoder block.
 
 Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
@@ -699,6 +701,83 @@ def verification_table(rows: list[dict]):
                           "max |Δ| output": fmt(r["max_abs_diff"]),
                           "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "status": r["status"]}
                          for r in rows]).set_index("model")
+
+
+#: The rows of the block zoo that :func:`zoo_switches` puts side by side by default:
+#: an encoder of 2018, a local layer of 2024 and a sliding-window layer of 2025.
+ZOO_DECADE = ("BERT", "Gemma 2 (local)", "OLMo 3 (sliding)")
+
+#: The arguments :func:`block_switches` reads back, in order.
+SWITCHES = ("norm", "placement", "act", "bias", "causal", "qk_norm", "rope_theta", "window", "logit_softcap",
+            "scale", "residual_multiplier")
+
+
+def block_switches(block: TransformerBlock) -> dict:
+    """The constructor arguments of a block that are not sizes, read back from its modules.
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock` with the default attention and FFN.
+
+    Returns:
+        dict ``argument -> value`` (the keys of :data:`SWITCHES`) as
+        :class:`~d2lmini.block.TransformerBlock` would take it: ``norm``, ``placement``, ``act``, ``bias`` (``True``, ``False`` or ``'qkv'``),
+        ``causal``, ``qk_norm``, ``rope_theta``, ``window``, ``logit_softcap``, ``scale``
+        (``None``: ``1/sqrt(head_dim)``) and ``residual_multiplier``.
+
+    Raises:
+        TypeError: if ``block`` is not a TransformerBlock.
+    """
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    att = block.attention
+    bias = att.W_q.bias is not None
+    if bias and block.ffn.W_1.bias is None:
+        bias = "qkv"
+    values = (block.norm, block.placement, block.ffn.act, bias, att.causal, att.qk_norm, att.rope_theta, att.window,
+              att.logit_softcap, att.scale, block.addnorm1.residual_multiplier)
+    return dict(zip(SWITCHES, values))
+
+
+def zoo_switches(names=ZOO_DECADE, seed: int = 0):
+    """Rows of the block zoo side by side, as the arguments their converted blocks hold.
+
+    Each named row of :data:`d2lmini.zoo.ZOO` is built, converted and checked by
+    :func:`d2lmini.zoo.zoo_table`; :func:`block_switches` then reads the arguments
+    back from the converted block.
+
+    Args:
+        names: display names of zoo rows (default :data:`ZOO_DECADE`).
+        seed: seeds the tiny layers and the check.
+
+    Returns:
+        ``(table, rows)``: a ``pandas.DataFrame`` with one line per argument and one
+        column per model (values written as in Python, e.g. ``'rms'``, ``None``; a
+        model whose layer class the installed ``transformers`` lacks has its status in
+        every line), and the rows of :func:`~d2lmini.zoo.zoo_table`.
+
+    Raises:
+        ValueError: if a name is not a row of the zoo (the message lists them).
+    """
+    import pandas as pd
+
+    from .. import zoo
+
+    by_name = {row.name: row for row in zoo.ZOO}
+    for name in names:
+        if name not in by_name:
+            raise ValueError(f"names: {name!r} is not a row of d2lmini.zoo.ZOO; rows: {sorted(by_name)}")
+    rows = zoo.zoo_table(seed=seed, rows=[by_name[name] for name in names])
+
+    def written(value):  # as in Python, with non-round floats to four digits
+        return f"{value:.4g}" if isinstance(value, float) and not value.is_integer() else repr(value)
+
+    columns = {}
+    for row in rows:
+        header = f"{row['name']}, {row['year']}"
+        if row["block"] is None:
+            columns[header] = dict.fromkeys(SWITCHES, row["status"])
+        else:
+            columns[header] = {key: written(value) for key, value in block_switches(row["block"]).items()}
+    return pd.DataFrame(columns).rename_axis("argument"), rows
 
 
 # --------------------------------------------------------------------------- the decoder block
