@@ -217,7 +217,7 @@ class HyperConnection(nn.Module):
         return h_pre, h_post, comb.transpose(-1, -2)
 
     def forward(self, streams: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """``H^res x + H^post F(H^pre x)``: collapse ``streams`` (b, n_steps, n, d), apply ``sublayer``, expand and mix."""
+        """``H^res x + H^post F(H^pre x)``: collapse ``streams`` (b, n_steps, n, d), apply ``sublayer``, expand, mix."""
         check_callable("sublayer", sublayer)
         h_pre, h_post, h_res = self.mappings(streams)
         collapsed = (h_pre.unsqueeze(-1) * streams).sum(dim=2).to(streams.dtype)  # H^pre x: (b, n_steps, d)

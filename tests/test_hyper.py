@@ -298,3 +298,13 @@ def test_bad_sublayer_logits_and_entry():
         expand_streams(torch.randn(2, 6, D), 0)
     with pytest.raises(TypeError, match="X"):
         expand_streams(torch.ones(2, 6, D, dtype=torch.long), 4)
+
+
+def test_valid_lens_reach_the_attention():
+    torch.manual_seed(0)
+    block = HyperConnectedBlock(D, 4, num_streams=N_STREAMS, causal=False)
+    S = _streams(8)
+    with torch.no_grad():
+        full, padded = block(S), block(S, torch.tensor([6, 3]))
+    assert torch.equal(full[0], padded[0])  # length 6 = all positions: unchanged
+    assert (full[1] - padded[1]).abs().max() > 1e-3
