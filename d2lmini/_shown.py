@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from ._checks import check_choice
 
-#: The pages that can print code: the chapters ``'ch01'`` to ``'ch08'`` and the appendix
+#: The pages that can print code: the chapters ``'ch01'`` to ``'ch10'`` and the appendix
 #: ``'zoo'`` (the block zoo, ``chapters/zoo.ipynb``).
-CHAPTERS = tuple(f"ch{k:02d}" for k in range(1, 9)) + ("zoo",)
+CHAPTERS = tuple(f"ch{k:02d}" for k in range(1, 11)) + ("zoo",)
 
 #: Every marked object -> the chapters that print it, e.g. ``('ch02', 'ch04')``.
 SHOWN: dict = {}

@@ -484,7 +484,7 @@ class MultiHeadAttention(nn.Module):
         """The factor ``q . k`` is multiplied by before the softmax: ``scale``, or ``1/sqrt(head_dim)``."""
         return self.scale if self.scale is not None else self.head_dim ** -0.5
 
-    @shown_in("ch06")
+    @shown_in("ch07")
     def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys exactly as they enter the attention kernel.
 

@@ -362,7 +362,7 @@ class TransformerDecoderBlock(TransformerBlock):
         # A third residual connection like the other two: same placement, norms, dropout; its own weights.
         self.addnorm3 = copy.deepcopy(self.addnorm2)
 
-    @shown_in("ch08")
+    @shown_in("ch10")
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attend (causally), cross-attend to ``enc_outputs`` (b, m, d), then the FFN; returns (b, n, d)."""

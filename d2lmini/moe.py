@@ -113,7 +113,7 @@ class MixtureOfExperts(nn.Module):
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
         return weights, experts
 
-    @shown_in("ch08")
+    @shown_in("ch10")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d)."""
         check_last_dim("X", X, self.num_hiddens)

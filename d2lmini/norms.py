@@ -71,7 +71,7 @@ class RMSNorm(nn.Module):
         self.eps = check_positive_float("eps", eps)
         self.weight = nn.Parameter(torch.full((self.num_hiddens,), float(gain)))
 
-    @shown_in("ch05")
+    @shown_in("ch06")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize ``X``, shape ``(*, num_hiddens)``, over its last dimension; returns the same shape."""
         check_last_dim("X", X, self.num_hiddens)

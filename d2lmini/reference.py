@@ -1642,7 +1642,7 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
 
     Args:
         name: a key of :data:`REFERENCES`, or a :class:`Reference` object (for a
-            reference kept elsewhere, e.g. Arcee Trinity in :mod:`d2lmini.chapters.ch08_the_2026_block`).
+            reference kept elsewhere, e.g. Arcee Trinity in :mod:`d2lmini.chapters.ch10_the_2026_block`).
         batch_size, num_steps: the batch's shape (batch >= 1, steps >= 2).
         seed: seeds the weights and the inputs.
         padded: whether to pad the second sequence (``valid_lens``).
@@ -1684,7 +1684,7 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
     return {**output_and_grad_differences(runs, X, R, keep), "block": block}
 
 
-@shown_in("ch08", "zoo")
+@shown_in("ch10", "zoo")
 def output_and_grad_differences(runs, X: torch.Tensor, R: torch.Tensor, keep: torch.Tensor) -> dict:
     """Feed two implementations the same input; compare their outputs and input gradients.
 

@@ -309,7 +309,7 @@ def _thread_faults():
         return None
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def median_times(norms: dict, step, repeats: int, warmup: int, now) -> tuple[dict, dict]:
     """Time ``step(norm)`` for every norm in ``norms``, in turn, and keep the medians.
 

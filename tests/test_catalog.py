@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from d2lmini import FeedForward, MultiHeadAttention, TransformerBlock
-from d2lmini.chapters import ch08_the_2026_block as catalog
+from d2lmini.chapters import ch10_the_2026_block as catalog
 from d2lmini import GatedAttention, MixtureOfExperts
-from d2lmini.chapters.ch08_the_2026_block import (constructor_knobs, decoder_block_checks,
+from d2lmini.chapters.ch10_the_2026_block import (constructor_knobs, decoder_block_checks,
                              describe_block, grouped_query_attention, mixture_of_experts_demo,
                              model_parameter_count, rope_relative_check, sinusoidal_positions, step_table,
                              substitution_steps, who_uses_what)

@@ -1,4 +1,4 @@
-"""The small functions chapter 8 prints: the copied-heads check, the dense mixture, the
+"""The small functions chapter 10 prints: the copied-heads check, the dense mixture, the
 decoder block's two effects and the output/gradient comparison."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from d2lmini import MixtureOfExperts, MultiHeadAttention, TransformerDecoderBlock
-from d2lmini.chapters.ch08_the_2026_block import copied_heads_difference, decoder_effects, dense_mixture
+from d2lmini.chapters.ch10_the_2026_block import copied_heads_difference, decoder_effects, dense_mixture
 from d2lmini.reference import output_and_grad_differences
 
 

@@ -9,7 +9,7 @@ import torch
 
 from d2lmini.data import python_reference_corpus
 from d2lmini.ffn import FeedForward
-from d2lmini.chapters.ch07_ffn import (COMPARISON_CONFIG, SHAZEER_2020_LOG_PERPLEXITY, SWEEP_RATES, LRSweep,
+from d2lmini.chapters.ch09_ffn import (COMPARISON_CONFIG, SHAZEER_2020_LOG_PERPLEXITY, SWEEP_RATES, LRSweep,
                                      ffn_as_memories, ffn_comparison, ffn_parameter_counts, lr_sweep,
                                      plot_activations, plot_ffn_comparison, plot_lr_sweep, train_ensemble)
 from d2lmini.train import TinyLM, evaluate, train_lm

@@ -1,4 +1,4 @@
-"""The small functions chapter 7 prints: memory sums and readings, trigger search, validation
+"""The small functions chapter 9 prints: memory sums and readings, trigger search, validation
 losses and the lockstep update."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from d2lmini.chapters.ch07_ffn import (memory_reading, strongest_triggers, sum_of_memories,
+from d2lmini.chapters.ch09_ffn import (memory_reading, strongest_triggers, sum_of_memories,
                                        validation_batches, validation_losses)
 from d2lmini.data import python_reference_corpus
 from d2lmini.ffn import FeedForward

@@ -10,11 +10,11 @@ from matplotlib.figure import Figure
 
 from d2lmini import QK_NORMS, MultiHeadAttention, TransformerBlock
 from d2lmini.data import python_reference_corpus
-from d2lmini.chapters.ch06_qk_norm import (LogitRecorder, attention_entropy, attention_logits, log_spaced_scales,
+from d2lmini.chapters.ch07_qk_norm import (LogitRecorder, attention_entropy, attention_logits, log_spaced_scales,
                             logit_scale_sweep, make_attention, plot_logit_scale_sweep, plot_qk_norm_training,
                             probed_training, qk_norm_training, qk_norm_variants,
                             queries_and_keys_after_rope, rope_order_check, scale_qk_, train_with_logit_probe)
-from d2lmini.chapters.ch06_qk_norm import LogitTrainResult
+from d2lmini.chapters.ch07_qk_norm import LogitTrainResult
 from d2lmini.train import seeded_tiny_lm
 from d2lmini.train import train_lm
 
@@ -376,7 +376,7 @@ def test_the_figures_draw(sweep, runs):
 
 
 def test_saturation_probe_sees_the_softmax_saturate_without_qk_norm_only():
-    from d2lmini.chapters.ch06_qk_norm import LogitScaleSweep, make_attention, saturation_probe
+    from d2lmini.chapters.ch07_qk_norm import LogitScaleSweep, make_attention, saturation_probe
 
     X = torch.randn(1, 16, 32, dtype=torch.float64)
     R = torch.randn(1, 16, 32, dtype=torch.float64)
@@ -389,7 +389,7 @@ def test_saturation_probe_sees_the_softmax_saturate_without_qk_norm_only():
 
 
 def test_rope_order_gaps_separates_the_orders_once_gains_differ():
-    from d2lmini.chapters.ch06_qk_norm import make_attention, rope_order_gaps
+    from d2lmini.chapters.ch07_qk_norm import make_attention, rope_order_gaps
 
     layer = make_attention("per_head", 32, 2, seed=0, rope_theta=10000.0).double()
     X = torch.randn(1, 3 + 10, 32, dtype=torch.float64)
@@ -403,7 +403,7 @@ def test_rope_order_gaps_separates_the_orders_once_gains_differ():
 
 
 def test_logit_statistics_masks_the_future_of_a_causal_layer():
-    from d2lmini.chapters.ch06_qk_norm import logit_statistics, make_attention
+    from d2lmini.chapters.ch07_qk_norm import logit_statistics, make_attention
 
     X = torch.randn(1, 8, 32)
     layer = make_attention(None, 32, 2, seed=0)

@@ -11,7 +11,7 @@ from torch import nn
 
 import d2lmini
 from d2lmini import timing as tm
-from d2lmini.chapters import ch05_rmsnorm as rn
+from d2lmini.chapters import ch06_rmsnorm as rn
 from d2lmini.norms import LayerNormByHand
 
 # --- the counter-example and the same-style LayerNorm -------------------------------

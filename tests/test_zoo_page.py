@@ -1,4 +1,4 @@
-"""The appendix "The Block Zoo" (chapters/zoo.ipynb) and chapter 8's three zoo rows: the table
+"""The appendix "The Block Zoo" (chapters/zoo.ipynb) and chapter 10's three zoo rows: the table
 functions return every row with its columns, a layer class missing from the installed
 transformers is reported rather than raised, and the page cites a source for every row."""
 
@@ -15,7 +15,7 @@ import yaml
 
 from conftest import ROOT
 from d2lmini import TransformerBlock, reference, zoo
-from d2lmini.chapters import ch08_the_2026_block as catalog
+from d2lmini.chapters import ch10_the_2026_block as catalog
 
 pytest.importorskip("transformers")
 
@@ -171,9 +171,9 @@ def test_the_page_is_the_appendix_between_the_chapters_and_the_back_matter():
 
 
 def test_the_page_has_chapter_8s_setup_cell():
-    chapter8 = nbformat.read(ROOT / "chapters" / "08_the_2026_block.ipynb", as_version=4)
+    chapter10 = nbformat.read(ROOT / "chapters" / "10_the_2026_block.ipynb", as_version=4)
     setup = [cell for cell in _cells() if cell.cell_type == "code"][0]
-    assert setup.source == [cell for cell in chapter8.cells if cell.cell_type == "code"][0].source
+    assert setup.source == [cell for cell in chapter10.cells if cell.cell_type == "code"][0].source
 
 
 def test_the_page_cites_a_source_for_every_row():
@@ -190,7 +190,7 @@ def test_the_page_counts_the_rows_it_could_not_measure():
     assert any("len(missing)" in text and "transformers_version()" in text for text in prose)
 
 
-# --------------------------------------------------------------------------- chapter 8's three rows
+# --------------------------------------------------------------------------- chapter 10's three rows
 
 
 def test_zoo_switches_puts_three_rows_side_by_side():

@@ -79,7 +79,7 @@ SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "geglu": 1.942, "sw
 # Parameter budget
 # --------------------------------------------------------------------------------------
 
-@shown_in("ch07")
+@shown_in("ch09")
 def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu", "geglu")) -> list[dict]:
     """Parameters of one :class:`~d2lmini.ffn.FeedForward` per activation, at default width.
 
@@ -184,7 +184,7 @@ class MemoryReading:
     top_k: int
 
 
-@shown_in("ch07")
+@shown_in("ch09")
 def sum_of_memories(ffn: FeedForward, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r"""An FFN's memory coefficients, and its output rebuilt from them (Geva et al., 2021).
 
@@ -243,7 +243,7 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
     return memory_reading(ffn, X.reshape(-1, ffn.num_hiddens), top_k)
 
 
-@shown_in("ch07")
+@shown_in("ch09")
 def memory_reading(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> MemoryReading:
     """The measurements of :func:`ffn_as_memories`, for checked ``(tokens, d)`` inputs ``X``.
 
@@ -264,7 +264,7 @@ def memory_reading(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memory
                          top_share=float(top.mean()), top_k=top_k)
 
 
-@shown_in("ch07")
+@shown_in("ch09")
 def strongest_triggers(m: torch.Tensor, num_memories: int, top: int) -> list[tuple[int, int, int, int]]:
     """Where the strongest memories fire hardest.
 
@@ -418,7 +418,7 @@ class EnsembleRun:
         return model.eval()
 
 
-@shown_in("ch07")
+@shown_in("ch09")
 def validation_batches(corpus: CharCorpus, batch_size: int, seq_len: int, num_batches: int,
                        seed: int = 1234) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed held-out batches every model is scored on (those of :func:`d2lmini.train.evaluate`).
@@ -431,7 +431,7 @@ def validation_batches(corpus: CharCorpus, batch_size: int, seq_len: int, num_ba
     return [corpus.random_batch(batch_size, seq_len, gen, split="val") for _ in range(num_batches)]
 
 
-@shown_in("ch07")
+@shown_in("ch09")
 def validation_losses(losses_of, num_models: int, val: list) -> list[float]:
     """Each model's validation loss: its mean next-token cross-entropy over the batches ``val``.
 
@@ -588,7 +588,7 @@ class FFNComparison:
         """
         return [a - b for a, b in zip(self.val_loss(baseline, step), self.val_loss(other, step))]
 
-    @shown_in("ch07")
+    @shown_in("ch09")
     def summary(self, step: int, baseline: str = "gelu", other: str = "swiglu") -> dict:
         """Mean, sample standard deviation (n - 1; 0 for one seed), minimum and maximum
         of :meth:`differences` over the seeds, and how many seeds favour ``other``."""
@@ -756,7 +756,7 @@ class LRSweep:
         return frame
 
 
-@shown_in("ch07")
+@shown_in("ch09")
 def sweep_in_lockstep(corpus: CharCorpus, pairs: list[tuple[str, float]], seed: int, num_steps: int,
                       config: dict) -> tuple[TrainLog, list[float]]:
     """Train one model per ``(activation, peak rate)`` pair, all in one lockstep.

@@ -59,7 +59,7 @@ HALF_VARIANTS = tuple(HALF_VARIANT_LABELS)
 # --- the counter-example and the same-style LayerNorm -------------------------------
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def half_precision_sum(X: torch.Tensor) -> torch.Tensor:
     """Sum the last dimension of ``X`` pairwise, rounding every partial sum to ``X.dtype``.
 
@@ -94,7 +94,7 @@ def half_precision_sum(X: torch.Tensor) -> torch.Tensor:
     return X
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def rms_norm_no_upcast(X: torch.Tensor, weight: torch.Tensor | None = None,
                        eps: float = EPS) -> torch.Tensor:
     """RMSNorm computed entirely in ``X``'s dtype: the counter-example to the fp32 upcast.
@@ -128,7 +128,7 @@ def rms_norm_no_upcast(X: torch.Tensor, weight: torch.Tensor | None = None,
     return Y if weight is None else Y * weight.to(X.dtype)
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def rms_norm_torch_mean(X: torch.Tensor, weight: torch.Tensor | None = None,
                         eps: float = EPS) -> torch.Tensor:
     """RMSNorm written with ``X.pow(2).mean()`` in ``X``'s dtype, with no explicit upcast.
@@ -162,7 +162,7 @@ def rms_norm_torch_mean(X: torch.Tensor, weight: torch.Tensor | None = None,
 # --- RMSNorm against LayerNorm and against torch.nn.RMSNorm --------------------------
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def layernorm_gap(X: torch.Tensor, eps: float = EPS) -> float:
     """The largest entry of ``|LayerNorm(X) - RMSNorm(X)|``, both norms as initialized.
 
@@ -228,7 +228,7 @@ def compare_with_layernorm(num_hiddens: int = 512, num_tokens: int = 64, offset:
     }
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def torch_gap(X: torch.Tensor, eps: float, torch_eps: float | None) -> float:
     """The largest entry of ``|d2lmini.RMSNorm(eps)(X) - torch.nn.RMSNorm(eps=torch_eps)(X)|``.
 
@@ -347,7 +347,7 @@ def compare_with_torch(num_hiddens: int = 512, num_tokens: int = 64,
                            config={"num_hiddens": num_hiddens, "num_tokens": num_tokens, "seed": seed})
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def parameter_counts(num_hiddens=(512, 4096), block_num_hiddens: int = 512,
                      num_heads: int = 8) -> dict:
     """Parameters of LayerNorm and RMSNorm, counted from the modules, and a block for scale.
@@ -432,7 +432,7 @@ class NormComparison:
         return pd.DataFrame(rows).T.rename(columns={"layer": "LayerNorm", "rms": "RMSNorm"})
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def train_with_norms(corpus: CharCorpus, norms, seeds, config: dict) -> dict:
     """Train a TinyLM per (norm, seed), all in lockstep; score each on the same held-out text.
 
@@ -575,7 +575,7 @@ def half_precision_errors(dtypes=("bfloat16", "float16"), scales=(1e-3, 1e-2, 0.
             for name in names for s, z in zip(scales, Z)]
 
 
-@shown_in("ch05")
+@shown_in("ch06")
 def half_precision_row(X: torch.Tensor, eps: float = EPS) -> dict:
     """The three ways of computing RMSNorm on the half-precision tokens ``X``, ``(*, d)``.
 

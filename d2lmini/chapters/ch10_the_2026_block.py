@@ -125,7 +125,7 @@ def _repeat_kv_weight(W: torch.Tensor, num_kv_heads: int, group: int) -> torch.T
     return W.unflatten(0, (num_kv_heads, -1)).repeat_interleave(group, dim=0).flatten(0, 1)
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def copied_heads_difference(gqa: MultiHeadAttention, X: torch.Tensor) -> float:
     """How far GQA is from plain multi-head attention with copied key/value heads.
 
@@ -152,7 +152,7 @@ def copied_heads_difference(gqa: MultiHeadAttention, X: torch.Tensor) -> float:
         return float((gqa(X, X, X) - mha(X, X, X)).abs().max())
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads=(8, 4, 2, 1),
                             num_steps: int = 16, seed: int = 0) -> list[dict]:
     """What sharing key/value heads saves, and that GQA is MHA with copied K/V heads.
@@ -195,7 +195,7 @@ def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads
 # --------------------------------------------------------------------------- mixture of experts, measured
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def dense_mixture(moe: MixtureOfExperts, tokens: torch.Tensor) -> torch.Tensor:
     """A :class:`MixtureOfExperts` computed the slow way, to check its sparse forward pass.
 
@@ -209,7 +209,7 @@ def dense_mixture(moe: MixtureOfExperts, tokens: torch.Tensor) -> torch.Tensor:
     return out + (moe.shared(tokens) if moe.shared is not None else 0)
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_experts: int = 8, top_k: int = 2,
                             batch_size: int = 4, num_steps: int = 32, seed: int = 0) -> dict:
     """A block whose FFN is a :class:`MixtureOfExperts`, passed in through ``ffn_factory``, measured.
@@ -319,7 +319,7 @@ class Step:
     output_shape: tuple = field(default_factory=tuple)
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: int = 2, num_steps: int = 16,
                        seed: int = 0) -> list[Step]:
     """Turn the 2017 block into the 2026 block one constructor argument at a time.
@@ -415,7 +415,7 @@ def plot_substitution_params(steps: list[Step], width: float = 8.0, height: floa
     return fig
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: int = 4, num_steps: int = 24,
                         shifts=(1, 5, 17), theta: float = 10000.0, seed: int = 0) -> dict:
     r"""Does an attention logit change when both positions move by the same shift?
@@ -554,7 +554,7 @@ MODELS = (
 TOLERANCE = 1e-5
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def describe_block(block: TransformerBlock, positions_note: str | None = None) -> dict:
     """The "who uses what" columns, read from a block's modules rather than typed.
 
@@ -783,7 +783,7 @@ def zoo_switches(names=ZOO_DECADE, seed: int = 0):
 # --------------------------------------------------------------------------- the decoder block
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: torch.Tensor, t: int) -> dict:
     """How far a decoder block's outputs move when a decoder token or the encoder output changes.
 
@@ -812,7 +812,7 @@ def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: tor
             "memory_effect_least": float((Y_memory - Y).abs().amax(dim=(0, 2)).min())}
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10, memory_steps: int = 7,
                          seed: int = 0) -> dict:
     """The encoder-decoder Transformer's decoder block: three sublayers, measured.
@@ -860,7 +860,7 @@ LLAMA3_8B = dict(vocab_size=128256, num_hiddens=4096, num_heads=32, num_layers=3
                  ffn_num_hiddens=14336, rope_theta=500000.0)
 
 
-@shown_in("ch08")
+@shown_in("ch10")
 def model_parameter_count(shape: dict | None = None) -> dict:
     """Build a whole decoder-only model from 2026 blocks on the ``meta`` device and count it.
 

@@ -61,7 +61,7 @@ _check_attention = functools.partial(check_instance, "attention", kind=MultiHead
 # --------------------------------------------------------------------------- logits from a module
 
 
-@shown_in("ch06")
+@shown_in("ch07")
 def queries_and_keys_after_rope(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor):
     """The wrong order, spelled out: project, split into heads, rotate by RoPE, *then* QK-normalize.
 
@@ -335,7 +335,7 @@ def logit_scale_sweep(scales=None, qk_norms=(None, "per_head"), num_hiddens: int
     return result
 
 
-@shown_in("ch06")
+@shown_in("ch07")
 def saturation_probe(layer: MultiHeadAttention, X: torch.Tensor, R: torch.Tensor) -> dict:
     """One layer's softmax saturation: entropy, largest logit, gradients at q, k, XW_q, XW_v.
 
@@ -498,7 +498,7 @@ def rope_order_check(qk_norm: str = "per_head", num_hiddens: int = 64, num_heads
     return RopeOrderCheck(equal_gains=equal, unequal_gains=gaps["weights"], shift_change=change, config=config)
 
 
-@shown_in("ch06")
+@shown_in("ch07")
 def rope_order_gaps(layer: MultiHeadAttention, X: torch.Tensor, shift: int) -> dict:
     """QK-norm before RoPE against after RoPE, on ``layer`` (with QK-norm and RoPE).
 
@@ -523,7 +523,7 @@ def rope_order_gaps(layer: MultiHeadAttention, X: torch.Tensor, shift: int) -> d
 # --------------------------------------------------------------------------- the three variants
 
 
-@shown_in("ch06")
+@shown_in("ch07")
 def qk_norm_variants(num_hiddens: int = 64, num_heads: int = 4, num_kv_heads: int = 2) -> list[dict]:
     """The parameters each QK-norm variant adds, read off the modules themselves.
 
@@ -555,7 +555,7 @@ def qk_norm_variants(num_hiddens: int = 64, num_heads: int = 4, num_kv_heads: in
 # --------------------------------------------------------------------------- training at a high learning rate
 
 
-@shown_in("ch06")
+@shown_in("ch07")
 def logit_statistics(attention: MultiHeadAttention, X: torch.Tensor) -> tuple[float, float]:
     """The largest attention logit of ``attention`` on ``X`` and its mean attention entropy.
 
@@ -708,7 +708,7 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
     return result
 
 
-@shown_in("ch06")
+@shown_in("ch07")
 def probed_training(model, corpus, result, seed, num_steps, batch_size, seq_len, lr, betas, weight_decay,
                     eval_batches):
     """The measuring core of :func:`train_with_logit_probe`: train ``model``, filling ``result``.
@@ -817,12 +817,12 @@ def qk_scale_explorer(scales=None, qk_norms=(None, "per_head"), scale: float = 1
                       num_heads: int = 4, num_steps: int = 64, seed: int = 0) -> FrameExplorer:
     """Explorer for the chapter "QK-norm": the logit scale ``s`` on ``W_q, W_k``, with or without QK-norm.
 
-    Uses :func:`d2lmini.chapters.ch06_qk_norm.logit_scale_sweep` for the entropy and the gradient
+    Uses :func:`d2lmini.chapters.ch07_qk_norm.logit_scale_sweep` for the entropy and the gradient
     reaching the queries at every ``s``, and shows, for the chosen ``s``, how one
     query (head 1) spreads its attention over the keys of a random sequence.
 
     Args:
-        scales: the slider's stops (default :func:`d2lmini.chapters.ch06_qk_norm.log_spaced_scales`,
+        scales: the slider's stops (default :func:`d2lmini.chapters.ch07_qk_norm.log_spaced_scales`,
             0.25 to 64, two per octave).
         qk_norms: the settings in the dropdown (``None`` = no QK-norm).
         scale: initial ``s`` (the nearest stop is used).
