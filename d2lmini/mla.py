@@ -90,11 +90,14 @@ class MultiHeadLatentAttention(nn.Module):
             builds them with the default of ``DeepseekV3RMSNorm``, not ``config.rms_norm_eps``).
 
     Attributes:
-        W_q or W_dq, q_latent_norm, W_uq; W_dkv, kv_latent_norm, W_ukv, W_o: as above
-        (``W_q`` is ``None`` with a query latent, ``W_dq``/``q_latent_norm``/``W_uq`` are
-        ``None`` without one). num_hiddens, num_heads, q_lora_rank, kv_lora_rank,
-        qk_nope_head_dim, qk_rope_head_dim, qk_head_dim (their sum), v_head_dim,
-        rope_theta, rope_scaling, causal, scale; ``window`` is always ``None``.
+        W_q, W_dq, q_latent_norm, W_uq, W_dkv, kv_latent_norm, W_ukv, W_o: the parts above
+            (``W_q`` is ``None`` with a query latent; ``W_dq``, ``q_latent_norm`` and ``W_uq``
+            are ``None`` without one).
+        num_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: the arguments.
+        num_hiddens, rope_theta, rope_scaling, causal, dropout: the arguments.
+        qk_head_dim: ``qk_nope_head_dim + qk_rope_head_dim``.
+        scale: the logit scale (above).
+        window: always ``None`` (read by the mask shared with MultiHeadAttention).
 
     Shape:
         ``forward(queries, keys, values, valid_lens=None)`` as
@@ -248,7 +251,7 @@ def kv_cache_bytes_per_token(module: nn.Module, dtype_bytes: int = 2) -> int:
 
 
 def _deinterleave(num_features: int) -> torch.Tensor:
-    """The order ``0, 2, 4, ..., 1, 3, 5, ...``: interleaved RoPE pairs ``(2i, 2i+1)`` -> half-split ``(i, i + r/2)``."""
+    """The order ``0, 2, ..., 1, 3, ...``: interleaved RoPE pairs ``(2i, 2i+1)`` -> half-split ``(i, i + r/2)``."""
     return torch.cat((torch.arange(0, num_features, 2), torch.arange(1, num_features, 2)))
 
 
