@@ -82,11 +82,11 @@ def _compare(layer, config, ours, layer_class: str, valid_lens, num_steps: int =
     return output_and_grad_differences([lambda Z: call(layer, config, Z, valid_lens), run_ours], X, R, keep)
 
 
-@pytest.mark.parametrize("valid_lens", [None, torch.tensor([16, 11])], ids=["unpadded", "padded"])
 FULL_ROPE_MHA = {"num_key_value_heads": 4,
                  "rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0}}
 
 
+@pytest.mark.parametrize("valid_lens", [None, torch.tensor([16, 11])], ids=["unpadded", "padded"])
 @pytest.mark.parametrize("overrides", [{}, FULL_ROPE_MHA], ids=["gqa, partial rope", "mha, full rope"])
 def test_gated_attention_matches_qwen3_5_attention(overrides, valid_lens):
     attn, config = _qwen3_5("Qwen3_5Attention", **overrides)
