@@ -20,6 +20,15 @@ four layers (the fourth is gated softmax attention).
 5.24 (``models/qwen3_5/modeling_qwen3_5.py``) and is checked against it in
 ``tests/test_deltanet.py``; :func:`gated_delta_rule` is the recurrence above, a loop over
 time; :func:`inference_state_bytes` compares its state with an attention layer's cache.
+
+The loop is the *recurrent* form: ``n`` sequential steps, as in one-token decoding (HF's
+``torch_recurrent_gated_delta_rule``, FLA's fused recurrent kernel). Training and prefill use
+the *chunked* form (HF's ``torch_chunk_gated_delta_rule``, FLA's ``chunk_gated_delta_rule``):
+inside each chunk of 64 tokens the product of the per-token updates ``(I - beta k k^T)`` is
+folded into one triangular solve (the WY/UT representation), so the work becomes matrix
+products done in parallel over all chunks, and only ``n / 64`` sequential state updates remain.
+It buys speed and tensor-core use, not different numbers: the tests check that both forms agree
+with this loop (to float32 summation order).
 """
 
 from __future__ import annotations
@@ -48,32 +57,19 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
                      initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The gated delta rule, one token at a time: ``S <- e^g S + beta k (v - e^g S^T k)^T``, ``o = S^T q``.
 
-    Per batch entry and head, the state ``S`` (``d_k x d_v``) maps keys to values. Each step
-    decays it by ``exp(g_t)``, reads what it stores under ``k_t`` (``S^T k_t``), writes the
-    error ``v_t - S^T k_t`` back under ``k_t`` with strength ``beta_t``, and reads the output
-    under the query, ``o_t = S^T q_t``. With ``||k_t|| = 1`` and ``beta_t = 1`` the state then
-    returns exactly ``v_t`` for ``k_t``: the new association overwrites the old one.
-
-    This is the sequential form, ``n`` steps; Hugging Face's ``torch_recurrent_gated_delta_rule``
-    (and FLA's fused recurrent kernel) computes the same, and is used for one-token decoding.
-    For training and prefill, ``torch_chunk_gated_delta_rule`` computes the *same outputs*
-    chunk by chunk (64 tokens): inside a chunk, the products of the ``(I - beta k k^T)`` factors
-    are folded into one triangular solve (the WY/UT representation), so the work is matrix
-    products done in parallel over all chunks, and only ``n / 64`` sequential state updates
-    remain. It buys speed (and tensor-core use), not different numbers; the tests check that
-    the two forms agree.
+    Per batch entry and head, the state ``S`` (``d_k x d_v``) maps keys to values: each step
+    decays it, reads what it stores under ``k_t``, writes the error back with strength ``beta_t``
+    and reads the output under ``q_t``. HF's ``torch_recurrent_gated_delta_rule`` computes the
+    same; its ``torch_chunk_gated_delta_rule`` (training, prefill) too, chunk by chunk: same math,
+    but matrix products parallel over chunks and ``n / 64`` sequential steps instead of ``n``.
 
     Args:
-        q: queries ``(b, n, h, d_k)``, already normalized and scaled as the caller wants.
-        k: keys ``(b, n, h, d_k)``, L2-normalized (the rule is stable for ``||k|| <= 1``).
-        v: values ``(b, n, h, d_v)``.
-        g: log-decays ``(b, n, h)``, ``<= 0``.
-        beta: write strengths ``(b, n, h)``, in ``[0, 1]``.
-        initial_state: ``None`` (zeros) or ``(b, h, d_k, d_v)``, the state before the first token.
+        q, k: ``(b, n, h, d_k)``, L2-normalized (``q`` also scaled); v: ``(b, n, h, d_v)``;
+        g: log-decays ``(b, n, h)``, ``<= 0``; beta: write strengths ``(b, n, h)`` in ``[0, 1]``;
+        initial_state: ``None`` (zeros) or ``(b, h, d_k, d_v)``.
 
     Returns:
-        ``(out, final_state)``: ``out`` ``(b, n, h, d_v)``, ``final_state`` ``(b, h, d_k, d_v)``;
-        both in the dtype of ``v`` (pass float32 to accumulate in float32, as HF does).
+        ``(out, final_state)``, ``(b, n, h, d_v)`` and ``(b, h, d_k, d_v)``, in ``v``'s dtype.
 
     Raises:
         TypeError / ValueError: inputs that are not tensors of these matching shapes.
@@ -83,7 +79,7 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
     S = v.new_zeros(b, h, d_k, v.shape[-1]) if initial_state is None else initial_state.to(v.dtype)
     outs = []
     for t in range(n):
-        S = S * g[:, t, :, None, None].exp()                           # decay:     S <- e^g S
+        S = S * g[:, t, :, None, None].exp()                             # decay:     S <- e^g S
         stored = torch.einsum("bhkv,bhk->bhv", S, k[:, t])                # read:      S^T k
         delta = beta[:, t, :, None] * (v[:, t] - stored)                  # error:     beta (v - S^T k)
         S = S + torch.einsum("bhk,bhv->bhkv", k[:, t], delta)             # write:     S += k delta^T
