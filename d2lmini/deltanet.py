@@ -39,7 +39,8 @@ from torch.nn import functional as F
 
 from ._checks import (check_dtype_matches, check_instance, check_nonnegative_int, check_positive_float,
                       check_positive_int, check_sequence_tensor)
-from .attention import valid_lens_mask
+from .attention import GatedAttention, MultiHeadAttention, valid_lens_mask
+from .mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
 from .norms import RMSNorm
 
 __all__ = ["GatedDeltaNet", "from_qwen3_5_gated_deltanet", "gated_delta_rule", "inference_state_bytes", "l2_normalize"]
@@ -303,9 +304,9 @@ def inference_state_bytes(module: nn.Module, num_steps: int, *, batch_size: int 
       ``num_v_heads * head_k_dim * head_v_dim`` plus the convolution's last inputs
       ``conv_dim * (conv_kernel_size - 1)``, per sequence.
     * softmax attention (:class:`~d2lmini.attention.MultiHeadAttention`,
-      :class:`~d2lmini.attention.GatedAttention`, any module with ``num_kv_heads``, ``head_dim``
-      and ``window``): the key-value cache, ``2 * num_kv_heads * head_dim`` values per cached
-      token, ``min(num_steps, window)`` tokens -- growing with ``num_steps`` up to the window.
+      :class:`~d2lmini.attention.GatedAttention`, :class:`~d2lmini.mla.MultiHeadLatentAttention`):
+      the key-value cache, :func:`~d2lmini.mla.kv_cache_bytes_per_token` per cached token,
+      ``min(num_steps, window)`` tokens -- growing with ``num_steps`` up to the window.
 
     Args:
         module: the layer's token mixer.
@@ -330,10 +331,9 @@ def inference_state_bytes(module: nn.Module, num_steps: int, *, batch_size: int 
     if isinstance(module, GatedDeltaNet):
         values = (module.num_v_heads * module.head_k_dim * module.head_v_dim
                   + module.conv_dim * (module.conv_kernel_size - 1))
-    elif all(hasattr(module, name) for name in ("num_kv_heads", "head_dim", "window")):
-        cached = num_steps if module.window is None else min(num_steps, module.window)
-        values = 2 * module.num_kv_heads * module.head_dim * cached
-    else:
-        raise TypeError(f"module must be a GatedDeltaNet or an attention with num_kv_heads, head_dim and window, "
-                        f"got {type(module).__name__}")
-    return batch_size * values * torch.empty((), dtype=dtype).element_size()
+        return batch_size * values * torch.empty((), dtype=dtype).element_size()
+    if not isinstance(module, (MultiHeadAttention, GatedAttention, MultiHeadLatentAttention)):
+        raise TypeError("module must be a GatedDeltaNet, MultiHeadAttention, GatedAttention or "
+                        f"MultiHeadLatentAttention, got {type(module).__name__}")
+    cached = num_steps if module.window is None else min(num_steps, module.window)
+    return batch_size * cached * kv_cache_bytes_per_token(module, torch.empty((), dtype=dtype).element_size())
