@@ -6,7 +6,10 @@ The package is laid out as the book is:
 :mod:`d2lmini.norms` (every norm: :class:`~d2lmini.norms.RMSNorm`, the per-head RMSNorm of QK-norm,
 LayerNorm written by hand, BatchNorm for sequences, and the factory :func:`~d2lmini.norms.make_norm`),
 :mod:`d2lmini.attention` (:class:`~d2lmini.attention.MultiHeadAttention` with grouped-query attention,
-QK-norm and RoPE, and gated attention), :mod:`d2lmini.ffn` (:class:`~d2lmini.ffn.FeedForward`),
+QK-norm and RoPE, and gated attention), :mod:`d2lmini.mla` (multi-head latent attention of
+DeepSeek-V2/V3 and the key/value cache per token), :mod:`d2lmini.deltanet`
+(:class:`~d2lmini.deltanet.GatedDeltaNet`, the linear-attention mixer of Qwen3-Next and Qwen3.5),
+:mod:`d2lmini.ffn` (:class:`~d2lmini.ffn.FeedForward`),
 :mod:`d2lmini.moe` (a mixture of experts), :mod:`d2lmini.hyper` (DeepSeek-V4's manifold-constrained
 hyper-connections: ``n`` residual streams) and :mod:`d2lmini.block`
 (:class:`~d2lmini.block.TransformerBlock` and the decoder block with cross-attention).
@@ -39,8 +42,10 @@ Errors and their messages                                     :mod:`d2lmini.chap
 
 from .attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin, valid_lens_mask
 from .block import PLACEMENTS, AddNorm, TransformerBlock, TransformerDecoderBlock
+from .deltanet import GatedDeltaNet, gated_delta_rule, inference_state_bytes
 from .ffn import ACTS, FeedForward, default_ffn_num_hiddens
 from .hyper import HyperConnectedBlock, HyperConnection, HyperHead, expand_streams, sinkhorn_knopp
+from .mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
 from .moe import MixtureOfExperts
 from .norms import NORMS, RMSNorm, make_norm
 from .parameters import num_parameters
@@ -61,11 +66,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ACTS", "NORMS", "PLACEMENTS", "PROBED_PLACEMENTS", "QK_NORMS",
-    "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "FrameExplorer", "GatedAttention",
+    "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "FrameExplorer", "GatedAttention", "GatedDeltaNet",
     "HyperConnectedBlock", "HyperConnection", "HyperHead",
-    "MixtureOfExperts", "MultiHeadAttention", "RMSNorm", "StaticTwin", "TransformerBlock",
+    "MixtureOfExperts", "MultiHeadAttention", "MultiHeadLatentAttention", "RMSNorm", "StaticTwin", "TransformerBlock",
     "TransformerDecoderBlock", "apply_rotary", "default_ffn_num_hiddens", "depth_explorer",
-    "depth_explorer_static", "depth_table", "expand_streams", "init_linear_weights_", "make_norm",
-    "num_parameters", "probe_depth", "probe_placements", "qk_scale_explorer", "residual_explorer", "rotary_cos_sin",
-    "sinkhorn_knopp", "stream_rms", "token_spread", "valid_lens_mask",
+    "depth_explorer_static", "depth_table", "expand_streams", "gated_delta_rule", "inference_state_bytes",
+    "init_linear_weights_", "kv_cache_bytes_per_token",
+    "make_norm", "num_parameters", "probe_depth", "probe_placements", "qk_scale_explorer", "residual_explorer",
+    "rotary_cos_sin", "sinkhorn_knopp", "stream_rms", "token_spread", "valid_lens_mask",
 ]

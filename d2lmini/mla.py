@@ -1,0 +1,360 @@
+"""Multi-head latent attention (DeepSeek-V2 and V3) and the key/value cache it shrinks.
+
+:class:`MultiHeadLatentAttention` is the attention of DeepSeek-V2 (DeepSeek-AI, 2024,
+arXiv 2405.04434, section 2.1) and DeepSeek-V3 (arXiv 2412.19437): keys and values are
+rebuilt from one small latent vector per token, so a decoder caches that latent (and one
+shared rotary key) instead of every head's key and value. :func:`kv_cache_bytes_per_token`
+measures the cache of any d2lmini attention module, and :func:`from_deepseek_v3_attention`
+and :func:`from_deepseek_v3_layer` turn Hugging Face ``transformers`` 5.24 DeepSeek-V3 layers
+into d2lmini modules with the same weights. Shapes use d2l's names:
+``(batch, num_steps, num_hiddens)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ._checks import (check_bool, check_dtype_matches, check_positive_float, check_positive_int, check_probability,
+                      check_sequence_tensor)
+from .attention import (GatedAttention, MultiHeadAttention, _check_rope_scaling, _yarn_mscale, apply_rotary,
+                        rotary_cos_sin)
+from .block import TransformerBlock
+from .norms import DEFAULT_EPS, RMSNorm
+
+
+class MultiHeadLatentAttention(nn.Module):
+    r"""Multi-head latent attention, MLA (DeepSeek-V2, arXiv 2405.04434; DeepSeek-V3, arXiv 2412.19437).
+
+    For every token ``x`` (width ``d``), with ``h`` heads:
+
+    * **Queries** (optionally low-rank): ``c_q = RMSNorm(W_dq x)`` (``q_lora_rank``
+      features), ``q = W_uq c_q``; or ``q = W_q x`` when ``q_lora_rank`` is ``None``
+      (DeepSeek-V2-Lite). Each head's query has ``qk_nope_head_dim`` features without
+      position ("nope") followed by ``qk_rope_head_dim`` features that RoPE rotates.
+    * **Keys and values** from a latent: ``W_dkv x`` gives the latent ``c_kv``
+      (``kv_lora_rank`` features) and one rotary key ``k_rope`` (``qk_rope_head_dim``
+      features) shared by all heads (as in multi-query attention); ``c_kv`` is
+      RMS-normalized and ``W_ukv c_kv`` gives every head's ``k_nope``
+      (``qk_nope_head_dim``) and value (``v_head_dim``).
+    * **Attention**: head ``i``'s key is ``[k_nope_i, RoPE(k_rope)]``, its query
+      ``[q_nope_i, RoPE(q_rope_i)]``; softmax of ``scale * q k^T`` over the keys
+      (masked by ``causal`` and ``valid_lens`` as in
+      :class:`~d2lmini.attention.MultiHeadAttention`), times the values; the heads'
+      outputs (``h * v_head_dim``) are projected back by ``W_o``.
+
+    A decoder caches only ``c_kv`` and the rotated ``k_rope`` per token
+    (:meth:`latent_kv`; ``kv_lora_rank + qk_rope_head_dim`` numbers: 576 in DeepSeek-V3
+    instead of the ``2 * 128 * 128 = 32,768`` of multi-head attention with its 128 heads
+    of 128 features; :func:`kv_cache_bytes_per_token`). Keys without position can be
+    rebuilt from ``c_kv`` because RoPE touches only the separate ``k_rope``.
+
+    The scale is ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``, times ``m ** 2``
+    under YaRN with ``mscale_all_dim``, ``m = 0.1 * mscale_all_dim * ln(factor) + 1``
+    (DeepSeek-V3's long-context setting); YaRN's own attention factor multiplies cos and
+    sin (:func:`~d2lmini.attention.rope_frequencies`).
+
+    RoPE uses d2lmini's half-split layout (:func:`~d2lmini.attention.apply_rotary`:
+    feature ``j`` pairs with ``j + r/2``). DeepSeek's checkpoints store the rotary
+    features interleaved (pairs ``(0, 1), (2, 3), ...``; ``config.rope_interleave=True``,
+    ``apply_rotary_pos_emb_interleave``); that layout is the half-split one after
+    reordering the rows of the projections that produce those features (evens first,
+    then odds), which :func:`from_deepseek_v3_attention` does, so no option is needed here.
+
+    Checked against Hugging Face ``transformers`` 5.24 ``DeepseekV3Attention``
+    (``models/deepseek_v3/modeling_deepseek_v3.py``); the names map as ``W_q`` =
+    ``q_proj``, ``W_dq`` = ``q_a_proj`` (the paper's :math:`W^{DQ}`), ``q_latent_norm`` =
+    ``q_a_layernorm``, ``W_uq`` = ``q_b_proj`` (:math:`W^{UQ}` and :math:`W^{QR}`),
+    ``W_dkv`` = ``kv_a_proj_with_mqa`` (:math:`W^{DKV}` and :math:`W^{KR}`),
+    ``kv_latent_norm`` = ``kv_a_layernorm``, ``W_ukv`` = ``kv_b_proj`` (:math:`W^{UK}` and
+    :math:`W^{UV}`), ``W_o`` = ``o_proj``.
+
+    Args:
+        num_hiddens: model width ``d``.
+        num_heads: heads ``h``.
+        q_lora_rank: width of the query latent ``c_q``, or ``None`` for a full-rank
+            query projection ``W_q`` (DeepSeek-V3: 1536; V2-Lite: ``None``).
+        kv_lora_rank: width of the key/value latent ``c_kv`` (DeepSeek-V2 and V3: 512).
+        qk_nope_head_dim: query/key features per head without position (128).
+        qk_rope_head_dim: rotated query/key features per head, even (64).
+        v_head_dim: value features per head (128).
+        rope_theta: the RoPE base (DeepSeek-V3: 10,000).
+        causal: whether query ``i`` sees only keys ``j <= i`` (default ``True``, as DeepSeek).
+        rope_scaling: ``None`` or a RoPE scaling dict (:func:`~d2lmini.attention.rope_frequencies`;
+            DeepSeek-V3 uses YaRN with ``factor`` 40, ``mscale`` = ``mscale_all_dim`` = 1).
+        bias: biases on ``W_dq``, ``W_dkv`` and ``W_o`` (``config.attention_bias``; the
+            other projections never have one); default ``False``.
+        dropout: dropout on the attention weights (training only), in [0, 1).
+        eps: epsilon of the two latent RMSNorms (default 1e-6: ``DeepseekV3Attention``
+            builds them with the default of ``DeepseekV3RMSNorm``, not ``config.rms_norm_eps``).
+
+    Attributes:
+        W_q, W_dq, q_latent_norm, W_uq, W_dkv, kv_latent_norm, W_ukv, W_o: the parts above
+            (``W_q`` is ``None`` with a query latent; ``W_dq``, ``q_latent_norm`` and ``W_uq``
+            are ``None`` without one).
+        num_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: the arguments.
+        num_hiddens, rope_theta, rope_scaling, causal, dropout: the arguments.
+        qk_head_dim: ``qk_nope_head_dim + qk_rope_head_dim``.
+        scale: the logit scale (above).
+        window: always ``None`` (read by the mask shared with MultiHeadAttention).
+
+    Shape:
+        ``forward(queries, keys, values, valid_lens=None)`` as
+        :class:`~d2lmini.attention.MultiHeadAttention`, for self-attention only:
+        ``queries``, ``keys`` and ``values`` must be the same ``(b, n, d)`` tensor (as
+        :class:`~d2lmini.block.TransformerBlock` passes it). Returns ``(b, n, d)``.
+
+    Raises:
+        ValueError: a width or rank not a positive int, an odd ``qk_rope_head_dim``,
+            ``dropout`` outside [0, 1), a bad ``rope_scaling``; at call time, ``keys`` or
+            ``values`` that are not the ``queries`` tensor, an input that is not ``(b, n, d)``,
+            or bad ``valid_lens`` (see :func:`~d2lmini.attention.valid_lens_mask`).
+        TypeError: arguments or inputs of the wrong type or dtype.
+    """
+
+    window = None  # MLA has no sliding window (read by the shared mask of MultiHeadAttention)
+
+    def __init__(self, num_hiddens: int, num_heads: int, *, q_lora_rank: int | None, kv_lora_rank: int,
+                 qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, rope_theta: float,
+                 causal: bool = True, rope_scaling: dict | None = None, bias: bool = False,
+                 dropout: float = 0.0, eps: float = DEFAULT_EPS["rms"]):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.q_lora_rank = None if q_lora_rank is None else check_positive_int("q_lora_rank", q_lora_rank)
+        self.kv_lora_rank = check_positive_int("kv_lora_rank", kv_lora_rank)
+        self.qk_nope_head_dim = check_positive_int("qk_nope_head_dim", qk_nope_head_dim)
+        self.qk_rope_head_dim = check_positive_int("qk_rope_head_dim", qk_rope_head_dim)
+        if self.qk_rope_head_dim % 2:
+            raise ValueError(f"qk_rope_head_dim must be even (RoPE rotates pairs), got {qk_rope_head_dim}")
+        self.v_head_dim = check_positive_int("v_head_dim", v_head_dim)
+        self.qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
+        self.rope_theta = check_positive_float("rope_theta", rope_theta)
+        self.rope_scaling = None if rope_scaling is None else _check_rope_scaling(rope_scaling)
+        self.causal = check_bool("causal", causal)
+        check_bool("bias", bias)
+        self.dropout = check_probability("dropout", dropout)
+        check_positive_float("eps", eps)
+
+        h = self.num_heads
+        if self.q_lora_rank is None:
+            self.W_q = nn.Linear(num_hiddens, h * self.qk_head_dim, bias=False)
+            self.W_dq = self.q_latent_norm = self.W_uq = None
+        else:
+            self.W_q = None
+            self.W_dq = nn.Linear(num_hiddens, self.q_lora_rank, bias=bias)
+            self.q_latent_norm = RMSNorm(self.q_lora_rank, eps)
+            self.W_uq = nn.Linear(self.q_lora_rank, h * self.qk_head_dim, bias=False)
+        self.W_dkv = nn.Linear(num_hiddens, self.kv_lora_rank + self.qk_rope_head_dim, bias=bias)
+        self.kv_latent_norm = RMSNorm(self.kv_lora_rank, eps)
+        self.W_ukv = nn.Linear(self.kv_lora_rank, h * (self.qk_nope_head_dim + self.v_head_dim), bias=False)
+        self.W_o = nn.Linear(h * self.v_head_dim, num_hiddens, bias=bias)
+
+        scale = self.qk_head_dim ** -0.5
+        if self.rope_scaling is not None and self.rope_scaling.get("mscale_all_dim"):  # DeepSeek's YaRN
+            scale *= _yarn_mscale(self.rope_scaling["factor"], self.rope_scaling["mscale_all_dim"]) ** 2
+        self.scale = scale
+
+    def _rotary(self, num_steps: int, like: torch.Tensor):
+        """``(cos, sin)``, each ``(num_steps, qk_rope_head_dim)``, in ``like``'s device and dtype."""
+        return rotary_cos_sin(num_steps, self.qk_rope_head_dim, self.rope_theta, like.device, like.dtype,
+                              scaling=self.rope_scaling)
+
+    def latent_kv(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a decoder caches per token: the normalized latent and the rotated shared key.
+
+        Args:
+            X: ``(b, n, d)``, positions ``0 .. n-1``.
+
+        Returns:
+            ``(c_kv, k_rope)``: ``(b, n, kv_lora_rank)`` and ``(b, n, qk_rope_head_dim)``.
+        """
+        c_kv, k_rope = self.W_dkv(X).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+        cos, sin = self._rotary(X.shape[1], X)
+        return self.kv_latent_norm(c_kv), apply_rotary(k_rope, cos, sin)
+
+    def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
+        """Self-attend over ``queries`` (b, n, d) (``keys`` and ``values`` must be that tensor); returns (b, n, d).
+
+        ``valid_lens``: ``None``, ``(b,)`` or ``(b, n)`` integer lengths in ``[1, n]``;
+        keys at positions >= the length are masked. See the class docstring for errors.
+        """
+        if keys is not queries or values is not queries:
+            raise ValueError("MultiHeadLatentAttention is self-attention only: pass the same tensor as queries, "
+                             "keys and values (as TransformerBlock does)")
+        X = queries
+        check_sequence_tensor("queries", X, self.num_hiddens)
+        check_dtype_matches("queries", X, self)
+        b, n, _ = X.shape
+        h = self.num_heads
+        q = self.W_q(X) if self.W_q is not None else self.W_uq(self.q_latent_norm(self.W_dq(X)))
+        q = q.unflatten(-1, (h, self.qk_head_dim)).transpose(1, 2)  # (b, h, n, nope + rope)
+        q_nope, q_rope = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+        cos, sin = self._rotary(n, X)
+        q = torch.cat((q_nope, apply_rotary(q_rope, cos, sin)), dim=-1)
+
+        c_kv, k_rope = self.latent_kv(X)  # (b, n, kv_lora_rank), (b, n, rope): the cache
+        kv = self.W_ukv(c_kv).unflatten(-1, (h, self.qk_nope_head_dim + self.v_head_dim)).transpose(1, 2)
+        k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)  # (b, h, n, nope), (b, h, n, v)
+        k = torch.cat((k_nope, k_rope[:, None].expand(-1, h, -1, -1)), dim=-1)  # one rotary key for all heads
+
+        # The mask of MultiHeadAttention (valid_lens, causal; window is None), one code path for both.
+        mask = MultiHeadAttention._mask(self, valid_lens, b, n, n, X.device)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return self.W_o(out.transpose(1, 2).flatten(-2))  # (b, n, h * v_head_dim) -> (b, n, d)
+
+    def extra_repr(self) -> str:
+        return (f"num_heads={self.num_heads}, q_lora_rank={self.q_lora_rank}, kv_lora_rank={self.kv_lora_rank}, "
+                f"qk_nope_head_dim={self.qk_nope_head_dim}, qk_rope_head_dim={self.qk_rope_head_dim}, "
+                f"v_head_dim={self.v_head_dim}, causal={self.causal}, rope_theta={self.rope_theta}"
+                + (f", rope_scaling={self.rope_scaling}" if self.rope_scaling is not None else ""))
+
+
+def kv_cache_bytes_per_token(module: nn.Module, dtype_bytes: int = 2) -> int:
+    """Bytes of key/value cache one token costs in one attention layer, read from the module.
+
+    * :class:`MultiHeadLatentAttention`: ``kv_lora_rank + qk_rope_head_dim`` numbers
+      (the latent ``c_kv`` and the shared rotary key, :meth:`MultiHeadLatentAttention.latent_kv`).
+    * :class:`~d2lmini.attention.MultiHeadAttention` and
+      :class:`~d2lmini.attention.GatedAttention`: ``2 * num_kv_heads * head_dim`` (a key
+      and a value per key/value head): multi-head (``num_kv_heads = num_heads``),
+      grouped-query and multi-query (``num_kv_heads = 1``) attention alike. A sliding
+      window caps how many tokens are kept, not what each costs.
+
+    Args:
+        module: one of those attention modules, or a block holding one as ``.attention``
+            (:class:`~d2lmini.block.TransformerBlock`).
+        dtype_bytes: bytes per cached number (2: bfloat16/float16; 1: FP8; 4: float32).
+
+    Returns:
+        The bytes per token and layer (an int).
+
+    Raises:
+        TypeError: ``module`` is none of those; ``dtype_bytes`` not a positive int.
+    """
+    check_positive_int("dtype_bytes", dtype_bytes)
+    attention = module.attention if isinstance(getattr(module, "attention", None), nn.Module) and not isinstance(
+        module, GatedAttention) else module
+    if isinstance(attention, MultiHeadLatentAttention):
+        numbers = attention.kv_lora_rank + attention.qk_rope_head_dim
+    elif isinstance(attention, (MultiHeadAttention, GatedAttention)):
+        numbers = 2 * attention.num_kv_heads * attention.head_dim
+    else:
+        raise TypeError("module must be a MultiHeadAttention, GatedAttention, MultiHeadLatentAttention or a block "
+                        f"holding one as .attention, got {type(module).__name__}")
+    return numbers * dtype_bytes
+
+
+# --------------------------------------------------------------------------- from Hugging Face DeepSeek-V3
+
+
+def _deinterleave(num_features: int) -> torch.Tensor:
+    """The order ``0, 2, ..., 1, 3, ...``: interleaved RoPE pairs ``(2i, 2i+1)`` -> half-split ``(i, i + r/2)``."""
+    return torch.cat((torch.arange(0, num_features, 2), torch.arange(1, num_features, 2)))
+
+
+def from_deepseek_v3_attention(attn, config) -> MultiHeadLatentAttention:
+    """A :class:`MultiHeadLatentAttention` equal to Hugging Face ``DeepseekV3Attention``.
+
+    Copies every weight of ``transformers`` 5.24 ``DeepseekV3Attention``
+    (``models/deepseek_v3/modeling_deepseek_v3.py``; DeepSeek-V2 and V3, Kimi K2 use the
+    same layer). With ``config.rope_interleave`` (the default, DeepSeek's checkpoints) the
+    rows producing the rotary query and key features (``q_proj``/``q_b_proj`` per head,
+    ``kv_a_proj_with_mqa``) are reordered evens-then-odds, which turns the interleaved
+    RoPE of ``apply_rotary_pos_emb_interleave`` into d2lmini's half-split RoPE with
+    identical attention. The RoPE base and scaling are read by
+    :func:`d2lmini.reference._rope_kwargs`.
+
+    Args:
+        attn: a ``DeepseekV3Attention``; its weights are copied, not shared.
+        config: its ``DeepseekV3Config``.
+
+    Returns:
+        The module, on ``attn``'s device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: grouped key/value heads (``num_key_value_heads != num_attention_heads``,
+            which the layer ignores but we refuse rather than guess), a RoPE type d2lmini does
+            not reproduce, or YaRN with ``mscale_all_dim`` but no ``mscale`` (the softmax
+            scale would need the one and the rotary table ignores it).
+    """
+    # reference imports the model parts, so it is imported here
+    from .reference import _copy_linear, _copy_norm, _rope_kwargs
+
+    if config.num_key_value_heads != config.num_attention_heads:
+        raise ValueError(f"DeepSeek-V3's MLA has one key and value per head; got num_key_value_heads="
+                         f"{config.num_key_value_heads} != num_attention_heads={config.num_attention_heads}")
+    params = getattr(config, "rope_parameters", None) or {}
+    if params.get("mscale_all_dim") and not params.get("mscale"):
+        raise ValueError("rope_parameters with mscale_all_dim but no mscale are not supported: set both (DeepSeek-V3 "
+                         "uses mscale = mscale_all_dim = 1)")
+    rope = _rope_kwargs(config)
+    nope, r, h = config.qk_nope_head_dim, config.qk_rope_head_dim, config.num_attention_heads
+    ours = MultiHeadLatentAttention(config.hidden_size, h, q_lora_rank=config.q_lora_rank,
+                                    kv_lora_rank=config.kv_lora_rank, qk_nope_head_dim=nope, qk_rope_head_dim=r,
+                                    v_head_dim=config.v_head_dim, rope_theta=rope["rope_theta"],
+                                    rope_scaling=rope["rope_scaling"], bias=bool(config.attention_bias),
+                                    dropout=float(config.attention_dropout), eps=attn.kv_a_layernorm.variance_epsilon)
+    q_rows = torch.arange(h * (nope + r)).view(h, nope + r)  # each head: nope rows, then rope rows
+    kv_rows = torch.arange(config.kv_lora_rank + r)  # the latent, then the shared rope key
+    if getattr(config, "rope_interleave", False):
+        q_rows[:, nope:] = q_rows[:, nope:][:, _deinterleave(r)]
+        kv_rows[config.kv_lora_rank:] = kv_rows[config.kv_lora_rank:][_deinterleave(r)]
+    q_rows = q_rows.flatten()
+
+    def rows(linear, order):
+        return linear.weight[order], None if linear.bias is None else linear.bias[order]
+
+    if config.q_lora_rank is None:
+        _copy_linear(ours.W_q, *rows(attn.q_proj, q_rows))
+    else:
+        _copy_linear(ours.W_dq, attn.q_a_proj.weight, attn.q_a_proj.bias)
+        _copy_norm(ours.q_latent_norm, attn.q_a_layernorm)
+        _copy_linear(ours.W_uq, *rows(attn.q_b_proj, q_rows))
+        ours.q_latent_norm.eps = attn.q_a_layernorm.variance_epsilon
+    _copy_linear(ours.W_dkv, *rows(attn.kv_a_proj_with_mqa, kv_rows))
+    _copy_norm(ours.kv_latent_norm, attn.kv_a_layernorm)
+    _copy_linear(ours.W_ukv, attn.kv_b_proj.weight, attn.kv_b_proj.bias)
+    _copy_linear(ours.W_o, attn.o_proj.weight, attn.o_proj.bias)
+    return ours.to(attn.o_proj.weight).train(attn.training)
+
+
+def from_deepseek_v3_layer(layer, config) -> TransformerBlock:
+    """A :class:`~d2lmini.block.TransformerBlock` equal to a dense Hugging Face ``DeepseekV3DecoderLayer``.
+
+    Pre-norm RMSNorm (``input_layernorm``, ``post_attention_layernorm``, epsilon
+    ``config.rms_norm_eps``), :class:`MultiHeadLatentAttention`
+    (:func:`from_deepseek_v3_attention`) and a SwiGLU MLP (``gate_proj``, ``up_proj``,
+    ``down_proj``): the first ``config.first_k_dense_replace`` layers of DeepSeek-V3
+    (3 of 61). The later layers' mixture of experts (group-limited sigmoid routing
+    with a selection bias, ``DeepseekV3MoE``) is not reproduced.
+
+    Args:
+        layer: a ``DeepseekV3DecoderLayer`` with a dense MLP; its weights are copied.
+        config: its ``DeepseekV3Config``.
+
+    Returns:
+        The block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: a mixture-of-experts layer, an activation other than SiLU, or as
+            :func:`from_deepseek_v3_attention`.
+    """
+    from .reference import _copy_gated_mlp, _copy_norm
+
+    mlp = layer.mlp
+    if not hasattr(mlp, "gate_proj"):
+        raise ValueError(f"only dense DeepSeek-V3 layers are supported (layer index < first_k_dense_replace="
+                         f"{config.first_k_dense_replace}), got a {type(mlp).__name__}")
+    if config.hidden_act != "silu":
+        raise ValueError(f"DeepSeek-V3's MLP is supported with hidden_act='silu' only, got {config.hidden_act!r}")
+    attention = from_deepseek_v3_attention(layer.self_attn, config)
+    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", placement="pre",
+                             eps=config.rms_norm_eps, act="swiglu", ffn_num_hiddens=mlp.intermediate_size,
+                             attn_factory=lambda: attention)
+    _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    return block.to(layer.input_layernorm.weight).train(layer.training)

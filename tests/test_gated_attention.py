@@ -1,0 +1,132 @@
+"""GatedAttention against Hugging Face Qwen3.5's gated attention (``Qwen3_5Attention``, transformers 5.24).
+
+Qwen3.5's ``q_proj`` makes the query and the gate together: its output, viewed as
+``(h, 2 * head_dim)``, holds per head ``[q_i, gate_i]``; the gate multiplies the heads'
+output element-wise through a sigmoid before ``o_proj``. QK-norm is per head with
+Qwen3.5's zero-centred RMSNorm (``x_hat * (1 + w)``), RoPE is partial
+(``partial_rotary_factor`` 0.25, half-split), and for text the three M-RoPE sections
+read the same positions, so it is plain RoPE. d2lmini's
+:class:`~d2lmini.attention.GatedAttention` expresses all of it: the rows of ``q_proj``
+split into ``W_q`` and ``W_gate``, the gains ``w`` become ``1 + w``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from d2lmini import GatedAttention, TransformerBlock
+from d2lmini.attention import valid_lens_mask
+from d2lmini.reference import (_copy_gated_mlp, _copy_linear, _copy_norm, _rope_kwargs, hf_call, hf_make,
+                               output_and_grad_differences)
+
+TOLERANCE = 1e-5  # max |Δ| in float32
+
+#: A tiny Qwen3.5 text model with one full-attention layer: GQA 4/2, head_dim 16, rotary_dim 4.
+TINY_QWEN3_5 = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=80, num_hidden_layers=1, layer_types=["full_attention"], rms_norm_eps=1e-5,
+                    max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                 "partial_rotary_factor": 0.25})
+
+
+def _qwen3_5(layer_class: str, seed: int = 0, **overrides):
+    """A tiny random HF Qwen3.5 ``layer_class`` (norm gains stored as ``w`` in ``1 + w``) and its config."""
+    pytest.importorskip("transformers")
+    return hf_make("qwen3_5", layer_class, "Qwen3_5TextConfig", dict(TINY_QWEN3_5, **overrides),
+                   unit_offset_norms=True)(seed)
+
+
+def _from_qwen3_5_attention(attn, config) -> GatedAttention:
+    """A GatedAttention with ``attn``'s weights: ``q_proj``'s rows per head ``[q_i; gate_i]`` split in two."""
+    if config.attention_bias:
+        raise ValueError("Qwen3.5 with attention_bias=True has a gate bias, which GatedAttention.W_gate lacks")
+    h, hd, d = config.num_attention_heads, attn.head_dim, config.hidden_size
+    ours = GatedAttention(d, h, num_kv_heads=config.num_key_value_heads, head_dim=hd, causal=True,
+                          qk_norm="per_head", qk_norm_eps=config.rms_norm_eps, **_rope_kwargs(config, partial=True))
+    q_and_gate = attn.q_proj.weight.view(h, 2, hd, d)  # per head: hd query rows, then hd gate rows
+    _copy_linear(ours.attention.W_q, q_and_gate[:, 0].reshape(h * hd, d))
+    _copy_linear(ours.W_gate, q_and_gate[:, 1].reshape(h * hd, d))
+    _copy_linear(ours.attention.W_k, attn.k_proj.weight)
+    _copy_linear(ours.attention.W_v, attn.v_proj.weight)
+    _copy_linear(ours.W_o, attn.o_proj.weight)
+    _copy_norm(ours.attention.q_norm, attn.q_norm, unit_offset=True)
+    _copy_norm(ours.attention.k_norm, attn.k_norm, unit_offset=True)
+    return ours.eval()
+
+
+def _from_qwen3_5_layer(layer, config) -> TransformerBlock:
+    """A full-attention ``Qwen3_5DecoderLayer`` as a pre-norm RMSNorm SwiGLU block with gated attention."""
+    attention = _from_qwen3_5_attention(layer.self_attn, config)
+    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", placement="pre",
+                             eps=config.rms_norm_eps, act="swiglu", ffn_num_hiddens=config.intermediate_size,
+                             attn_factory=lambda: attention)
+    mlp = layer.mlp
+    _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm, unit_offset=True)
+    return block.eval()
+
+
+def _compare(layer, config, ours, layer_class: str, valid_lens, num_steps: int = 16, seed: int = 0) -> dict:
+    """Max |Δ| of outputs (at real tokens) and input gradients, HF layer vs ours, on a (2, n, d) batch."""
+    call = hf_call("qwen3_5", layer_class, rotary="Qwen3_5TextRotaryEmbedding")
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(2, num_steps, config.hidden_size, generator=gen)
+    R = torch.randn(X.shape, generator=gen)
+    keep = torch.ones(2, num_steps, 1, dtype=torch.bool) if valid_lens is None \
+        else valid_lens_mask(valid_lens, num_steps)[..., None]
+
+    def run_ours(Z):
+        return ours(Z, Z, Z, valid_lens) if isinstance(ours, GatedAttention) else ours(Z, valid_lens)
+
+    return output_and_grad_differences([lambda Z: call(layer, config, Z, valid_lens), run_ours], X, R, keep)
+
+
+FULL_ROPE_MHA = {"num_key_value_heads": 4,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0}}
+
+
+@pytest.mark.parametrize("valid_lens", [None, torch.tensor([16, 11])], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("overrides", [{}, FULL_ROPE_MHA], ids=["gqa, partial rope", "mha, full rope"])
+def test_gated_attention_matches_qwen3_5_attention(overrides, valid_lens):
+    attn, config = _qwen3_5("Qwen3_5Attention", **overrides)
+    ours = _from_qwen3_5_attention(attn, config)
+    rotary_dim = ours.attention.rotary_dim
+    assert rotary_dim == (4 if not overrides else None)
+    result = _compare(attn, config, ours, "Qwen3_5Attention", valid_lens)
+    assert max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE, result
+    assert result["max_abs_output"] > 0.1
+
+
+def test_qwen3_5_full_attention_layer_is_a_pre_norm_block_with_gated_attention():
+    layer, config = _qwen3_5("Qwen3_5DecoderLayer")
+    block = _from_qwen3_5_layer(layer, config)
+    assert sum(p.numel() for p in block.parameters()) == sum(p.numel() for p in layer.parameters())
+    assert len(list(block.parameters())) == len(list(layer.parameters())) + 1  # q_proj is W_q and W_gate
+    result = _compare(layer, config, block, "Qwen3_5DecoderLayer", torch.tensor([16, 9]))
+    assert max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE, result
+
+
+@pytest.mark.parametrize("break_it", ["q and gate halves swapped", "gains not offset", "no gate"])
+def test_the_check_catches_a_wrong_conversion(break_it):
+    attn, config = _qwen3_5("Qwen3_5Attention")
+    ours = _from_qwen3_5_attention(attn, config)
+    with torch.no_grad():
+        if break_it == "q and gate halves swapped":
+            W_q = ours.attention.W_q.weight.clone()
+            ours.attention.W_q.weight.copy_(ours.W_gate.weight)
+            ours.W_gate.weight.copy_(W_q)
+        elif break_it == "gains not offset":
+            ours.attention.q_norm.weight.sub_(1.0)
+            ours.attention.k_norm.weight.sub_(1.0)
+        else:  # a gate of sigmoid(large) = 1: plain attention
+            ours.W_gate.weight.zero_()
+            ours.W_gate.bias = torch.nn.Parameter(torch.full((ours.W_gate.out_features,), 30.0))
+    result = _compare(attn, config, ours, "Qwen3_5Attention", None)
+    assert result["max_abs_diff"] > 100 * TOLERANCE
+
+
+def test_gate_bias_is_refused():
+    attn, config = _qwen3_5("Qwen3_5Attention", attention_bias=True)
+    with pytest.raises(ValueError, match="gate bias"):
+        _from_qwen3_5_attention(attn, config)
