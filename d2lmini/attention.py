@@ -461,7 +461,10 @@ class MultiHeadAttention(nn.Module):
         self._rotary_cache: dict = {}
 
     def _rotary(self, num_steps: int, like: torch.Tensor):
-        key = (num_steps, like.device, like.dtype)
+        # Everything the table depends on is in the key, so changing rope_theta, rotary_dim or rope_scaling on a
+        # built module takes effect (never a stale table).
+        key = (num_steps, like.device, like.dtype, self.rope_theta, self.rotary_dim, self.head_dim,
+               repr(self.rope_scaling))
         if key not in self._rotary_cache:
             self._rotary_cache = {key: rotary_cos_sin(num_steps, self.rotary_dim or self.head_dim, self.rope_theta,
                                                       like.device, like.dtype, scaling=self.rope_scaling)}

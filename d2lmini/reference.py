@@ -107,6 +107,63 @@ def _torch_activation(layer) -> str:
     raise ValueError(f"unsupported activation {act!r}; supported: relu, gelu")
 
 
+#: The dropout probabilities of Hugging Face configs that act inside a decoder or encoder layer (on attention
+#: weights, hidden units or branch outputs); the embeddings' (``embd_pdrop``, ``embedding_dropout``) act outside it.
+_LAYER_DROPOUTS = ("attention_dropout", "attention_probs_dropout_prob", "hidden_dropout_prob", "hidden_dropout",
+                   "attn_pdrop", "resid_pdrop", "residual_dropout")
+
+
+def _own_layer_idx(layer) -> int | None:
+    """The ``layer_idx`` a Hugging Face layer was built with, where the layer or its attention records it."""
+    for path in ("", "self_attn", "attn", "attention", "attention.self", "self_attention"):
+        module = layer
+        for part in filter(None, path.split(".")):
+            module = getattr(module, part, None)
+        if module is not None and isinstance(getattr(module, "layer_idx", None), int):
+            return module.layer_idx
+    return None
+
+
+def _resolve_layer_idx(layer, layer_idx: int | None) -> int:
+    """``layer_idx``, checked: ``None`` is the layer's own index (0 where it records none); a given
+    one must be an int >= 0 equal to the layer's own (TypeError/ValueError otherwise)."""
+    own = _own_layer_idx(layer)
+    if layer_idx is None:
+        return 0 if own is None else own
+    layer_idx = check_nonnegative_int("layer_idx", layer_idx)
+    if own is not None and own != layer_idx:
+        raise ValueError(f"layer_idx={layer_idx}, but this {type(layer).__name__} was built with layer_idx={own}; "
+                         "pass layer_idx=None (the layer's own)")
+    return layer_idx
+
+
+def _start(layer, config, layer_idx: int | None = None, *, reproduced: tuple[str, ...] = ()) -> int:
+    """The checks every Hugging Face converter (and :func:`from_hf`) runs first; returns the layer's index.
+
+    ``layer_idx`` ``None`` is the index the layer was built with (its own ``layer_idx``; 0
+    for a layer that records none); a given one must be an int >= 0 equal to the layer's
+    own, so a converter called directly can never build the block of another layer type.
+    A layer in training mode with a dropout probability > 0 in one of the config fields
+    :data:`_LAYER_DROPOUTS`, other than those the converter ``reproduced``, is refused: the
+    block's one ``dropout`` (attention weights, FFN hidden units and branch outputs alike)
+    cannot apply it where the layer does. In eval mode dropout does nothing and is ignored.
+
+    Raises:
+        TypeError: a ``layer_idx`` that is not an int.
+        ValueError: a negative ``layer_idx`` or one unequal to the layer's own, or a layer in
+            training mode with such a dropout (the message names the config field).
+    """
+    layer_idx = _resolve_layer_idx(layer, layer_idx)
+    if layer.training:
+        for field in _LAYER_DROPOUTS:
+            p = getattr(config, field, None)
+            if field not in reproduced and isinstance(p, (int, float)) and p > 0:
+                raise ValueError(f"this {type(layer).__name__} is in training mode with config.{field}={p}, a "
+                                 "dropout d2lmini's block cannot apply where the layer does: call layer.eval() "
+                                 f"(dropout does nothing in eval mode) or set {field}=0")
+    return layer_idx
+
+
 # --------------------------------------------------------------------------- PyTorch layers
 
 
@@ -350,6 +407,12 @@ def _layer_type(config, layer_idx: int) -> str | None:
     return types[layer_idx]
 
 
+def _window(config, layer_idx: int) -> int | None:
+    """The window of layer ``layer_idx``: ``config.sliding_window`` where ``config.layer_types`` says
+    ``'sliding_attention'`` (the layer type each model builds its sliding-window mask for), else ``None``."""
+    return config.sliding_window if _layer_type(config, layer_idx) == "sliding_attention" else None
+
+
 def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str = "swiglu",
                    unit_offset: bool = False, attn_scale: float | None = None,
                    layer_type: str | None = None, window: int | None = None,
@@ -418,6 +481,7 @@ def from_llama_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for a RoPE type d2lmini does not reproduce, MLP biases or an activation other than SiLU.
     """
+    _start(layer, config)
     return _pre_norm_decoder(layer, config)
 
 
@@ -434,10 +498,11 @@ def from_mistral_layer(layer, config) -> TransformerBlock:
     Returns:
         The pre-norm causal block with grouped-query attention, RoPE and the window.
     """
+    _start(layer, config)
     return _pre_norm_decoder(layer, config, window=config.sliding_window)
 
 
-def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_ministral_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``MinistralDecoderLayer`` (Ministral 8B, 2024).
 
     The Mistral block whose window is set per layer: ``config.layer_types[layer_idx]``
@@ -447,7 +512,8 @@ def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
 
     Args:
         layer, config: a ``MinistralDecoderLayer`` and its ``MinistralConfig``.
-        layer_idx: the layer's position in the stack (selects its layer type).
+        layer_idx: the layer's position in the stack (selects its layer type); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block, windowed on sliding layers.
@@ -455,11 +521,11 @@ def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Raises:
         ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
-    local = _layer_type(config, layer_idx) == "sliding_attention"
-    return _pre_norm_decoder(layer, config, window=config.sliding_window if local else None)
+    layer_idx = _start(layer, config, layer_idx)
+    return _pre_norm_decoder(layer, config, window=_window(config, layer_idx))
 
 
-def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_qwen2_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``Qwen2DecoderLayer`` (Qwen2, 2024).
 
     The Llama block with biases on the query, key and value projections only
@@ -469,7 +535,8 @@ def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
 
     Args:
         layer, config: a ``Qwen2DecoderLayer`` and its ``Qwen2Config``.
-        layer_idx: the layer's position in the stack (selects its layer type).
+        layer_idx: the layer's position in the stack (selects its layer type); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block with q/k/v biases.
@@ -477,8 +544,8 @@ def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Raises:
         ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
-    local = _layer_type(config, layer_idx) == "sliding_attention"
-    return _pre_norm_decoder(layer, config, bias="qkv", window=config.sliding_window if local else None)
+    layer_idx = _start(layer, config, layer_idx)
+    return _pre_norm_decoder(layer, config, bias="qkv", window=_window(config, layer_idx))
 
 
 def from_qwen3_layer(layer, config) -> TransformerBlock:
@@ -496,6 +563,7 @@ def from_qwen3_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for a sliding-window configuration (``use_sliding_window``), a RoPE type d2lmini does not reproduce.
     """
+    _start(layer, config)
     if getattr(config, "use_sliding_window", False):
         raise ValueError("Qwen3's use_sliding_window is not supported")
     return _pre_norm_decoder(layer, config, "per_head")
@@ -519,31 +587,39 @@ def from_granite_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for MLP biases or a RoPE type d2lmini does not reproduce.
     """
+    _start(layer, config)
     return _pre_norm_decoder(layer, config, attn_scale=config.attention_multiplier,
                              residual_multiplier=config.residual_multiplier)
 
 
-def from_smollm3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_smollm3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``SmolLM3DecoderLayer`` (SmolLM3, 2025).
 
     The Llama block, except on the NoPE layers: ``config.no_rope_layers[layer_idx] == 0``
     means the layer applies no rotary embedding (``SmolLM3Attention.use_rope``), so the
-    block gets ``rope_theta=None``. With ``use_sliding_window`` a
-    ``'sliding_attention'`` layer gets ``window=config.sliding_window``.
+    block gets ``rope_theta=None``. A ``'sliding_attention'`` layer of ``config.layer_types``
+    (by default, with ``use_sliding_window``, the RoPE layers) gets ``window=config.sliding_window``:
+    ``SmolLM3Model`` builds the sliding-window mask for those layers whatever
+    ``use_sliding_window`` says (``SmolLM3Attention.sliding_window``, read only by
+    flash-attention kernels, also requires it), and the block follows the mask (SDPA, eager).
 
     Args:
         layer, config: a ``SmolLM3DecoderLayer`` and its ``SmolLM3Config``.
-        layer_idx: the layer's position in the stack (selects RoPE or NoPE, and the window).
+        layer_idx: the layer's position in the stack (selects RoPE or NoPE, and the window); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block, with or without RoPE.
 
     Raises:
-        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``
+            or ``config.no_rope_layers``.
     """
-    local = config.use_sliding_window and _layer_type(config, layer_idx) == "sliding_attention"
-    return _pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]),
-                             window=config.sliding_window if local else None)
+    layer_idx = _start(layer, config, layer_idx)
+    window = _window(config, layer_idx)  # as SmolLM3Model's masks, whatever use_sliding_window says
+    if not 0 <= layer_idx < len(config.no_rope_layers):
+        raise ValueError(f"layer_idx={layer_idx} is outside config.no_rope_layers (length {len(config.no_rope_layers)})")
+    return _pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]), window=window)
 
 
 def from_olmo_layer(layer, config) -> TransformerBlock:
@@ -562,6 +638,7 @@ def from_olmo_layer(layer, config) -> TransformerBlock:
         ValueError: for ``clip_qkv`` (OLMo's clamping of q, k and v, which d2lmini does not
             implement), biases or a RoPE type d2lmini does not reproduce.
     """
+    _start(layer, config)
     if getattr(config, "clip_qkv", None) is not None:
         raise ValueError(f"OLMo's clip_qkv={config.clip_qkv!r} is not supported; use clip_qkv=None")
     block = _gated_decoder(layer, config, "pre", None, act=_gated_act(config.hidden_act),
@@ -582,10 +659,10 @@ def from_olmo2_layer(layer, config) -> TransformerBlock:
     Returns:
         The ``'post_sublayer'`` block with QK-norm over the projection.
     """
-    return from_olmo3_layer(layer, config, None)
+    return from_olmo3_layer(layer, config)
 
 
-def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlock:
+def from_olmo3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``Olmo3DecoderLayer`` (OLMo 3, 2025).
 
     OLMo 2's block (``'post_sublayer'`` RMSNorm, QK-norm over the projection) with
@@ -596,7 +673,8 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlo
 
     Args:
         layer, config: a ``Olmo3DecoderLayer`` and its ``Olmo3Config`` (or an OLMo 2 pair).
-        layer_idx: the layer's position in the stack (selects its type); ``None`` for OLMo 2.
+        layer_idx: the layer's position in the stack (selects its type); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The ``'post_sublayer'`` block, windowed on sliding layers.
@@ -605,10 +683,9 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlo
         ValueError: for a RoPE type d2lmini does not reproduce (YaRN, as on the full layers of
             released OLMo 3 models, is reproduced) or a ``layer_idx`` outside ``config.layer_types``.
     """
-    layer_type = None if layer_idx is None else _layer_type(config, layer_idx)
-    window = config.sliding_window if layer_type == "sliding_attention" else None
+    layer_idx = _start(layer, config, layer_idx)
     block = _gated_decoder(layer, config, "post_sublayer", "projection", act=_gated_act(config.hidden_act),
-                           layer_type=layer_type, window=window)
+                           layer_type=_layer_type(config, layer_idx), window=_window(config, layer_idx))
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
     _copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
     return block.to(layer.post_attention_layernorm.weight).train(layer.training)
@@ -631,6 +708,7 @@ def from_starcoder2_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for an unsupported activation or a RoPE type d2lmini does not reproduce.
     """
+    _start(layer, config)
     block = _gated_decoder(layer, config, "pre", None, act=_hf_act(config.hidden_act), norm="layer",
                            eps=config.norm_epsilon, bias=bool(config.use_bias), window=config.sliding_window)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
@@ -638,14 +716,13 @@ def from_starcoder2_layer(layer, config) -> TransformerBlock:
     return block.to(layer.self_attn.q_proj.weight).train(layer.training)
 
 
-def _sandwich_decoder(layer, config, qk_norm: str | None, layer_type: str | None, **kwargs) -> TransformerBlock:
+def _sandwich_decoder(layer, config, qk_norm: str | None, layer_idx: int, **kwargs) -> TransformerBlock:
     """The Gemma 2/3 mapping: sandwich RMSNorms with ``1 + w`` gains, scale ``query_pre_attn_scalar ** -0.5``."""
     if getattr(config, "use_bidirectional_attention", False):
         raise ValueError("bidirectional Gemma layers (use_bidirectional_attention) are not supported")
-    window = config.sliding_window if layer_type == "sliding_attention" else None
     block = _gated_decoder(layer, config, "sandwich", qk_norm, act=_gated_act(config.hidden_activation),
                            unit_offset=True, attn_scale=config.query_pre_attn_scalar ** -0.5,
-                           layer_type=layer_type, window=window, **kwargs)
+                           layer_type=_layer_type(config, layer_idx), window=_window(config, layer_idx), **kwargs)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm, unit_offset=True)
     _copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm, unit_offset=True)
@@ -653,7 +730,7 @@ def _sandwich_decoder(layer, config, qk_norm: str | None, layer_type: str | None
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
-def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_gemma2_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``Gemma2DecoderLayer`` (Gemma 2, 2024).
 
     Sandwich placement (RMSNorm before and after each sublayer) with gains applied as
@@ -665,7 +742,8 @@ def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
 
     Args:
         layer, config: a ``Gemma2DecoderLayer`` and its ``Gemma2Config``.
-        layer_idx: the layer's position in the stack (selects local or global).
+        layer_idx: the layer's position in the stack (selects local or global); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The ``'sandwich'`` block.
@@ -674,7 +752,8 @@ def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         ValueError: for bidirectional attention, a RoPE type d2lmini does not reproduce, or a ``layer_idx`` outside
             ``config.layer_types``.
     """
-    return _sandwich_decoder(layer, config, None, _layer_type(config, layer_idx),
+    layer_idx = _start(layer, config, layer_idx)
+    return _sandwich_decoder(layer, config, None, layer_idx,
                              logit_softcap=config.attn_logit_softcapping)
 
 
@@ -691,8 +770,8 @@ def from_gemma3_layer(layer, config, layer_idx: int | None = None) -> Transforme
 
     Args:
         layer, config: a ``Gemma3DecoderLayer`` and its ``Gemma3TextConfig``.
-        layer_idx: the layer's position in the stack (selects local or global); ``None``:
-            the layer's own ``self_attn.layer_idx``.
+        layer_idx: the layer's position in the stack (selects local or global); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The ``'sandwich'`` block with per-head QK-norm.
@@ -701,16 +780,16 @@ def from_gemma3_layer(layer, config, layer_idx: int | None = None) -> Transforme
         ValueError: for logit soft-capping, bidirectional attention, a RoPE type d2lmini does not reproduce, or a
             ``layer_idx`` outside ``config.layer_types``.
     """
+    layer_idx = _start(layer, config, layer_idx)
     if getattr(config, "attn_logit_softcapping", None) is not None:
         raise ValueError("attention logit soft-capping is not supported for Gemma 3")
-    layer_idx = layer.self_attn.layer_idx if layer_idx is None else layer_idx
-    return _sandwich_decoder(layer, config, "per_head", _layer_type(config, layer_idx))
+    return _sandwich_decoder(layer, config, "per_head", layer_idx)
 
 
 # --------------------------------------------------------------------------- Ministral 3, Arcee Trinity, gpt-oss
 
 
-def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_ministral3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``Ministral3DecoderLayer`` (Ministral 3, 2025).
 
     The Mistral block (pre-norm RMSNorm, grouped-query attention, SwiGLU, no biases) with
@@ -725,7 +804,8 @@ def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock
 
     Args:
         layer, config: a ``Ministral3DecoderLayer`` and its ``Ministral3Config``.
-        layer_idx: the layer's position in the stack (every layer is alike).
+        layer_idx: the layer's position in the stack (every layer is alike); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block with scaled RoPE and query scaling.
@@ -735,6 +815,7 @@ def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock
             ``original_max_position_embeddings`` (the layer needs both), a RoPE type d2lmini
             does not reproduce, or MLP biases.
     """
+    layer_idx = _start(layer, config, layer_idx)
     params = config.rope_parameters
     beta, period = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
     if beta is None or period is None:
@@ -770,8 +851,8 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     Args:
         layer: an ``AfmoeDecoderLayer``; its weights are copied, not shared.
         config: the layer's ``AfmoeConfig``.
-        layer_idx: the layer's position in the stack (selects global or local); ``None``:
-            the layer's own ``layer_idx``.
+        layer_idx: the layer's position in the stack (selects global or local); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         A block on the layer's device and dtype, in the layer's train/eval mode.
@@ -782,14 +863,14 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
 
     Introduced in the chapter "One block, every configuration".
     """
-    layer_idx = layer.layer_idx if layer_idx is None else layer_idx
+    layer_idx = _start(layer, config, layer_idx)
     attn = layer.self_attn
-    local = _layer_type(config, layer_idx) == "sliding_attention"
+    local = _layer_type(config, layer_idx) == "sliding_attention"  # RoPE and the window (AfmoeAttention.is_local_attention)
     if _gated_act(config.hidden_act) != "swiglu":
         raise ValueError(f"AFMoE's MLPs are supported with hidden_act='silu' only, got {config.hidden_act!r}")
     d, h, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
     bias = bool(getattr(config, "attention_bias", False))
-    local_kwargs = dict(window=config.sliding_window, **_rope_kwargs(config)) if local else {}
+    local_kwargs = dict(window=_window(config, layer_idx), **_rope_kwargs(config)) if local else {}
 
     def attention():
         return GatedAttention(d, h, num_kv_heads=kv, head_dim=attn.head_dim, causal=True, qk_norm="per_head",
@@ -831,7 +912,7 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
-def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_gpt_oss_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``GptOssDecoderLayer`` (OpenAI gpt-oss, 2025).
 
     Pre-norm RMSNorm; grouped-query attention with biases on q, k, v and o, a learned
@@ -848,7 +929,8 @@ def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Args:
         layer, config: a ``GptOssDecoderLayer`` and its ``GptOssConfig`` (call it with
             ``attn_implementation='eager'``: gpt-oss does not support SDPA).
-        layer_idx: the layer's position in the stack (selects sliding or full).
+        layer_idx: the layer's position in the stack (selects sliding or full); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block with sinks and the MoE FFN.
@@ -857,8 +939,9 @@ def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
             not reproduce, or a ``swiglu_alpha`` other than 1.702.
     """
+    layer_idx = _start(layer, config, layer_idx)
     attn, mlp = layer.self_attn, layer.mlp
-    window = config.sliding_window if _layer_type(config, layer_idx) == "sliding_attention" else None
+    window = _window(config, layer_idx)
     d, num_experts = config.hidden_size, config.num_local_experts
 
     def ffn():
@@ -997,6 +1080,7 @@ def from_phi_layer(layer, config) -> TransformerBlock:
             keys, which d2lmini's RMSNorm QK-norms do not implement), scaled RoPE, or an
             unsupported activation.
     """
+    _start(layer, config)
     if config.qk_layernorm:
         raise ValueError("Phi's qk_layernorm (LayerNorm with bias on q and k) is not supported; use qk_layernorm=False")
     attn = layer.self_attn
@@ -1031,6 +1115,7 @@ def from_phi3_layer(layer, config) -> TransformerBlock:
         ValueError: for scaled RoPE (``rope_type='longrope'``, the 128k-context Phi-3 models)
             or an unsupported gated activation.
     """
+    _start(layer, config)
     attn, mlp = layer.self_attn, layer.mlp
     head_dim, kv = attn.head_dim, config.num_key_value_heads
     fraction = config.rope_parameters.get("partial_rotary_factor", 1.0)
@@ -1070,6 +1155,7 @@ def from_gpt_neox_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for scaled RoPE or an unsupported activation.
     """
+    _start(layer, config)
     attn = layer.attention
     h, head_dim, bias = config.num_attention_heads, attn.head_size, bool(config.attention_bias)
     block = _rotary_block(config, num_kv_heads=h, head_dim=head_dim,
@@ -1107,6 +1193,7 @@ def from_gptj_block(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for an unsupported activation.
     """
+    _start(layer, config)
     attn = layer.attn
     block = _rotary_block(config, num_kv_heads=config.num_attention_heads, head_dim=attn.head_dim,
                           placement="parallel", norm="layer", eps=config.layer_norm_epsilon,
@@ -1150,6 +1237,7 @@ def from_falcon_layer(layer, config) -> TransformerBlock:
         ValueError: for ALiBi (``config.alibi``, Falcon-RW), scaled RoPE or an unsupported
             activation.
     """
+    _start(layer, config)
     if config.alibi:
         raise ValueError("Falcon with alibi=True (ALiBi position biases, Falcon-RW) is not supported; "
                          "d2lmini implements RoPE")
@@ -1209,6 +1297,7 @@ def from_cohere_layer(layer, config) -> TransformerBlock:
             LayerNorm with a distinct gain per head; d2lmini's QK-norms are RMSNorms),
             scaled RoPE or an unsupported gated activation.
     """
+    _start(layer, config)
     if config.use_qk_norm:
         raise ValueError("Cohere's use_qk_norm (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
                          "RMSNorms. Use use_qk_norm=False")
@@ -1245,6 +1334,7 @@ def from_stablelm_layer(layer, config) -> TransformerBlock:
         ValueError: for ``qk_layernorm`` (a LayerNorm per head, StableLM 2 12B; d2lmini's
             QK-norms are RMSNorms), scaled RoPE or an unsupported gated activation.
     """
+    _start(layer, config)
     if config.qk_layernorm:
         raise ValueError("StableLM's qk_layernorm (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
                          "RMSNorms. Use qk_layernorm=False")
@@ -1281,8 +1371,6 @@ HF_CONVERTERS: dict[str, Callable] = {
     "Ministral3DecoderLayer": from_ministral3_layer,
     "AfmoeDecoderLayer": from_afmoe_layer,
     "GptOssDecoderLayer": from_gpt_oss_layer,
-
-
     "PhiDecoderLayer": lambda layer, config, layer_idx: from_phi_layer(layer, config),
     "Phi3DecoderLayer": lambda layer, config, layer_idx: from_phi3_layer(layer, config),
     "GPTNeoXLayer": lambda layer, config, layer_idx: from_gpt_neox_layer(layer, config),
@@ -1293,18 +1381,7 @@ HF_CONVERTERS: dict[str, Callable] = {
 }
 
 
-def _own_layer_idx(layer) -> int | None:
-    """The ``layer_idx`` a Hugging Face layer was built with, where its attention records it."""
-    for path in ("self_attn", "attn", "attention.self"):
-        module = layer
-        for part in path.split("."):
-            module = getattr(module, part, None)
-        if module is not None and isinstance(getattr(module, "layer_idx", None), int):
-            return module.layer_idx
-    return None
-
-
-def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to a Hugging Face decoder (or encoder) layer.
 
     The one entry point for every supported layer: it dispatches on the layer's class
@@ -1324,10 +1401,7 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     ``Olmo2DecoderLayer`` (OLMo 2), ``Olmo3DecoderLayer`` (OLMo 3),
     ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
     ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
-    ``AfmoeDecoderLayer`` (Arcee Trinity) and ``GptOssDecoderLayer`` (gpt-oss).
-
-
-    ``SmolLM3DecoderLayer`` (SmolLM3), and the parallel or partial-RoPE layers
+    ``AfmoeDecoderLayer`` (Arcee Trinity), ``GptOssDecoderLayer`` (gpt-oss), and the parallel or partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
@@ -1335,10 +1409,11 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Args:
         layer: an instance of a supported class, built from ``config``.
         config: the layer's model configuration.
-        layer_idx: the layer's position in the stack (an int >= 0). It selects the layer
-            type of models that alternate them (sliding or full attention: Gemma 2/3,
-            Ministral, OLMo 3, Qwen2, Arcee Trinity, gpt-oss; RoPE or NoPE: SmolLM3) and must equal the index the
-            layer was built with where the layer records one.
+        layer_idx: the layer's position in the stack (an int >= 0), or ``None`` (the default):
+            the index the layer was built with. It selects the layer type of models that
+            alternate them (sliding or full attention: Gemma 2/3, Ministral, OLMo 3, Qwen2,
+            SmolLM3, Arcee Trinity, gpt-oss; RoPE or NoPE: SmolLM3) and must equal the index
+            the layer was built with where the layer records one.
 
     Returns:
         The equivalent :class:`TransformerBlock`.
@@ -1346,19 +1421,16 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Raises:
         TypeError: for a layer of an unsupported class (the message lists the supported
             ones), or a ``layer_idx`` that is not an int.
-        ValueError: for a negative ``layer_idx``, one unequal to the layer's own, or a
-            configuration option of the layer that d2lmini does not implement (the
-            converter's error names it).
+        ValueError: for a negative ``layer_idx``, one unequal to the layer's own, a layer in
+            training mode with a dropout the block cannot apply where the layer does (eval mode:
+            dropout is ignored, it does nothing), or a configuration option of the layer that
+            d2lmini does not implement (the converter's error names it).
     """
     name = type(layer).__name__
     if name not in HF_CONVERTERS:
         raise TypeError(f"from_hf does not support {name}; supported Hugging Face layer classes: "
                         f"{', '.join(sorted(HF_CONVERTERS))}")
-    layer_idx = check_nonnegative_int("layer_idx", layer_idx)
-    own = _own_layer_idx(layer)
-    if own is not None and own != layer_idx:
-        raise ValueError(f"layer_idx={layer_idx}, but this {name} was built with layer_idx={own}")
-    return HF_CONVERTERS[name](layer, config, layer_idx)
+    return HF_CONVERTERS[name](layer, config, _resolve_layer_idx(layer, layer_idx))
 
 
 # --------------------------------------------------------------------------- the comparison harness
