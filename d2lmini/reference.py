@@ -54,7 +54,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_nonnegative_int
+from ._checks import check_choice, check_nonnegative_int
 from ._shown import shown_in
 from .attention import ROPE_SCALINGS, GatedAttention, valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
@@ -71,10 +71,14 @@ def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)
 
 
-def _copy_linear(dst: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+def _copy_linear(dst: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 name: str = "a projection") -> None:
+    """Copy ``weight`` (and ``bias``) into ``dst``; ValueError naming ``name`` if only one of the two has a bias."""
     _copy(dst.weight, weight)
     if (bias is None) != (dst.bias is None):
-        raise ValueError("bias mismatch between the reference layer and the d2lmini block")
+        ours, theirs = ("has no", "has a") if bias is not None else ("has a", "has no")
+        raise ValueError(f"bias mismatch in {name}: the reference layer {theirs} bias there, the d2lmini block "
+                         f"{ours} bias")
     if bias is not None:
         _copy(dst.bias, bias)
 
@@ -164,6 +168,23 @@ def _start(layer, config, layer_idx: int | None = None, *, reproduced: tuple[str
     return layer_idx
 
 
+def _attention_and_branch_dropout(layer, config, attention: str, branch: str) -> float:
+    """The block ``dropout`` reproducing a layer that drops out its attention weights with ``config.<attention>``
+    and each branch output (before the residual sum) with ``config.<branch>`` and nothing else (BERT, GPT-2):
+    the common probability in training mode when the two are equal, else 0 (where :func:`_start` refuses a
+    training-mode layer with either > 0). The block then needs an FFN without dropout (:func:`_ffn_kwargs`)."""
+    p_attention, p_branch = getattr(config, attention), getattr(config, branch)
+    return float(p_branch) if layer.training and p_attention == p_branch else 0.0
+
+
+def _ffn_kwargs(d: int, ffn_num_hiddens: int, act: str, bias: bool, dropout: float) -> dict:
+    """``TransformerBlock`` FFN arguments: ``act``/``ffn_num_hiddens``, or with a block ``dropout`` > 0 an
+    ``ffn_factory`` of a :class:`~d2lmini.ffn.FeedForward` without dropout on its hidden units."""
+    if dropout == 0:
+        return {"act": act, "ffn_num_hiddens": ffn_num_hiddens}
+    return {"ffn_factory": lambda: FeedForward(d, ffn_num_hiddens, act=act, bias=bias)}
+
+
 # --------------------------------------------------------------------------- PyTorch layers
 
 
@@ -246,18 +267,33 @@ def from_bert_layer(layer, config) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``BertLayer`` (Devlin et al., 2019).
 
     Post-LN, LayerNorm with ``config.layer_norm_eps`` (1e-12 in BERT), exact GELU,
-    biases everywhere, bidirectional attention.
+    biases everywhere, bidirectional attention -- or causal with ``config.is_decoder``
+    (``BertLayer`` passes ``is_causal=config.is_decoder`` to its attention). In training
+    mode, BERT's dropouts (``attention_probs_dropout_prob`` on the attention weights,
+    ``hidden_dropout_prob`` on each branch output) are reproduced when they are equal
+    (BERT's default: 0.1): ``dropout=p`` and an FFN without dropout on its hidden units.
 
     Args:
         layer, config: a ``BertLayer`` and its ``BertConfig``.
 
     Returns:
         The post-LN block.
+
+    Raises:
+        ValueError: for ``config.add_cross_attention`` (a decoder layer with cross-attention,
+            which a :class:`TransformerBlock` does not have), a layer in training mode whose two
+            dropouts differ, or an unsupported activation.
     """
+    if getattr(config, "add_cross_attention", False):
+        raise ValueError("BERT with add_cross_attention=True (cross-attention to an encoder) is not supported; "
+                         "use add_cross_attention=False")
+    dropout = _attention_and_branch_dropout(layer, config, "attention_probs_dropout_prob", "hidden_dropout_prob")
+    _start(layer, config, reproduced=("attention_probs_dropout_prob", "hidden_dropout_prob") if dropout else ())
     attn = layer.attention.self
-    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="layer",
-                             act=_hf_act(config.hidden_act), placement="post", bias=True,
-                             ffn_num_hiddens=config.intermediate_size, eps=config.layer_norm_eps)
+    d = config.hidden_size
+    block = TransformerBlock(d, config.num_attention_heads, norm="layer", placement="post", bias=True,
+                             eps=config.layer_norm_eps, causal=bool(config.is_decoder), dropout=dropout,
+                             **_ffn_kwargs(d, config.intermediate_size, _hf_act(config.hidden_act), True, dropout))
     _copy_linear(block.attention.W_q, attn.query.weight, attn.query.bias)
     _copy_linear(block.attention.W_k, attn.key.weight, attn.key.bias)
     _copy_linear(block.attention.W_v, attn.value.weight, attn.value.bias)
@@ -275,7 +311,10 @@ def from_gpt2_block(layer, config) -> TransformerBlock:
 
     Pre-LN, LayerNorm (eps 1e-5), tanh-approximated GELU, biases, causal attention.
     GPT-2 stores its projections as ``Conv1D`` with weights of shape (in, out):
-    they are transposed into ``nn.Linear``'s (out, in).
+    they are transposed into ``nn.Linear``'s (out, in). In training mode, GPT-2's dropouts
+    (``attn_pdrop`` on the attention weights, ``resid_pdrop`` on each branch output) are
+    reproduced when they are equal (GPT-2's default: 0.1): ``dropout=p`` and an FFN
+    without dropout on its hidden units.
 
     Args:
         layer, config: a ``GPT2Block`` and its ``GPT2Config``.
@@ -285,14 +324,20 @@ def from_gpt2_block(layer, config) -> TransformerBlock:
 
     Raises:
         ValueError: for GPT-2 options d2lmini does not implement
-            (``scale_attn_by_inverse_layer_idx``, unscaled attention).
+            (``scale_attn_by_inverse_layer_idx``, unscaled attention, ``add_cross_attention``), a
+            layer in training mode whose two dropouts differ, or an unsupported activation.
     """
+    if getattr(config, "add_cross_attention", False):
+        raise ValueError("GPT-2 with add_cross_attention=True is not supported; use add_cross_attention=False")
+    dropout = _attention_and_branch_dropout(layer, config, "attn_pdrop", "resid_pdrop")
+    _start(layer, config, reproduced=("attn_pdrop", "resid_pdrop") if dropout else ())
     if getattr(config, "scale_attn_by_inverse_layer_idx", False) or not getattr(config, "scale_attn_weights", True):
         raise ValueError("only GPT-2's default attention scaling 1/sqrt(head_dim) is supported")
     d, h = config.n_embd, config.n_head
     inner = config.n_inner or 4 * d
-    block = TransformerBlock(d, h, norm="layer", act=_hf_act(config.activation_function), placement="pre",
-                             bias=True, ffn_num_hiddens=inner, eps=config.layer_norm_epsilon, causal=True)
+    block = TransformerBlock(d, h, norm="layer", placement="pre", bias=True, eps=config.layer_norm_epsilon,
+                             causal=True, dropout=dropout,
+                             **_ffn_kwargs(d, inner, _hf_act(config.activation_function), True, dropout))
     W, b = layer.attn.c_attn.weight.t(), layer.attn.c_attn.bias  # (3d, d) after the transpose
     _copy_qkv_packed(block.attention, W, b)
     _copy_linear(block.attention.W_o, layer.attn.c_proj.weight.t(), layer.attn.c_proj.bias)
@@ -323,7 +368,8 @@ def _gated_act(name: str) -> str:
 _ROPE_TYPES = ("default",) + tuple(ROPE_SCALINGS)
 
 
-def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False) -> dict:
+def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False,
+                 query_scaling: bool = False) -> dict:
     """The RoPE of a layer of type ``layer_type`` as :class:`~d2lmini.block.TransformerBlock` arguments.
 
     The one place a Hugging Face ``config``'s RoPE is read. It follows what
@@ -349,11 +395,16 @@ def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False
         layer_type: the layer's type (``config.layer_types[layer_idx]``) or ``None``.
         partial: whether the model's attention applies partial RoPE (rotates only the
             first ``rotary_dim`` features); if not, a ``partial_rotary_factor`` below 1 is refused.
+        query_scaling: also return ``'query_scaling'``: ``(beta, L)`` with ``beta =
+            rope_parameters['llama_4_scaling_beta']`` and ``L =
+            rope_parameters['original_max_position_embeddings']`` (Ministral 3's Llama 4-style
+            query scaling, ``modeling_ministral3.get_llama_4_attn_scale``), or ``None`` where ``beta`` is 0.
 
     Raises:
         ValueError: a ``rope_type`` d2lmini does not reproduce (``'dynamic'``, whose
-            frequencies change with the sequence length, ``'longrope'``, ...), or partial
-            RoPE where ``partial`` is ``False``.
+            frequencies change with the sequence length, ``'longrope'``, ...), partial
+            RoPE where ``partial`` is ``False``, or with ``query_scaling`` parameters without
+            ``llama_4_scaling_beta`` or ``original_max_position_embeddings``.
     """
     params = getattr(config, "rope_parameters", None)
     if params is None:
@@ -385,7 +436,14 @@ def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False
             if not (scaling.get("mscale") and scaling.get("mscale_all_dim")):
                 scaling.pop("mscale", None)
                 scaling.pop("mscale_all_dim", None)
-    return {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling, "rotary_dim": rotary_dim}
+    rope = {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling, "rotary_dim": rotary_dim}
+    if query_scaling:
+        beta, period = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+        if beta is None or period is None:
+            raise ValueError("Ministral 3 needs rope_parameters['llama_4_scaling_beta'] and "
+                             f"['original_max_position_embeddings'] (its query scaling), got {beta!r} and {period!r}")
+        rope["query_scaling"] = (beta, period) if beta else None
+    return rope
 
 
 def _rope_theta(config, layer_type: str | None = None, *, partial: bool = False) -> float:
@@ -419,39 +477,40 @@ def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str 
                    residual_multiplier: float = 1.0, *, norm: str = "rms", eps: float | None = None,
                    bias: bool | str | None = None, rope: bool = True,
                    logit_softcap: float | None = None,
-                   query_scaling: tuple[float, int] | None = None) -> TransformerBlock:
+                   query_scaling: bool = False) -> TransformerBlock:
     """Shared mapping of the Llama family (q/k/v/o_proj; gate/up/down_proj or c_fc/c_proj; RoPE).
 
     ``norm``/``eps`` are the block norms' type and epsilon (default RMSNorm with
-    ``config.rms_norm_eps``); ``bias`` defaults to ``config.attention_bias``; ``rope=False``
-    is a NoPE layer, else the layer's RoPE (base, scaling, as :func:`_rope_kwargs` reads them);
-    a plain MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain activation and the
-    layer's biases.
+    ``config.rms_norm_eps``); ``bias`` is the attention's (q, k, v and o; ``'qkv'``: q, k, v),
+    default ``config.attention_bias``; the gated MLP has biases when ``config.mlp_bias`` (Llama,
+    Granite, SmolLM3), and where they differ from the attention's the FFN comes from
+    ``ffn_factory`` (any combination of ``attention_bias`` and ``mlp_bias`` is reproduced);
+    ``rope=False`` is a NoPE layer, else the layer's RoPE (base, scaling and, with
+    ``query_scaling``, Ministral 3's query scaling, as :func:`_rope_kwargs` reads them); a plain
+    MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain
+    activation and the attention's biases (``use_bias``).
     """
     attn, mlp = layer.self_attn, layer.mlp
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     rms_eps = getattr(config, "rms_norm_eps", None)
     bias = bool(getattr(config, "attention_bias", False)) if bias is None else bias
-    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm=norm, act=act,
-                             placement=placement, bias=bias,
-                             num_kv_heads=config.num_key_value_heads, ffn_num_hiddens=config.intermediate_size,
+    plain = hasattr(mlp, "c_fc")  # a plain two-matrix MLP (StarCoder2), biased as the attention
+    ffn_bias = bias is True if plain else bool(getattr(config, "mlp_bias", False))
+    ffn = {"act": act, "ffn_num_hiddens": config.intermediate_size}
+    if ffn_bias != (bias is True):
+        ffn = {"ffn_factory": lambda: FeedForward(config.hidden_size, config.intermediate_size, act=act, bias=ffn_bias)}
+    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm=norm,
+                             placement=placement, bias=bias, num_kv_heads=config.num_key_value_heads, **ffn,
                              eps=rms_eps if eps is None else eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
                              qk_norm_eps=rms_eps if qk_norm else None,
                              attn_scale=attn_scale, window=window, logit_softcap=logit_softcap,
-                             query_scaling=query_scaling, residual_multiplier=residual_multiplier,
-                             **(_rope_kwargs(config, layer_type) if rope else {}))
-    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
-        src = getattr(attn, theirs)
-        _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
-    if hasattr(mlp, "c_fc"):  # a plain two-matrix MLP (StarCoder2)
-        _copy_linear(block.ffn.W_1, mlp.c_fc.weight, mlp.c_fc.bias)
-        _copy_linear(block.ffn.W_2, mlp.c_proj.weight, mlp.c_proj.bias)
+                             residual_multiplier=residual_multiplier,
+                             **(_rope_kwargs(config, layer_type, query_scaling=query_scaling) if rope else {}))
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+    if plain:
+        _copy_mlp(block, mlp.c_fc, mlp.c_proj)
     else:
-        if getattr(config, "mlp_bias", False):
-            raise ValueError("MLP biases are not supported for this family")
-        _copy_linear(block.ffn.W_g, mlp.gate_proj.weight)
-        _copy_linear(block.ffn.W_1, mlp.up_proj.weight)
-        _copy_linear(block.ffn.W_2, mlp.down_proj.weight)
+        _copy_mlp(block, mlp.up_proj, mlp.down_proj, gate=mlp.gate_proj)
     if qk_norm is not None:
         _copy_norm(block.attention.q_norm, attn.q_norm, unit_offset)
         _copy_norm(block.attention.k_norm, attn.k_norm, unit_offset)
@@ -618,7 +677,8 @@ def from_smollm3_layer(layer, config, layer_idx: int | None = None) -> Transform
     layer_idx = _start(layer, config, layer_idx)
     window = _window(config, layer_idx)  # as SmolLM3Model's masks, whatever use_sliding_window says
     if not 0 <= layer_idx < len(config.no_rope_layers):
-        raise ValueError(f"layer_idx={layer_idx} is outside config.no_rope_layers (length {len(config.no_rope_layers)})")
+        raise ValueError(f"layer_idx={layer_idx} is outside config.no_rope_layers "
+                         f"(length {len(config.no_rope_layers)})")
     return _pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]), window=window)
 
 
@@ -816,13 +876,7 @@ def from_ministral3_layer(layer, config, layer_idx: int | None = None) -> Transf
             does not reproduce, or MLP biases.
     """
     layer_idx = _start(layer, config, layer_idx)
-    params = config.rope_parameters
-    beta, period = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
-    if beta is None or period is None:
-        raise ValueError("Ministral 3 needs rope_parameters['llama_4_scaling_beta'] and "
-                         f"['original_max_position_embeddings'] (its query scaling), got {beta!r} and {period!r}")
-    return _pre_norm_decoder(layer, config, window=config.sliding_window,
-                             query_scaling=(beta, period) if beta else None)
+    return _pre_norm_decoder(layer, config, window=config.sliding_window, query_scaling=True)
 
 
 def _copy_gated_mlp(ffn, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> None:
@@ -865,7 +919,7 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     """
     layer_idx = _start(layer, config, layer_idx)
     attn = layer.self_attn
-    local = _layer_type(config, layer_idx) == "sliding_attention"  # RoPE and the window (AfmoeAttention.is_local_attention)
+    local = _layer_type(config, layer_idx) == "sliding_attention"  # RoPE, window: AfmoeAttention.is_local_attention
     if _gated_act(config.hidden_act) != "swiglu":
         raise ValueError(f"AFMoE's MLPs are supported with hidden_act='silu' only, got {config.hidden_act!r}")
     d, h, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
@@ -888,9 +942,8 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps,
                              attn_factory=attention, ffn_factory=ffn)
     ours = block.attention
-    for mine, theirs in ((ours.attention.W_q, attn.q_proj), (ours.attention.W_k, attn.k_proj),
-                         (ours.attention.W_v, attn.v_proj), (ours.W_o, attn.o_proj), (ours.W_gate, attn.gate_proj)):
-        _copy_linear(mine, theirs.weight, theirs.bias)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+    _copy_linear(ours.W_gate, attn.gate_proj.weight, attn.gate_proj.bias, name="W_gate")
     _copy_norm(ours.attention.q_norm, attn.q_norm)
     _copy_norm(ours.attention.k_norm, attn.k_norm)
     for mine, theirs in ((block.addnorm1.norm_in, layer.input_layernorm),
@@ -953,9 +1006,7 @@ def from_gpt_oss_layer(layer, config, layer_idx: int | None = None) -> Transform
                              bias=bool(config.attention_bias), num_kv_heads=config.num_key_value_heads,
                              eps=config.rms_norm_eps, causal=True, head_dim=attn.head_dim, window=window,
                              sinks=True, ffn_factory=ffn, **_rope_kwargs(config))
-    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
-        src = getattr(attn, theirs)
-        _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
     _copy(block.attention.sinks, attn.sinks)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
     _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
@@ -1033,24 +1084,26 @@ def _rotary_block(config, *, num_kv_heads: int, head_dim: int, placement: str, n
 
 def _copy_attention(block: TransformerBlock, q: nn.Module | tuple, k: nn.Module | tuple, v: nn.Module | tuple,
                     o: nn.Module, interleaved: int | None = None) -> None:
-    """Copy q, k, v (``nn.Linear`` or ``(weight, bias)``) and o; with ``interleaved`` (the rotated
+    """Copy q, k, v (``nn.Linear`` or ``(weight, bias)``) and o into the block's attention (or the
+    attention inside its :class:`~d2lmini.attention.GatedAttention`); with ``interleaved`` (the rotated
     features per head), permute the q and k rows from interleaved RoPE pairs (:func:`rope_interleaved_to_half`)."""
-    att = block.attention
+    gated = isinstance(block.attention, GatedAttention)
+    att = block.attention.attention if gated else block.attention  # the MultiHeadAttention inside
     for ours, src in (("W_q", q), ("W_k", k), ("W_v", v)):
         weight, bias = src if isinstance(src, tuple) else (src.weight, src.bias)
         if interleaved is not None and ours != "W_v":
             weight = rope_interleaved_to_half(weight, att.head_dim, interleaved)
             bias = None if bias is None else rope_interleaved_to_half(bias, att.head_dim, interleaved)
-        _copy_linear(getattr(att, ours), weight, bias)
-    _copy_linear(att.W_o, o.weight, o.bias)
+        _copy_linear(getattr(att, ours), weight, bias, name=ours)
+    _copy_linear(block.attention.W_o, o.weight, o.bias, name="W_o")
 
 
 def _copy_mlp(block: TransformerBlock, up: nn.Module, down: nn.Module, gate: nn.Module | None = None) -> None:
     """Copy a plain MLP ``down(act(up(x)))``, or a gated one ``down(act(gate(x)) * up(x))``, with its biases."""
-    _copy_linear(block.ffn.W_1, up.weight, up.bias)
-    _copy_linear(block.ffn.W_2, down.weight, down.bias)
+    _copy_linear(block.ffn.W_1, up.weight, up.bias, name="the FFN's W_1")
+    _copy_linear(block.ffn.W_2, down.weight, down.bias, name="the FFN's W_2")
     if gate is not None:
-        _copy_linear(block.ffn.W_g, gate.weight, gate.bias)
+        _copy_linear(block.ffn.W_g, gate.weight, gate.bias, name="the FFN's W_g")
 
 
 def _copy_parallel_or_pre_norms(block: TransformerBlock, first: nn.Module, second: nn.Module | None) -> None:
@@ -1127,9 +1180,7 @@ def from_phi3_layer(layer, config) -> TransformerBlock:
     Wq, Wk, Wv = attn.qkv_proj.weight.split([q_rows, kv * head_dim, kv * head_dim])
     _copy_attention(block, (Wq, None), (Wk, None), (Wv, None), attn.o_proj)
     gate, up = mlp.gate_up_proj.weight.chunk(2, dim=0)
-    _copy_linear(block.ffn.W_g, gate)
-    _copy_linear(block.ffn.W_1, up)
-    _copy_linear(block.ffn.W_2, mlp.down_proj.weight)
+    _copy_gated_mlp(block.ffn, gate, up, mlp.down_proj.weight)
     _copy_parallel_or_pre_norms(block, layer.input_layernorm, layer.post_attention_layernorm)
     return block.to(attn.qkv_proj.weight).train(layer.training)
 
@@ -1571,6 +1622,9 @@ def hf_make(model_type: str, layer_class: str, config_class: str, config_kwargs:
     return make
 
 
+_MASKS = ("causal", "sliding", "bidirectional")
+
+
 def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bool = True,
             mask: str | None = None, rotary: str | None | bool = True) -> Callable:
     """A ``call(layer, config, X, valid_lens)`` running a Hugging Face layer as its model would.
@@ -1596,7 +1650,14 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
 
     Returns:
         The callable; it returns the layer's output ``(b, n, d)``.
+
+    Raises:
+        ValueError: for a ``mask`` other than those above (at once); ``ImportError``/``AttributeError``
+            at call time for a ``model_type``/``layer_class``/``rotary`` the installed
+            ``transformers`` lacks.
     """
+    if mask is not None:
+        check_choice("mask", mask, _MASKS)
 
     def call(layer, config, X, valid_lens):
         import importlib
@@ -1656,6 +1717,11 @@ def hf_reference(model: str, model_type: str, layer_class: str, config_class: st
     call = hf_call(model_type, layer_class, layer_idx=layer_idx, causal=causal, mask=mask, rotary=rotary)
     return Reference(layer_class, model, make, lambda layer, config: from_hf(layer, config, layer_idx), call,
                      causal)
+
+
+#: Largest absolute difference (float32) of outputs and of input gradients for a reference layer to count as
+#: reproduced (the zoo's and chapter 8's tables).
+TOLERANCE = 1e-5
 
 
 #: The tiny configurations of the Hugging Face layers in :data:`REFERENCES`, by layer class:
