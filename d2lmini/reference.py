@@ -4,7 +4,10 @@ Introduced in the chapter "One block, every configuration". For each reference
 layer there is a ``from_*`` function that returns a d2lmini block configured like
 the layer and holding copies of its weights (not shared), so both compute the same
 function; the block is on the layer's device and dtype, in the layer's train/eval
-mode. The
+mode. Dropout: in eval mode it does nothing and is not converted; a Hugging Face layer in
+training mode with a dropout probability > 0 is converted only where the block applies
+it where the layer does (BERT's and GPT-2's, when their attention and branch dropouts are
+equal), and refused with a ``ValueError`` naming the config field otherwise. The
 references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` and, from Hugging Face ``transformers`` (an optional
 dependency, imported only inside functions), the decoder and encoder layers of
@@ -1275,8 +1278,9 @@ def from_falcon_layer(layer, config) -> TransformerBlock:
 
     Full RoPE (half-split, ``FalconRotaryEmbedding`` ignores ``partial_rotary_factor``),
     exact GELU by default, biases on every projection when ``config.bias`` (Falcon: none).
-    Falcon drops out the sum of the two branches once (``hidden_dropout``) where the
-    block drops out each branch: the same in eval mode.
+    Falcon drops out the sum of the two branches once (``hidden_dropout``), which the
+    block, dropping out each branch, cannot: a layer in training mode with a dropout > 0 is
+    refused (:func:`_start`); in eval mode dropout does nothing.
 
     Args:
         layer, config: a ``FalconDecoderLayer`` and its ``FalconConfig``.
@@ -1373,7 +1377,9 @@ def from_stablelm_layer(layer, config) -> TransformerBlock:
     q, k and v only when ``use_qkv_bias`` (StableLM 2: ``bias='qkv'``), a SwiGLU MLP
     without biases, RoPE on the first ``int(head_dim * partial_rotary_factor)`` features
     of each head (0.25; ``StableLmAttention.rotary_ndims``), half-split. StableLM drops
-    out only the MLP branch where the block drops out each: the same in eval mode.
+    out only the MLP branch (``hidden_dropout``), which the block, dropping out each branch,
+    cannot: a layer in training mode with a dropout > 0 is refused (:func:`_start`); in
+    eval mode dropout does nothing.
 
     Args:
         layer, config: a ``StableLmDecoderLayer`` and its ``StableLmConfig``.

@@ -90,8 +90,7 @@ def _mutated(row, mutate):
 
 def _set_rope(theta):
     def mutate(block):
-        block.attention.rope_theta = theta
-        block.attention._rotary_cache = {}
+        block.attention.rope_theta = theta  # the rotary cache is keyed on it: no stale table
     return mutate
 
 
