@@ -461,11 +461,12 @@ _HEADERS = {"attention": "attention (test layer)", "positions": "positions (test
 def zoo_frame(rows: list[dict]):
     """The zoo as the appendix prints it: one line per row of :func:`zoo_table`.
 
-    Columns: ``model`` (the index), ``family``, ``year``, ``layer class``, ``norm,
-    placement``, then every other descriptive column of the rows in their order (those
-    :func:`describe` returns, whichever they are), the largest output and input-gradient
-    differences (``'0'`` when exact, ``'—'`` when not measured), the row's ``check``
-    (:func:`zoo_row`'s status) and its ``note`` (what the model does outside the layer).
+    Columns: ``model`` (the index), ``year``, the largest output and input-gradient
+    differences (``'0'`` when exact, ``'—'`` when not measured) and the row's ``check``
+    (:func:`zoo_row`'s status) first, so that a narrow page shows them; then ``family``,
+    ``layer class``, ``norm, placement``, every other descriptive column of the rows in
+    their order (those :func:`describe` returns, whichever they are) and the ``note``
+    (what the model does outside the layer).
 
     Args:
         rows: dicts as :func:`zoo_row` returns them.
@@ -483,11 +484,12 @@ def zoo_frame(rows: list[dict]):
 
     lines = []
     for r in rows:
-        line = {"model": r["name"], "family": r["family"], "year": r["year"], "layer class": r["layer_class"],
+        line = {"model": r["name"], "year": r["year"], "max |Δ| output": fmt(r["max_abs_diff"]),
+                "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "check": r["status"], "family": r["family"],
+                "layer class": r["layer_class"],
                 "norm, placement": f"{r['norm']}, {r['placement']}" if "norm" in r else "—"}
         line.update({_HEADERS.get(key, key.replace("_", " ")): r.get(key, "—") for key in columns})
-        line.update({"max |Δ| output": fmt(r["max_abs_diff"]), "max |Δ| input grad": fmt(r["max_abs_grad_diff"]),
-                     "check": r["status"], "note": r["note"] or "—"})
+        line["note"] = r["note"] or "—"
         lines.append(line)
     return pd.DataFrame(lines).set_index("model")
 
