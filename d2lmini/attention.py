@@ -334,9 +334,13 @@ class MultiHeadAttention(nn.Module):
             each query and key head are rotated (``q[..., :rotary_dim]``), the rest pass
             unchanged, and the frequencies use ``rotary_dim`` as the dimension
             (``theta ** (-2i / rotary_dim)``). Hugging Face ``transformers`` 5.24 sets it as
-            ``int(head_dim * partial_rotary_factor)`` (``modeling_rope_utils``; Phi 0.5,
-            StableLM 0.25, Phi-3.5/Phi-4-mini 0.75; GPT-NeoX ``rotary_pct``, GPT-J
-            ``rotary_dim``). Needs ``rope_theta``.
+            ``int(head_dim * partial_rotary_factor)`` (``modeling_rope_utils``; Phi-2 0.5,
+            StableLM 0.25, Phi-4-mini 0.75 -- Phi-3 and Phi-3.5 rotate every feature;
+            GPT-NeoX ``rotary_pct``). GPT-J's ``rotary_dim`` is partial RoPE in the
+            *interleaved* layout (``rotate_every_two``), which this half-split rotation
+            reproduces only after the rows of ``W_q`` and ``W_k`` are permuted
+            (:func:`d2lmini.reference.rope_interleaved_to_half`, as
+            :func:`d2lmini.reference.from_gptj_block` does). Needs ``rope_theta``.
         rope_scaling: ``None`` (default) or a dict scaling RoPE's frequencies for a longer
             context, in the format of ``transformers``' ``config.rope_parameters`` without
             ``rope_theta``: ``rope_type`` ``'linear'`` (Gemma 3's global layers), ``'yarn'``
@@ -461,7 +465,10 @@ class MultiHeadAttention(nn.Module):
         self._rotary_cache: dict = {}
 
     def _rotary(self, num_steps: int, like: torch.Tensor):
-        key = (num_steps, like.device, like.dtype)
+        # Everything the table depends on is in the key, so changing rope_theta, rotary_dim or rope_scaling on a
+        # built module takes effect (never a stale table).
+        key = (num_steps, like.device, like.dtype, self.rope_theta, self.rotary_dim, self.head_dim,
+               repr(self.rope_scaling))
         if key not in self._rotary_cache:
             self._rotary_cache = {key: rotary_cos_sin(num_steps, self.rotary_dim or self.head_dim, self.rope_theta,
                                                       like.device, like.dtype, scaling=self.rope_scaling)}

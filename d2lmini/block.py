@@ -160,8 +160,9 @@ class TransformerBlock(nn.Module):
             ``'sandwich'``, or attention and FFN in parallel, ``x <- x + Attn(N_1(x)) +
             FFN(N_2(x))``, with one shared norm ``N_1 = N_2`` (``'parallel'``: GPT-J, PaLM,
             Falcon-7B, Phi-1/2, Cohere) or two (``'parallel_two_norms'``: GPT-NeoX, Falcon-40B);
-            see :data:`PLACEMENTS`. A parallel block has a dropout on each branch (as GPT-NeoX,
-            Phi and StableLM; Falcon drops out their sum once, which differs in training only),
+            see :data:`PLACEMENTS`. A parallel block has a dropout on each branch (as GPT-NeoX
+            and Phi; Falcon drops out their sum once, and StableLM only the FFN branch, which
+            differs in training only),
             takes neither ``sublayer_norm_gain`` nor ``residual_multiplier``, and
             ``residual=False`` leaves ``Attn(N_1(x)) + FFN(N_2(x))``. With ``'parallel'``,
             ``addnorm2.norm_in`` *is* ``addnorm1.norm_in`` (one module, one set of weights).

@@ -4,7 +4,10 @@ Introduced in the chapter "One block, every configuration". For each reference
 layer there is a ``from_*`` function that returns a d2lmini block configured like
 the layer and holding copies of its weights (not shared), so both compute the same
 function; the block is on the layer's device and dtype, in the layer's train/eval
-mode. The
+mode. Dropout: in eval mode it does nothing and is not converted; a Hugging Face layer in
+training mode with a dropout probability > 0 is converted only where the block applies
+it where the layer does (BERT's and GPT-2's, when their attention and branch dropouts are
+equal), and refused with a ``ValueError`` naming the config field otherwise. The
 references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` and, from Hugging Face ``transformers`` (an optional
 dependency, imported only inside functions), the decoder and encoder layers of
@@ -54,7 +57,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_nonnegative_int
+from ._checks import check_choice, check_nonnegative_int
 from ._shown import shown_in
 from .attention import ROPE_SCALINGS, GatedAttention, valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
@@ -71,10 +74,14 @@ def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)
 
 
-def _copy_linear(dst: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+def _copy_linear(dst: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 name: str = "a projection") -> None:
+    """Copy ``weight`` (and ``bias``) into ``dst``; ValueError naming ``name`` if only one of the two has a bias."""
     _copy(dst.weight, weight)
     if (bias is None) != (dst.bias is None):
-        raise ValueError("bias mismatch between the reference layer and the d2lmini block")
+        ours, theirs = ("has no", "has a") if bias is not None else ("has a", "has no")
+        raise ValueError(f"bias mismatch in {name}: the reference layer {theirs} bias there, the d2lmini block "
+                         f"{ours} bias")
     if bias is not None:
         _copy(dst.bias, bias)
 
@@ -105,6 +112,80 @@ def _torch_activation(layer) -> str:
             return "gelu_tanh"
         return "gelu"
     raise ValueError(f"unsupported activation {act!r}; supported: relu, gelu")
+
+
+#: The dropout probabilities of Hugging Face configs that act inside a decoder or encoder layer (on attention
+#: weights, hidden units or branch outputs); the embeddings' (``embd_pdrop``, ``embedding_dropout``) act outside it.
+_LAYER_DROPOUTS = ("attention_dropout", "attention_probs_dropout_prob", "hidden_dropout_prob", "hidden_dropout",
+                   "attn_pdrop", "resid_pdrop", "residual_dropout")
+
+
+def _own_layer_idx(layer) -> int | None:
+    """The ``layer_idx`` a Hugging Face layer was built with, where the layer or its attention records it."""
+    for path in ("", "self_attn", "attn", "attention", "attention.self", "self_attention"):
+        module = layer
+        for part in filter(None, path.split(".")):
+            module = getattr(module, part, None)
+        if module is not None and isinstance(getattr(module, "layer_idx", None), int):
+            return module.layer_idx
+    return None
+
+
+def _resolve_layer_idx(layer, layer_idx: int | None) -> int:
+    """``layer_idx``, checked: ``None`` is the layer's own index (0 where it records none); a given
+    one must be an int >= 0 equal to the layer's own (TypeError/ValueError otherwise)."""
+    own = _own_layer_idx(layer)
+    if layer_idx is None:
+        return 0 if own is None else own
+    layer_idx = check_nonnegative_int("layer_idx", layer_idx)
+    if own is not None and own != layer_idx:
+        raise ValueError(f"layer_idx={layer_idx}, but this {type(layer).__name__} was built with layer_idx={own}; "
+                         "pass layer_idx=None (the layer's own)")
+    return layer_idx
+
+
+def _start(layer, config, layer_idx: int | None = None, *, reproduced: tuple[str, ...] = ()) -> int:
+    """The checks every Hugging Face converter (and :func:`from_hf`) runs first; returns the layer's index.
+
+    ``layer_idx`` ``None`` is the index the layer was built with (its own ``layer_idx``; 0
+    for a layer that records none); a given one must be an int >= 0 equal to the layer's
+    own, so a converter called directly can never build the block of another layer type.
+    A layer in training mode with a dropout probability > 0 in one of the config fields
+    :data:`_LAYER_DROPOUTS`, other than those the converter ``reproduced``, is refused: the
+    block's one ``dropout`` (attention weights, FFN hidden units and branch outputs alike)
+    cannot apply it where the layer does. In eval mode dropout does nothing and is ignored.
+
+    Raises:
+        TypeError: a ``layer_idx`` that is not an int.
+        ValueError: a negative ``layer_idx`` or one unequal to the layer's own, or a layer in
+            training mode with such a dropout (the message names the config field).
+    """
+    layer_idx = _resolve_layer_idx(layer, layer_idx)
+    if layer.training:
+        for field in _LAYER_DROPOUTS:
+            p = getattr(config, field, None)
+            if field not in reproduced and isinstance(p, (int, float)) and p > 0:
+                raise ValueError(f"this {type(layer).__name__} is in training mode with config.{field}={p}, a "
+                                 "dropout d2lmini's block cannot apply where the layer does: call layer.eval() "
+                                 f"(dropout does nothing in eval mode) or set {field}=0")
+    return layer_idx
+
+
+def _attention_and_branch_dropout(layer, config, attention: str, branch: str) -> float:
+    """The block ``dropout`` reproducing a layer that drops out its attention weights with ``config.<attention>``
+    and each branch output (before the residual sum) with ``config.<branch>`` and nothing else (BERT, GPT-2):
+    the common probability in training mode when the two are equal, else 0 (where :func:`_start` refuses a
+    training-mode layer with either > 0). The block then needs an FFN without dropout (:func:`_ffn_kwargs`)."""
+    p_attention, p_branch = getattr(config, attention), getattr(config, branch)
+    return float(p_branch) if layer.training and p_attention == p_branch else 0.0
+
+
+def _ffn_kwargs(d: int, ffn_num_hiddens: int, act: str, bias: bool, dropout: float) -> dict:
+    """``TransformerBlock`` FFN arguments: ``act``/``ffn_num_hiddens``, or with a block ``dropout`` > 0 an
+    ``ffn_factory`` of a :class:`~d2lmini.ffn.FeedForward` without dropout on its hidden units."""
+    if dropout == 0:
+        return {"act": act, "ffn_num_hiddens": ffn_num_hiddens}
+    return {"ffn_factory": lambda: FeedForward(d, ffn_num_hiddens, act=act, bias=bias)}
 
 
 # --------------------------------------------------------------------------- PyTorch layers
@@ -189,18 +270,33 @@ def from_bert_layer(layer, config) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``BertLayer`` (Devlin et al., 2019).
 
     Post-LN, LayerNorm with ``config.layer_norm_eps`` (1e-12 in BERT), exact GELU,
-    biases everywhere, bidirectional attention.
+    biases everywhere, bidirectional attention -- or causal with ``config.is_decoder``
+    (``BertLayer`` passes ``is_causal=config.is_decoder`` to its attention). In training
+    mode, BERT's dropouts (``attention_probs_dropout_prob`` on the attention weights,
+    ``hidden_dropout_prob`` on each branch output) are reproduced when they are equal
+    (BERT's default: 0.1): ``dropout=p`` and an FFN without dropout on its hidden units.
 
     Args:
         layer, config: a ``BertLayer`` and its ``BertConfig``.
 
     Returns:
         The post-LN block.
+
+    Raises:
+        ValueError: for ``config.add_cross_attention`` (a decoder layer with cross-attention,
+            which a :class:`TransformerBlock` does not have), a layer in training mode whose two
+            dropouts differ, or an unsupported activation.
     """
+    if getattr(config, "add_cross_attention", False):
+        raise ValueError("BERT with add_cross_attention=True (cross-attention to an encoder) is not supported; "
+                         "use add_cross_attention=False")
+    dropout = _attention_and_branch_dropout(layer, config, "attention_probs_dropout_prob", "hidden_dropout_prob")
+    _start(layer, config, reproduced=("attention_probs_dropout_prob", "hidden_dropout_prob") if dropout else ())
     attn = layer.attention.self
-    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="layer",
-                             act=_hf_act(config.hidden_act), placement="post", bias=True,
-                             ffn_num_hiddens=config.intermediate_size, eps=config.layer_norm_eps)
+    d = config.hidden_size
+    block = TransformerBlock(d, config.num_attention_heads, norm="layer", placement="post", bias=True,
+                             eps=config.layer_norm_eps, causal=bool(config.is_decoder), dropout=dropout,
+                             **_ffn_kwargs(d, config.intermediate_size, _hf_act(config.hidden_act), True, dropout))
     _copy_linear(block.attention.W_q, attn.query.weight, attn.query.bias)
     _copy_linear(block.attention.W_k, attn.key.weight, attn.key.bias)
     _copy_linear(block.attention.W_v, attn.value.weight, attn.value.bias)
@@ -218,7 +314,10 @@ def from_gpt2_block(layer, config) -> TransformerBlock:
 
     Pre-LN, LayerNorm (eps 1e-5), tanh-approximated GELU, biases, causal attention.
     GPT-2 stores its projections as ``Conv1D`` with weights of shape (in, out):
-    they are transposed into ``nn.Linear``'s (out, in).
+    they are transposed into ``nn.Linear``'s (out, in). In training mode, GPT-2's dropouts
+    (``attn_pdrop`` on the attention weights, ``resid_pdrop`` on each branch output) are
+    reproduced when they are equal (GPT-2's default: 0.1): ``dropout=p`` and an FFN
+    without dropout on its hidden units.
 
     Args:
         layer, config: a ``GPT2Block`` and its ``GPT2Config``.
@@ -228,14 +327,20 @@ def from_gpt2_block(layer, config) -> TransformerBlock:
 
     Raises:
         ValueError: for GPT-2 options d2lmini does not implement
-            (``scale_attn_by_inverse_layer_idx``, unscaled attention).
+            (``scale_attn_by_inverse_layer_idx``, unscaled attention, ``add_cross_attention``), a
+            layer in training mode whose two dropouts differ, or an unsupported activation.
     """
+    if getattr(config, "add_cross_attention", False):
+        raise ValueError("GPT-2 with add_cross_attention=True is not supported; use add_cross_attention=False")
+    dropout = _attention_and_branch_dropout(layer, config, "attn_pdrop", "resid_pdrop")
+    _start(layer, config, reproduced=("attn_pdrop", "resid_pdrop") if dropout else ())
     if getattr(config, "scale_attn_by_inverse_layer_idx", False) or not getattr(config, "scale_attn_weights", True):
         raise ValueError("only GPT-2's default attention scaling 1/sqrt(head_dim) is supported")
     d, h = config.n_embd, config.n_head
     inner = config.n_inner or 4 * d
-    block = TransformerBlock(d, h, norm="layer", act=_hf_act(config.activation_function), placement="pre",
-                             bias=True, ffn_num_hiddens=inner, eps=config.layer_norm_epsilon, causal=True)
+    block = TransformerBlock(d, h, norm="layer", placement="pre", bias=True, eps=config.layer_norm_epsilon,
+                             causal=True, dropout=dropout,
+                             **_ffn_kwargs(d, inner, _hf_act(config.activation_function), True, dropout))
     W, b = layer.attn.c_attn.weight.t(), layer.attn.c_attn.bias  # (3d, d) after the transpose
     _copy_qkv_packed(block.attention, W, b)
     _copy_linear(block.attention.W_o, layer.attn.c_proj.weight.t(), layer.attn.c_proj.bias)
@@ -266,7 +371,8 @@ def _gated_act(name: str) -> str:
 _ROPE_TYPES = ("default",) + tuple(ROPE_SCALINGS)
 
 
-def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False) -> dict:
+def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False,
+                 query_scaling: bool = False) -> dict:
     """The RoPE of a layer of type ``layer_type`` as :class:`~d2lmini.block.TransformerBlock` arguments.
 
     The one place a Hugging Face ``config``'s RoPE is read. It follows what
@@ -292,11 +398,16 @@ def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False
         layer_type: the layer's type (``config.layer_types[layer_idx]``) or ``None``.
         partial: whether the model's attention applies partial RoPE (rotates only the
             first ``rotary_dim`` features); if not, a ``partial_rotary_factor`` below 1 is refused.
+        query_scaling: also return ``'query_scaling'``: ``(beta, L)`` with ``beta =
+            rope_parameters['llama_4_scaling_beta']`` and ``L =
+            rope_parameters['original_max_position_embeddings']`` (Ministral 3's Llama 4-style
+            query scaling, ``modeling_ministral3.get_llama_4_attn_scale``), or ``None`` where ``beta`` is 0.
 
     Raises:
         ValueError: a ``rope_type`` d2lmini does not reproduce (``'dynamic'``, whose
-            frequencies change with the sequence length, ``'longrope'``, ...), or partial
-            RoPE where ``partial`` is ``False``.
+            frequencies change with the sequence length, ``'longrope'``, ...), partial
+            RoPE where ``partial`` is ``False``, or with ``query_scaling`` parameters without
+            ``llama_4_scaling_beta`` or ``original_max_position_embeddings``.
     """
     params = getattr(config, "rope_parameters", None)
     if params is None:
@@ -328,7 +439,14 @@ def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False
             if not (scaling.get("mscale") and scaling.get("mscale_all_dim")):
                 scaling.pop("mscale", None)
                 scaling.pop("mscale_all_dim", None)
-    return {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling, "rotary_dim": rotary_dim}
+    rope = {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling, "rotary_dim": rotary_dim}
+    if query_scaling:
+        beta, period = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+        if beta is None or period is None:
+            raise ValueError("Ministral 3 needs rope_parameters['llama_4_scaling_beta'] and "
+                             f"['original_max_position_embeddings'] (its query scaling), got {beta!r} and {period!r}")
+        rope["query_scaling"] = (beta, period) if beta else None
+    return rope
 
 
 def _rope_theta(config, layer_type: str | None = None, *, partial: bool = False) -> float:
@@ -350,45 +468,52 @@ def _layer_type(config, layer_idx: int) -> str | None:
     return types[layer_idx]
 
 
+def _window(config, layer_idx: int) -> int | None:
+    """The window of layer ``layer_idx``: ``config.sliding_window`` where ``config.layer_types`` says
+    ``'sliding_attention'`` (the layer type each model builds its sliding-window mask for), else ``None``."""
+    return config.sliding_window if _layer_type(config, layer_idx) == "sliding_attention" else None
+
+
 def _gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str = "swiglu",
                    unit_offset: bool = False, attn_scale: float | None = None,
                    layer_type: str | None = None, window: int | None = None,
                    residual_multiplier: float = 1.0, *, norm: str = "rms", eps: float | None = None,
                    bias: bool | str | None = None, rope: bool = True,
                    logit_softcap: float | None = None,
-                   query_scaling: tuple[float, int] | None = None) -> TransformerBlock:
+                   query_scaling: bool = False) -> TransformerBlock:
     """Shared mapping of the Llama family (q/k/v/o_proj; gate/up/down_proj or c_fc/c_proj; RoPE).
 
     ``norm``/``eps`` are the block norms' type and epsilon (default RMSNorm with
-    ``config.rms_norm_eps``); ``bias`` defaults to ``config.attention_bias``; ``rope=False``
-    is a NoPE layer, else the layer's RoPE (base, scaling, as :func:`_rope_kwargs` reads them);
-    a plain MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain activation and the
-    layer's biases.
+    ``config.rms_norm_eps``); ``bias`` is the attention's (q, k, v and o; ``'qkv'``: q, k, v),
+    default ``config.attention_bias``; the gated MLP has biases when ``config.mlp_bias`` (Llama,
+    Granite, SmolLM3), and where they differ from the attention's the FFN comes from
+    ``ffn_factory`` (any combination of ``attention_bias`` and ``mlp_bias`` is reproduced);
+    ``rope=False`` is a NoPE layer, else the layer's RoPE (base, scaling and, with
+    ``query_scaling``, Ministral 3's query scaling, as :func:`_rope_kwargs` reads them); a plain
+    MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain
+    activation and the attention's biases (``use_bias``).
     """
     attn, mlp = layer.self_attn, layer.mlp
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     rms_eps = getattr(config, "rms_norm_eps", None)
     bias = bool(getattr(config, "attention_bias", False)) if bias is None else bias
-    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm=norm, act=act,
-                             placement=placement, bias=bias,
-                             num_kv_heads=config.num_key_value_heads, ffn_num_hiddens=config.intermediate_size,
+    plain = hasattr(mlp, "c_fc")  # a plain two-matrix MLP (StarCoder2), biased as the attention
+    ffn_bias = bias is True if plain else bool(getattr(config, "mlp_bias", False))
+    ffn = {"act": act, "ffn_num_hiddens": config.intermediate_size}
+    if ffn_bias != (bias is True):
+        ffn = {"ffn_factory": lambda: FeedForward(config.hidden_size, config.intermediate_size, act=act, bias=ffn_bias)}
+    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm=norm,
+                             placement=placement, bias=bias, num_kv_heads=config.num_key_value_heads, **ffn,
                              eps=rms_eps if eps is None else eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
                              qk_norm_eps=rms_eps if qk_norm else None,
                              attn_scale=attn_scale, window=window, logit_softcap=logit_softcap,
-                             query_scaling=query_scaling, residual_multiplier=residual_multiplier,
-                             **(_rope_kwargs(config, layer_type) if rope else {}))
-    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
-        src = getattr(attn, theirs)
-        _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
-    if hasattr(mlp, "c_fc"):  # a plain two-matrix MLP (StarCoder2)
-        _copy_linear(block.ffn.W_1, mlp.c_fc.weight, mlp.c_fc.bias)
-        _copy_linear(block.ffn.W_2, mlp.c_proj.weight, mlp.c_proj.bias)
+                             residual_multiplier=residual_multiplier,
+                             **(_rope_kwargs(config, layer_type, query_scaling=query_scaling) if rope else {}))
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+    if plain:
+        _copy_mlp(block, mlp.c_fc, mlp.c_proj)
     else:
-        if getattr(config, "mlp_bias", False):
-            raise ValueError("MLP biases are not supported for this family")
-        _copy_linear(block.ffn.W_g, mlp.gate_proj.weight)
-        _copy_linear(block.ffn.W_1, mlp.up_proj.weight)
-        _copy_linear(block.ffn.W_2, mlp.down_proj.weight)
+        _copy_mlp(block, mlp.up_proj, mlp.down_proj, gate=mlp.gate_proj)
     if qk_norm is not None:
         _copy_norm(block.attention.q_norm, attn.q_norm, unit_offset)
         _copy_norm(block.attention.k_norm, attn.k_norm, unit_offset)
@@ -418,6 +543,7 @@ def from_llama_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for a RoPE type d2lmini does not reproduce, MLP biases or an activation other than SiLU.
     """
+    _start(layer, config)
     return _pre_norm_decoder(layer, config)
 
 
@@ -434,10 +560,11 @@ def from_mistral_layer(layer, config) -> TransformerBlock:
     Returns:
         The pre-norm causal block with grouped-query attention, RoPE and the window.
     """
+    _start(layer, config)
     return _pre_norm_decoder(layer, config, window=config.sliding_window)
 
 
-def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_ministral_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``MinistralDecoderLayer`` (Ministral 8B, 2024).
 
     The Mistral block whose window is set per layer: ``config.layer_types[layer_idx]``
@@ -447,7 +574,8 @@ def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
 
     Args:
         layer, config: a ``MinistralDecoderLayer`` and its ``MinistralConfig``.
-        layer_idx: the layer's position in the stack (selects its layer type).
+        layer_idx: the layer's position in the stack (selects its layer type); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block, windowed on sliding layers.
@@ -455,11 +583,11 @@ def from_ministral_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Raises:
         ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
-    local = _layer_type(config, layer_idx) == "sliding_attention"
-    return _pre_norm_decoder(layer, config, window=config.sliding_window if local else None)
+    layer_idx = _start(layer, config, layer_idx)
+    return _pre_norm_decoder(layer, config, window=_window(config, layer_idx))
 
 
-def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_qwen2_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``Qwen2DecoderLayer`` (Qwen2, 2024).
 
     The Llama block with biases on the query, key and value projections only
@@ -469,7 +597,8 @@ def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
 
     Args:
         layer, config: a ``Qwen2DecoderLayer`` and its ``Qwen2Config``.
-        layer_idx: the layer's position in the stack (selects its layer type).
+        layer_idx: the layer's position in the stack (selects its layer type); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block with q/k/v biases.
@@ -477,8 +606,8 @@ def from_qwen2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Raises:
         ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
     """
-    local = _layer_type(config, layer_idx) == "sliding_attention"
-    return _pre_norm_decoder(layer, config, bias="qkv", window=config.sliding_window if local else None)
+    layer_idx = _start(layer, config, layer_idx)
+    return _pre_norm_decoder(layer, config, bias="qkv", window=_window(config, layer_idx))
 
 
 def from_qwen3_layer(layer, config) -> TransformerBlock:
@@ -496,6 +625,7 @@ def from_qwen3_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for a sliding-window configuration (``use_sliding_window``), a RoPE type d2lmini does not reproduce.
     """
+    _start(layer, config)
     if getattr(config, "use_sliding_window", False):
         raise ValueError("Qwen3's use_sliding_window is not supported")
     return _pre_norm_decoder(layer, config, "per_head")
@@ -519,31 +649,40 @@ def from_granite_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for MLP biases or a RoPE type d2lmini does not reproduce.
     """
+    _start(layer, config)
     return _pre_norm_decoder(layer, config, attn_scale=config.attention_multiplier,
                              residual_multiplier=config.residual_multiplier)
 
 
-def from_smollm3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_smollm3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``SmolLM3DecoderLayer`` (SmolLM3, 2025).
 
     The Llama block, except on the NoPE layers: ``config.no_rope_layers[layer_idx] == 0``
     means the layer applies no rotary embedding (``SmolLM3Attention.use_rope``), so the
-    block gets ``rope_theta=None``. With ``use_sliding_window`` a
-    ``'sliding_attention'`` layer gets ``window=config.sliding_window``.
+    block gets ``rope_theta=None``. A ``'sliding_attention'`` layer of ``config.layer_types``
+    (by default, with ``use_sliding_window``, the RoPE layers) gets ``window=config.sliding_window``:
+    ``SmolLM3Model`` builds the sliding-window mask for those layers whatever
+    ``use_sliding_window`` says (``SmolLM3Attention.sliding_window``, read only by
+    flash-attention kernels, also requires it), and the block follows the mask (SDPA, eager).
 
     Args:
         layer, config: a ``SmolLM3DecoderLayer`` and its ``SmolLM3Config``.
-        layer_idx: the layer's position in the stack (selects RoPE or NoPE, and the window).
+        layer_idx: the layer's position in the stack (selects RoPE or NoPE, and the window); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block, with or without RoPE.
 
     Raises:
-        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``
+            or ``config.no_rope_layers``.
     """
-    local = config.use_sliding_window and _layer_type(config, layer_idx) == "sliding_attention"
-    return _pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]),
-                             window=config.sliding_window if local else None)
+    layer_idx = _start(layer, config, layer_idx)
+    window = _window(config, layer_idx)  # as SmolLM3Model's masks, whatever use_sliding_window says
+    if not 0 <= layer_idx < len(config.no_rope_layers):
+        raise ValueError(f"layer_idx={layer_idx} is outside config.no_rope_layers "
+                         f"(length {len(config.no_rope_layers)})")
+    return _pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]), window=window)
 
 
 def from_olmo_layer(layer, config) -> TransformerBlock:
@@ -562,6 +701,7 @@ def from_olmo_layer(layer, config) -> TransformerBlock:
         ValueError: for ``clip_qkv`` (OLMo's clamping of q, k and v, which d2lmini does not
             implement), biases or a RoPE type d2lmini does not reproduce.
     """
+    _start(layer, config)
     if getattr(config, "clip_qkv", None) is not None:
         raise ValueError(f"OLMo's clip_qkv={config.clip_qkv!r} is not supported; use clip_qkv=None")
     block = _gated_decoder(layer, config, "pre", None, act=_gated_act(config.hidden_act),
@@ -582,10 +722,10 @@ def from_olmo2_layer(layer, config) -> TransformerBlock:
     Returns:
         The ``'post_sublayer'`` block with QK-norm over the projection.
     """
-    return from_olmo3_layer(layer, config, None)
+    return from_olmo3_layer(layer, config)
 
 
-def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlock:
+def from_olmo3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``Olmo3DecoderLayer`` (OLMo 3, 2025).
 
     OLMo 2's block (``'post_sublayer'`` RMSNorm, QK-norm over the projection) with
@@ -596,7 +736,8 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlo
 
     Args:
         layer, config: a ``Olmo3DecoderLayer`` and its ``Olmo3Config`` (or an OLMo 2 pair).
-        layer_idx: the layer's position in the stack (selects its type); ``None`` for OLMo 2.
+        layer_idx: the layer's position in the stack (selects its type); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The ``'post_sublayer'`` block, windowed on sliding layers.
@@ -605,10 +746,9 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = 0) -> TransformerBlo
         ValueError: for a RoPE type d2lmini does not reproduce (YaRN, as on the full layers of
             released OLMo 3 models, is reproduced) or a ``layer_idx`` outside ``config.layer_types``.
     """
-    layer_type = None if layer_idx is None else _layer_type(config, layer_idx)
-    window = config.sliding_window if layer_type == "sliding_attention" else None
+    layer_idx = _start(layer, config, layer_idx)
     block = _gated_decoder(layer, config, "post_sublayer", "projection", act=_gated_act(config.hidden_act),
-                           layer_type=layer_type, window=window)
+                           layer_type=_layer_type(config, layer_idx), window=_window(config, layer_idx))
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
     _copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
     return block.to(layer.post_attention_layernorm.weight).train(layer.training)
@@ -631,6 +771,7 @@ def from_starcoder2_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for an unsupported activation or a RoPE type d2lmini does not reproduce.
     """
+    _start(layer, config)
     block = _gated_decoder(layer, config, "pre", None, act=_hf_act(config.hidden_act), norm="layer",
                            eps=config.norm_epsilon, bias=bool(config.use_bias), window=config.sliding_window)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
@@ -638,14 +779,13 @@ def from_starcoder2_layer(layer, config) -> TransformerBlock:
     return block.to(layer.self_attn.q_proj.weight).train(layer.training)
 
 
-def _sandwich_decoder(layer, config, qk_norm: str | None, layer_type: str | None, **kwargs) -> TransformerBlock:
+def _sandwich_decoder(layer, config, qk_norm: str | None, layer_idx: int, **kwargs) -> TransformerBlock:
     """The Gemma 2/3 mapping: sandwich RMSNorms with ``1 + w`` gains, scale ``query_pre_attn_scalar ** -0.5``."""
     if getattr(config, "use_bidirectional_attention", False):
         raise ValueError("bidirectional Gemma layers (use_bidirectional_attention) are not supported")
-    window = config.sliding_window if layer_type == "sliding_attention" else None
     block = _gated_decoder(layer, config, "sandwich", qk_norm, act=_gated_act(config.hidden_activation),
                            unit_offset=True, attn_scale=config.query_pre_attn_scalar ** -0.5,
-                           layer_type=layer_type, window=window, **kwargs)
+                           layer_type=_layer_type(config, layer_idx), window=_window(config, layer_idx), **kwargs)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
     _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm, unit_offset=True)
     _copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm, unit_offset=True)
@@ -653,7 +793,7 @@ def _sandwich_decoder(layer, config, qk_norm: str | None, layer_type: str | None
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
-def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_gemma2_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``Gemma2DecoderLayer`` (Gemma 2, 2024).
 
     Sandwich placement (RMSNorm before and after each sublayer) with gains applied as
@@ -665,7 +805,8 @@ def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
 
     Args:
         layer, config: a ``Gemma2DecoderLayer`` and its ``Gemma2Config``.
-        layer_idx: the layer's position in the stack (selects local or global).
+        layer_idx: the layer's position in the stack (selects local or global); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The ``'sandwich'`` block.
@@ -674,7 +815,8 @@ def from_gemma2_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         ValueError: for bidirectional attention, a RoPE type d2lmini does not reproduce, or a ``layer_idx`` outside
             ``config.layer_types``.
     """
-    return _sandwich_decoder(layer, config, None, _layer_type(config, layer_idx),
+    layer_idx = _start(layer, config, layer_idx)
+    return _sandwich_decoder(layer, config, None, layer_idx,
                              logit_softcap=config.attn_logit_softcapping)
 
 
@@ -691,8 +833,8 @@ def from_gemma3_layer(layer, config, layer_idx: int | None = None) -> Transforme
 
     Args:
         layer, config: a ``Gemma3DecoderLayer`` and its ``Gemma3TextConfig``.
-        layer_idx: the layer's position in the stack (selects local or global); ``None``:
-            the layer's own ``self_attn.layer_idx``.
+        layer_idx: the layer's position in the stack (selects local or global); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The ``'sandwich'`` block with per-head QK-norm.
@@ -701,16 +843,16 @@ def from_gemma3_layer(layer, config, layer_idx: int | None = None) -> Transforme
         ValueError: for logit soft-capping, bidirectional attention, a RoPE type d2lmini does not reproduce, or a
             ``layer_idx`` outside ``config.layer_types``.
     """
+    layer_idx = _start(layer, config, layer_idx)
     if getattr(config, "attn_logit_softcapping", None) is not None:
         raise ValueError("attention logit soft-capping is not supported for Gemma 3")
-    layer_idx = layer.self_attn.layer_idx if layer_idx is None else layer_idx
-    return _sandwich_decoder(layer, config, "per_head", _layer_type(config, layer_idx))
+    return _sandwich_decoder(layer, config, "per_head", layer_idx)
 
 
 # --------------------------------------------------------------------------- Ministral 3, Arcee Trinity, gpt-oss
 
 
-def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_ministral3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``Ministral3DecoderLayer`` (Ministral 3, 2025).
 
     The Mistral block (pre-norm RMSNorm, grouped-query attention, SwiGLU, no biases) with
@@ -725,7 +867,8 @@ def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock
 
     Args:
         layer, config: a ``Ministral3DecoderLayer`` and its ``Ministral3Config``.
-        layer_idx: the layer's position in the stack (every layer is alike).
+        layer_idx: the layer's position in the stack (every layer is alike); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block with scaled RoPE and query scaling.
@@ -735,13 +878,8 @@ def from_ministral3_layer(layer, config, layer_idx: int = 0) -> TransformerBlock
             ``original_max_position_embeddings`` (the layer needs both), a RoPE type d2lmini
             does not reproduce, or MLP biases.
     """
-    params = config.rope_parameters
-    beta, period = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
-    if beta is None or period is None:
-        raise ValueError("Ministral 3 needs rope_parameters['llama_4_scaling_beta'] and "
-                         f"['original_max_position_embeddings'] (its query scaling), got {beta!r} and {period!r}")
-    return _pre_norm_decoder(layer, config, window=config.sliding_window,
-                             query_scaling=(beta, period) if beta else None)
+    layer_idx = _start(layer, config, layer_idx)
+    return _pre_norm_decoder(layer, config, window=config.sliding_window, query_scaling=True)
 
 
 def _copy_gated_mlp(ffn, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> None:
@@ -770,8 +908,8 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     Args:
         layer: an ``AfmoeDecoderLayer``; its weights are copied, not shared.
         config: the layer's ``AfmoeConfig``.
-        layer_idx: the layer's position in the stack (selects global or local); ``None``:
-            the layer's own ``layer_idx``.
+        layer_idx: the layer's position in the stack (selects global or local); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         A block on the layer's device and dtype, in the layer's train/eval mode.
@@ -782,14 +920,14 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
 
     Introduced in the chapter "One block, every configuration".
     """
-    layer_idx = layer.layer_idx if layer_idx is None else layer_idx
+    layer_idx = _start(layer, config, layer_idx)
     attn = layer.self_attn
-    local = _layer_type(config, layer_idx) == "sliding_attention"
+    local = _layer_type(config, layer_idx) == "sliding_attention"  # RoPE, window: AfmoeAttention.is_local_attention
     if _gated_act(config.hidden_act) != "swiglu":
         raise ValueError(f"AFMoE's MLPs are supported with hidden_act='silu' only, got {config.hidden_act!r}")
     d, h, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
     bias = bool(getattr(config, "attention_bias", False))
-    local_kwargs = dict(window=config.sliding_window, **_rope_kwargs(config)) if local else {}
+    local_kwargs = dict(window=_window(config, layer_idx), **_rope_kwargs(config)) if local else {}
 
     def attention():
         return GatedAttention(d, h, num_kv_heads=kv, head_dim=attn.head_dim, causal=True, qk_norm="per_head",
@@ -807,9 +945,8 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps,
                              attn_factory=attention, ffn_factory=ffn)
     ours = block.attention
-    for mine, theirs in ((ours.attention.W_q, attn.q_proj), (ours.attention.W_k, attn.k_proj),
-                         (ours.attention.W_v, attn.v_proj), (ours.W_o, attn.o_proj), (ours.W_gate, attn.gate_proj)):
-        _copy_linear(mine, theirs.weight, theirs.bias)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+    _copy_linear(ours.W_gate, attn.gate_proj.weight, attn.gate_proj.bias, name="W_gate")
     _copy_norm(ours.attention.q_norm, attn.q_norm)
     _copy_norm(ours.attention.k_norm, attn.k_norm)
     for mine, theirs in ((block.addnorm1.norm_in, layer.input_layernorm),
@@ -831,7 +968,7 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
-def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_gpt_oss_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to Hugging Face ``GptOssDecoderLayer`` (OpenAI gpt-oss, 2025).
 
     Pre-norm RMSNorm; grouped-query attention with biases on q, k, v and o, a learned
@@ -848,7 +985,8 @@ def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Args:
         layer, config: a ``GptOssDecoderLayer`` and its ``GptOssConfig`` (call it with
             ``attn_implementation='eager'``: gpt-oss does not support SDPA).
-        layer_idx: the layer's position in the stack (selects sliding or full).
+        layer_idx: the layer's position in the stack (selects sliding or full); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`_start`).
 
     Returns:
         The pre-norm causal block with sinks and the MoE FFN.
@@ -857,8 +995,9 @@ def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
         ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
             not reproduce, or a ``swiglu_alpha`` other than 1.702.
     """
+    layer_idx = _start(layer, config, layer_idx)
     attn, mlp = layer.self_attn, layer.mlp
-    window = config.sliding_window if _layer_type(config, layer_idx) == "sliding_attention" else None
+    window = _window(config, layer_idx)
     d, num_experts = config.hidden_size, config.num_local_experts
 
     def ffn():
@@ -870,9 +1009,7 @@ def from_gpt_oss_layer(layer, config, layer_idx: int = 0) -> TransformerBlock:
                              bias=bool(config.attention_bias), num_kv_heads=config.num_key_value_heads,
                              eps=config.rms_norm_eps, causal=True, head_dim=attn.head_dim, window=window,
                              sinks=True, ffn_factory=ffn, **_rope_kwargs(config))
-    for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", "o_proj")):
-        src = getattr(attn, theirs)
-        _copy_linear(getattr(block.attention, ours), src.weight, src.bias)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
     _copy(block.attention.sinks, attn.sinks)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
     _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
@@ -950,24 +1087,26 @@ def _rotary_block(config, *, num_kv_heads: int, head_dim: int, placement: str, n
 
 def _copy_attention(block: TransformerBlock, q: nn.Module | tuple, k: nn.Module | tuple, v: nn.Module | tuple,
                     o: nn.Module, interleaved: int | None = None) -> None:
-    """Copy q, k, v (``nn.Linear`` or ``(weight, bias)``) and o; with ``interleaved`` (the rotated
+    """Copy q, k, v (``nn.Linear`` or ``(weight, bias)``) and o into the block's attention (or the
+    attention inside its :class:`~d2lmini.attention.GatedAttention`); with ``interleaved`` (the rotated
     features per head), permute the q and k rows from interleaved RoPE pairs (:func:`rope_interleaved_to_half`)."""
-    att = block.attention
+    gated = isinstance(block.attention, GatedAttention)
+    att = block.attention.attention if gated else block.attention  # the MultiHeadAttention inside
     for ours, src in (("W_q", q), ("W_k", k), ("W_v", v)):
         weight, bias = src if isinstance(src, tuple) else (src.weight, src.bias)
         if interleaved is not None and ours != "W_v":
             weight = rope_interleaved_to_half(weight, att.head_dim, interleaved)
             bias = None if bias is None else rope_interleaved_to_half(bias, att.head_dim, interleaved)
-        _copy_linear(getattr(att, ours), weight, bias)
-    _copy_linear(att.W_o, o.weight, o.bias)
+        _copy_linear(getattr(att, ours), weight, bias, name=ours)
+    _copy_linear(block.attention.W_o, o.weight, o.bias, name="W_o")
 
 
 def _copy_mlp(block: TransformerBlock, up: nn.Module, down: nn.Module, gate: nn.Module | None = None) -> None:
     """Copy a plain MLP ``down(act(up(x)))``, or a gated one ``down(act(gate(x)) * up(x))``, with its biases."""
-    _copy_linear(block.ffn.W_1, up.weight, up.bias)
-    _copy_linear(block.ffn.W_2, down.weight, down.bias)
+    _copy_linear(block.ffn.W_1, up.weight, up.bias, name="the FFN's W_1")
+    _copy_linear(block.ffn.W_2, down.weight, down.bias, name="the FFN's W_2")
     if gate is not None:
-        _copy_linear(block.ffn.W_g, gate.weight, gate.bias)
+        _copy_linear(block.ffn.W_g, gate.weight, gate.bias, name="the FFN's W_g")
 
 
 def _copy_parallel_or_pre_norms(block: TransformerBlock, first: nn.Module, second: nn.Module | None) -> None:
@@ -997,6 +1136,7 @@ def from_phi_layer(layer, config) -> TransformerBlock:
             keys, which d2lmini's RMSNorm QK-norms do not implement), scaled RoPE, or an
             unsupported activation.
     """
+    _start(layer, config)
     if config.qk_layernorm:
         raise ValueError("Phi's qk_layernorm (LayerNorm with bias on q and k) is not supported; use qk_layernorm=False")
     attn = layer.self_attn
@@ -1031,6 +1171,7 @@ def from_phi3_layer(layer, config) -> TransformerBlock:
         ValueError: for scaled RoPE (``rope_type='longrope'``, the 128k-context Phi-3 models)
             or an unsupported gated activation.
     """
+    _start(layer, config)
     attn, mlp = layer.self_attn, layer.mlp
     head_dim, kv = attn.head_dim, config.num_key_value_heads
     fraction = config.rope_parameters.get("partial_rotary_factor", 1.0)
@@ -1042,9 +1183,7 @@ def from_phi3_layer(layer, config) -> TransformerBlock:
     Wq, Wk, Wv = attn.qkv_proj.weight.split([q_rows, kv * head_dim, kv * head_dim])
     _copy_attention(block, (Wq, None), (Wk, None), (Wv, None), attn.o_proj)
     gate, up = mlp.gate_up_proj.weight.chunk(2, dim=0)
-    _copy_linear(block.ffn.W_g, gate)
-    _copy_linear(block.ffn.W_1, up)
-    _copy_linear(block.ffn.W_2, mlp.down_proj.weight)
+    _copy_gated_mlp(block.ffn, gate, up, mlp.down_proj.weight)
     _copy_parallel_or_pre_norms(block, layer.input_layernorm, layer.post_attention_layernorm)
     return block.to(attn.qkv_proj.weight).train(layer.training)
 
@@ -1070,6 +1209,7 @@ def from_gpt_neox_layer(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for scaled RoPE or an unsupported activation.
     """
+    _start(layer, config)
     attn = layer.attention
     h, head_dim, bias = config.num_attention_heads, attn.head_size, bool(config.attention_bias)
     block = _rotary_block(config, num_kv_heads=h, head_dim=head_dim,
@@ -1107,6 +1247,7 @@ def from_gptj_block(layer, config) -> TransformerBlock:
     Raises:
         ValueError: for an unsupported activation.
     """
+    _start(layer, config)
     attn = layer.attn
     block = _rotary_block(config, num_kv_heads=config.num_attention_heads, head_dim=attn.head_dim,
                           placement="parallel", norm="layer", eps=config.layer_norm_epsilon,
@@ -1137,8 +1278,9 @@ def from_falcon_layer(layer, config) -> TransformerBlock:
 
     Full RoPE (half-split, ``FalconRotaryEmbedding`` ignores ``partial_rotary_factor``),
     exact GELU by default, biases on every projection when ``config.bias`` (Falcon: none).
-    Falcon drops out the sum of the two branches once (``hidden_dropout``) where the
-    block drops out each branch: the same in eval mode.
+    Falcon drops out the sum of the two branches once (``hidden_dropout``), which the
+    block, dropping out each branch, cannot: a layer in training mode with a dropout > 0 is
+    refused (:func:`_start`); in eval mode dropout does nothing.
 
     Args:
         layer, config: a ``FalconDecoderLayer`` and its ``FalconConfig``.
@@ -1150,6 +1292,7 @@ def from_falcon_layer(layer, config) -> TransformerBlock:
         ValueError: for ALiBi (``config.alibi``, Falcon-RW), scaled RoPE or an unsupported
             activation.
     """
+    _start(layer, config)
     if config.alibi:
         raise ValueError("Falcon with alibi=True (ALiBi position biases, Falcon-RW) is not supported; "
                          "d2lmini implements RoPE")
@@ -1209,6 +1352,7 @@ def from_cohere_layer(layer, config) -> TransformerBlock:
             LayerNorm with a distinct gain per head; d2lmini's QK-norms are RMSNorms),
             scaled RoPE or an unsupported gated activation.
     """
+    _start(layer, config)
     if config.use_qk_norm:
         raise ValueError("Cohere's use_qk_norm (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
                          "RMSNorms. Use use_qk_norm=False")
@@ -1233,7 +1377,9 @@ def from_stablelm_layer(layer, config) -> TransformerBlock:
     q, k and v only when ``use_qkv_bias`` (StableLM 2: ``bias='qkv'``), a SwiGLU MLP
     without biases, RoPE on the first ``int(head_dim * partial_rotary_factor)`` features
     of each head (0.25; ``StableLmAttention.rotary_ndims``), half-split. StableLM drops
-    out only the MLP branch where the block drops out each: the same in eval mode.
+    out only the MLP branch (``hidden_dropout``), which the block, dropping out each branch,
+    cannot: a layer in training mode with a dropout > 0 is refused (:func:`_start`); in
+    eval mode dropout does nothing.
 
     Args:
         layer, config: a ``StableLmDecoderLayer`` and its ``StableLmConfig``.
@@ -1245,6 +1391,7 @@ def from_stablelm_layer(layer, config) -> TransformerBlock:
         ValueError: for ``qk_layernorm`` (a LayerNorm per head, StableLM 2 12B; d2lmini's
             QK-norms are RMSNorms), scaled RoPE or an unsupported gated activation.
     """
+    _start(layer, config)
     if config.qk_layernorm:
         raise ValueError("StableLM's qk_layernorm (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
                          "RMSNorms. Use qk_layernorm=False")
@@ -1281,8 +1428,6 @@ HF_CONVERTERS: dict[str, Callable] = {
     "Ministral3DecoderLayer": from_ministral3_layer,
     "AfmoeDecoderLayer": from_afmoe_layer,
     "GptOssDecoderLayer": from_gpt_oss_layer,
-
-
     "PhiDecoderLayer": lambda layer, config, layer_idx: from_phi_layer(layer, config),
     "Phi3DecoderLayer": lambda layer, config, layer_idx: from_phi3_layer(layer, config),
     "GPTNeoXLayer": lambda layer, config, layer_idx: from_gpt_neox_layer(layer, config),
@@ -1293,18 +1438,7 @@ HF_CONVERTERS: dict[str, Callable] = {
 }
 
 
-def _own_layer_idx(layer) -> int | None:
-    """The ``layer_idx`` a Hugging Face layer was built with, where its attention records it."""
-    for path in ("self_attn", "attn", "attention.self"):
-        module = layer
-        for part in path.split("."):
-            module = getattr(module, part, None)
-        if module is not None and isinstance(getattr(module, "layer_idx", None), int):
-            return module.layer_idx
-    return None
-
-
-def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
+def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     """A :class:`TransformerBlock` equal to a Hugging Face decoder (or encoder) layer.
 
     The one entry point for every supported layer: it dispatches on the layer's class
@@ -1324,10 +1458,7 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     ``Olmo2DecoderLayer`` (OLMo 2), ``Olmo3DecoderLayer`` (OLMo 3),
     ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
     ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
-    ``AfmoeDecoderLayer`` (Arcee Trinity) and ``GptOssDecoderLayer`` (gpt-oss).
-
-
-    ``SmolLM3DecoderLayer`` (SmolLM3), and the parallel or partial-RoPE layers
+    ``AfmoeDecoderLayer`` (Arcee Trinity), ``GptOssDecoderLayer`` (gpt-oss), and the parallel or partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
@@ -1335,10 +1466,11 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Args:
         layer: an instance of a supported class, built from ``config``.
         config: the layer's model configuration.
-        layer_idx: the layer's position in the stack (an int >= 0). It selects the layer
-            type of models that alternate them (sliding or full attention: Gemma 2/3,
-            Ministral, OLMo 3, Qwen2, Arcee Trinity, gpt-oss; RoPE or NoPE: SmolLM3) and must equal the index the
-            layer was built with where the layer records one.
+        layer_idx: the layer's position in the stack (an int >= 0), or ``None`` (the default):
+            the index the layer was built with. It selects the layer type of models that
+            alternate them (sliding or full attention: Gemma 2/3, Ministral, OLMo 3, Qwen2,
+            SmolLM3, Arcee Trinity, gpt-oss; RoPE or NoPE: SmolLM3) and must equal the index
+            the layer was built with where the layer records one.
 
     Returns:
         The equivalent :class:`TransformerBlock`.
@@ -1346,19 +1478,16 @@ def from_hf(layer, config, layer_idx: int = 0) -> TransformerBlock:
     Raises:
         TypeError: for a layer of an unsupported class (the message lists the supported
             ones), or a ``layer_idx`` that is not an int.
-        ValueError: for a negative ``layer_idx``, one unequal to the layer's own, or a
-            configuration option of the layer that d2lmini does not implement (the
-            converter's error names it).
+        ValueError: for a negative ``layer_idx``, one unequal to the layer's own, a layer in
+            training mode with a dropout the block cannot apply where the layer does (eval mode:
+            dropout is ignored, it does nothing), or a configuration option of the layer that
+            d2lmini does not implement (the converter's error names it).
     """
     name = type(layer).__name__
     if name not in HF_CONVERTERS:
         raise TypeError(f"from_hf does not support {name}; supported Hugging Face layer classes: "
                         f"{', '.join(sorted(HF_CONVERTERS))}")
-    layer_idx = check_nonnegative_int("layer_idx", layer_idx)
-    own = _own_layer_idx(layer)
-    if own is not None and own != layer_idx:
-        raise ValueError(f"layer_idx={layer_idx}, but this {name} was built with layer_idx={own}")
-    return HF_CONVERTERS[name](layer, config, layer_idx)
+    return HF_CONVERTERS[name](layer, config, _resolve_layer_idx(layer, layer_idx))
 
 
 # --------------------------------------------------------------------------- the comparison harness
@@ -1499,6 +1628,9 @@ def hf_make(model_type: str, layer_class: str, config_class: str, config_kwargs:
     return make
 
 
+_MASKS = ("causal", "sliding", "bidirectional")
+
+
 def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bool = True,
             mask: str | None = None, rotary: str | None | bool = True) -> Callable:
     """A ``call(layer, config, X, valid_lens)`` running a Hugging Face layer as its model would.
@@ -1524,7 +1656,14 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
 
     Returns:
         The callable; it returns the layer's output ``(b, n, d)``.
+
+    Raises:
+        ValueError: for a ``mask`` other than those above (at once); ``ImportError``/``AttributeError``
+            at call time for a ``model_type``/``layer_class``/``rotary`` the installed
+            ``transformers`` lacks.
     """
+    if mask is not None:
+        check_choice("mask", mask, _MASKS)
 
     def call(layer, config, X, valid_lens):
         import importlib
@@ -1584,6 +1723,11 @@ def hf_reference(model: str, model_type: str, layer_class: str, config_class: st
     call = hf_call(model_type, layer_class, layer_idx=layer_idx, causal=causal, mask=mask, rotary=rotary)
     return Reference(layer_class, model, make, lambda layer, config: from_hf(layer, config, layer_idx), call,
                      causal)
+
+
+#: Largest absolute difference (float32) of outputs and of input gradients for a reference layer to count as
+#: reproduced (the zoo's and chapter 8's tables).
+TOLERANCE = 1e-5
 
 
 #: The tiny configurations of the Hugging Face layers in :data:`REFERENCES`, by layer class:

@@ -32,9 +32,11 @@ from typing import Callable
 
 from ._checks import check_bool, check_instance, check_int_at_least, check_seed
 from ._shown import shown_in
-from .attention import GatedAttention
+from .attention import GatedAttention, MultiHeadAttention
 from .block import TransformerBlock
+from .ffn import FeedForward
 from .moe import MixtureOfExperts
+from .reference import TOLERANCE as _TOLERANCE
 from .reference import (
     REFERENCES,
     TINY,
@@ -42,11 +44,12 @@ from .reference import (
     compare_with_reference,
     from_hf,
     hf_call,
-    hf_make,
+    hf_reference,
 )
 
-#: Largest absolute difference (float32) of outputs and of input gradients for a row to count as reproduced.
-TOLERANCE = 1e-5
+#: Largest absolute difference (float32) of outputs and of input gradients for a row to count as reproduced
+#: (:data:`d2lmini.reference.TOLERANCE`, shared with chapter 8's table).
+TOLERANCE = _TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -98,11 +101,18 @@ def hf_row(name: str, family: str, year: int, model_type: str, layer_class: str,
         config_class, config_kwargs: the tiny configuration, ``transformers.<config_class>(**config_kwargs)``.
         attn_implementation: ``'sdpa'``, or ``'eager'`` where SDPA cannot run the layer.
         unit_offset_norms: whether the norm gains are stored as ``w`` in ``1 + w`` (Gemma).
+
+    Returns:
+        The row, made and called as :func:`~d2lmini.reference.hf_reference` makes and calls it.
+
+    Raises:
+        ImportError, AttributeError: only when the row is run, for a ``model_type``,
+            ``layer_class`` or ``config_class`` the installed ``transformers`` lacks (reported by
+            :func:`zoo_row`, not raised).
     """
-    make = hf_make(model_type, layer_class, config_class, config_kwargs, layer_idx=layer_idx,
-                   attn_implementation=attn_implementation, unit_offset_norms=unit_offset_norms)
-    call = hf_call(model_type, layer_class, layer_idx=layer_idx, causal=causal)
-    return ZooRow(name, family, year, layer_class, layer_idx, make, call, causal, note)
+    ref = hf_reference(name, model_type, layer_class, config_class, config_kwargs, layer_idx=layer_idx,
+                       causal=causal, attn_implementation=attn_implementation, unit_offset_norms=unit_offset_norms)
+    return ZooRow(name, family, year, layer_class, layer_idx, ref.make, ref.call, causal, note)
 
 
 def _from_references(name: str, family: str, year: int, layer_class: str, note: str = "") -> ZooRow:
@@ -256,6 +266,20 @@ def _describe_ffn(ffn) -> str:
             f"top-{ffn.top_k}{shared}, {router}")
 
 
+def _describe_bias(block: TransformerBlock, att) -> str:
+    """The ``bias`` column of :func:`describe`: ``'all'``, ``'none'``, or the parts with biases among
+    ``'q, k, v'``, ``'o'``, ``'FFN'`` (every expert's, for a mixture of experts) and ``'router'``."""
+    ffn = block.ffn
+    moe = isinstance(ffn, MixtureOfExperts)
+    parts = {"q, k, v": att.W_q.bias is not None, "o": block.attention.W_o.bias is not None,
+             "FFN": (ffn.experts[0] if moe else ffn).W_1.bias is not None}
+    if moe:
+        parts["router"] = ffn.router.bias is not None
+    if all(parts.values()):
+        return "all"
+    return ", ".join(part for part, on in parts.items() if on) or "none"
+
+
 def describe(block: TransformerBlock) -> dict:
     """The zoo's descriptive columns, read from a converted block's modules.
 
@@ -273,14 +297,19 @@ def describe(block: TransformerBlock) -> dict:
         fraction of each head where it is partial and the scaling type and factor where
         scaled, or ``'none in the layer'``), ``ffn`` (activation and hidden width, or for a
         mixture of experts: experts, their activation and width, top-k, shared experts,
-        router and whether it has a bias), ``bias`` (``'none'``, ``'all'``, or those of ``'q, k, v'``, ``'o'``, ``'FFN'`` that have
-        biases, e.g. ``'FFN'`` for GPT-J)
+        router and whether it has a bias), ``bias`` (``'none'``, ``'all'``, or those of
+        ``'q, k, v'``, ``'o'``, ``'FFN'`` and, for a mixture of experts, ``'router'`` that have
+        biases, e.g. ``'FFN'`` for GPT-J, ``'q, k, v, o'`` for Llama with ``attention_bias`` only)
         and ``residual`` (the residual multiplier, or ``'1'``).
 
     Raises:
-        TypeError: if ``block`` is not a TransformerBlock.
+        TypeError: if ``block`` is not a TransformerBlock, or its attention or FFN (built by
+            ``attn_factory``/``ffn_factory``) is not one of the modules above.
     """
     check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    check_instance("block.attention", block.attention, (MultiHeadAttention, GatedAttention),
+                   "a MultiHeadAttention or GatedAttention")
+    check_instance("block.ffn", block.ffn, (FeedForward, MixtureOfExperts), "a FeedForward or MixtureOfExperts")
     gated = isinstance(block.attention, GatedAttention)
     att = block.attention.attention if gated else block.attention  # the MultiHeadAttention inside
     ffn, addnorm = block.ffn, block.addnorm1
@@ -302,11 +331,7 @@ def describe(block: TransformerBlock) -> dict:
         attention.append("query scaling 1 + {:g} log(1 + floor(p / {}))".format(*att.query_scaling))
     if att.sinks is not None:
         attention.append("sinks")
-    W_o = block.attention.W_o if gated else att.W_o
-    W_ffn = (ffn.experts[0] if isinstance(ffn, MixtureOfExperts) else ffn).W_1
-    has_bias = [m.bias is not None for m in (att.W_q, W_o, W_ffn)]
-    bias = ("all" if all(has_bias) else "none" if not any(has_bias)
-            else ", ".join(part for part, on in zip(("q, k, v", "o", "FFN"), has_bias) if on))
+    bias = _describe_bias(block, att)
     return {"norm": _NORMS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
             "placement": _PLACEMENTS[block.placement], "attention": ", ".join(attention),
             "positions": _describe_positions(att), "ffn": _describe_ffn(ffn), "bias": bias,
@@ -436,11 +461,12 @@ _HEADERS = {"attention": "attention (test layer)", "positions": "positions (test
 def zoo_frame(rows: list[dict]):
     """The zoo as the appendix prints it: one line per row of :func:`zoo_table`.
 
-    Columns: ``model`` (the index), ``family``, ``year``, ``layer class``, ``norm,
-    placement``, then every other descriptive column of the rows in their order (those
-    :func:`describe` returns, whichever they are), the largest output and input-gradient
-    differences (``'0'`` when exact, ``'—'`` when not measured), the row's ``check``
-    (:func:`zoo_row`'s status) and its ``note`` (what the model does outside the layer).
+    Columns: ``model`` (the index), ``year``, the largest output and input-gradient
+    differences (``'0'`` when exact, ``'—'`` when not measured) and the row's ``check``
+    (:func:`zoo_row`'s status) first, so that a narrow page shows them; then ``family``,
+    ``layer class``, ``norm, placement``, every other descriptive column of the rows in
+    their order (those :func:`describe` returns, whichever they are) and the ``note``
+    (what the model does outside the layer).
 
     Args:
         rows: dicts as :func:`zoo_row` returns them.
@@ -458,11 +484,12 @@ def zoo_frame(rows: list[dict]):
 
     lines = []
     for r in rows:
-        line = {"model": r["name"], "family": r["family"], "year": r["year"], "layer class": r["layer_class"],
+        line = {"model": r["name"], "year": r["year"], "max |Δ| output": fmt(r["max_abs_diff"]),
+                "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "check": r["status"], "family": r["family"],
+                "layer class": r["layer_class"],
                 "norm, placement": f"{r['norm']}, {r['placement']}" if "norm" in r else "—"}
         line.update({_HEADERS.get(key, key.replace("_", " ")): r.get(key, "—") for key in columns})
-        line.update({"max |Δ| output": fmt(r["max_abs_diff"]), "max |Δ| input grad": fmt(r["max_abs_grad_diff"]),
-                     "check": r["status"], "note": r["note"] or "—"})
+        line["note"] = r["note"] or "—"
         lines.append(line)
     return pd.DataFrame(lines).set_index("model")
 

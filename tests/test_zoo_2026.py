@@ -24,9 +24,7 @@ def _mutated(row, mutate):
     def wrong(layer, config):
         block = convert(layer, config)
         with torch.no_grad():
-            mutate(block)
-        core = getattr(block.attention, "attention", block.attention)
-        core._rotary_cache = {}
+            mutate(block)  # the rotary cache is keyed on every RoPE attribute: no stale table
         return block
 
     return dataclasses.replace(ref, convert=wrong)

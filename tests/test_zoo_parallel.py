@@ -137,8 +137,7 @@ def _caught(reference_):
 
 
 def _full_rope(block):
-    block.attention.rotary_dim = None
-    block.attention._rotary_cache = {}
+    block.attention.rotary_dim = None  # the rotary cache is keyed on it: no stale table
 
 
 def _two_norms(block):

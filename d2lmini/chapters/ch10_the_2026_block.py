@@ -40,6 +40,7 @@ from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..ffn import ACTS
 from ..norms import NORMS
 from ..parameters import BLOCK_PARTS, num_parameters
+from ..reference import TOLERANCE as _TOLERANCE
 from ..reference import from_afmoe_layer  # Trinity's converter (global and local layers); re-exported here
 from ..plot import (ACT_SHORT_LABELS, NORM_LABELS, PART_COLORS, PART_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS,
                     styled_figure)
@@ -516,17 +517,11 @@ def compare_with_trinity(batch_size: int = 2, num_steps: int = 16, seed: int = 0
 
     Introduced in the chapter "One block, every configuration".
     """
-    from transformers.models.afmoe.modeling_afmoe import AfmoeRotaryEmbedding
+    from ..reference import Reference, compare_with_reference, hf_call
 
-    from ..reference import Reference, additive_mask, compare_with_reference
-
-    def call(layer, config, Z, valid_lens):
-        batch, steps = Z.shape[:2]
-        position_ids = torch.arange(steps)[None].expand(batch, -1)
-        mask = additive_mask(valid_lens, steps, True, Z.dtype, batch)
-        rotary = AfmoeRotaryEmbedding(config)(Z, position_ids)  # unused by a global layer, but required
-        return layer(Z, attention_mask=mask, position_ids=position_ids, position_embeddings=rotary)
-
+    # Called as the zoo calls it: AfmoeModel's own masks (masking_utils) and rotary table (unused by a global
+    # layer, but required).
+    call = hf_call("afmoe", "AfmoeDecoderLayer")
     trinity = Reference("AfmoeDecoderLayer", "Arcee Trinity", make_trinity_layer, from_afmoe_layer, call,
                         causal=True)
     return compare_with_reference(trinity, batch_size, num_steps, seed, padded)
@@ -550,8 +545,9 @@ MODELS = (
     ("Arcee Trinity", "AfmoeDecoderLayer", "singh2026trinity", "none in global layers (RoPE in local ones)"),
 )
 
-#: Largest absolute difference (float32) of outputs and input gradients for a row to count as verified.
-TOLERANCE = 1e-5
+#: Largest absolute difference (float32) of outputs and input gradients for a row to count as verified
+#: (the zoo's, :data:`d2lmini.reference.TOLERANCE`).
+TOLERANCE = _TOLERANCE
 
 
 @shown_in("ch10")
