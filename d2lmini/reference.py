@@ -1726,7 +1726,7 @@ def hf_reference(model: str, model_type: str, layer_class: str, config_class: st
 
 
 #: Largest absolute difference (float32) of outputs and of input gradients for a reference layer to count as
-#: reproduced (the zoo's and chapter 8's tables).
+#: reproduced (the zoo's and chapter 10's tables).
 TOLERANCE = 1e-5
 
 

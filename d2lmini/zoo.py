@@ -48,7 +48,7 @@ from .reference import (
 )
 
 #: Largest absolute difference (float32) of outputs and of input gradients for a row to count as reproduced
-#: (:data:`d2lmini.reference.TOLERANCE`, shared with chapter 8's table).
+#: (:data:`d2lmini.reference.TOLERANCE`, shared with chapter 10's table).
 TOLERANCE = _TOLERANCE
 
 
