@@ -200,13 +200,13 @@ def verify_mla(seed: int = 0) -> dict:
 
 
 def layer_patterns() -> dict:
-    """Layer patterns of five models, read from the default configurations of the installed ``transformers``.
+    """Layer patterns of six models, read from the default configurations of the installed ``transformers``.
 
     Returns:
         ``{model: (what, pattern)}`` where ``pattern`` is a string with one letter per layer
         of the first eight: Gemma 3 and gpt-oss ``L`` (sliding window, local) / ``G`` (global),
         with their windows; SmolLM3 and Llama 4 ``R`` (RoPE) / ``N`` (no position encoding,
-        NoPE); Qwen3.5 ``D`` (Gated DeltaNet, linear attention) / ``F`` (full attention).
+        NoPE); Qwen3-Next and Qwen3.5 ``D`` (Gated DeltaNet, linear attention) / ``F`` (full attention).
         A model whose configuration class is missing is left out.
     """
     import transformers as tf
@@ -222,9 +222,10 @@ def layer_patterns() -> dict:
     for name, cls in (("SmolLM3", "SmolLM3Config"), ("Llama 4", "Llama4TextConfig")):
         if hasattr(tf, cls):
             out[name] = ("RoPE/NoPE", "".join("R" if r else "N" for r in getattr(tf, cls)().no_rope_layers[:8]))
-    if hasattr(tf, "Qwen3_5TextConfig"):
-        c = tf.Qwen3_5TextConfig()
-        out["Qwen3.5"] = ("Gated DeltaNet/full", "".join(letters[t] for t in c.layer_types[:8]).replace("G", "F"))
+    for name, cls in (("Qwen3-Next", "Qwen3NextConfig"), ("Qwen3.5", "Qwen3_5TextConfig")):
+        if hasattr(tf, cls):
+            types = getattr(tf, cls)().layer_types[:8]
+            out[name] = ("Gated DeltaNet/full", "".join(letters[t] for t in types).replace("G", "F"))
     return out
 
 
