@@ -37,14 +37,30 @@ from torch import nn
 from .._checks import check_int_at_least, check_positive_int
 from .._checks import check_seed as _check_seed
 from .._shown import shown_in
-from ..attention import GatedAttention, MultiHeadAttention, rope_frequencies, valid_lens_mask
+from ..attention import (
+    GatedAttention,
+    MultiHeadAttention,
+    rope_frequencies,
+    valid_lens_mask,
+)
 from ..block import TransformerBlock
 from ..deltanet import GatedDeltaNet, from_qwen3_5_gated_deltanet, inference_state_bytes
-from ..mla import MultiHeadLatentAttention, from_deepseek_v3_attention, kv_cache_bytes_per_token
+from ..mla import (
+    MultiHeadLatentAttention,
+    from_deepseek_v3_attention,
+    kv_cache_bytes_per_token,
+)
 from ..parameters import num_parameters
 from ..plot import styled_figure
-from ..reference import (_copy_linear, _copy_norm, _randomize_, _rope_kwargs, hf_call, hf_make,
-                         output_and_grad_differences)
+from ..reference import (
+    _copy_linear,
+    _copy_norm,
+    _randomize_,
+    _rope_kwargs,
+    hf_call,
+    hf_make,
+    output_and_grad_differences,
+)
 from ..seeding import seeded
 
 #: What a verification returns where the installed ``transformers`` lacks the layer class.
