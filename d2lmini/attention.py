@@ -698,6 +698,7 @@ class GatedAttention(nn.Module):
     causal = property(lambda self: self.attention.causal)
     window = property(lambda self: self.attention.window)
 
+    @shown_in("ch08")
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
         """Attend, gate every head feature by ``sigmoid(W_gate queries)``, project; returns (b, q, d)."""
         heads = self.attention(queries, keys, values, valid_lens)

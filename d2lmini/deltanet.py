@@ -42,6 +42,7 @@ from ._checks import (check_dtype_matches, check_instance, check_nonnegative_int
 from .attention import GatedAttention, MultiHeadAttention, valid_lens_mask
 from .mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
 from .norms import RMSNorm
+from ._shown import shown_in
 
 __all__ = ["GatedDeltaNet", "from_qwen3_5_gated_deltanet", "gated_delta_rule", "inference_state_bytes", "l2_normalize"]
 
@@ -54,6 +55,7 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
 
 
+@shown_in("ch08")
 def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                      initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The gated delta rule, one token at a time: ``S <- e^g S + beta k (v - e^g S^T k)^T``, ``o = S^T q``.
