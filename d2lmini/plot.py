@@ -24,6 +24,7 @@ PLACEMENT_COLORS = {
     "post_sublayer": "#7d3c98",
     "sandwich": "#229954",
     "sandwich_scaled": "#d68910",
+    "mhc": "#17a589",
 }
 #: Human-readable names of the placements, for legends and dropdowns.
 PLACEMENT_LABELS = {
@@ -32,6 +33,7 @@ PLACEMENT_LABELS = {
     "post_sublayer": "post-sublayer (OLMo 2)",
     "sandwich": "sandwich (Gemma 2/3)",
     "sandwich_scaled": "depth-scaled sandwich",
+    "mhc": "mHC (DeepSeek-V4)",
 }
 #: Colours of the attention weights in gradient plots: queries/keys blue, values/outputs red
 #: (the second of each pair is drawn dashed).
