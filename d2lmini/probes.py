@@ -246,7 +246,7 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
     return DepthProbe(config=config, stream_rms=rms, token_spread=spread, grad_norms=grad_norms)
 
 
-@shown_in("ch04")
+@shown_in("ch04", "ch05")
 def measure_stack(blocks: nn.ModuleList, final_norm: nn.Module | None, X: torch.Tensor, R: torch.Tensor):
     r"""The measurements of :func:`probe_depth`: one forward and one backward pass through ``blocks``.
 
