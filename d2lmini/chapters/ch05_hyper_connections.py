@@ -145,12 +145,13 @@ def v4_logit_std(num_hiddens: int, num_streams: int = 4) -> float:
                                 * check_positive_int("num_hiddens", num_hiddens))
 
 
-def plot_mixing_products(sweep: dict, titles: dict | None = None):
+def plot_mixing_products(sweep: dict, titles: dict | None = None, ymax: float = 1e4):
     """Spectral norm of the product of the mixings against the depth: one panel per logit scale.
 
     Args:
         sweep: the dict of :func:`mixing_sweep`.
         titles: optional ``{logit_std: panel title}``.
+        ymax: top of the (log) y axis; larger values leave the panel at the top.
 
     Returns:
         A ``matplotlib.figure.Figure`` (log scale, a dotted line at 1).
@@ -162,8 +163,11 @@ def plot_mixing_products(sweep: dict, titles: dict | None = None):
             for (s, kind), gains in sweep.items():
                 if s == std:
                     ks = range(1, len(gains["spectral"]) + 1)
-                    ax.semilogy(ks, gains["spectral"], color=MIXING_COLORS[kind], label=MIXING_LABELS[kind])
+                    clipped = [min(g, 10 * ymax) for g in gains["spectral"]]  # off the panel, not overflowing it
+                    ax.semilogy(ks, clipped, color=MIXING_COLORS[kind], label=MIXING_LABELS[kind],
+                                linewidth=2.4 if kind == "sinkhorn" else 1.5, zorder=3 if kind == "sinkhorn" else 2)
             ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
+            ax.set_ylim(0.5, ymax)
             ax.set(xlabel="layers k", title=(titles or {}).get(std, f"logits of std {std:g}"))
             ax.grid(True, alpha=0.3)
         axes[0].set_ylabel(r"$\|H_k \cdots H_1\|_2$")
