@@ -32,6 +32,7 @@ chapter                                                       module
 2. Residual connections: the gradient highway                 :mod:`d2lmini.chapters.ch02_residual`
 3. Normalization: why LayerNorm, not BatchNorm                :mod:`d2lmini.chapters.ch03_normalization`
 4. Where the norm goes: post-LN, pre-LN and after             :mod:`d2lmini.chapters.ch04_norm_placement`
+5. Beyond one residual stream: hyper-connections and mHC      :mod:`d2lmini.chapters.ch05_hyper_connections`
 6. RMSNorm: keep the scale, drop the centring                 :mod:`d2lmini.chapters.ch06_rmsnorm`
 7. QK-norm: the same discipline inside attention              :mod:`d2lmini.chapters.ch07_qk_norm`
 8. Attention in 2026                                          :mod:`d2lmini.chapters.ch08_attention_2026`
@@ -57,7 +58,8 @@ from .widgets import FrameExplorer, StaticTwin
 # explorers and the depth experiment are public names too.
 from . import chapters  # noqa: E402
 from .chapters import (ch01_anatomy, ch02_residual, ch03_normalization, ch04_norm_placement,  # noqa: E402
-                       ch06_rmsnorm, ch07_qk_norm, ch08_attention_2026, ch09_ffn, ch10_the_2026_block, errors)
+                       ch05_hyper_connections, ch06_rmsnorm, ch07_qk_norm, ch08_attention_2026, ch09_ffn,
+                       ch10_the_2026_block, errors)
 from .chapters.ch02_residual import residual_explorer  # noqa: E402
 from .chapters.ch04_norm_placement import (DepthExplorer, depth_explorer, depth_explorer_static,  # noqa: E402
                                            depth_table, probe_placements)

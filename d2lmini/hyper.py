@@ -9,7 +9,7 @@ each sublayer ``F`` read a learned mix of them and write back into all of them:
 
 with ``H^pre`` (``1 x n``) collapsing the streams into the sublayer's input, ``H^post``
 (``1 x n``) expanding its output back into ``n`` streams, and ``H^res`` (``n x n``) mixing
-the streams among themselves. The manifold-constrained version (mHC; Xie et al., 2026,
+the streams among themselves. The manifold-constrained version (mHC; Xie et al., 2025,
 "mHC: Manifold-Constrained Hyper-Connections") computes the three mappings from the
 streams themselves and projects ``H^res`` onto the doubly-stochastic matrices (every row
 and column sums to 1) with the Sinkhorn-Knopp algorithm, so that the residual mixing
@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ._checks import check_callable, check_int_at_least, check_positive_float, check_positive_int
+from ._shown import shown_in
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
 from .norms import DEFAULT_EPS, RMSNorm
@@ -49,6 +50,7 @@ INIT_STD = 0.02
 DEFAULT_NUM_STREAMS, DEFAULT_SINKHORN_ITERS, DEFAULT_HC_EPS = 4, 20, 1e-6
 
 
+@shown_in("ch05")
 def sinkhorn_knopp(logits: torch.Tensor, *, iters: int = DEFAULT_SINKHORN_ITERS,
                    eps: float = DEFAULT_HC_EPS) -> torch.Tensor:
     r"""Project square matrices of logits onto (approximately) doubly-stochastic matrices.
@@ -134,7 +136,7 @@ class HyperConnection(nn.Module):
 
     From the streams ``x`` of a token, ``(n, d)``, flattened to ``n d`` features and
     RMS-normalized without a gain (``x'``), one linear map ``phi`` gives ``(2 + n) n``
-    numbers, split into three mappings (Xie et al., 2026, Eqs. 7-8; the paper's
+    numbers, split into three mappings (Xie et al., 2025, Eqs. 7-8; the paper's
     ``alpha`` are ``self.alpha``, its ``b`` ``self.bias``):
 
     * ``H^pre  = sigmoid(alpha_pre  * x' phi_pre  + b_pre) + eps``, ``(n,)``: the weights
@@ -203,6 +205,7 @@ class HyperConnection(nn.Module):
         self.bias = nn.Parameter(torch.zeros((2 + n) * n))
         self.alpha = nn.Parameter(torch.ones(3))
 
+    @shown_in("ch05")
     def mappings(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(H^pre, H^post, H^res)`` of ``streams`` ``(b, n_steps, n, d)``, in float32 (see the class)."""
         _check_streams(streams, self.num_streams, self.num_hiddens)
@@ -216,6 +219,7 @@ class HyperConnection(nn.Module):
         comb = sinkhorn_knopp((a_res * res + b_res).unflatten(-1, (n, n)), iters=self.sinkhorn_iters, eps=self.eps)
         return h_pre, h_post, comb.transpose(-1, -2)
 
+    @shown_in("ch05")
     def forward(self, streams: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """``H^res x + H^post F(H^pre x)``: collapse ``streams`` (b, n_steps, n, d), apply ``sublayer``, expand, mix."""
         check_callable("sublayer", sublayer)
@@ -298,7 +302,7 @@ class HyperConnectedBlock(nn.Module):
     :class:`~d2lmini.ffn.FeedForward` in place of V4's compressed attention and
     mixture of experts. A pre-LN block whose residual stream is ``n`` streams wide: a
     stack starts with :func:`expand_streams` and ends with :class:`HyperHead` (then, in
-    V4, a final RMSNorm). Sources: Xie et al. (2026), mHC; Zhu et al. (2024),
+    V4, a final RMSNorm). Sources: Xie et al. (2025), mHC; Zhu et al. (2024),
     hyper-connections; DeepSeek-V4.
 
     Args:

@@ -24,6 +24,7 @@ PLACEMENT_COLORS = {
     "post_sublayer": "#7d3c98",
     "sandwich": "#229954",
     "sandwich_scaled": "#d68910",
+    "mhc": "#17a589",
 }
 #: Human-readable names of the placements, for legends and dropdowns.
 PLACEMENT_LABELS = {
@@ -32,6 +33,7 @@ PLACEMENT_LABELS = {
     "post_sublayer": "post-sublayer (OLMo 2)",
     "sandwich": "sandwich (Gemma 2/3)",
     "sandwich_scaled": "depth-scaled sandwich",
+    "mhc": "mHC (DeepSeek-V4)",
 }
 #: Colours of the attention weights in gradient plots: queries/keys blue, values/outputs red
 #: (the second of each pair is drawn dashed).
@@ -187,7 +189,7 @@ def figure_png(fig: Figure, dpi: int = 100) -> bytes:
     return buffer.getvalue()
 
 
-def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int | None = None):
+def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int | None = None, colors=None):
     """Draw stream RMS, token spread and the q,k / v,o gradient ratio against depth.
 
     Args:
@@ -195,6 +197,7 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
         labels: legend label per probe (default: its placement's label).
         fig, axes: draw into these (three axes) instead of a new figure.
         mark_depth: if given, a dashed vertical line at that depth.
+        colors: colour per probe (default: its placement's colour).
 
     Returns:
         The figure (a new one from :func:`new_figure` unless ``fig`` was given).
@@ -204,9 +207,9 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
         with matplotlib.rc_context(STYLE):
             fig, axes = new_figure(3, width=8.0, height=3.1)
     labels = labels or [PLACEMENT_LABELS.get(p.key, p.key) for p in probes]
+    colors = colors or [PLACEMENT_COLORS.get(p.key) for p in probes]
     with matplotlib.rc_context(STYLE):
-        for probe, label in zip(probes, labels):
-            color = PLACEMENT_COLORS.get(probe.key)
+        for probe, label, color in zip(probes, labels, colors):
             ks = range(probe.depth + 1)
             axes[0].plot(ks, probe.stream_rms, color=color, label=label)
             axes[1].semilogy(ks, probe.token_spread, color=color, label=label)

@@ -17,6 +17,7 @@ from torch import nn
 from ._checks import check_choice, check_instance, check_int_at_least, check_int_in, check_positive_int, check_seed
 from ._shown import shown_in
 from .block import TransformerBlock
+from .hyper import HyperConnectedBlock, HyperHead, expand_streams
 from .norms import make_norm
 from .seeding import seeded
 
@@ -149,7 +150,8 @@ def init_linear_weights_(module: nn.Module, init: str = "xavier_uniform") -> nn.
 def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, num_hiddens: int = 128,
                 num_heads: int = 4, num_steps: int = 64, act: str = "relu", init: str = "xavier_uniform",
                 sublayer_norm_gain: float | None = None, residual: bool = True, seed: int = 0,
-                dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> DepthProbe:
+                dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                num_streams: int = 4) -> DepthProbe:
     r"""Push one random sequence through ``depth`` fresh blocks and measure every depth.
 
     The stack is ``depth`` blocks (:class:`~d2lmini.block.TransformerBlock`;
@@ -172,6 +174,15 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
     This is the experiment behind the post-LN/pre-LN comparison of Xiong et al.
     (2020) and the rank-collapse analysis of Dong, Cordonnier & Loukas (2021).
 
+    ``placement='mhc'`` probes manifold-constrained hyper-connections instead (chapter
+    "Beyond one residual stream"): ``depth`` :class:`~d2lmini.hyper.HyperConnectedBlock`
+    with ``num_streams`` streams (RMSNorm only, so ``norm`` must be ``'rms'``), attention
+    and FFN drawn by ``init`` as above, the mappings' projections as DeepSeek-V4 draws
+    them. The stack starts with :func:`~d2lmini.hyper.expand_streams` (every stream a copy
+    of ``X_0``) and ends as DeepSeek-V4's does: a :class:`~d2lmini.hyper.HyperHead`, then the
+    final RMSNorm. The stream measurements take a token's whole state, its ``num_streams``
+    streams (``num_streams d`` numbers), as its vector.
+
     Args:
         placement: ``'post'``, ``'pre'``, ``'post_sublayer'`` or ``'sandwich'``.
         norm: one of :data:`d2lmini.norms.NORMS`.
@@ -186,6 +197,7 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
         dtype: floating-point type of weights and activations (float64 shows values
             below float32's resolution; results are returned as Python floats).
         device: where the computation runs.
+        num_streams: streams of ``'mhc'`` (ignored by the other placements).
 
     Returns:
         A :class:`DepthProbe` with ``depth + 1`` stream measurements and ``depth``
@@ -204,30 +216,42 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
                   residual=residual, seed=seed,
                   dtype=str(dtype).replace("torch.", ""))
 
+    if placement == "mhc":
+        check_choice("norm (mHC blocks use RMSNorm)", norm, ("rms",))
+        config["num_streams"] = num_streams = check_positive_int("num_streams", num_streams)
     with seeded(seed):
-        blocks = nn.ModuleList(
-            init_linear_weights_(
-                TransformerBlock(num_hiddens, num_heads, norm=norm, act=act, placement=placement,
-                                 sublayer_norm_gain=sublayer_norm_gain, residual=residual), init)
-            for _ in range(depth)
-        )
-        final_norm = None if placement == "post" else make_norm(norm, num_hiddens)
+        if placement == "mhc":
+            blocks = nn.ModuleList(
+                init_linear_weights_(HyperConnectedBlock(num_hiddens, num_heads, num_streams=num_streams, act=act), init)
+                for _ in range(depth))
+            final_norm = nn.Sequential(HyperHead(num_hiddens, num_streams), make_norm("rms", num_hiddens))
+        else:
+            blocks = nn.ModuleList(
+                init_linear_weights_(
+                    TransformerBlock(num_hiddens, num_heads, norm=norm, act=act, placement=placement,
+                                     sublayer_norm_gain=sublayer_norm_gain, residual=residual), init)
+                for _ in range(depth)
+            )
+            final_norm = None if placement == "post" else make_norm(norm, num_hiddens)
         X = torch.randn(1, num_steps, num_hiddens)
         R = torch.randn(1, num_steps, num_hiddens)
     blocks.to(device=device, dtype=dtype)
     if final_norm is not None:
         final_norm.to(device=device, dtype=dtype)
     X, R = X.to(device=device, dtype=dtype), R.to(device=device, dtype=dtype)
+    if placement == "mhc":
+        X = expand_streams(X, num_streams)  # (1, n, num_streams, d)
 
     rms, spread, grad_norms = measure_stack(blocks, final_norm, X, R)
     return DepthProbe(config=config, stream_rms=rms, token_spread=spread, grad_norms=grad_norms)
 
 
-@shown_in("ch04")
+@shown_in("ch04", "ch05")
 def measure_stack(blocks: nn.ModuleList, final_norm: nn.Module | None, X: torch.Tensor, R: torch.Tensor):
     r"""The measurements of :func:`probe_depth`: one forward and one backward pass through ``blocks``.
 
-    Records the stream RMS and :func:`token_spread` of the input ``X`` ``(1, n, d)`` and
+    Records the stream RMS and :func:`token_spread` of the input ``X`` ``(1, n, d)`` (or the
+    ``(1, n, S, d)`` streams of hyper-connected blocks, a token's ``S d`` numbers its vector) and
     after every block, then backpropagates the read-out loss
     :math:`\ell = \sum_{ij} Y_{ij} R_{ij} / \sqrt{nd}` of ``Y = final_norm(X_L)`` (``X_L``
     if ``final_norm`` is ``None``) and returns the gradient norm of every block's
@@ -236,11 +260,11 @@ def measure_stack(blocks: nn.ModuleList, final_norm: nn.Module | None, X: torch.
     Returns:
         ``(stream_rms, token_spread, grad_norms)`` as in :class:`DepthProbe`.
     """
-    rms, spread = [stream_rms(X)], [token_spread(X)]
+    rms, spread = [stream_rms(X)], [token_spread(X.flatten(2))]
     for block in blocks:
         X = block(X)
         rms.append(stream_rms(X.detach()))
-        spread.append(token_spread(X.detach()))
+        spread.append(token_spread(X.detach().flatten(2)))
     Y = X if final_norm is None else final_norm(X)
     loss = (Y * R).sum() / math.sqrt(Y.numel())
     loss.backward()
@@ -255,5 +279,8 @@ def measure_stack(blocks: nn.ModuleList, final_norm: nn.Module | None, X: torch.
 
 #: The placements compared in the chapter "Where the norm goes", in the order shown.
 PROBED_PLACEMENTS = ("post", "pre", "post_sublayer", "sandwich", "sandwich_scaled")
+#: What :func:`probe_depth` also takes: ``'mhc'``, the hyper-connected stack of the chapter
+#: "Beyond one residual stream".
+HYPER_PLACEMENT = "mhc"
 
 

@@ -78,8 +78,9 @@
                        "stroke-dasharray": s.dash ? "6,4" : "none", "clip-path": "url(#" + clip + ")" }, svg);
     });
     var labelled = series.filter(function (s) { return s.label; });
-    labelled.forEach(function (s, i) {
-      var ly = y0 - 10 - 15 * (labelled.length - 1 - i), lx = x1 - 48;
+    var longest = Math.max.apply(null, labelled.map(function (s) { return s.label.length; }).concat([0]));
+    labelled.forEach(function (s, i) {  // the legend's width follows its longest label (about 6.5 px a character)
+      var ly = y0 - 10 - 15 * (labelled.length - 1 - i), lx = x1 - Math.max(48, 26 + 6.5 * longest);
       el("line", { x1: lx, x2: lx + 16, y1: ly, y2: ly, stroke: s.color, "stroke-width": 2,
                    "stroke-dasharray": s.dash ? "4,3" : "none" }, svg);
       text(svg, lx + 20, ly + 4, s.label, { "font-size": 11 });

@@ -24,7 +24,7 @@ from ..data import CharCorpus
 from ..norms import COMPARED_NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
                     figure_png, new_figure, styled_figure)
-from ..probes import ATTENTION_WEIGHTS, PROBED_PLACEMENTS, DepthProbe, probe_depth
+from ..probes import ATTENTION_WEIGHTS, HYPER_PLACEMENT, PROBED_PLACEMENTS, DepthProbe, probe_depth
 from ..train import TrainResult, train_and_evaluate
 from ..widgets import StaticTwin, round_frame_values
 
@@ -417,8 +417,42 @@ def plot_warmup_runs(runs: dict, window: int = 20):
     return fig
 
 
+#: The stream counts of the mHC explorer's streams slider (chapter "Beyond one residual stream").
+EXPLORED_STREAMS = (1, 2, 4, 8)
+
+
+def _check_explorer_placements(placements, norms, streams):
+    """The explorers' placements, norms and stream counts, checked; mHC needs ``norms == ('rms',)``."""
+    placements = tuple(check_choice("placements", p, PROBED_PLACEMENTS + (HYPER_PLACEMENT,)) for p in placements)
+    norms = tuple(check_choice("norms", n, COMPARED_NORMS) for n in norms)
+    if not placements or not norms:
+        raise ValueError("placements and norms must each name at least one option")
+    if HYPER_PLACEMENT in placements:
+        if norms != ("rms",):
+            raise ValueError(f"mHC blocks use RMSNorm: with placement {HYPER_PLACEMENT!r} pass norms=('rms',), "
+                             f"got {norms}")
+        streams = tuple(check_int_sequence("streams", streams, minimum=1, distinct=True))
+    return placements, norms, streams
+
+
+def _probe_one(placement: str, norm: str, depth: int, num_streams: int, probe_kwargs: dict) -> DepthProbe:
+    """One configuration of the explorers: :func:`probe_placements`, or mHC with ``num_streams`` streams."""
+    if placement == HYPER_PLACEMENT:
+        return probe_depth(HYPER_PLACEMENT, norm=norm, depth=depth, num_streams=num_streams, **probe_kwargs)
+    return probe_placements(depth, (placement,), norm=norm, **probe_kwargs)[placement]
+
+
+def _config_label(placement: str, num_streams: int) -> str:
+    return f"mHC, {num_streams} streams" if placement == HYPER_PLACEMENT else PLACEMENT_LABELS[placement]
+
+
+def _reference(placement: str, num_streams: int) -> tuple[str, int]:
+    """The configuration drawn dashed beside ``placement`` in an mHC explorer: pre-LN beside mHC, else mHC."""
+    return ("pre", num_streams) if placement == HYPER_PLACEMENT else (HYPER_PLACEMENT, num_streams)
+
+
 class DepthExplorer:
-    """Depth x placement x norm explorer for the chapter "Where the norm goes".
+    """Depth x placement x norm explorer for the chapters "Where the norm goes" and "Beyond one residual stream".
 
     Controls: a depth slider ``L`` (1 to ``max_depth``), a placement dropdown and
     a norm toggle. For the chosen stack it shows, per depth, the stream RMS, the
@@ -426,85 +460,108 @@ class DepthExplorer:
     (:func:`d2lmini.probes.probe_depth`). Each (placement, norm, depth) is probed and
     drawn once; moving back to it shows the cached picture.
 
+    With ``'mhc'`` among ``placements`` (manifold-constrained hyper-connections,
+    :class:`~d2lmini.hyper.HyperConnectedBlock`; RMSNorm only, so ``norm='rms'``), a
+    streams slider picks the number of streams ``n``, and the stream RMS and token spread
+    panels also draw, dashed, the other configuration for comparison: pre-LN beside mHC,
+    mHC with ``n`` streams beside the other placements.
+
     Args:
         max_depth: largest depth on the slider (default 64).
         depth: initial depth (default 32).
-        placement: initial placement, one of :data:`d2lmini.probes.PROBED_PLACEMENTS`
-            (the four placements and ``'sandwich_scaled'``, the depth-scaled sandwich).
+        placement: initial placement, one of ``placements``.
         norm: initial norm, ``'layer'`` or ``'rms'``.
+        placements: the dropdown's options, from :data:`d2lmini.probes.PROBED_PLACEMENTS`
+            (the four placements and ``'sandwich_scaled'``, the depth-scaled sandwich) and ``'mhc'``.
+        streams: the streams slider's stops (used with ``'mhc'`` only).
+        num_streams: the initial number of streams, one of ``streams``.
         **probe_kwargs: passed to :func:`~d2lmini.probes.probe_depth` (sizes, seed, dtype, ...).
 
     Attributes:
-        depth_slider, placement_dropdown, norm_toggle: the controls.
+        depth_slider, placement_dropdown, norm_toggle: the controls; ``streams_slider``
+            too with ``'mhc'`` (else ``None``).
         image: the ``ipywidgets.Image`` the figure is drawn into.
         widget: the whole explorer (an ``ipywidgets.VBox``); displaying the
             explorer displays it.
 
     Raises:
-        ValueError: for an initial value outside the allowed ones.
+        ValueError: for an initial value outside the allowed ones, or ``'mhc'`` with a norm other than ``'rms'``.
         TypeError: for a keyword that :func:`~d2lmini.probes.probe_depth` does not take.
     """
 
     def __init__(self, max_depth: int = 64, depth: int = 32, *, placement: str = "post", norm: str = "layer",
-                 **probe_kwargs):
+                 placements=PROBED_PLACEMENTS, streams=EXPLORED_STREAMS, num_streams: int = 4, **probe_kwargs):
         import inspect
 
         import ipywidgets as widgets
 
         max_depth = check_positive_int("max_depth", max_depth)
         check_int_in("depth", depth, 1, max_depth)
-        check_choice("placement", placement, PROBED_PLACEMENTS)
-        check_choice("norm", norm, COMPARED_NORMS)
-        allowed = set(inspect.signature(probe_depth).parameters) - {"placement", "norm", "depth", "sublayer_norm_gain"}
+        hyper = HYPER_PLACEMENT in placements
+        placements, norms, streams = _check_explorer_placements(placements, ("rms",) if hyper else COMPARED_NORMS,
+                                                                streams)
+        check_choice("placement", placement, placements)
+        check_choice("norm", norm, norms)
+        allowed = (set(inspect.signature(probe_depth).parameters)
+                   - {"placement", "norm", "depth", "sublayer_norm_gain", "num_streams"})
         unknown = sorted(set(probe_kwargs) - allowed)
         if unknown:
             raise TypeError(f"unknown probe_depth arguments {unknown}; allowed: {sorted(allowed)}")
         self.max_depth = max_depth
         self.probe_kwargs = probe_kwargs
-        self._cache = {}   # (placement, norm, depth) -> DepthProbe
-        self._frames = {}  # (placement, norm, depth) -> PNG bytes
+        self._cache = {}   # (placement, norm, depth) or, for mHC, (placement, norm, depth, streams) -> DepthProbe
+        self._frames = {}  # (placement, norm, depth[, streams]) -> PNG bytes
         self.depth_slider = widgets.IntSlider(value=depth, min=1, max=max_depth, description="depth L",
                                               continuous_update=False)
         self.placement_dropdown = widgets.Dropdown(
-            options=[(PLACEMENT_LABELS[p], p) for p in PROBED_PLACEMENTS], value=placement,
+            options=[(PLACEMENT_LABELS[p], p) for p in placements], value=placement,
             description="placement")
-        self.norm_toggle = widgets.ToggleButtons(options=[(NORM_LABELS[n], n) for n in COMPARED_NORMS],
+        self.norm_toggle = widgets.ToggleButtons(options=[(NORM_LABELS[n], n) for n in norms],
                                                  value=norm, description="norm")
+        self.streams_slider = None
+        controls = [self.depth_slider, self.placement_dropdown, self.norm_toggle]
+        if hyper:
+            if num_streams not in streams:
+                raise ValueError(f"num_streams must be one of streams={streams}, got {num_streams!r}")
+            self.streams_slider = widgets.SelectionSlider(options=list(streams), value=num_streams,
+                                                          description="streams n", continuous_update=False)
+            controls.append(self.streams_slider)
         self.image = widgets.Image(format="png")
         self.fig, self.axes = new_figure(3, width=10.0, height=3.4)
-        for control in (self.depth_slider, self.placement_dropdown, self.norm_toggle):
+        for control in controls:
             control.observe(self._on_change, names="value")
-        self.widget = widgets.VBox([widgets.HBox([self.placement_dropdown, self.depth_slider]),
-                                    self.norm_toggle, self.image])
+        top = [self.placement_dropdown, self.depth_slider] + ([self.streams_slider] if hyper else [])
+        self.widget = widgets.VBox([widgets.HBox(top), self.norm_toggle, self.image])
         self.update()
 
-    def probe(self, placement: str, norm: str, depth: int):
-        """The (cached) :class:`~d2lmini.probes.DepthProbe` for one configuration."""
-        key = (placement, norm, depth)
+    def probe(self, placement: str, norm: str, depth: int, num_streams: int | None = None):
+        """The (cached) :class:`~d2lmini.probes.DepthProbe` for one configuration (``num_streams``: mHC only)."""
+        key = (placement, norm, depth) if placement != HYPER_PLACEMENT else (placement, norm, depth, num_streams)
         if key not in self._cache:
-            self._cache[key] = probe_placements(depth, (placement,), norm=norm, **self.probe_kwargs)[placement]
+            self._cache[key] = _probe_one(placement, norm, depth, num_streams, self.probe_kwargs)
         return self._cache[key]
 
     def _on_change(self, change) -> None:
         self.update()
 
-    def frame(self, placement: str, norm: str, depth: int) -> bytes:
+    def frame(self, placement: str, norm: str, depth: int, num_streams: int | None = None) -> bytes:
         """The PNG picture of one configuration, drawn once and then cached."""
-        key = (placement, norm, depth)
+        key = (placement, norm, depth) if self.streams_slider is None else (placement, norm, depth, num_streams)
         if key not in self._frames:
-            self._draw(placement, norm, depth)
+            self._draw(placement, norm, depth, num_streams)
             self._frames[key] = figure_png(self.fig)
         return self._frames[key]
 
     def update(self) -> None:
         """Show the picture for the controls' current values."""
+        streams = None if self.streams_slider is None else self.streams_slider.value
         self.image.value = self.frame(self.placement_dropdown.value, self.norm_toggle.value,
-                                      self.depth_slider.value)
+                                      self.depth_slider.value, streams)
 
-    def _draw(self, placement: str, norm: str, depth: int) -> None:
+    def _draw(self, placement: str, norm: str, depth: int, num_streams: int | None = None) -> None:
         import matplotlib
 
-        result = self.probe(placement, norm, depth)
+        result = self.probe(placement, norm, depth, num_streams)
         color = PLACEMENT_COLORS[placement]
         ks = range(depth + 1)
         blocks = range(1, depth + 1)
@@ -517,6 +574,14 @@ class DepthExplorer:
                     ylim=(0, max(1.5, 1.15 * max(result.stream_rms))))
             spread.semilogy(ks, result.token_spread, color=color)
             spread.set(xlabel="depth k", ylabel="token spread", title="Token spread", ylim=(1e-6, 2.0))
+            if self.streams_slider is not None:  # the other configuration, dashed, for comparison
+                other, n = _reference(placement, num_streams)
+                reference = self.probe(other, norm, depth, n)
+                for ax, values in ((rms, reference.stream_rms), (spread, reference.token_spread)):
+                    ax.lines[0].set_label(_config_label(placement, num_streams))
+                    ax.plot(ks, values, color=PLACEMENT_COLORS[other], linestyle="--", label=_config_label(other, n))
+                    ax.legend(loc="lower left", fontsize=8)
+                rms.set_ylim(0, max(1.5, 1.15 * max(result.stream_rms + reference.stream_rms)))
             for name in ATTENTION_WEIGHTS:
                 grads.semilogy(blocks, result.grad_norms[name], color=WEIGHT_COLORS[name], label=name,
                                linestyle="--" if name in ("W_k", "W_o") else "-",
@@ -526,7 +591,9 @@ class DepthExplorer:
             for ax in self.axes:
                 ax.set_xlim(0, self.max_depth)
                 ax.grid(True, alpha=0.3)
-            self.fig.suptitle(f"{PLACEMENT_LABELS[placement]}, {NORM_LABELS[norm]}, "
+            name = (_config_label(placement, num_streams) if placement == HYPER_PLACEMENT
+                    else PLACEMENT_LABELS[placement])
+            self.fig.suptitle(f"{name}, {NORM_LABELS[norm]}, "
                               f"L = {depth}: RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
                               f"top-block q,k/v,o gradient ratio {result.qk_vo_ratio(depth):.1e}", fontsize=10)
 
@@ -543,42 +610,71 @@ def depth_explorer(**kwargs) -> DepthExplorer:
 
 def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placements=PROBED_PLACEMENTS,
                           norms=COMPARED_NORMS, depth: int = 32, placement: str = "post", norm: str = "layer",
-                          **probe_kwargs) -> StaticTwin:
+                          streams=EXPLORED_STREAMS, num_streams: int = 4, **probe_kwargs) -> StaticTwin:
     """The static twin of :class:`DepthExplorer`: the same three panels on a grid of depths.
 
     Each (placement, norm, depth) on the grid is probed once with
     :func:`d2lmini.chapters.ch04_norm_placement.probe_placements` and its curves are embedded; the page
-    redraws them when a control moves.
+    redraws them when a control moves. With ``'mhc'`` among ``placements`` the norm control
+    gives way to a streams slider (mHC uses RMSNorm: ``norms`` must be ``('rms',)``), every
+    (placement, depth, streams) is a frame, and the first two panels also draw the other
+    configuration dashed, as :class:`DepthExplorer` does.
 
     Args:
         depths: the depth slider's stops.
         placements, norms: the dropdowns' options.
         depth, placement, norm: the initial values.
+        streams, num_streams: the streams slider's stops and initial value (with ``'mhc'`` only).
         **probe_kwargs: passed to :func:`~d2lmini.probes.probe_depth` (sizes, seed, dtype).
 
     Returns:
         A :class:`StaticTwin` (display it, or call ``to_html()``).
+
+    Raises:
+        ValueError: for an unknown placement or norm, or ``'mhc'`` with ``norms`` other than ``('rms',)``.
     """
+    placements, norms, streams = _check_explorer_placements(placements, norms, streams)
+    hyper = HYPER_PLACEMENT in placements
+    cache = {}
+
+    def probe(p, n, L, s):
+        key = (p, n, L, s if p == HYPER_PLACEMENT else None)
+        if key not in cache:
+            cache[key] = _probe_one(p, n, L, s, probe_kwargs)
+        return cache[key]
+
     frames = {}
     for p in placements:
         for n in norms:
             for L in depths:
-                result = probe_placements(L, (p,), norm=n, **probe_kwargs)[p]
-                grads = [dict(y=round_frame_values(result.grad_norms[w]), x0=1, color=WEIGHT_COLORS[w], label=w,
-                              dash=w in ("W_k", "W_o")) for w in ATTENTION_WEIGHTS]
-                frames[f"{p}|{L}|{n}"] = dict(
-                    title=(f"{PLACEMENT_LABELS[p]}, {NORM_LABELS[n]}, L = {L}: "
-                           f"RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
-                           f"q,k/v,o gradient ratio {result.qk_vo_ratio(L):.1e}"),
-                    panels=[[dict(y=round_frame_values(result.stream_rms), x0=0, color=PLACEMENT_COLORS[p])],
-                            [dict(y=round_frame_values(result.token_spread), x0=0, color=PLACEMENT_COLORS[p])],
-                            grads])
+                for s in (streams if hyper else (None,)):
+                    result = probe(p, n, L, s)
+                    grads = [dict(y=round_frame_values(result.grad_norms[w]), x0=1, color=WEIGHT_COLORS[w], label=w,
+                                  dash=w in ("W_k", "W_o")) for w in ATTENTION_WEIGHTS]
+                    panels = [[dict(y=round_frame_values(result.stream_rms), x0=0, color=PLACEMENT_COLORS[p])],
+                              [dict(y=round_frame_values(result.token_spread), x0=0, color=PLACEMENT_COLORS[p])],
+                              grads]
+                    if hyper:  # the other configuration, dashed, in the first two panels
+                        other, s_other = _reference(p, s)
+                        reference = probe(other, n, L, s_other)
+                        for panel, values, mine in ((panels[0], reference.stream_rms, result.stream_rms),
+                                                    (panels[1], reference.token_spread, result.token_spread)):
+                            panel[0]["label"] = _config_label(p, s)
+                            panel.append(dict(y=round_frame_values(values), x0=0, color=PLACEMENT_COLORS[other],
+                                              dash=True, label=_config_label(other, s_other)))
+                    name = _config_label(p, s) if hyper else PLACEMENT_LABELS[p]
+                    key = f"{p}|{L}|{s}" if hyper else f"{p}|{L}|{n}"
+                    frames[key] = dict(
+                        title=(f"{name}, {NORM_LABELS[n]}, L = {L}: "
+                               f"RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
+                               f"q,k/v,o gradient ratio {result.qk_vo_ratio(L):.1e}"),
+                        panels=panels)
     controls = [
         dict(name="placement", label="placement", type="select",
              options=[[p, PLACEMENT_LABELS[p]] for p in placements], value=placement),
         dict(name="depth", label="depth L", type="range", values=list(depths), value=depth),
-        dict(name="norm", label="norm", type="select",
-             options=[[n, NORM_LABELS[n]] for n in norms], value=norm),
+        dict(name="streams", label="streams n", type="range", values=list(streams), value=num_streams) if hyper else
+        dict(name="norm", label="norm", type="select", options=[[n, NORM_LABELS[n]] for n in norms], value=norm),
     ]
     panels = [dict(title="Size of the stream", xlabel="depth k", ylabel="stream RMS", log=False,
                    xmin=0, xmax=max(depths), ymin=0),

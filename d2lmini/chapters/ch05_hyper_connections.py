@@ -1,0 +1,261 @@
+r"""Beyond one residual stream: the experiments of the chapter "Beyond one residual stream".
+
+* :func:`probe_streams` -- chapter 4's depth experiment at initialization for pre-LN and
+  for manifold-constrained hyper-connections (mHC) with several numbers of streams
+  (the measurement itself is :func:`d2lmini.probes.probe_depth` with ``placement='mhc'``);
+* :func:`mixing_matrices`, :func:`product_gains`, :func:`mixing_sweep` and
+  :func:`plot_mixing_products` -- what a stack of residual mixing matrices ``H^res`` does
+  to the streams: doubly stochastic (Sinkhorn-Knopp, mHC), rows only (a row softmax), or
+  not normalized at all;
+* :func:`compare_with_deepseek_v4` -- :mod:`d2lmini.hyper` against DeepSeek-V4's layers
+  in the installed Hugging Face ``transformers``;
+* :func:`hyper_depth_explorer` and :func:`hyper_depth_explorer_static` -- chapter 4's depth
+  explorer with pre-LN, mHC and a streams slider, live and pre-computed.
+
+Sources: Zhu et al. (2024), "Hyper-Connections"; Xie et al. (2025), "mHC:
+Manifold-Constrained Hyper-Connections"; DeepSeek-AI (2026), DeepSeek-V4.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import check_choice, check_int_sequence, check_positive_float, check_positive_int, check_seed
+from .._shown import shown_in
+from ..hyper import INIT_STD, HyperConnection, HyperHead, sinkhorn_knopp
+from ..plot import styled_figure
+from ..probes import HYPER_PLACEMENT, probe_depth
+from ..reference import _randomize_
+from ..seeding import seeded
+from .ch04_norm_placement import EXPLORED_STREAMS, DepthExplorer, depth_explorer_static
+
+#: The residual mixings compared by :func:`mixing_matrices`, in the order shown.
+MIXINGS = ("sinkhorn", "softmax", "unnormalized")
+#: Their names in legends and tables.
+MIXING_LABELS = {"sinkhorn": "Sinkhorn-Knopp (mHC)", "softmax": "rows only (softmax)",
+                 "unnormalized": "not normalized, exp(logits)/n"}
+MIXING_COLORS = {"sinkhorn": "#17a589", "softmax": "#2471a3", "unnormalized": "#c0392b"}
+
+
+@shown_in("ch05")
+def probe_streams(depth: int = 32, streams=(1, 2, 4, 8), **kwargs) -> dict:
+    """Chapter 4's depth experiment for pre-LN and for mHC stacks of several widths.
+
+    Every stack uses RMSNorm (mHC's blocks do) and everything else alike: one
+    :func:`~d2lmini.probes.probe_depth` per configuration, same seed, sizes and weights' distribution.
+
+    Args:
+        depth: blocks in every stack.
+        streams: numbers of streams ``n`` of the mHC stacks (ints >= 1).
+        **kwargs: passed to :func:`~d2lmini.probes.probe_depth` (sizes, ``act``, ``seed``, ``dtype``, ...).
+
+    Returns:
+        ``{"pre": DepthProbe, n: DepthProbe for each n in streams}``.
+    """
+    probes = {"pre": probe_depth("pre", norm="rms", depth=depth, **kwargs)}
+    for n in check_int_sequence("streams", streams, minimum=1, distinct=True):
+        probes[n] = probe_depth(HYPER_PLACEMENT, norm="rms", depth=depth, num_streams=n, **kwargs)
+    return probes
+
+
+def streams_table(probes: dict, ks=(8, 16, 32)):
+    """The measurements of :func:`probe_streams` at depths ``ks`` as a pandas DataFrame.
+
+    Returns:
+        ``pandas.DataFrame`` indexed by (stack, k): ``"pre-LN"`` or ``"mHC, n = 4"``, ...;
+        columns stream RMS, token spread and the q,k : v,o gradient ratio
+        (:meth:`~d2lmini.probes.DepthProbe.qk_vo_ratio`).
+    """
+    import pandas as pd
+
+    rows = {}
+    for name, probe in probes.items():
+        for k in ks:
+            row = probe.at(k)
+            rows[("pre-LN" if name == "pre" else f"mHC, n = {name}", k)] = {
+                "stream RMS": row["stream_rms"], "token spread": row["token_spread"], "q,k : v,o": row["qk_vo_ratio"]}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["stack", "k"])
+
+
+@shown_in("ch05")
+def mixing_matrices(kind: str, depth: int, num_streams: int = 4, logit_std: float = 1.0,
+                    seed: int = 0) -> torch.Tensor:
+    """``depth`` random residual mixing matrices ``H^res``, ``(depth, n, n)``, float64.
+
+    Logits ``logit_std * N(0, 1)``, one ``n x n`` matrix per layer, made into a mixing by
+    ``kind``: ``'sinkhorn'``, mHC's :func:`~d2lmini.hyper.sinkhorn_knopp` (rows and
+    columns sum to 1, transposed as :class:`~d2lmini.hyper.HyperConnection` uses it);
+    ``'softmax'``, a softmax over each row (rows sum to 1, columns do not); ``'unnormalized'``,
+    ``exp(logits) / n`` (the softmax without its division: positive, ``J / n`` at zero logits).
+
+    Raises:
+        ValueError / TypeError: ``kind`` not in :data:`MIXINGS`; bad sizes, ``logit_std`` or seed.
+    """
+    check_choice("kind", kind, MIXINGS)
+    depth, n = check_positive_int("depth", depth), check_positive_int("num_streams", num_streams)
+    with seeded(check_seed(seed)):
+        logits = check_positive_float("logit_std", logit_std) * torch.randn(depth, n, n, dtype=torch.float64)
+    if kind == "sinkhorn":
+        return sinkhorn_knopp(logits).transpose(-1, -2)  # H^res = comb^T, as in HyperConnection.mappings
+    if kind == "softmax":
+        return torch.softmax(logits, dim=-1)
+    return logits.exp() / n
+
+
+@shown_in("ch05")
+def product_gains(matrices: torch.Tensor) -> dict[str, list[float]]:
+    """What the first ``k`` mixings do together, for ``k = 1 .. depth``: ``P_k = H_k ... H_2 H_1``.
+
+    ``x_k = P_k x_0`` when the sublayers add nothing. Returns ``{"spectral": ||P_k||_2``, the
+    most that ``P_k`` can stretch the streams ``x_0`` (its largest singular value);
+    ``"mean_drift": max_j |sum_i (P_k)_ij - 1|``, how far ``P_k`` is from keeping the
+    streams' mean (0 when every column sums to 1)``}``.
+    """
+    P = torch.eye(matrices.shape[-1], dtype=matrices.dtype)
+    gains = {"spectral": [], "mean_drift": []}
+    for H in matrices:
+        P = H @ P
+        gains["spectral"].append(float(torch.linalg.matrix_norm(P, ord=2)))
+        gains["mean_drift"].append(float((P.sum(dim=0) - 1).abs().max()))
+    return gains
+
+
+def mixing_sweep(logit_stds=(0.45, 2.6, 8.0), kinds=MIXINGS, depth: int = 64, num_streams: int = 4,
+                 seed: int = 0) -> dict:
+    """:func:`product_gains` of :func:`mixing_matrices` for every kind and logit scale.
+
+    Returns:
+        ``{(logit_std, kind): {"spectral": [...], "mean_drift": [...]}}``, ``depth`` values each;
+        the same logits (same seed) for every kind at one scale.
+    """
+    return {(std, kind): product_gains(mixing_matrices(kind, depth, num_streams, std, seed))
+            for std in logit_stds for kind in kinds}
+
+
+def v4_logit_std(num_hiddens: int, num_streams: int = 4) -> float:
+    """The standard deviation of mHC's logits at DeepSeek-V4's initialization: ``INIT_STD sqrt(n d)``.
+
+    The projection ``phi`` has ``N(0, INIT_STD^2)`` entries and reads the ``n d`` numbers of
+    a token's streams after an RMSNorm (each of RMS 1), so every logit is a sum of ``n d``
+    terms of variance ``INIT_STD^2`` (see :class:`~d2lmini.hyper.HyperConnection`).
+    """
+    return INIT_STD * math.sqrt(check_positive_int("num_streams", num_streams)
+                                * check_positive_int("num_hiddens", num_hiddens))
+
+
+def plot_mixing_products(sweep: dict, titles: dict | None = None, ymax: float = 1e4):
+    """Spectral norm of the product of the mixings against the depth: one panel per logit scale.
+
+    Args:
+        sweep: the dict of :func:`mixing_sweep`.
+        titles: optional ``{logit_std: panel title}``.
+        ymax: top of the (log) y axis; larger values leave the panel at the top.
+
+    Returns:
+        A ``matplotlib.figure.Figure`` (log scale, a dotted line at 1).
+    """
+    stds = list(dict.fromkeys(std for std, _ in sweep))
+    with styled_figure(len(stds), width=3.6 * len(stds), height=3.2) as (fig, axes):
+        axes = axes if len(stds) > 1 else [axes]
+        for ax, std in zip(axes, stds):
+            for (s, kind), gains in sweep.items():
+                if s == std:
+                    ks = range(1, len(gains["spectral"]) + 1)
+                    clipped = [min(g, 10 * ymax) for g in gains["spectral"]]  # off the panel, not overflowing it
+                    ax.semilogy(ks, clipped, color=MIXING_COLORS[kind], label=MIXING_LABELS[kind],
+                                linewidth=2.4 if kind == "sinkhorn" else 1.5, zorder=3 if kind == "sinkhorn" else 2)
+            ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
+            ax.set_ylim(0.5, ymax)
+            ax.set(xlabel="layers k", title=(titles or {}).get(std, f"logits of std {std:g}"))
+            ax.grid(True, alpha=0.3)
+        axes[0].set_ylabel(r"$\|H_k \cdots H_1\|_2$")
+        axes[0].legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def _v4_classes(num_hiddens: int, num_streams: int):
+    """DeepSeek-V4's modeling module and a tiny config, or ``None`` if ``transformers`` lacks it."""
+    try:
+        from transformers.models.deepseek_v4 import configuration_deepseek_v4 as c
+        from transformers.models.deepseek_v4 import modeling_deepseek_v4 as m
+    except ImportError:
+        return None
+    config = c.DeepseekV4Config(
+        vocab_size=50, hidden_size=num_hiddens, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=16, q_lora_rank=16, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
+        o_groups=2, o_lora_rank=16, index_n_heads=2, index_head_dim=8, index_topk=4, hc_mult=num_streams)
+    return m, config
+
+
+def _max_diff(run_a, run_b, X: torch.Tensor) -> tuple[float, float]:
+    """Largest |difference| of the outputs of ``run_a`` and ``run_b`` on ``X``, and of the input gradients
+    of one random read-out of the outputs (a tuple of outputs counts as one)."""
+    results = []
+    for run in (run_a, run_b):
+        Z = X.clone().requires_grad_(True)
+        Y = run(Z)
+        Y = torch.cat([y.flatten() for y in Y]) if isinstance(Y, tuple) else Y.flatten()
+        (Y * torch.randn(Y.shape, generator=torch.Generator().manual_seed(1))).sum().backward()
+        results.append((Y.detach(), Z.grad))
+    (ya, ga), (yb, gb) = results
+    return float((ya - yb).abs().max()), float((ga - gb).abs().max())
+
+
+@shown_in("ch05")
+def compare_with_deepseek_v4(num_hiddens: int = 32, num_streams: int = 4, seed: int = 0) -> dict | None:
+    """d2lmini's mHC against DeepSeek-V4's layers in the installed Hugging Face ``transformers``.
+
+    Random parameters (large enough that ``H^res`` is far from uniform) are copied into
+    ``DeepseekV4HyperConnection`` and ``DeepseekV4HyperHead``; both sides get the same
+    random streams ``(2, 6, n, d)``. Returns ``{name: (max |output diff|, max |input-gradient diff|)}``,
+    or ``None`` when this ``transformers`` has no DeepSeek-V4 (before 5.24).
+    """
+    found = _v4_classes(num_hiddens, num_streams)
+    if found is None:
+        return None
+    m, config = found
+    hc, head = HyperConnection(num_hiddens, num_streams), HyperHead(num_hiddens, num_streams)
+    for module, offset in ((hc, seed), (head, seed + 1)):
+        _randomize_(module, seed=offset)
+    theirs_hc, theirs_head = m.DeepseekV4HyperConnection(config), m.DeepseekV4HyperHead(config)
+    with torch.no_grad():
+        for ours, fn, base, scale in ((hc, theirs_hc.fn, theirs_hc.base, theirs_hc.scale),
+                                      (head, theirs_head.hc_fn, theirs_head.hc_base, theirs_head.hc_scale)):
+            fn.copy_(ours.phi), base.copy_(ours.bias), scale.copy_(ours.alpha)
+    X = torch.randn(2, 6, num_streams, num_hiddens, generator=torch.Generator().manual_seed(seed))
+
+    def ours_hc(S):  # V4 returns (H^post, comb = H^res transposed, the collapsed input)
+        h_pre, h_post, h_res = hc.mappings(S)
+        return h_post, h_res.transpose(-1, -2), (h_pre.unsqueeze(-1) * S).sum(dim=2)
+
+    return {"DeepseekV4HyperConnection": _max_diff(ours_hc, theirs_hc, X),
+            "DeepseekV4HyperHead": _max_diff(head, theirs_head, X)}
+
+
+def hyper_depth_explorer(**kwargs) -> DepthExplorer:
+    """Chapter 4's :class:`~d2lmini.chapters.ch04_norm_placement.DepthExplorer` with pre-LN and mHC.
+
+    RMSNorm, a placement dropdown (pre-LN, mHC) and a streams slider (``n`` in 1, 2, 4, 8);
+    display it to use it. ``kwargs`` as for the explorer (``max_depth``, ``depth``,
+    ``placement``, ``num_streams``, sizes, ``dtype``, ...).
+    """
+    return DepthExplorer(**{"placement": HYPER_PLACEMENT, **kwargs, "placements": ("pre", HYPER_PLACEMENT),
+                            "norm": "rms"})
+
+
+def hyper_depth_explorer_static(depths=(1, 2, 4, 8, 16, 32, 64), streams=EXPLORED_STREAMS, **kwargs):
+    """The static twin of :func:`hyper_depth_explorer`: placements pre-LN and mHC, RMSNorm, a streams slider.
+
+    ``kwargs``: ``depth``, ``placement``, ``num_streams`` (initial values) and
+    :func:`~d2lmini.probes.probe_depth`'s sizes, ``seed``, ``dtype``. Returns a
+    :class:`~d2lmini.widgets.StaticTwin`.
+    """
+    return depth_explorer_static(depths=depths, placements=("pre", HYPER_PLACEMENT), norms=("rms",),
+                                 streams=streams, **{"placement": HYPER_PLACEMENT, "norm": "rms", **kwargs})
+
+
+__all__ = ["MIXINGS", "compare_with_deepseek_v4", "hyper_depth_explorer",
+           "hyper_depth_explorer_static", "mixing_matrices", "mixing_sweep", "plot_mixing_products",
+           "probe_streams", "product_gains", "streams_table", "v4_logit_std"]
