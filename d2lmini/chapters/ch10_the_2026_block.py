@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from dataclasses import KW_ONLY, dataclass, field
 
 import torch
@@ -1145,7 +1146,14 @@ def the_2026_block(num_hiddens: int = 256, num_heads: int = 8, *, num_layers: in
     Pre-norm RMSNorm blocks with GQA (``num_kv_heads`` key/value heads), RoPE, per-head
     QK-norm and a mixture of SwiGLU experts with shared experts; ``local_global`` (e.g.
     ``'3:1'``) local layers with a sliding ``window`` per global layer, the local ones first.
+    The other arguments are those of :class:`~d2lmini.block.TransformerBlock` and
+    :class:`~d2lmini.moe.MixtureOfExperts` (which check them).
+
+    Raises:
+        ValueError: ``local_global`` not of the form ``'3:1'``, or as the block and the mixture.
     """
+    if not (isinstance(local_global, str) and re.fullmatch(r"\d+:[1-9]\d*", local_global)):
+        raise ValueError(f"local_global must read 'local:global' with whole numbers, e.g. '3:1', got {local_global!r}")
     local, full = (int(x) for x in local_global.split(":"))
 
     def moe():
