@@ -1114,7 +1114,7 @@ def frame_2026(rows: list[dict]):
         if r.get("max_abs_diff") is None:
             return r["status"] + (f": {r['missing']}" if r.get("missing") and r["status"] != "verified" else "")
         text = f"{r['check']}: {r['status']}, max |Δ| {max(r['max_abs_diff'], r['max_abs_grad_diff']):.1e}"
-        return text + (f"; not: {r['missing']}" if r["missing"] else "")
+        return text + (f"; not reproduced: {r['missing']}" if r["missing"] else "")
 
     return pd.DataFrame([{"model": f"{r['model']} ({r['year']})",
                           **{label: (verified(r) if key == "verified" else r.get(key, "—"))
