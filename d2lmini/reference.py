@@ -1101,6 +1101,48 @@ def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> Transform
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
+def from_deepseek_v3_moe(moe, config) -> MixtureOfExperts:
+    """A :class:`~d2lmini.moe.MixtureOfExperts` equal to Hugging Face ``DeepseekV3MoE`` (DeepSeek-V3, Kimi K2).
+
+    ``DeepseekV3TopkRouter``: sigmoid scores of a float32 linear router, group-limited
+    selection (``n_group`` groups, ``topk_group`` of them, each scored by the sum of its two
+    best ``sigmoid + e_score_correction_bias``), the selected sigmoid scores renormalized and
+    scaled by ``routed_scaling_factor``; ``DeepseekV3Experts``: SwiGLU experts stored as
+    ``gate_up_proj`` ``(E, 2I, d)`` (gate rows first) and ``down_proj`` ``(E, d, I)``; and
+    ``n_shared_experts`` shared experts fused into one always-on SwiGLU MLP. Kimi K2's
+    text model is this class (``Kimi_K25Config.text_config`` is a ``DeepseekV3Config``).
+
+    Args:
+        moe: a ``DeepseekV3MoE`` (``layer.mlp`` of a layer at index >= ``first_k_dense_replace``).
+        config: its ``DeepseekV3Config``.
+
+    Returns:
+        The mixture, on the module's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: ``norm_topk_prob=False`` (d2lmini always renormalizes the selected
+            scores) or an activation other than SiLU.
+    """
+    if not config.norm_topk_prob:
+        raise ValueError("DeepSeek-V3's MoE is supported with norm_topk_prob=True only")
+    if config.hidden_act != "silu":
+        raise ValueError(f"DeepSeek-V3's MoE is supported with hidden_act='silu' only, got {config.hidden_act!r}")
+    experts, width = moe.experts, config.moe_intermediate_size
+    ours = MixtureOfExperts(config.hidden_size, experts.num_experts, top_k=config.num_experts_per_tok,
+                            ffn_num_hiddens=width, act="swiglu", router="sigmoid",
+                            num_shared_experts=config.n_shared_experts,
+                            route_scale=float(config.routed_scaling_factor), num_groups=config.n_group,
+                            topk_groups=config.topk_group)
+    _copy(ours.router.weight, moe.gate.weight)
+    _copy(ours.expert_bias, moe.gate.e_score_correction_bias)
+    for e, ffn in enumerate(ours.experts):
+        gate_up = experts.gate_up_proj[e]
+        _copy_gated_mlp(ffn, gate_up[:width], gate_up[width:], experts.down_proj[e])
+    shared = moe.shared_experts
+    _copy_gated_mlp(ours.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    return ours.to(experts.down_proj).train(moe.training)
+
+
 # --------------------------------------------------------------------------- parallel blocks, partial and interleaved RoPE
 
 

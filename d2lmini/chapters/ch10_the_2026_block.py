@@ -745,11 +745,10 @@ class Row2026:
 
 
 ROWS_2026 = (
-    Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config", check="DeepSeek-V3 dense layer",
-            missing="the MoE layers' group-limited routing (DeepseekV3MoE)"),
+    Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config", check="DeepSeek-V3 layers"),
     Row2026("Kimi K2.5", 2026, "kimi2025k2", "Kimi_K25Config.text_config",
             report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1),
-            check="DeepSeek-V3 dense layer", missing="the MoE layers (DeepSeek-V3's layer class)"),
+            check="DeepSeek-V3 layers, no expert groups"),
     Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config", check="DeepSeek-V4 hyper-connections",
             missing="the compressed attention (CSA, HCA) and the hash-routed and sqrt-softplus MoE"),
     Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig", check="Qwen3.5 (both layer types)",
@@ -913,11 +912,13 @@ def _ffn(c, m: dict) -> str:
     return text + f"; {router} router"
 
 
-#: A tiny DeepSeek-V3 whose layer 0 is dense (MLA + SwiGLU): every width distinct, so a swapped one cannot pass.
+#: A tiny DeepSeek-V3: layer 0 dense (MLA + SwiGLU), layer 1 a MoE layer whose 8 experts form 4 groups, a
+#: token's 2 experts from the best 2 groups; every width distinct, so a swapped one cannot pass.
 DEEPSEEK_V3_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
                         moe_intermediate_size=16, q_lora_rank=24, kv_lora_rank=20, qk_nope_head_dim=10,
-                        qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
-                        topk_group=1, first_k_dense_replace=1, rms_norm_eps=1e-5, max_position_embeddings=64,
+                        qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                        topk_group=2, n_shared_experts=1, routed_scaling_factor=2.5, first_k_dense_replace=1,
+                        num_hidden_layers=2, rms_norm_eps=1e-5, max_position_embeddings=64,
                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
 #: A tiny Qwen3.5: layer 0 a Gated DeltaNet layer, layer 1 a gated-attention layer (GQA 4/2, partial RoPE).
@@ -928,14 +929,20 @@ QWEN3_5_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2
                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
 
 
-def _check_deepseek_v3(seed: int) -> list[dict]:
-    from ..mla import from_deepseek_v3_layer
-    from ..reference import Reference, compare_with_reference, hf_call, hf_make
+def _check_deepseek_v3(layer_indices=(0, 1), **overrides):
+    def check(seed: int) -> list[dict]:
+        from ..mla import from_deepseek_v3_layer
+        from ..reference import Reference, compare_with_reference, hf_call, hf_make
 
-    make = hf_make("deepseek_v3", "DeepseekV3DecoderLayer", "DeepseekV3Config", DEEPSEEK_V3_TINY)
-    call = hf_call("deepseek_v3", "DeepseekV3DecoderLayer", rotary="DeepseekV3RotaryEmbedding")
-    ref = Reference("DeepseekV3DecoderLayer", "DeepSeek-V3", make, from_deepseek_v3_layer, call, causal=True)
-    return [compare_with_reference(ref, seed=seed)]
+        results = []
+        for i in layer_indices:  # 0: dense, 1: MoE
+            make = hf_make("deepseek_v3", "DeepseekV3DecoderLayer", "DeepseekV3Config",
+                           dict(DEEPSEEK_V3_TINY, **overrides), layer_idx=i)
+            call = hf_call("deepseek_v3", "DeepseekV3DecoderLayer", layer_idx=i, rotary="DeepseekV3RotaryEmbedding")
+            ref = Reference("DeepseekV3DecoderLayer", "DeepSeek-V3", make, from_deepseek_v3_layer, call, causal=True)
+            results.append(compare_with_reference(ref, seed=seed))
+        return results
+    return check
 
 
 def _check_qwen3_5(seed: int) -> list[dict]:
@@ -1022,7 +1029,8 @@ def deepseek_v4_wiring_check(seed: int = 0, num_streams: int = 4, num_steps: int
 
 #: The checks of the 2026 table, by name: ``seed -> list of comparison results``.
 CHECKS = {
-    "DeepSeek-V3 dense layer": _check_deepseek_v3,
+    "DeepSeek-V3 layers": _check_deepseek_v3(),
+    "DeepSeek-V3 layers, no expert groups": _check_deepseek_v3((1,), n_group=1, topk_group=1),
     "DeepSeek-V4 hyper-connections": lambda seed: [deepseek_v4_wiring_check(seed)],
     "Qwen3.5 (both layer types)": _check_qwen3_5,
     "gpt-oss": _check_zoo("gpt-oss"),
