@@ -10,13 +10,19 @@ It holds what that chapter shows:
   ``ffn_factory``) and :class:`GatedAttention` (attention whose output is gated
   by a sigmoid before the output projection, for ``attn_factory``);
 * :func:`grouped_query_attention` and :func:`mixture_of_experts_demo` -- what the
-  two substitutions buy, measured;
+  two substitutions buy, measured (the first for the exercises; chapter 8 teaches GQA);
 * :func:`substitution_steps` -- the 2017 block turned into the 2026 block, one
   constructor argument at a time, and :func:`rope_relative_check` for the last step;
 * :func:`who_uses_what` -- eight models' blocks, each described from a d2lmini block
   configured like the model and, where a reference layer class exists, verified
   against it (via :mod:`d2lmini.reference`, plus :func:`compare_with_trinity` for
   Arcee Trinity's ``AfmoeDecoderLayer``);
+* :func:`table_2026` -- the 2026 table: ten models of late 2024 to 2026 described from
+  their ``transformers`` configuration classes (:func:`describe_config`, with the
+  modeling-file facts of :data:`MODELING`) and, where d2lmini rebuilds their layers,
+  verified (:func:`verify_2026`, :data:`CHECKS`; :func:`deepseek_v4_wiring_check` for
+  DeepSeek-V4's hyper-connections); :func:`feature_counts` and :func:`the_2026_block`,
+  the block most of those rows share;
 * :func:`zoo_switches` -- three rows of the block zoo (:mod:`d2lmini.zoo`) side by
   side, as the constructor arguments their converted blocks hold;
 * :func:`decoder_block_checks` -- the encoder-decoder Transformer's decoder block.
