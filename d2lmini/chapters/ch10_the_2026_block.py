@@ -753,7 +753,8 @@ class Row2026:
 ROWS_2026 = (
     Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config", check="DeepSeek-V3 layers"),
     Row2026("Kimi K2.5", 2026, "kimi2025k2", "Kimi_K25Config.text_config",
-            report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1),
+            report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1,
+                        topk_group=1),
             check="DeepSeek-V3 layers, no expert groups"),
     Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config", check="DeepSeek-V4 hyper-connections",
             missing="the compressed attention (CSA, HCA) and the hash-routed and sqrt-softplus MoE"),
@@ -1094,7 +1095,10 @@ def table_2026(seed: int = 0) -> list[dict]:
 
     from ..zoo import missing_from_transformers, transformers_version
 
-    done, rows = {}, []
+    from transformers.utils import logging as hf_logging
+
+    done, rows, verbosity = {}, [], hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # not the notices that the tiny layers run transformers' PyTorch fallbacks
     with torch.random.fork_rng(devices=[]):
         for row in ROWS_2026:
             out = {"model": row.model, "year": row.year, "cite": row.cite, "check": row.check,
@@ -1112,6 +1116,7 @@ def table_2026(seed: int = 0) -> list[dict]:
                 done[row.check] = verify_2026(row, seed)
             out.update(done[row.check])
             rows.append(out)
+    hf_logging.set_verbosity(verbosity)
     return rows
 
 
