@@ -322,39 +322,41 @@ def from_deepseek_v3_attention(attn, config) -> MultiHeadLatentAttention:
 
 
 def from_deepseek_v3_layer(layer, config) -> TransformerBlock:
-    """A :class:`~d2lmini.block.TransformerBlock` equal to a dense Hugging Face ``DeepseekV3DecoderLayer``.
+    """A :class:`~d2lmini.block.TransformerBlock` equal to a Hugging Face ``DeepseekV3DecoderLayer``.
 
     Pre-norm RMSNorm (``input_layernorm``, ``post_attention_layernorm``, epsilon
     ``config.rms_norm_eps``), :class:`MultiHeadLatentAttention`
     (:func:`from_deepseek_v3_attention`) and a SwiGLU MLP (``gate_proj``, ``up_proj``,
-    ``down_proj``): the first ``config.first_k_dense_replace`` layers of DeepSeek-V3
-    (3 of 61). The later layers' mixture of experts (group-limited sigmoid routing
-    with a selection bias, ``DeepseekV3MoE``) is not reproduced.
+    ``down_proj``) in the first ``config.first_k_dense_replace`` layers of DeepSeek-V3
+    (3 of 61), and in the later ones a mixture of experts with group-limited sigmoid
+    routing, a selection bias and a shared expert (``DeepseekV3MoE``, through
+    ``ffn_factory``: :func:`d2lmini.reference.from_deepseek_v3_moe`).
 
     Args:
-        layer: a ``DeepseekV3DecoderLayer`` with a dense MLP; its weights are copied.
+        layer: a ``DeepseekV3DecoderLayer``, dense or MoE; its weights are copied.
         config: its ``DeepseekV3Config``.
 
     Returns:
         The block, on the layer's device and dtype, in its train/eval mode.
 
     Raises:
-        ValueError: a mixture-of-experts layer, an activation other than SiLU, or as
-            :func:`from_deepseek_v3_attention`.
+        ValueError: an activation other than SiLU, or as :func:`from_deepseek_v3_attention`
+            and :func:`d2lmini.reference.from_deepseek_v3_moe`.
     """
-    from .reference import _copy_gated_mlp, _copy_norm
+    from .reference import _copy_gated_mlp, _copy_norm, from_deepseek_v3_moe
 
     mlp = layer.mlp
-    if not hasattr(mlp, "gate_proj"):
-        raise ValueError(f"only dense DeepSeek-V3 layers are supported (layer index < first_k_dense_replace="
-                         f"{config.first_k_dense_replace}), got a {type(mlp).__name__}")
     if config.hidden_act != "silu":
         raise ValueError(f"DeepSeek-V3's MLP is supported with hidden_act='silu' only, got {config.hidden_act!r}")
     attention = from_deepseek_v3_attention(layer.self_attn, config)
+    dense = hasattr(mlp, "gate_proj")
+    moe = None if dense else from_deepseek_v3_moe(mlp, config)
     block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", placement="pre",
-                             eps=config.rms_norm_eps, act="swiglu", ffn_num_hiddens=mlp.intermediate_size,
-                             attn_factory=lambda: attention)
-    _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+                             eps=config.rms_norm_eps, attn_factory=lambda: attention,
+                             **({"act": "swiglu", "ffn_num_hiddens": mlp.intermediate_size} if dense
+                                else {"ffn_factory": lambda: moe}))
+    if dense:
+        _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
     _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
     return block.to(layer.input_layernorm.weight).train(layer.training)

@@ -37,7 +37,13 @@ class MixtureOfExperts(nn.Module):
     router also has a bias (``router_bias=True``) and its experts are
     ``act='swiglu_clamped'`` FFNs with biases (``bias=True``). Each token runs through
     only ``top_k`` experts, so the parameters grow with ``num_experts`` while the
-    computation per token grows with ``top_k``. Drop it into a block with
+    computation per token grows with ``top_k``. With ``num_groups > 1`` the routing is
+    *group-limited*, as in DeepSeek-V3 (Hugging Face ``DeepseekV3TopkRouter``: ``n_group``,
+    ``topk_group``): the experts form ``num_groups`` equal groups, each group is scored by
+    the sum of its two best selection scores (``sigmoid(s) + expert_bias``, or the softmax
+    probabilities), and the ``top_k`` experts are chosen only within the ``topk_groups``
+    best groups (in DeepSeek-V3 a token's 8 experts come from 4 of 8 groups, so from at
+    most 4 groups of devices). Drop it into a block with
     ``TransformerBlock(d, h, ffn_factory=lambda: MixtureOfExperts(d))``.
 
     Args:
@@ -56,6 +62,11 @@ class MixtureOfExperts(nn.Module):
             ``False`` (Mixtral, DeepSeek, Qwen3-MoE, Trinity).
         swiglu_limit: the experts' (and shared expert's) clamp for ``act='swiglu_clamped'``;
             see :class:`~d2lmini.ffn.FeedForward` (``None``: its default, 7.0).
+        num_groups: expert groups for group-limited routing; must divide ``num_experts``
+            (default 1: no groups, every expert can be chosen).
+        topk_groups: how many groups a token's experts may come from, ``1 <= topk_groups <=
+            num_groups``, with ``top_k <= topk_groups * num_experts / num_groups`` (default
+            ``None``: ``num_groups``, no limit).
 
     Attributes:
         router: ``nn.Linear(d, E, bias=router_bias)``; experts: ``nn.ModuleList`` of ``E``
@@ -65,7 +76,8 @@ class MixtureOfExperts(nn.Module):
         input ``(*, d)``, output the same shape.
 
     Raises:
-        ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, an
+        ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, groups that
+            do not divide the experts or cannot supply ``top_k`` of them, an
             unknown ``router`` or ``act``, a ``swiglu_limit`` with another act; at call
             time an input whose last dimension is not ``d``.
 
@@ -75,7 +87,7 @@ class MixtureOfExperts(nn.Module):
     def __init__(self, num_hiddens: int, num_experts: int = 8, *, top_k: int = 2, ffn_num_hiddens: int | None = None,
                  act: str = "swiglu", router: str = "softmax", num_shared_experts: int = 0,
                  route_scale: float = 1.0, bias: bool = False, router_bias: bool = False,
-                 swiglu_limit: float | None = None):
+                 swiglu_limit: float | None = None, num_groups: int = 1, topk_groups: int | None = None):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_experts = check_positive_int("num_experts", num_experts)
@@ -95,6 +107,15 @@ class MixtureOfExperts(nn.Module):
         self.shared = (FeedForward(num_hiddens, width * num_shared_experts, **expert)
                        if num_shared_experts else None)
         self.register_buffer("expert_bias", torch.zeros(num_experts))
+        self.num_groups = check_positive_int("num_groups", num_groups)
+        if self.num_experts % self.num_groups:
+            raise ValueError(f"num_groups must divide num_experts={num_experts}, got num_groups={num_groups}")
+        self.topk_groups = self.num_groups if topk_groups is None else check_positive_int("topk_groups", topk_groups)
+        if self.topk_groups > self.num_groups:
+            raise ValueError(f"topk_groups must be <= num_groups={num_groups}, got topk_groups={topk_groups}")
+        if self.top_k > self.topk_groups * (self.num_experts // self.num_groups):
+            raise ValueError(f"top_k={top_k} experts cannot come from topk_groups={self.topk_groups} groups of "
+                             f"{self.num_experts // self.num_groups} experts")
 
     def route(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Choose experts for every token of ``X`` ``(T, d)``.
@@ -108,7 +129,14 @@ class MixtureOfExperts(nn.Module):
             scores = logits.softmax(dim=-1)
         else:
             scores = torch.sigmoid(logits)
-        _, experts = torch.topk(scores + self.expert_bias.float(), self.top_k, dim=-1)
+        choice = scores + self.expert_bias.float()
+        if self.topk_groups < self.num_groups:  # group-limited routing (DeepSeek-V3)
+            grouped = choice.view(-1, self.num_groups, self.num_experts // self.num_groups)
+            group_scores = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(dim=-1)
+            best = group_scores.topk(self.topk_groups, dim=-1).indices
+            allowed = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)
+            choice = choice.masked_fill(~allowed.repeat_interleave(grouped.shape[-1], dim=-1), float("-inf"))
+        _, experts = torch.topk(choice, self.top_k, dim=-1)
         weights = scores.gather(-1, experts)
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
         return weights, experts
@@ -135,5 +163,7 @@ class MixtureOfExperts(nn.Module):
         return num_parameters(self.router) + shared + self.top_k * num_parameters(self.experts[0])
 
     def extra_repr(self) -> str:
+        groups = (f", num_groups={self.num_groups}, topk_groups={self.topk_groups}"
+                  if self.topk_groups < self.num_groups else "")
         return (f"num_experts={self.num_experts}, top_k={self.top_k}, router={self.router_kind!r}, "
-                f"num_shared_experts={self.num_shared_experts}")
+                f"num_shared_experts={self.num_shared_experts}{groups}")

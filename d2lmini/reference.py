@@ -15,7 +15,8 @@ dependency, imported only inside functions), the decoder and encoder layers of
 class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
 OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss, and the
 parallel or partial-RoPE Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, Cohere, StableLM;
-:mod:`d2lmini.zoo` checks each of them).
+:mod:`d2lmini.zoo` checks each of them; and Qwen3.5's two layer types, checked in
+``tests/test_qwen3_5_layer.py`` and chapter 10).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
 own rotary tables).
@@ -1018,6 +1019,130 @@ def from_gpt_oss_layer(layer, config, layer_idx: int | None = None) -> Transform
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
+def _qwen3_5_gated_attention(attn, config) -> GatedAttention:
+    """A :class:`~d2lmini.attention.GatedAttention` with the weights of Hugging Face ``Qwen3_5Attention``.
+
+    Qwen3.5's ``q_proj`` makes the query and the output gate together: its output, viewed
+    as ``(h, 2 * head_dim)``, holds per head ``[q_i, gate_i]``; the rows split into
+    ``W_q`` and ``W_gate``. QK-norm is per head with gains stored as ``w`` in ``1 + w``;
+    RoPE is partial (``partial_rotary_factor``, half-split); for text the three M-RoPE
+    sections read the same positions, so it is plain RoPE.
+
+    Raises:
+        ValueError: ``attention_bias=True`` (a gate bias, which ``GatedAttention.W_gate`` lacks).
+    """
+    if config.attention_bias:
+        raise ValueError("Qwen3.5 with attention_bias=True has a gate bias, which GatedAttention.W_gate lacks")
+    h, hd, d = config.num_attention_heads, attn.head_dim, config.hidden_size
+    ours = GatedAttention(d, h, num_kv_heads=config.num_key_value_heads, head_dim=hd, causal=True,
+                          qk_norm="per_head", qk_norm_eps=config.rms_norm_eps, **_rope_kwargs(config, partial=True))
+    q_and_gate = attn.q_proj.weight.view(h, 2, hd, d)  # per head: hd query rows, then hd gate rows
+    _copy_linear(ours.attention.W_q, q_and_gate[:, 0].reshape(h * hd, d))
+    _copy_linear(ours.W_gate, q_and_gate[:, 1].reshape(h * hd, d))
+    _copy_linear(ours.attention.W_k, attn.k_proj.weight)
+    _copy_linear(ours.attention.W_v, attn.v_proj.weight)
+    _copy_linear(ours.W_o, attn.o_proj.weight)
+    _copy_norm(ours.attention.q_norm, attn.q_norm, unit_offset=True)
+    _copy_norm(ours.attention.k_norm, attn.k_norm, unit_offset=True)
+    return ours
+
+
+def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Qwen3_5DecoderLayer`` (Qwen3.5, 2026), either type.
+
+    Qwen3.5 alternates two layer types (``config.layer_types``; the default three
+    ``'linear_attention'`` layers per ``'full_attention'`` layer). Both are pre-norm
+    blocks with Qwen3.5's RMSNorm (gains stored as ``w`` in ``1 + w``) and a SwiGLU
+    MLP (``gate_proj``, ``up_proj``, ``down_proj``); only the token mixer differs:
+
+    * ``'full_attention'``: gated attention (:class:`~d2lmini.attention.GatedAttention`,
+      Qiu et al., 2025) with GQA, per-head QK-norm and partial RoPE
+      (:func:`_qwen3_5_gated_attention`), through ``attn_factory``;
+    * ``'linear_attention'``: a Gated DeltaNet (:class:`~d2lmini.deltanet.GatedDeltaNet`,
+      :func:`~d2lmini.deltanet.from_qwen3_5_gated_deltanet`), through ``attn_factory``:
+      no positions, a fixed-size state instead of a key/value cache.
+
+    Called on ``X`` and ``valid_lens``, the block equals the layer called as
+    ``Qwen3_5TextModel`` calls it: a causal mask for the full layers, the 2-D padding
+    mask (``create_recurrent_attention_mask``) for the linear ones. The MoE layers of
+    ``qwen3_5_moe`` (``Qwen3_5MoeDecoderLayer``: a shared expert behind a sigmoid gate)
+    are not converted.
+
+    Args:
+        layer, config: a ``Qwen3_5DecoderLayer`` and its ``Qwen3_5TextConfig``.
+        layer_idx: the layer's position in the stack (selects its type); ``None`` (the
+            default): the index the layer was built with (:func:`_start`).
+
+    Returns:
+        The block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: a layer whose MLP is not the dense SwiGLU one, ``attention_bias=True``,
+            an activation other than SiLU, or as :func:`_start`.
+    """
+    from .deltanet import from_qwen3_5_gated_deltanet
+
+    layer_idx = _start(layer, config, layer_idx)
+    mlp = layer.mlp
+    if not hasattr(mlp, "gate_proj"):
+        raise ValueError(f"only dense Qwen3.5 layers are supported, got a {type(mlp).__name__} MLP")
+    if config.hidden_act != "silu":
+        raise ValueError(f"Qwen3.5's MLP is supported with hidden_act='silu' only, got {config.hidden_act!r}")
+    if _layer_type(config, layer_idx) == "linear_attention":
+        mixer = from_qwen3_5_gated_deltanet(layer.linear_attn).train()
+    else:
+        mixer = _qwen3_5_gated_attention(layer.self_attn, config)
+    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", placement="pre",
+                             eps=config.rms_norm_eps, act="swiglu", ffn_num_hiddens=mlp.gate_proj.out_features,
+                             attn_factory=lambda: mixer)
+    _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm, unit_offset=True)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+def from_deepseek_v3_moe(moe, config) -> MixtureOfExperts:
+    """A :class:`~d2lmini.moe.MixtureOfExperts` equal to Hugging Face ``DeepseekV3MoE`` (DeepSeek-V3, Kimi K2).
+
+    ``DeepseekV3TopkRouter``: sigmoid scores of a float32 linear router, group-limited
+    selection (``n_group`` groups, ``topk_group`` of them, each scored by the sum of its two
+    best ``sigmoid + e_score_correction_bias``), the selected sigmoid scores renormalized and
+    scaled by ``routed_scaling_factor``; ``DeepseekV3Experts``: SwiGLU experts stored as
+    ``gate_up_proj`` ``(E, 2I, d)`` (gate rows first) and ``down_proj`` ``(E, d, I)``; and
+    ``n_shared_experts`` shared experts fused into one always-on SwiGLU MLP. Kimi K2's
+    text model is this class (``Kimi_K25Config.text_config`` is a ``DeepseekV3Config``).
+
+    Args:
+        moe: a ``DeepseekV3MoE`` (``layer.mlp`` of a layer at index >= ``first_k_dense_replace``).
+        config: its ``DeepseekV3Config``.
+
+    Returns:
+        The mixture, on the module's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: ``norm_topk_prob=False`` (d2lmini always renormalizes the selected
+            scores) or an activation other than SiLU.
+    """
+    if not config.norm_topk_prob:
+        raise ValueError("DeepSeek-V3's MoE is supported with norm_topk_prob=True only")
+    if config.hidden_act != "silu":
+        raise ValueError(f"DeepSeek-V3's MoE is supported with hidden_act='silu' only, got {config.hidden_act!r}")
+    experts, width = moe.experts, config.moe_intermediate_size
+    ours = MixtureOfExperts(config.hidden_size, experts.num_experts, top_k=config.num_experts_per_tok,
+                            ffn_num_hiddens=width, act="swiglu", router="sigmoid",
+                            num_shared_experts=config.n_shared_experts,
+                            route_scale=float(config.routed_scaling_factor), num_groups=config.n_group,
+                            topk_groups=config.topk_group)
+    _copy(ours.router.weight, moe.gate.weight)
+    _copy(ours.expert_bias, moe.gate.e_score_correction_bias)
+    for e, ffn in enumerate(ours.experts):
+        gate_up = experts.gate_up_proj[e]
+        _copy_gated_mlp(ffn, gate_up[:width], gate_up[width:], experts.down_proj[e])
+    shared = moe.shared_experts
+    _copy_gated_mlp(ours.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    return ours.to(experts.down_proj).train(moe.training)
+
+
 # --------------------------------------------------------------------------- parallel blocks, partial and interleaved RoPE
 
 
@@ -1428,6 +1553,7 @@ HF_CONVERTERS: dict[str, Callable] = {
     "Ministral3DecoderLayer": from_ministral3_layer,
     "AfmoeDecoderLayer": from_afmoe_layer,
     "GptOssDecoderLayer": from_gpt_oss_layer,
+    "Qwen3_5DecoderLayer": from_qwen3_5_layer,
     "PhiDecoderLayer": lambda layer, config, layer_idx: from_phi_layer(layer, config),
     "Phi3DecoderLayer": lambda layer, config, layer_idx: from_phi3_layer(layer, config),
     "GPTNeoXLayer": lambda layer, config, layer_idx: from_gpt_neox_layer(layer, config),
@@ -1458,7 +1584,8 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     ``Olmo2DecoderLayer`` (OLMo 2), ``Olmo3DecoderLayer`` (OLMo 3),
     ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
     ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
-    ``AfmoeDecoderLayer`` (Arcee Trinity), ``GptOssDecoderLayer`` (gpt-oss), and the parallel or partial-RoPE layers
+    ``AfmoeDecoderLayer`` (Arcee Trinity), ``GptOssDecoderLayer`` (gpt-oss),
+    ``Qwen3_5DecoderLayer`` (Qwen3.5, both layer types), and the parallel or partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
@@ -1469,7 +1596,7 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
         layer_idx: the layer's position in the stack (an int >= 0), or ``None`` (the default):
             the index the layer was built with. It selects the layer type of models that
             alternate them (sliding or full attention: Gemma 2/3, Ministral, OLMo 3, Qwen2,
-            SmolLM3, Arcee Trinity, gpt-oss; RoPE or NoPE: SmolLM3) and must equal the index
+            SmolLM3, Arcee Trinity, gpt-oss; full or linear attention: Qwen3.5; RoPE or NoPE: SmolLM3) and must equal the index
             the layer was built with where the layer records one.
 
     Returns:
@@ -1628,7 +1755,7 @@ def hf_make(model_type: str, layer_class: str, config_class: str, config_kwargs:
     return make
 
 
-_MASKS = ("causal", "sliding", "bidirectional")
+_MASKS = ("causal", "sliding", "bidirectional", "recurrent")
 
 
 def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bool = True,
@@ -1639,6 +1766,8 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
     ``(b, n, d)`` right-padded to ``valid_lens``: the 2-D padding mask (1 at real tokens)
     turned into the layer's attention mask by ``transformers.masking_utils`` --
     ``create_bidirectional_mask`` for an encoder (``causal=False``),
+    ``create_recurrent_attention_mask`` (the 2-D padding mask itself) for a linear-attention
+    layer (``config.layer_types[layer_idx] == 'linear_attention'``, Qwen3.5's Gated DeltaNet),
     ``create_sliding_window_causal_mask`` for a sliding layer (``config.layer_types[layer_idx]
     == 'sliding_attention'``, or, in a model without layer types, ``config.sliding_window``
     set, as Mistral and StarCoder2 decide), ``create_causal_mask`` otherwise -- position ids
@@ -1649,7 +1778,7 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
         model_type, layer_class: as :func:`hf_make`.
         layer_idx: the layer's position in the stack.
         causal: ``False`` for an encoder layer.
-        mask: ``None`` (the rule above), or ``'causal'``, ``'sliding'``, ``'bidirectional'``.
+        mask: ``None`` (the rule above), or ``'causal'``, ``'sliding'``, ``'bidirectional'``, ``'recurrent'``.
         rotary: ``True``: the modeling module's ``<Prefix>RotaryEmbedding`` if it has one
             (``<Prefix>`` is ``layer_class`` without ``DecoderLayer``); a class name; or
             ``False``/``None``: no rotary tables.
@@ -1681,7 +1810,11 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
             sliding = (layer_type == "sliding_attention" if layer_type is not None
                        else getattr(config, "sliding_window", None) is not None)
             kind = "bidirectional" if not causal else "sliding" if sliding else "causal"
-        if kind == "bidirectional":
+            kind = "recurrent" if layer_type == "linear_attention" else kind
+        if kind == "recurrent":
+            attention_mask = masking_utils.create_recurrent_attention_mask(config=config, inputs_embeds=X,
+                                                                           attention_mask=padding)
+        elif kind == "bidirectional":
             attention_mask = masking_utils.create_bidirectional_mask(config=config, inputs_embeds=X,
                                                                      attention_mask=padding)
         else:

@@ -7,7 +7,8 @@ Qwen3.5's zero-centred RMSNorm (``x_hat * (1 + w)``), RoPE is partial
 (``partial_rotary_factor`` 0.25, half-split), and for text the three M-RoPE sections
 read the same positions, so it is plain RoPE. d2lmini's
 :class:`~d2lmini.attention.GatedAttention` expresses all of it: the rows of ``q_proj``
-split into ``W_q`` and ``W_gate``, the gains ``w`` become ``1 + w``.
+split into ``W_q`` and ``W_gate``, the gains ``w`` become ``1 + w`` (the converter is
+``d2lmini.reference.from_qwen3_5_layer``; ``tests/test_qwen3_5_layer.py`` checks both layer types).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from d2lmini import GatedAttention, TransformerBlock
 from d2lmini.attention import valid_lens_mask
-from d2lmini.reference import (_copy_gated_mlp, _copy_linear, _copy_norm, _rope_kwargs, hf_call, hf_make,
+from d2lmini.reference import (_qwen3_5_gated_attention, from_qwen3_5_layer, hf_call, hf_make,
                                output_and_grad_differences)
 
 TOLERANCE = 1e-5  # max |Δ| in float32
@@ -37,34 +38,12 @@ def _qwen3_5(layer_class: str, seed: int = 0, **overrides):
 
 
 def _from_qwen3_5_attention(attn, config) -> GatedAttention:
-    """A GatedAttention with ``attn``'s weights: ``q_proj``'s rows per head ``[q_i; gate_i]`` split in two."""
-    if config.attention_bias:
-        raise ValueError("Qwen3.5 with attention_bias=True has a gate bias, which GatedAttention.W_gate lacks")
-    h, hd, d = config.num_attention_heads, attn.head_dim, config.hidden_size
-    ours = GatedAttention(d, h, num_kv_heads=config.num_key_value_heads, head_dim=hd, causal=True,
-                          qk_norm="per_head", qk_norm_eps=config.rms_norm_eps, **_rope_kwargs(config, partial=True))
-    q_and_gate = attn.q_proj.weight.view(h, 2, hd, d)  # per head: hd query rows, then hd gate rows
-    _copy_linear(ours.attention.W_q, q_and_gate[:, 0].reshape(h * hd, d))
-    _copy_linear(ours.W_gate, q_and_gate[:, 1].reshape(h * hd, d))
-    _copy_linear(ours.attention.W_k, attn.k_proj.weight)
-    _copy_linear(ours.attention.W_v, attn.v_proj.weight)
-    _copy_linear(ours.W_o, attn.o_proj.weight)
-    _copy_norm(ours.attention.q_norm, attn.q_norm, unit_offset=True)
-    _copy_norm(ours.attention.k_norm, attn.k_norm, unit_offset=True)
-    return ours.eval()
+    """The GatedAttention of ``reference.from_qwen3_5_layer`` for a full-attention layer, in eval mode."""
+    return _qwen3_5_gated_attention(attn, config).eval()
 
 
 def _from_qwen3_5_layer(layer, config) -> TransformerBlock:
-    """A full-attention ``Qwen3_5DecoderLayer`` as a pre-norm RMSNorm SwiGLU block with gated attention."""
-    attention = _from_qwen3_5_attention(layer.self_attn, config)
-    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", placement="pre",
-                             eps=config.rms_norm_eps, act="swiglu", ffn_num_hiddens=config.intermediate_size,
-                             attn_factory=lambda: attention)
-    mlp = layer.mlp
-    _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
-    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm, unit_offset=True)
-    return block.eval()
+    return from_qwen3_5_layer(layer, config)
 
 
 def _compare(layer, config, ours, layer_class: str, valid_lens, num_steps: int = 16, seed: int = 0) -> dict:

@@ -170,8 +170,8 @@ def test_bad_calls_are_rejected():
 
 
 def test_converters_refuse_what_they_cannot_reproduce(monkeypatch):
-    layer, config = _deepseek("DeepseekV3DecoderLayer", layer_idx=1)
-    with pytest.raises(ValueError, match="only dense"):
+    layer, config = _deepseek("DeepseekV3DecoderLayer", layer_idx=1, norm_topk_prob=False)  # a MoE layer
+    with pytest.raises(ValueError, match="norm_topk_prob"):
         from_deepseek_v3_layer(layer, config)
     attn, config = _deepseek("DeepseekV3Attention", rope_parameters=dict(YARN, mscale=None))
     with pytest.raises(ValueError, match="mscale_all_dim but no mscale"):

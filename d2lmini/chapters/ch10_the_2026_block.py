@@ -10,13 +10,19 @@ It holds what that chapter shows:
   ``ffn_factory``) and :class:`GatedAttention` (attention whose output is gated
   by a sigmoid before the output projection, for ``attn_factory``);
 * :func:`grouped_query_attention` and :func:`mixture_of_experts_demo` -- what the
-  two substitutions buy, measured;
+  two substitutions buy, measured (the first for the exercises; chapter 8 teaches GQA);
 * :func:`substitution_steps` -- the 2017 block turned into the 2026 block, one
   constructor argument at a time, and :func:`rope_relative_check` for the last step;
 * :func:`who_uses_what` -- eight models' blocks, each described from a d2lmini block
   configured like the model and, where a reference layer class exists, verified
   against it (via :mod:`d2lmini.reference`, plus :func:`compare_with_trinity` for
   Arcee Trinity's ``AfmoeDecoderLayer``);
+* :func:`table_2026` -- the 2026 table: ten models of late 2024 to 2026 described from
+  their ``transformers`` configuration classes (:func:`describe_config`, with the
+  modeling-file facts of :data:`MODELING`) and, where d2lmini rebuilds their layers,
+  verified (:func:`verify_2026`, :data:`CHECKS`; :func:`deepseek_v4_wiring_check` for
+  DeepSeek-V4's hyper-connections); :func:`feature_counts` and :func:`the_2026_block`,
+  the block most of those rows share;
 * :func:`zoo_switches` -- three rows of the block zoo (:mod:`d2lmini.zoo`) side by
   side, as the constructor arguments their converted blocks hold;
 * :func:`decoder_block_checks` -- the encoder-decoder Transformer's decoder block.
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from dataclasses import KW_ONLY, dataclass, field
 
 import torch
@@ -126,7 +133,6 @@ def _repeat_kv_weight(W: torch.Tensor, num_kv_heads: int, group: int) -> torch.T
     return W.unflatten(0, (num_kv_heads, -1)).repeat_interleave(group, dim=0).flatten(0, 1)
 
 
-@shown_in("ch10")
 def copied_heads_difference(gqa: MultiHeadAttention, X: torch.Tensor) -> float:
     """How far GQA is from plain multi-head attention with copied key/value heads.
 
@@ -153,7 +159,6 @@ def copied_heads_difference(gqa: MultiHeadAttention, X: torch.Tensor) -> float:
         return float((gqa(X, X, X) - mha(X, X, X)).abs().max())
 
 
-@shown_in("ch10")
 def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads=(8, 4, 2, 1),
                             num_steps: int = 16, seed: int = 0) -> list[dict]:
     """What sharing key/value heads saves, and that GQA is MHA with copied K/V heads.
@@ -416,7 +421,6 @@ def plot_substitution_params(steps: list[Step], width: float = 8.0, height: floa
     return fig
 
 
-@shown_in("ch10")
 def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: int = 4, num_steps: int = 24,
                         shifts=(1, 5, 17), theta: float = 10000.0, seed: int = 0) -> dict:
     r"""Does an attention logit change when both positions move by the same shift?
@@ -697,6 +701,496 @@ def verification_table(rows: list[dict]):
                           "max |Δ| output": fmt(r["max_abs_diff"]),
                           "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "status": r["status"]}
                          for r in rows]).set_index("model")
+
+
+# --------------------------------------------------------------------------- the 2026 table
+
+#: The facts of each 2026 row that a configuration class does not hold, read from the model's
+#: modeling file in ``transformers`` 5.24 (the decoder layer's and attention's ``__init__``):
+#: the norms and where they sit, QK-norm, an output gate on the attention, sinks, NoPE layers.
+MODELING = {
+    "DeepSeek-V3": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents",
+                        router="sigmoid"),
+    "Kimi K2.5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
+    "DeepSeek-V4": dict(norm="RMSNorm, pre (inside each hyper-connection)",
+                        qk_norm="QK-norm: RMSNorm on each query head and on the key/value head", sinks=True),
+    "Qwen3.5": dict(norm="RMSNorm (1 + w), pre", qk_norm="QK-norm per head", gate=True, router="softmax"),
+    "Gemma 4": dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head; RMSNorm without gain on the values"),
+    "gpt-oss": dict(norm="RMSNorm, pre", sinks=True, router="softmax"),
+    "Llama 4": dict(norm="RMSNorm, pre", qk_norm="QK-norm: L2 norm without gain (RoPE layers)", shared_experts=1,
+                    router="sigmoid"),
+    "OLMo 3": dict(norm="RMSNorm, on each sublayer's output", qk_norm="QK-norm over the whole projection"),
+    "GLM-5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
+    "Arcee Trinity": dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head", gate=True,
+                          nope="full-attention layers", router="sigmoid"),
+}
+
+
+@dataclass(frozen=True)
+class Row2026:
+    """One model of the 2026 table.
+
+    Attributes:
+        model, year: the model and the year of the release described.
+        cite: its bibliography key (a report or model card).
+        config: the ``transformers`` configuration class whose defaults the descriptive
+            columns are read from (``'Kimi_K25Config.text_config'`` for a sub-configuration).
+        report: values the report or model card gives for the released model where the
+            class defaults describe another model (Kimi K2.5's defaults are DeepSeek-V3's).
+        check: the name of the check in :data:`CHECKS` that reproduces its layer, or ``None``.
+        missing: what d2lmini does not reproduce of the model's layers.
+    """
+
+    model: str
+    year: int
+    cite: str
+    config: str
+    report: dict = field(default_factory=dict)
+    check: str | None = None
+    missing: str = ""
+
+
+ROWS_2026 = (
+    Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config", check="DeepSeek-V3 layers"),
+    Row2026("Kimi K2.5", 2026, "kimi2025k2", "Kimi_K25Config.text_config",
+            report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1,
+                        topk_group=1),
+            check="DeepSeek-V3 layers, no expert groups"),
+    Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config", check="DeepSeek-V4 hyper-connections",
+            missing="the compressed attention (CSA, HCA) and the hash-routed and sqrt-softplus MoE"),
+    Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig", check="Qwen3.5 (both layer types)",
+            missing="the MoE FFN (a shared expert behind a sigmoid gate)"),
+    Row2026("Gemma 4", 2026, "", "Gemma4TextConfig",
+            missing="the value norm, per-layer inputs, the layer scalar and the global layers' proportional RoPE"),
+    Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig", check="gpt-oss"),
+    Row2026("Llama 4", 2025, "", "Llama4TextConfig",
+            missing="chunked attention, attention temperature tuning in the NoPE layers, the top-1 MoE"),
+    Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config", check="OLMo 3"),
+    Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig",
+            missing="the sparse attention's indexer (DSA) on MLA, and the MoE layers"),
+    Row2026("Arcee Trinity", 2026, "singh2026trinity", "AfmoeConfig", check="Arcee Trinity"),
+)
+ROWS_2026 = tuple(sorted(ROWS_2026, key=lambda row: row.year))  # release order (a stable sort)
+
+
+def config_2026(row: Row2026):
+    """The configuration of ``row``: its class's defaults, with ``row.report`` set on top.
+
+    Raises:
+        ImportError / AttributeError: ``transformers`` lacks the class (see
+            :func:`d2lmini.zoo.missing_from_transformers`).
+    """
+    import transformers
+
+    name, _, sub = row.config.partition(".")
+    config = getattr(transformers, name)()
+    config = getattr(config, sub) if sub else config
+    for key, value in row.report.items():
+        setattr(config, key, value)
+    return config
+
+
+def _ratio(a: int, b: int) -> str:
+    g = math.gcd(a, b) or 1
+    return f"{a // g}:{b // g}"
+
+
+def _layer_counts(config) -> dict:
+    types = list(getattr(config, "layer_types", None) or [])
+    return {t: types.count(t) for t in dict.fromkeys(types)}
+
+
+def _first(config, *names, default=None):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def _rope_text(params: dict) -> str:
+    text = f"RoPE θ = {params.get('rope_theta', 0):,.0f}"
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        text += f" on {params['partial_rotary_factor']:g} of each head"
+    if params.get("rope_type", "default") not in ("default", None):
+        kind = {"yarn": "YaRN"}.get(params["rope_type"], params["rope_type"])
+        text += f", {kind}" + (f" ×{params['factor']:g}" if "factor" in params else "")
+    return text
+
+
+def describe_config(row: Row2026) -> dict:
+    """The descriptive columns of a 2026 row, read from its configuration (:func:`config_2026`).
+
+    Returns:
+        dict of short strings: ``shape`` (layers and width), ``norm`` (type and placement,
+        from :data:`MODELING`), ``residual`` (one stream, or ``n`` hyper-connected ones:
+        ``hc_mult``), ``mixer`` (softmax, or hybrid with the count of linear-attention
+        layers in ``layer_types``), ``attention`` (MHA/GQA/MQA/MLA from the head counts and
+        ``kv_lora_rank``; the layer pattern from ``layer_types`` with the window or chunk;
+        output gate, sinks and QK-norm from :data:`MODELING`), ``positions`` (the RoPE of
+        each layer type from ``rope_parameters``: base, partial fraction, scaling; NoPE
+        layers) and ``ffn`` (dense and its gated activation, or experts / active / shared,
+        the dense layers first and the router); ``local_global`` (the ratio of local to global
+        layers, or ``None``) and ``features`` (a dict feature -> bool, for :func:`feature_counts`).
+    """
+    c, m = config_2026(row), MODELING[row.model]
+    counts, n = _layer_counts(c), c.num_hidden_layers
+    h, kv = c.num_attention_heads, c.num_key_value_heads
+    linear = counts.get("linear_attention", 0)
+    mixer = f"hybrid: {linear} Gated DeltaNet, {n - linear} softmax ({_ratio(linear, n - linear)})" if linear \
+        else "softmax"
+    if getattr(c, "kv_lora_rank", None):
+        heads = f"MLA, {h} heads, latent {c.kv_lora_rank}"
+    elif kv == 1:
+        heads = f"MQA, {h} heads, one K/V head of {c.head_dim}"
+    else:
+        heads = f"GQA {h}/{kv}" if kv < h else f"MHA, {h} heads"
+    parts = [heads]
+    full = counts.get("full_attention", 0)
+    if counts.get("sliding_attention") and full:
+        parts.append(f"window {c.sliding_window}, local:global {_ratio(counts['sliding_attention'], full)}")
+    if counts.get("chunked_attention"):
+        parts.append(f"chunks of {c.attention_chunk_size}, chunked:global {_ratio(counts['chunked_attention'], full)}")
+    if counts.get("compressed_sparse_attention"):
+        parts.append(f"compressed: {counts['compressed_sparse_attention']} CSA + "
+                     f"{counts.get('heavily_compressed_attention', 0)} HCA layers, window {c.sliding_window}")
+    if counts.get("indexed_attention"):
+        parts.append(f"sparse: top {c.index_topk} tokens (DSA)")
+    parts += [label for key, label in (("gate", "output gate"), ("sinks", "sinks")) if m.get(key)]
+    parts += [m["qk_norm"]] if m.get("qk_norm") else []
+    ffn = _ffn(c, m)
+    params = c.rope_parameters
+    partial = any(p.get("partial_rotary_factor", 1.0) < 1.0
+                  for p in ([params] if "rope_theta" in params else params.values()))
+    features = {"RMSNorm": m["norm"].startswith("RMSNorm"), "pre-norm": ", pre" in m["norm"],
+                "fewer keys and values than MHA (GQA, MQA or MLA)": kv < h or bool(getattr(c, "kv_lora_rank", None)),
+                "fewer K/V heads than query heads (GQA, MQA)": kv < h and not getattr(c, "kv_lora_rank", None),
+                "latent K/V (MLA)": bool(getattr(c, "kv_lora_rank", None)),
+                "local:global layers (window or chunks)": bool(counts.get("sliding_attention")
+                                                               or counts.get("chunked_attention")),
+                "QK-norm": m.get("qk_norm", "").startswith("QK-norm"), "RoPE": True, "partial RoPE": partial,
+                "layers without positions (NoPE)": bool(getattr(c, "no_rope_layers", None) or m.get("nope")
+                                                        or linear),
+                "SwiGLU": "SwiGLU" in ffn, "MoE": ffn.startswith("MoE"), "shared expert": "shared" in ffn,
+                "sigmoid router": ffn.endswith("sigmoid router"),
+                "linear attention (hybrid)": bool(linear), "attention output gate": bool(m.get("gate")),
+                "sinks": bool(m.get("sinks")), "hyper-connections": bool(getattr(c, "hc_mult", None))}
+    return {"shape": f"{n} layers, d = {c.hidden_size}", "norm": m["norm"], "features": features,
+            "residual": f"{c.hc_mult} streams (mHC)" if getattr(c, "hc_mult", None) else "one stream",
+            "mixer": mixer, "attention": "; ".join(parts), "positions": _positions(c, m, counts), "ffn": ffn,
+            "local_global": _ratio(counts.get("sliding_attention", 0) or counts.get("chunked_attention", 0), full)
+            if full and (counts.get("sliding_attention") or counts.get("chunked_attention")) else None}
+
+
+def _positions(c, m: dict, counts: dict) -> str:
+    params = c.rope_parameters
+    if "rope_theta" in params:
+        text = _rope_text(params)
+    else:  # one RoPE per layer type (or V4's main / compressed)
+        texts = {kind: _rope_text(p) for kind, p in params.items()}
+        text = next(iter(texts.values())) if len(set(texts.values())) == 1 else \
+            "; ".join(f"{kind.replace('_attention', '')}: {t}" for kind, t in texts.items())
+    no_rope = getattr(c, "no_rope_layers", None)
+    if no_rope:
+        text += f"; NoPE in {no_rope.count(0)} of {len(no_rope)} layers"
+    if m.get("nope"):
+        text += f"; NoPE in the {counts.get('full_attention', 0)} {m['nope']}"
+    if counts.get("linear_attention"):
+        text += " (softmax layers); none in the Gated DeltaNet layers"
+    return text
+
+
+def _ffn(c, m: dict) -> str:
+    act = {"silu": "SwiGLU", "gelu_pytorch_tanh": "GeGLU"}.get(_first(c, "hidden_act", "hidden_activation"), "?")
+    experts = _first(c, "n_routed_experts", "num_experts", "num_local_experts")
+    if not experts:
+        return f"dense {act}, width {c.intermediate_size}"
+    router = _first(c, "scoring_func", default=m.get("router", "?")).replace("sqrtsoftplus", "sqrt-softplus")
+    text = f"MoE, {experts} {act} experts, {_first(c, 'num_experts_per_tok', 'top_k_experts')} active"
+    shared = _first(c, "n_shared_experts", "num_shared_experts", default=m.get("shared_experts", 0))
+    shared = shared or (1 if getattr(c, "shared_expert_intermediate_size", None) else 0)
+    text += f" + {shared} shared" if shared else ""
+    kinds = list(getattr(c, "mlp_layer_types", None) or [])
+    dense = _first(c, "first_k_dense_replace", "num_dense_layers", default=kinds.count("dense"))
+    if dense:
+        text += f"; first {dense} layer{'s' * (dense > 1)} dense"
+    if kinds.count("hash_moe"):
+        text += f"; first {kinds.count('hash_moe')} routed by token hash"
+    return text + f"; {router} router"
+
+
+#: A tiny DeepSeek-V3: layer 0 dense (MLA + SwiGLU), layer 1 a MoE layer whose 8 experts form 4 groups, a
+#: token's 2 experts from the best 2 groups; every width distinct, so a swapped one cannot pass.
+DEEPSEEK_V3_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
+                        moe_intermediate_size=16, q_lora_rank=24, kv_lora_rank=20, qk_nope_head_dim=10,
+                        qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                        topk_group=2, n_shared_experts=1, routed_scaling_factor=2.5, first_k_dense_replace=1,
+                        num_hidden_layers=2, rms_norm_eps=1e-5, max_position_embeddings=64,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+#: A tiny Qwen3.5: layer 0 a Gated DeltaNet layer, layer 1 a gated-attention layer (GQA 4/2, partial RoPE).
+QWEN3_5_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=80,
+                    num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], rms_norm_eps=1e-5,
+                    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+                    linear_value_head_dim=6, linear_conv_kernel_dim=4, max_position_embeddings=64, vocab_size=16,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+
+
+def _check_deepseek_v3(layer_indices=(0, 1), **overrides):
+    def check(seed: int) -> list[dict]:
+        from ..mla import from_deepseek_v3_layer
+        from ..reference import Reference, compare_with_reference, hf_call, hf_make
+
+        results = []
+        for i in layer_indices:  # 0: dense, 1: MoE
+            make = hf_make("deepseek_v3", "DeepseekV3DecoderLayer", "DeepseekV3Config",
+                           dict(DEEPSEEK_V3_TINY, **overrides), layer_idx=i)
+            call = hf_call("deepseek_v3", "DeepseekV3DecoderLayer", layer_idx=i, rotary="DeepseekV3RotaryEmbedding")
+            ref = Reference("DeepseekV3DecoderLayer", "DeepSeek-V3", make, from_deepseek_v3_layer, call, causal=True)
+            results.append(compare_with_reference(ref, seed=seed))
+        return results
+    return check
+
+
+def _check_qwen3_5(seed: int) -> list[dict]:
+    from ..reference import compare_with_reference, hf_reference
+
+    return [compare_with_reference(hf_reference("Qwen3.5", "qwen3_5", "Qwen3_5DecoderLayer", "Qwen3_5TextConfig",
+                                                QWEN3_5_TINY, layer_idx=i, unit_offset_norms=True,
+                                                rotary="Qwen3_5TextRotaryEmbedding"), seed=seed)
+            for i in (0, 1)]
+
+
+def _check_zoo(*names: str):
+    def check(seed: int) -> list[dict]:
+        from ..reference import compare_with_reference
+        from ..zoo import ZOO
+
+        return [compare_with_reference(row.reference(), seed=seed) for row in ZOO if row.name in names]
+    return check
+
+
+def deepseek_v4_wiring_check(seed: int = 0, num_streams: int = 4, num_steps: int = 8) -> dict:
+    """d2lmini's :class:`~d2lmini.hyper.HyperConnectedBlock` against ``DeepseekV4DecoderLayer``'s wiring.
+
+    V4's attention and MoE are not reproduced, so the HF layer gets the block's own
+    attention and FFN modules (wrapped to V4's call signatures); what is compared is
+    everything around them: the two hyper-connections (their projections, Sinkhorn-Knopp
+    mixing, collapse and expansion of the ``num_streams`` streams) and the two RMSNorms,
+    with every parameter random and the same values copied into V4's ``attn_hc``,
+    ``ffn_hc``, ``input_layernorm`` and ``post_attention_layernorm``.
+
+    Returns:
+        dict with ``max_abs_diff``, ``max_abs_grad_diff`` and ``max_abs_output``, as
+        :func:`d2lmini.reference.output_and_grad_differences` gives them on a padded
+        batch of streams ``(2, num_steps, num_streams, 32)``.
+
+    Raises:
+        ImportError / AttributeError: ``transformers`` lacks DeepSeek-V4.
+    """
+    import importlib
+
+    from torch import nn
+
+    from ..hyper import HyperConnectedBlock
+    from ..reference import _randomize_, output_and_grad_differences
+
+    m = importlib.import_module("transformers.models.deepseek_v4.modeling_deepseek_v4")
+    from transformers import DeepseekV4Config
+
+    d = 32
+    config = DeepseekV4Config(vocab_size=50, hidden_size=d, num_hidden_layers=1, num_attention_heads=4,
+                              num_key_value_heads=1, head_dim=16, q_lora_rank=16, moe_intermediate_size=16,
+                              n_routed_experts=4, num_experts_per_tok=2, o_groups=2, o_lora_rank=16, index_n_heads=2,
+                              index_head_dim=8, index_topk=4, hc_mult=num_streams)
+    valid_lens = torch.tensor([num_steps, num_steps // 2])
+    with seeded(seed):
+        block = HyperConnectedBlock(d, 4, num_streams=num_streams, causal=True, num_kv_heads=2)
+        _randomize_(block, seed)
+        gen = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():  # the mappings far from uniform: projections large, gains around 1
+            for p in [*block.hc1.parameters(), *block.hc2.parameters()]:
+                p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() == 2 else 1.0) + (p.numel() <= 3))
+        layer = m.DeepseekV4DecoderLayer(config, 0)
+
+    class Attn(nn.Module):  # V4's call: (hidden_states, **kwargs) -> (out, weights)
+        def forward(self, hidden_states, **kwargs):
+            return block.attention(*(hidden_states,) * 3, valid_lens), None
+
+    class MLP(nn.Module):  # V4's call: (hidden_states, input_ids=None) -> out
+        def forward(self, hidden_states, input_ids=None):
+            return block.ffn(hidden_states)
+
+    layer.self_attn, layer.mlp = Attn(), MLP()
+    with torch.no_grad():
+        for theirs, ours in ((layer.attn_hc, block.hc1), (layer.ffn_hc, block.hc2)):
+            theirs.fn.copy_(ours.phi), theirs.base.copy_(ours.bias), theirs.scale.copy_(ours.alpha)
+        layer.input_layernorm.weight.copy_(block.norm1.weight)
+        layer.post_attention_layernorm.weight.copy_(block.norm2.weight)
+    gen = torch.Generator().manual_seed(seed + 2)
+    S = torch.randn(2, num_steps, num_streams, d, generator=gen)
+    R = torch.randn(S.shape, generator=gen)
+    keep = (torch.arange(num_steps)[None] < valid_lens[:, None])[..., None, None]  # (b, n, 1, 1)
+    return output_and_grad_differences([lambda Z: layer(Z), lambda Z: block(Z, valid_lens)], S, R, keep)
+
+
+#: The checks of the 2026 table, by name: ``seed -> list of comparison results``.
+CHECKS = {
+    "DeepSeek-V3 layers": _check_deepseek_v3(),
+    "DeepSeek-V3 layers, no expert groups": _check_deepseek_v3((1,), n_group=1, topk_group=1),
+    "DeepSeek-V4 hyper-connections": lambda seed: [deepseek_v4_wiring_check(seed)],
+    "Qwen3.5 (both layer types)": _check_qwen3_5,
+    "gpt-oss": _check_zoo("gpt-oss"),
+    "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
+    "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
+}
+
+
+@shown_in("ch10")
+def verify_2026(row: Row2026, seed: int = 0) -> dict:
+    """Reproduce ``row``'s layers with d2lmini where a check exists; report the largest differences.
+
+    Each check (:data:`CHECKS`) builds tiny random instances of the model's own layer
+    classes, converts each into d2lmini modules with the same weights and compares
+    outputs and input gradients on a padded batch
+    (:func:`d2lmini.reference.output_and_grad_differences`). A check whose class the
+    installed ``transformers`` lacks is reported in ``status``, not raised.
+
+    Returns:
+        dict with ``max_abs_diff``, ``max_abs_grad_diff`` (``None`` when nothing ran) and
+        ``status``: ``'verified'``, ``'MISMATCH'``, ``'not reproduced here'`` or
+        ``'not in this transformers <version>'``.
+    """
+    from ..zoo import missing_from_transformers, transformers_version
+
+    if row.check is None:
+        return {"max_abs_diff": None, "max_abs_grad_diff": None, "status": "not reproduced here"}
+    try:
+        results = CHECKS[row.check](seed)
+    except (ImportError, AttributeError) as error:
+        if missing_from_transformers(error) is None:
+            raise  # a real failure, not an older transformers
+        return {"max_abs_diff": None, "max_abs_grad_diff": None,
+                "status": f"not in this transformers {transformers_version()}"}
+    diff = max(r["max_abs_diff"] for r in results)
+    grad = max(r["max_abs_grad_diff"] for r in results)
+    status = "verified" if max(diff, grad) <= TOLERANCE else "MISMATCH"
+    return {"max_abs_diff": diff, "max_abs_grad_diff": grad, "status": status}
+
+
+def table_2026(seed: int = 0) -> list[dict]:
+    """Every row of :data:`ROWS_2026`: :func:`describe_config` and :func:`verify_2026`.
+
+    A row whose configuration class the installed ``transformers`` lacks keeps its name and
+    says so in ``status``.
+
+    Returns:
+        One dict per row: ``model``, ``year``, ``cite``, ``check``, ``missing``, the columns
+        of :func:`describe_config` and those of :func:`verify_2026`.
+
+    Raises:
+        ImportError: if ``transformers`` is not installed.
+    """
+    from transformers.utils import logging as hf_logging  # the table needs transformers; fails clearly without it
+
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # not the notices that the tiny layers run transformers' PyTorch fallbacks
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return _table_2026_rows(seed)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _table_2026_rows(seed: int) -> list[dict]:
+    from ..zoo import missing_from_transformers, transformers_version
+
+    done, rows = {}, []
+    for row in ROWS_2026:
+        out = {"model": row.model, "year": row.year, "cite": row.cite, "check": row.check, "missing": row.missing}
+        try:
+            out.update(describe_config(row))
+        except (ImportError, AttributeError) as error:
+            if missing_from_transformers(error) is None:
+                raise
+            out.update(status=f"not in this transformers {transformers_version()}", max_abs_diff=None,
+                       max_abs_grad_diff=None)
+            rows.append(out)
+            continue
+        if row.check not in done:  # Kimi K2.5 and DeepSeek-V3 share a layer class, not a check
+            done[row.check] = verify_2026(row, seed)
+        out.update(done[row.check])
+        rows.append(out)
+    return rows
+
+
+#: The columns of the 2026 table, as :func:`frame_2026` heads them.
+COLUMNS_2026 = {"shape": "layers", "norm": "norm", "residual": "residual", "mixer": "token mixer",
+                "attention": "attention", "positions": "positions", "ffn": "FFN", "verified": "reproduced"}
+
+
+def frame_2026(rows: list[dict]):
+    """The 2026 table as a DataFrame indexed by model; the last column says what was verified and how closely."""
+    import pandas as pd
+
+    def verified(r):
+        if r.get("max_abs_diff") is None:
+            return r["status"] + (f": {r['missing']}" if r.get("missing") and r["status"] != "verified" else "")
+        text = f"{r['check']}: {r['status']}, max |Δ| {max(r['max_abs_diff'], r['max_abs_grad_diff']):.1e}"
+        return text + (f"; not reproduced: {r['missing']}" if r["missing"] else "")
+
+    return pd.DataFrame([{"model": f"{r['model']} ({r['year']})",
+                          **{label: (verified(r) if key == "verified" else r.get(key, "—"))
+                             for key, label in COLUMNS_2026.items()}} for r in rows]).set_index("model")
+
+
+def feature_counts(rows: list[dict]):
+    """How many rows of the 2026 table have each feature of :func:`describe_config`, and which.
+
+    Returns:
+        A DataFrame indexed by feature with ``rows`` (the count) and ``models``, most common first.
+    """
+    import pandas as pd
+
+    described = [r for r in rows if "features" in r]
+    names = list(described[0]["features"]) if described else []
+    table = pd.DataFrame([{"feature": f, "rows": sum(r["features"][f] for r in described),
+                           "models": ", ".join(r["model"] for r in described if r["features"][f])} for f in names])
+    return table.sort_values("rows", ascending=False, kind="stable").set_index("feature")
+
+
+@shown_in("ch10")
+def the_2026_block(num_hiddens: int = 256, num_heads: int = 8, *, num_layers: int = 4, num_kv_heads: int = 2,
+                   window: int = 64, local_global: str = "3:1", rope_theta: float = 1e4, num_experts: int = 8,
+                   top_k: int = 2, expert_hiddens: int = 128, num_shared_experts: int = 1,
+                   router: str = "sigmoid") -> torch.nn.ModuleList:
+    """A stack of ``num_layers`` 2026 blocks: what most rows of the 2026 table share.
+
+    Pre-norm RMSNorm blocks with GQA (``num_kv_heads`` key/value heads), RoPE, per-head
+    QK-norm and a mixture of SwiGLU experts with shared experts; ``local_global`` (e.g.
+    ``'3:1'``) local layers with a sliding ``window`` per global layer, the local ones first.
+    The other arguments are those of :class:`~d2lmini.block.TransformerBlock` and
+    :class:`~d2lmini.moe.MixtureOfExperts` (which check them).
+
+    Raises:
+        ValueError: ``local_global`` not of the form ``'3:1'``, or as the block and the mixture.
+    """
+    if not (isinstance(local_global, str) and re.fullmatch(r"\d+:[1-9]\d*", local_global)):
+        raise ValueError(f"local_global must read 'local:global' with whole numbers, e.g. '3:1', got {local_global!r}")
+    local, full = (int(x) for x in local_global.split(":"))
+
+    def moe():
+        return MixtureOfExperts(num_hiddens, num_experts, top_k=top_k, ffn_num_hiddens=expert_hiddens, act="swiglu",
+                                router=router, num_shared_experts=num_shared_experts)
+
+    blocks = []
+    for i in range(num_layers):
+        is_local = i % (local + full) < local
+        blocks.append(TransformerBlock(num_hiddens, num_heads, norm="rms", placement="pre", bias=False,
+                                       num_kv_heads=num_kv_heads, rope_theta=rope_theta, qk_norm="per_head",
+                                       causal=True, window=window if is_local else None, ffn_factory=moe))
+    return torch.nn.ModuleList(blocks)
 
 
 #: The rows of the block zoo that :func:`zoo_switches` puts side by side by default:
