@@ -161,7 +161,9 @@ def mixing_sweep(logit_stds=(0.45, 2.6, 8.0), kinds=MIXINGS, depth: int = 64, nu
 
 
 def v4_logit_std(num_hiddens: int, num_streams: int = 4) -> float:
-    """The standard deviation of mHC's logits at DeepSeek-V4's initialization: ``INIT_STD sqrt(n d)``.
+    """The standard deviation of mHC's logits at ``transformers``' DeepSeek-V4 initialization: ``INIT_STD sqrt(n d)``.
+
+    (``DeepseekV4PreTrainedModel._init_weights``, the library's random initialization.)
 
     The projection ``phi`` has ``N(0, INIT_STD^2)`` entries and reads the ``n d`` numbers of
     a token's streams after an RMSNorm (each of RMS 1), so every logit is a sum of ``n d``
