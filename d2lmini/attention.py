@@ -653,7 +653,8 @@ class GatedAttention(nn.Module):
     :class:`~d2lmini.attention.MultiHeadAttention` whose own output projection is
     replaced by the identity, so the wrapped module returns the concatenated heads.
     Drop it into a block with ``TransformerBlock(d, h, attn_factory=lambda:
-    GatedAttention(d, h, ...))``.
+    GatedAttention(d, h, ...))``. Introduced in the chapter "Attention in 2026", which checks
+    it against Qwen3.5's ``Qwen3_5Attention``.
 
     Args:
         num_hiddens: model width ``d``.

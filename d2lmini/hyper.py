@@ -157,12 +157,14 @@ class HyperConnection(nn.Module):
     modules in float32), and cast to the streams' dtype for the collapse and the mix.
 
     Initialization follows ``DeepseekV4PreTrainedModel._init_weights`` (Hugging Face
-    ``transformers`` 5.24): ``phi ~ N(0, INIT_STD^2)`` (``fn``; ``INIT_STD`` is V4's
+    ``transformers`` 5.24; the library's random initialization, not a documented training
+    recipe): ``phi ~ N(0, INIT_STD^2)`` (``fn``; ``INIT_STD`` is V4's
     ``initializer_range``, 0.02), ``bias = 0`` (``base``), ``alpha = 1`` (``scale``). At
     initialization the mappings are thus random around ``H^pre = 1/2``, ``H^post = 1`` and
     ``H^res = J / n`` (every entry ``1/n``: the streams averaged), their logits of standard
     deviation ``INIT_STD * sqrt(n d)`` since ``x'`` has ``n d`` entries of RMS 1: 0.32 for
-    ``n = 4, d = 64``, but 2.6 at V4's ``n = 4, d = 4096``.
+    ``n = 4, d = 64``, but 2.6 at ``n = 4, d = 4096`` (the default ``DeepseekV4Config`` width,
+    whose docstring names the DeepSeek-V4-Flash-Base checkpoint).
 
     Args:
         num_hiddens: width ``d`` of each stream.

@@ -47,8 +47,11 @@ class MultiHeadLatentAttention(nn.Module):
     A decoder caches only ``c_kv`` and the rotated ``k_rope`` per token
     (:meth:`latent_kv`; ``kv_lora_rank + qk_rope_head_dim`` numbers: 576 in DeepSeek-V3
     instead of the ``2 * 128 * 128 = 32,768`` of multi-head attention with its 128 heads
-    of 128 features; :func:`kv_cache_bytes_per_token`). Keys without position can be
-    rebuilt from ``c_kv`` because RoPE touches only the separate ``k_rope``.
+    of 128 features; :func:`kv_cache_bytes_per_token`). RoPE touches only the separate
+    ``k_rope``, so at inference ``W_uk`` can be absorbed into the query projection (and
+    ``W_uv`` into ``W_o``) and the keys never be materialized; a rotation of ``k_nope``, which
+    depends on the key's position, would sit between them (DeepSeek-V2, Section 2.1.3). This
+    module computes the keys explicitly, as ``DeepseekV3Attention`` does.
 
     The scale is ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``, times ``m ** 2``
     under YaRN with ``mscale_all_dim``, ``m = 0.1 * mscale_all_dim * ln(factor) + 1``

@@ -124,3 +124,29 @@ def test_explorers_refuse_mhc_with_layernorm():
         d2lmini.depth_explorer_static(depths=(1,), placements=("pre", "mhc"), norms=("layer", "rms"), **SMALL)
     with pytest.raises(ValueError, match="num_streams"):
         ch05.hyper_depth_explorer(max_depth=2, depth=1, streams=(1, 2), num_streams=4, **SMALL)
+
+
+def test_stream_divergence_rebuilds_probe_depths_stack():
+    """Same draws as probe_depth('mhc'): equal streams stay apart by a measurable, positive gap."""
+    gaps = ch05.stream_divergence(depth=3, num_streams=2, seed=1, dtype=torch.float64, **SMALL)
+    assert len(gaps) == 3 and all(0 < g < 1 for g in gaps)
+    # a single stream has no spread around its mean
+    assert ch05.stream_divergence(depth=2, num_streams=1, seed=1, **SMALL) == [0.0, 0.0]
+
+
+def test_stream_divergence_uses_the_probed_weights():
+    from d2lmini.probes import stream_rms
+    probe = probe_depth("mhc", norm="rms", depth=2, num_streams=2, seed=3, dtype=torch.float64, **SMALL)
+    # rebuild as stream_divergence does and compare the stream RMS after each block
+    from d2lmini.probes import init_linear_weights_
+    from d2lmini.seeding import seeded
+    with seeded(3):
+        blocks = [init_linear_weights_(HyperConnectedBlock(16, 2, num_streams=2, act="relu"), "xavier_uniform")
+                  for _ in range(2)]
+        HyperHead(16, 2)
+        X = torch.randn(1, 8, 16).double()
+    X = expand_streams(X, 2)
+    with torch.no_grad():
+        for k, block in enumerate(blocks, start=1):
+            X = block.double()(X)
+            assert stream_rms(X) == pytest.approx(probe.stream_rms[k], rel=1e-12)

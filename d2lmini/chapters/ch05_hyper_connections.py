@@ -3,6 +3,7 @@ r"""Beyond one residual stream: the experiments of the chapter "Beyond one resid
 * :func:`probe_streams` -- chapter 4's depth experiment at initialization for pre-LN and
   for manifold-constrained hyper-connections (mHC) with several numbers of streams
   (the measurement itself is :func:`d2lmini.probes.probe_depth` with ``placement='mhc'``);
+* :func:`stream_divergence` -- how far the streams of that mHC stack drift apart;
 * :func:`mixing_matrices`, :func:`product_gains`, :func:`mixing_sweep` and
   :func:`plot_mixing_products` -- what a stack of residual mixing matrices ``H^res`` does
   to the streams: doubly stochastic (Sinkhorn-Knopp, mHC), rows only (a row softmax), or
@@ -24,9 +25,9 @@ import torch
 
 from .._checks import check_choice, check_int_sequence, check_positive_float, check_positive_int, check_seed
 from .._shown import shown_in
-from ..hyper import INIT_STD, HyperConnection, HyperHead, sinkhorn_knopp
+from ..hyper import INIT_STD, HyperConnectedBlock, HyperConnection, HyperHead, expand_streams, sinkhorn_knopp
 from ..plot import styled_figure
-from ..probes import HYPER_PLACEMENT, probe_depth
+from ..probes import HYPER_PLACEMENT, init_linear_weights_, probe_depth
 from ..reference import _randomize_
 from ..seeding import seeded
 from .ch04_norm_placement import EXPLORED_STREAMS, DepthExplorer, depth_explorer_static
@@ -58,6 +59,31 @@ def probe_streams(depth: int = 32, streams=(1, 2, 4, 8), **kwargs) -> dict:
     for n in check_int_sequence("streams", streams, minimum=1, distinct=True):
         probes[n] = probe_depth(HYPER_PLACEMENT, norm="rms", depth=depth, num_streams=n, **kwargs)
     return probes
+
+
+@shown_in("ch05")
+def stream_divergence(depth: int = 32, num_streams: int = 4, num_hiddens: int = 128, num_heads: int = 4,
+                      num_steps: int = 64, act: str = "relu", init: str = "xavier_uniform",
+                      dtype: torch.dtype = torch.float64, seed: int = 0) -> list[float]:
+    """How far the streams of :func:`probe_streams`' mHC stack are from their mean, after every block.
+
+    Rebuilds the stack of ``probe_depth('mhc', ...)`` with the same arguments (the same draws:
+    the unused head is drawn only to keep them aligned) and returns, for blocks ``1..depth``,
+    ``RMS(X - mean over streams) / RMS(X)`` over all tokens (0: equal streams). Chapter 5.
+    """
+    with seeded(check_seed(seed)):  # the draws of probe_depth, in its order
+        blocks = [init_linear_weights_(HyperConnectedBlock(num_hiddens, num_heads, num_streams=num_streams,
+                                                           act=act), init) for _ in range(depth)]
+        HyperHead(num_hiddens, num_streams)  # drawn by probe_depth before the input
+        X = torch.randn(1, num_steps, num_hiddens, dtype=torch.float32).to(dtype)
+    X = expand_streams(X, num_streams)  # (1, n, streams, d), equal streams
+    gaps = []
+    with torch.no_grad():
+        for block in blocks:
+            X = block.to(dtype)(X)
+            deviation = X - X.mean(dim=2, keepdim=True)  # each stream minus the streams' mean
+            gaps.append(float(deviation.pow(2).mean().sqrt() / X.pow(2).mean().sqrt()))
+    return gaps
 
 
 def streams_table(probes: dict, ks=(8, 16, 32)):
@@ -135,7 +161,9 @@ def mixing_sweep(logit_stds=(0.45, 2.6, 8.0), kinds=MIXINGS, depth: int = 64, nu
 
 
 def v4_logit_std(num_hiddens: int, num_streams: int = 4) -> float:
-    """The standard deviation of mHC's logits at DeepSeek-V4's initialization: ``INIT_STD sqrt(n d)``.
+    """The standard deviation of mHC's logits at ``transformers``' DeepSeek-V4 initialization: ``INIT_STD sqrt(n d)``.
+
+    (``DeepseekV4PreTrainedModel._init_weights``, the library's random initialization.)
 
     The projection ``phi`` has ``N(0, INIT_STD^2)`` entries and reads the ``n d`` numbers of
     a token's streams after an RMSNorm (each of RMS 1), so every logit is a sum of ``n d``

@@ -373,7 +373,7 @@ def plot_sink_sweep(sweep: dict, positions=(1, 8, 64)):
     with styled_figure(1, width=6.5, height=3.0) as (fig, ax):
         s = sweep["sink_logits"]
         for p, color in zip(positions, ["#c0392b", "#7d3c98", "#2471a3"]):
-            ax.plot(s, sweep["share"][:, p - 1], marker="o", ms=3, color=color, label=f"query {p} ({p} keys)")
+            ax.plot(s, sweep["share"][:, p - 1], marker="o", ms=3, color=color, label=f"query {p} ({p} key{'s' if p != 1 else ''})")
             ax.plot(s, [math.exp(x) / (math.exp(x) + p) for x in s], ":", color=color, lw=1)
         ax.set_xlabel("sink logit $s$")
         ax.set_ylabel("share of attention on the sink")
