@@ -6,7 +6,10 @@ rebuilt from one small latent vector per token, so a decoder caches that latent 
 shared rotary key) instead of every head's key and value. :func:`kv_cache_bytes_per_token`
 measures the cache of any d2lmini attention module, and :func:`from_deepseek_v3_attention`
 and :func:`from_deepseek_v3_layer` turn Hugging Face ``transformers`` 5.24 DeepSeek-V3 layers
-into d2lmini modules with the same weights. Shapes use d2l's names:
+into d2lmini modules with the same weights. :class:`DSAIndexer` adds DeepSeek Sparse Attention
+(DeepSeek-V3.2, GLM-5: each query attends to the keys a small indexer selects) to MLA, and
+:func:`from_glm_moe_dsa_attention` converts GLM-5's attention (the whole layer:
+:func:`d2lmini.reference.from_glm_moe_dsa_layer`). Shapes use d2l's names:
 ``(batch, num_steps, num_hiddens)``.
 """
 
@@ -22,6 +25,108 @@ from .attention import (GatedAttention, MultiHeadAttention, _check_rope_scaling,
                         rotary_cos_sin)
 from .block import TransformerBlock
 from .norms import DEFAULT_EPS, RMSNorm
+
+
+class DSAIndexer(nn.Module):
+    r"""The indexer of DeepSeek Sparse Attention, DSA (DeepSeek-V3.2, arXiv 2512.02556; GLM-5).
+
+    A small, cheap scorer that picks, for every query, the ``topk`` keys the attention may
+    see. With ``H`` indexer heads of ``D`` features:
+
+    * **Queries** from the attention's query latent ``c_q``: ``q = W_q c_q``, ``H`` heads
+      of ``D`` features.
+    * **One key** per token, shared by the heads: ``k = LayerNorm(W_k x)`` (``D`` features,
+      a LayerNorm with gain and bias).
+    * RoPE (half-split, the attention's ``cos``/``sin``) rotates the first ``rope_dim``
+      features of each query and key; the others pass unchanged.
+    * **Per-head weights** ``w = W_w x * H ** -0.5`` (``H`` numbers per token).
+    * **Index score** of key ``t`` for query ``s``: ``I[s, t] = sum_h w[s, h] *
+      ReLU(q[s, h] . k[t] * D ** -0.5)``; masked keys (causal, padding) score ``-inf``.
+    * **Selection**: the ``min(topk, n)`` keys of largest ``I[s, t]`` per query.
+
+    :meth:`forward` returns the selection as a boolean ``(b, n, n)`` mask (``True`` at the
+    selected keys), one more term of the mask that
+    :class:`MultiHeadLatentAttention` hands to SDPA (``indexer=``); with ``topk >= n``
+    every unmasked key is selected and the attention is dense MLA again. The selection is
+    not differentiable: gradients reach the selected keys through the attention, never the
+    indexer's weights (Hugging Face runs its indexer under ``torch.no_grad``; DeepSeek
+    trains it with a separate distillation loss, not reproduced here).
+
+    Checked against Hugging Face ``transformers`` 5.24 ``GlmMoeDsaIndexer``
+    (``models/glm_moe_dsa/modeling_glm_moe_dsa.py``); the names map as ``W_q`` = ``wq_b``,
+    ``W_k`` = ``wk``, ``k_norm`` = ``k_norm``, ``W_w`` = ``weights_proj``. GLM-5 stores
+    the rotary features interleaved; :func:`from_glm_moe_dsa_attention` reorders the rows
+    (and the LayerNorm's gain and bias) into the half-split layout.
+
+    Args:
+        num_hiddens: model width ``d``.
+        q_lora_rank: width of the attention's query latent ``c_q``.
+        num_heads: indexer heads ``H`` (GLM-5: 32).
+        head_dim: features ``D`` per indexer head and of the key (GLM-5: 128).
+        rope_dim: rotated features, even and ``<= head_dim`` (the attention's ``qk_rope_head_dim``).
+        topk: keys kept per query (GLM-5: 2048).
+        eps: the key LayerNorm's epsilon (1e-6, as Hugging Face).
+
+    Raises:
+        ValueError: a size not a positive int, an odd ``rope_dim`` or one above ``head_dim``;
+            at call time, inputs of the wrong shape.
+        TypeError: arguments of the wrong type.
+    """
+
+    def __init__(self, num_hiddens: int, q_lora_rank: int, *, num_heads: int, head_dim: int, rope_dim: int,
+                 topk: int, eps: float = 1e-6):
+        super().__init__()
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.q_lora_rank = check_positive_int("q_lora_rank", q_lora_rank)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        self.rope_dim = check_positive_int("rope_dim", rope_dim)
+        if self.rope_dim % 2 or self.rope_dim > self.head_dim:
+            raise ValueError(f"rope_dim must be even and <= head_dim={head_dim}, got {rope_dim}")
+        self.topk = check_positive_int("topk", topk)
+        check_positive_float("eps", eps)
+        self.W_q = nn.Linear(self.q_lora_rank, self.num_heads * self.head_dim, bias=False)
+        self.W_k = nn.Linear(self.num_hiddens, self.head_dim, bias=False)
+        self.k_norm = nn.LayerNorm(self.head_dim, eps=eps)
+        self.W_w = nn.Linear(self.num_hiddens, self.num_heads, bias=False)
+
+    def scores(self, X: torch.Tensor, c_q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """The index scores ``I``, ``(b, n, n)`` (query, key), before masking.
+
+        Args:
+            X: the attention's input ``(b, n, d)``.
+            c_q: the normalized query latent ``(b, n, q_lora_rank)``.
+            cos, sin: ``(n, rope_dim)`` rotary tables (:func:`~d2lmini.attention.rotary_cos_sin`).
+        """
+        check_sequence_tensor("X", X, self.num_hiddens)
+        check_sequence_tensor("c_q", c_q, self.q_lora_rank)
+        q = self.W_q(c_q).unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # (b, H, n, D)
+        k = self.k_norm(self.W_k(X))[:, None]  # (b, 1, n, D): one key for all heads
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # the first rope_dim features
+        per_head = F.relu(q @ k.transpose(-1, -2) * self.head_dim ** -0.5)  # (b, H, n, n)
+        weights = self.W_w(X) * self.num_heads ** -0.5  # (b, n, H)
+        return torch.einsum("bsh,bhst->bst", weights, per_head)
+
+    @torch.no_grad()
+    def forward(self, X: torch.Tensor, c_q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The selected keys: a boolean ``(b, n, n)``, ``True`` at each query's ``min(topk, n)`` best keys.
+
+        ``mask``: ``None`` or the attention's boolean mask, broadcastable to ``(b, 1, n, n)``
+        (``True`` = may attend); masked keys score ``-inf``, so they are chosen only when a query
+        has fewer than ``topk`` unmasked keys (and stay masked in the attention). Other
+        arguments as :meth:`scores`.
+        """
+        index = self.scores(X, c_q, cos, sin)
+        if mask is not None:  # (n, n), (b, 1, 1, n) or (b, 1, n, n) -> (b, n, n)
+            index = index.masked_fill(~torch.broadcast_to(mask, (index.shape[0], 1, *index.shape[1:]))[:, 0],
+                                      float("-inf"))
+        chosen = index.topk(min(self.topk, index.shape[-1]), dim=-1).indices
+        return torch.zeros_like(index, dtype=torch.bool).scatter_(-1, chosen, True)
+
+    def extra_repr(self) -> str:
+        return (f"q_lora_rank={self.q_lora_rank}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
+                f"rope_dim={self.rope_dim}, topk={self.topk}")
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -91,11 +196,17 @@ class MultiHeadLatentAttention(nn.Module):
         dropout: dropout on the attention weights (training only), in [0, 1).
         eps: epsilon of the two latent RMSNorms (default 1e-6: ``DeepseekV3Attention``
             builds them with the default of ``DeepseekV3RMSNorm``, not ``config.rms_norm_eps``).
+        indexer: ``None`` (default: dense attention) or a :class:`DSAIndexer` (DeepSeek
+            Sparse Attention: DeepSeek-V3.2, GLM-5): each query then attends only to the keys
+            the indexer selects, its selection one more term of the boolean mask (``and``-ed
+            with the causal and padding masks). Needs a query latent (``q_lora_rank``) of the
+            indexer's width and the indexer's ``rope_dim`` equal to ``qk_rope_head_dim``.
 
     Attributes:
         W_q, W_dq, q_latent_norm, W_uq, W_dkv, kv_latent_norm, W_ukv, W_o: the parts above
             (``W_q`` is ``None`` with a query latent; ``W_dq``, ``q_latent_norm`` and ``W_uq``
             are ``None`` without one).
+        indexer: the argument.
         num_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: the arguments.
         num_hiddens, rope_theta, rope_scaling, causal, dropout: the arguments.
         qk_head_dim: ``qk_nope_head_dim + qk_rope_head_dim``.
@@ -110,7 +221,8 @@ class MultiHeadLatentAttention(nn.Module):
 
     Raises:
         ValueError: a width or rank not a positive int, an odd ``qk_rope_head_dim``,
-            ``dropout`` outside [0, 1), a bad ``rope_scaling``; at call time, ``keys`` or
+            ``dropout`` outside [0, 1), a bad ``rope_scaling``, an ``indexer`` without a query
+            latent or of another latent width or rotary width; at call time, ``keys`` or
             ``values`` that are not the ``queries`` tensor, an input that is not ``(b, n, d)``,
             or bad ``valid_lens`` (see :func:`~d2lmini.attention.valid_lens_mask`).
         TypeError: arguments or inputs of the wrong type or dtype.
@@ -121,7 +233,7 @@ class MultiHeadLatentAttention(nn.Module):
     def __init__(self, num_hiddens: int, num_heads: int, *, q_lora_rank: int | None, kv_lora_rank: int,
                  qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, rope_theta: float,
                  causal: bool = True, rope_scaling: dict | None = None, bias: bool = False,
-                 dropout: float = 0.0, eps: float = DEFAULT_EPS["rms"]):
+                 dropout: float = 0.0, eps: float = DEFAULT_EPS["rms"], indexer: DSAIndexer | None = None):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
@@ -158,6 +270,16 @@ class MultiHeadLatentAttention(nn.Module):
         if self.rope_scaling is not None and self.rope_scaling.get("mscale_all_dim"):  # DeepSeek's YaRN
             scale *= _yarn_mscale(self.rope_scaling["factor"], self.rope_scaling["mscale_all_dim"]) ** 2
         self.scale = scale
+        if indexer is not None:
+            if not isinstance(indexer, DSAIndexer):
+                raise TypeError(f"indexer must be None or a DSAIndexer, got {type(indexer).__name__}")
+            if self.q_lora_rank is None or indexer.q_lora_rank != self.q_lora_rank:
+                raise ValueError(f"indexer reads the query latent: its q_lora_rank={indexer.q_lora_rank} must equal "
+                                 f"the attention's q_lora_rank={self.q_lora_rank}")
+            if indexer.rope_dim != self.qk_rope_head_dim or indexer.num_hiddens != self.num_hiddens:
+                raise ValueError(f"indexer must have rope_dim={self.qk_rope_head_dim} and num_hiddens="
+                                 f"{self.num_hiddens}, got {indexer.rope_dim} and {indexer.num_hiddens}")
+        self.indexer = indexer
 
     def _rotary(self, num_steps: int, like: torch.Tensor):
         """``(cos, sin)``, each ``(num_steps, qk_rope_head_dim)``, in ``like``'s device and dtype."""
@@ -191,7 +313,8 @@ class MultiHeadLatentAttention(nn.Module):
         check_dtype_matches("queries", X, self)
         b, n, _ = X.shape
         h = self.num_heads
-        q = self.W_q(X) if self.W_q is not None else self.W_uq(self.q_latent_norm(self.W_dq(X)))
+        c_q = None if self.W_q is not None else self.q_latent_norm(self.W_dq(X))  # the query latent
+        q = self.W_q(X) if c_q is None else self.W_uq(c_q)
         q = q.unflatten(-1, (h, self.qk_head_dim)).transpose(1, 2)  # (b, h, n, nope + rope)
         q_nope, q_rope = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
         cos, sin = self._rotary(n, X)
@@ -204,6 +327,9 @@ class MultiHeadLatentAttention(nn.Module):
 
         # The mask of MultiHeadAttention (valid_lens, causal; window is None), one code path for both.
         mask = MultiHeadAttention._mask(self, valid_lens, b, n, n, X.device)
+        if self.indexer is not None:  # DSA: only the keys the indexer selects, (b, 1, n, n)
+            selected = self.indexer(X, c_q, cos, sin, mask)[:, None]
+            mask = selected if mask is None else mask & selected
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
                                              dropout_p=self.dropout if self.training else 0.0)
         return self.W_o(out.transpose(1, 2).flatten(-2))  # (b, n, h * v_head_dim) -> (b, n, d)
@@ -219,7 +345,8 @@ def kv_cache_bytes_per_token(module: nn.Module, dtype_bytes: int = 2) -> int:
     """Bytes of key/value cache one token costs in one attention layer, read from the module.
 
     * :class:`MultiHeadLatentAttention`: ``kv_lora_rank + qk_rope_head_dim`` numbers
-      (the latent ``c_kv`` and the shared rotary key, :meth:`MultiHeadLatentAttention.latent_kv`).
+      (the latent ``c_kv`` and the shared rotary key, :meth:`MultiHeadLatentAttention.latent_kv`),
+      plus the indexer's key (``head_dim`` numbers) with a :class:`DSAIndexer`.
     * :class:`~d2lmini.attention.MultiHeadAttention` and
       :class:`~d2lmini.attention.GatedAttention`: ``2 * num_kv_heads * head_dim`` (a key
       and a value per key/value head): multi-head (``num_kv_heads = num_heads``),
@@ -242,6 +369,8 @@ def kv_cache_bytes_per_token(module: nn.Module, dtype_bytes: int = 2) -> int:
         module, GatedAttention) else module
     if isinstance(attention, MultiHeadLatentAttention):
         numbers = attention.kv_lora_rank + attention.qk_rope_head_dim
+        if attention.indexer is not None:  # DSA caches the indexer's key as well
+            numbers += attention.indexer.head_dim
     elif isinstance(attention, (MultiHeadAttention, GatedAttention)):
         numbers = 2 * attention.num_kv_heads * attention.head_dim
     else:
@@ -283,6 +412,12 @@ def from_deepseek_v3_attention(attn, config) -> MultiHeadLatentAttention:
             not reproduce, or YaRN with ``mscale_all_dim`` but no ``mscale`` (the softmax
             scale would need the one and the rotary table ignores it).
     """
+    return _mla_from_hf(attn, config, interleaved=bool(getattr(config, "rope_interleave", False)))
+
+
+def _mla_from_hf(attn, config, *, interleaved: bool, indexer: DSAIndexer | None = None) -> MultiHeadLatentAttention:
+    """:func:`from_deepseek_v3_attention`'s work, with the RoPE layout given (``interleaved``) and an optional
+    ``indexer`` handed to the module; the checks and errors are those documented there."""
     # reference imports the model parts, so it is imported here
     from .reference import _copy_linear, _copy_norm, _rope_kwargs
 
@@ -299,10 +434,11 @@ def from_deepseek_v3_attention(attn, config) -> MultiHeadLatentAttention:
                                     kv_lora_rank=config.kv_lora_rank, qk_nope_head_dim=nope, qk_rope_head_dim=r,
                                     v_head_dim=config.v_head_dim, rope_theta=rope["rope_theta"],
                                     rope_scaling=rope["rope_scaling"], bias=bool(config.attention_bias),
-                                    dropout=float(config.attention_dropout), eps=attn.kv_a_layernorm.variance_epsilon)
+                                    dropout=float(config.attention_dropout), eps=attn.kv_a_layernorm.variance_epsilon,
+                                    indexer=indexer)
     q_rows = torch.arange(h * (nope + r)).view(h, nope + r)  # each head: nope rows, then rope rows
     kv_rows = torch.arange(config.kv_lora_rank + r)  # the latent, then the shared rope key
-    if getattr(config, "rope_interleave", False):
+    if interleaved:
         q_rows[:, nope:] = q_rows[:, nope:][:, _deinterleave(r)]
         kv_rows[config.kv_lora_rank:] = kv_rows[config.kv_lora_rank:][_deinterleave(r)]
     q_rows = q_rows.flatten()
@@ -346,12 +482,35 @@ def from_deepseek_v3_layer(layer, config) -> TransformerBlock:
         ValueError: an activation other than SiLU, or as :func:`from_deepseek_v3_attention`
             and :func:`d2lmini.reference.from_deepseek_v3_moe`.
     """
+    return mla_decoder_block(layer, config, from_deepseek_v3_attention(layer.self_attn, config))
+
+
+def mla_decoder_block(layer, config, attention: MultiHeadLatentAttention) -> TransformerBlock:
+    """The block of a DeepSeek-V3-style layer around a converted ``attention`` (DeepSeek-V3, Kimi K2, GLM-5).
+
+    Pre-norm RMSNorm (``input_layernorm``, ``post_attention_layernorm``, ``config.rms_norm_eps``)
+    and, by ``layer.mlp``, a SwiGLU MLP (``gate_proj``, ``up_proj``, ``down_proj``) or the
+    DeepSeek-V3 mixture of experts (:func:`d2lmini.reference.from_deepseek_v3_moe`, which
+    ``GlmMoeDsaMoE`` equals: same router, experts and shared experts); weights copied.
+
+    Args:
+        layer: a ``DeepseekV3DecoderLayer`` or ``GlmMoeDsaDecoderLayer``.
+        config: its configuration.
+        attention: the layer's attention, already converted (:func:`from_deepseek_v3_attention`,
+            :func:`from_glm_moe_dsa_attention`).
+
+    Returns:
+        The block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: an activation other than SiLU, or as :func:`d2lmini.reference.from_deepseek_v3_moe`.
+    """
     from .reference import _copy_gated_mlp, _copy_norm, from_deepseek_v3_moe
 
     mlp = layer.mlp
     if config.hidden_act != "silu":
-        raise ValueError(f"DeepSeek-V3's MLP is supported with hidden_act='silu' only, got {config.hidden_act!r}")
-    attention = from_deepseek_v3_attention(layer.self_attn, config)
+        raise ValueError(f"the MLP of {type(layer).__name__} is supported with hidden_act='silu' only, got "
+                         f"{config.hidden_act!r}")
     dense = hasattr(mlp, "gate_proj")
     moe = None if dense else from_deepseek_v3_moe(mlp, config)
     block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", placement="pre",
@@ -363,3 +522,48 @@ def from_deepseek_v3_layer(layer, config) -> TransformerBlock:
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
     _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
     return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- from Hugging Face GLM-5
+
+
+def from_glm_moe_dsa_attention(attn, config) -> MultiHeadLatentAttention:
+    """A :class:`MultiHeadLatentAttention` with a :class:`DSAIndexer` equal to Hugging Face ``GlmMoeDsaAttention``.
+
+    GLM-5's attention (``transformers`` 5.24, ``models/glm_moe_dsa/modeling_glm_moe_dsa.py``)
+    is DeepSeek-V3's MLA with always-interleaved RoPE (no ``rope_interleave`` switch), plus
+    DeepSeek Sparse Attention: ``GlmMoeDsaIndexer`` (``wq_b``, ``wk``, ``k_norm``,
+    ``weights_proj``; interleaved RoPE on the first ``qk_rope_head_dim`` features, which are
+    reordered here into the half-split layout, the LayerNorm's gain and bias with them)
+    selects ``index_topk`` keys per query and ``GlmMoeDsaAttention`` masks the others (the
+    SDPA and eager paths; the flash-mla kernel consumes the same indices).
+
+    Args:
+        attn: a ``GlmMoeDsaAttention`` that runs its own indexer (``config.indexer_types[i]
+            == 'full'``); its weights are copied.
+        config: its ``GlmMoeDsaConfig``.
+
+    Returns:
+        The module, on ``attn``'s device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: a ``'shared'`` layer (``attn.indexer is None``: it reuses the top-k of an
+            earlier layer, which one block cannot see), or as :func:`from_deepseek_v3_attention`.
+    """
+    from .reference import _copy, _copy_linear
+
+    source = attn.indexer
+    if source is None:
+        raise ValueError(f"layer {attn.layer_idx} is a 'shared' DSA layer (config.indexer_types): it reuses an "
+                         "earlier layer's top-k selection, which a single d2lmini block cannot reproduce")
+    r, D, H = config.qk_rope_head_dim, source.head_dim, source.n_heads
+    indexer = DSAIndexer(config.hidden_size, config.q_lora_rank, num_heads=H, head_dim=D, rope_dim=r,
+                         topk=source.index_topk, eps=source.k_norm.eps)
+    order = torch.cat((_deinterleave(r), torch.arange(r, D)))  # per head: the rotary features, then the rest
+    q_rows = (torch.arange(H)[:, None] * D + order).flatten()
+    _copy_linear(indexer.W_q, source.wq_b.weight[q_rows])
+    _copy_linear(indexer.W_k, source.wk.weight[order])
+    _copy_linear(indexer.W_w, source.weights_proj.weight)
+    _copy(indexer.k_norm.weight, source.k_norm.weight[order])
+    _copy(indexer.k_norm.bias, source.k_norm.bias[order])
+    return _mla_from_hf(attn, config, interleaved=True, indexer=indexer.to(attn.o_proj.weight))

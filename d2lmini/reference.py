@@ -16,7 +16,7 @@ class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma
 OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss, and the
 parallel or partial-RoPE Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, Cohere, StableLM;
 :mod:`d2lmini.zoo` checks each of them; and Qwen3.5's two layer types, checked in
-``tests/test_qwen3_5_layer.py`` and chapter 10).
+``tests/test_qwen3_5_layer.py`` and chapter 10; GLM-5's, checked in ``tests/test_glm5.py`` and chapter 10).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
 own rotary tables).
@@ -1585,7 +1585,8 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
     ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
     ``AfmoeDecoderLayer`` (Arcee Trinity), ``GptOssDecoderLayer`` (gpt-oss),
-    ``Qwen3_5DecoderLayer`` (Qwen3.5, both layer types), and the parallel or partial-RoPE layers
+    ``Qwen3_5DecoderLayer`` (Qwen3.5, both layer types), ``GlmMoeDsaDecoderLayer`` (GLM-5: MLA
+    with DeepSeek Sparse Attention, dense and MoE layers; :func:`from_glm_moe_dsa_layer`), and the parallel or partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
@@ -2025,3 +2026,61 @@ def _copy_gptoss_experts(experts: nn.ModuleList, src) -> None:
         _copy_linear(ffn.W_g, gate_up[:, ::2].t(), gate_up_bias[::2])
         _copy_linear(ffn.W_1, gate_up[:, 1::2].t(), gate_up_bias[1::2])
         _copy_linear(ffn.W_2, src.down_proj[e].t(), src.down_proj_bias[e])
+
+
+# --------------------------------------------------------------------------- GLM-5 (MLA with DeepSeek Sparse Attention)
+
+
+def from_glm_moe_dsa_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to a Hugging Face ``GlmMoeDsaDecoderLayer`` (GLM-5).
+
+    ``transformers`` 5.24 ``models/glm_moe_dsa/modeling_glm_moe_dsa.py``: DeepSeek-V3's
+    layer (pre-norm RMSNorm; a SwiGLU MLP in the first ``first_k_dense_replace`` layers, by
+    ``config.mlp_layer_types``, DeepSeek-V3's mixture of experts after them) whose MLA attends
+    only to the ``index_topk`` keys per query a DSA indexer selects
+    (:func:`d2lmini.mla.from_glm_moe_dsa_attention`, :class:`d2lmini.mla.DSAIndexer`).
+    Called on ``X`` and ``valid_lens`` the block equals the layer called as
+    ``GlmMoeDsaModel`` calls it (:func:`hf_glm_moe_dsa_call`) at the valid positions.
+
+    Args:
+        layer: a ``GlmMoeDsaDecoderLayer`` whose attention runs its own indexer; weights copied.
+        config: its ``GlmMoeDsaConfig``.
+        layer_idx: ``None`` (the layer's own) or that index (:func:`_start`).
+
+    Returns:
+        The block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: a ``'shared'`` indexer layer (``config.indexer_types``: it reuses an
+            earlier layer's selection), or as :func:`d2lmini.mla.from_glm_moe_dsa_attention`,
+            :func:`d2lmini.mla.mla_decoder_block` and :func:`_start`.
+    """
+    from .mla import from_glm_moe_dsa_attention, mla_decoder_block
+
+    _start(layer, config, layer_idx)
+    return mla_decoder_block(layer, config, from_glm_moe_dsa_attention(layer.self_attn, config))
+
+
+HF_CONVERTERS["GlmMoeDsaDecoderLayer"] = from_glm_moe_dsa_layer
+
+
+def hf_glm_moe_dsa_call(layer, config, X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
+    """Call a ``GlmMoeDsaDecoderLayer`` as ``GlmMoeDsaModel.forward`` does; returns its output ``(b, n, d)``.
+
+    As :func:`hf_call` with one difference the model makes: the causal mask is always
+    materialized (``create_causal_mask(..., allow_is_causal_skip=False)``), since the
+    indexer reads it even without padding. Position ids ``0 .. n-1``, the rotary tables of
+    ``GlmMoeDsaRotaryEmbedding``; ``X`` right-padded to ``valid_lens`` (or ``None``).
+    """
+    from transformers import masking_utils
+    from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as modeling
+
+    batch_size, num_steps, _ = X.shape
+    padding = None if valid_lens is None else valid_lens_mask(valid_lens, num_steps).long()
+    position_ids = torch.arange(num_steps, device=X.device)[None].expand(batch_size, -1)
+    mask = masking_utils.create_causal_mask(config=config, inputs_embeds=X, attention_mask=padding, cache=None,
+                                            position_ids=position_ids, allow_is_causal_skip=False)
+    rotary = modeling.GlmMoeDsaRotaryEmbedding(config).to(X.device)
+    out = layer(X, attention_mask=mask, position_ids=position_ids,
+                position_embeddings=rotary(X, position_ids))
+    return out[0] if isinstance(out, tuple) else out

@@ -766,8 +766,8 @@ ROWS_2026 = (
     Row2026("Llama 4", 2025, "", "Llama4TextConfig",
             missing="chunked attention, attention temperature tuning in the NoPE layers, the top-1 MoE"),
     Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config", check="OLMo 3"),
-    Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig",
-            missing="the sparse attention's indexer (DSA) on MLA, and the MoE layers"),
+    Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig", check="GLM-5 (sparse attention, dense and MoE layers)",
+            missing="cross-layer top-k sharing (indexer_types 'shared', off by default)"),
     Row2026("Arcee Trinity", 2026, "singh2026trinity", "AfmoeConfig", check="Arcee Trinity"),
 )
 ROWS_2026 = tuple(sorted(ROWS_2026, key=lambda row: row.year))  # release order (a stable sort)
@@ -952,6 +952,21 @@ def _check_deepseek_v3(layer_indices=(0, 1), **overrides):
     return check
 
 
+#: A tiny GLM-5: the DeepSeek-V3 shapes above plus a DSA indexer keeping 6 keys per query (the checks run 16
+#: steps, so the selection matters); layer 0 dense, layer 1 MoE (8 experts in 4 groups).
+GLM5_TINY = dict(DEEPSEEK_V3_TINY, index_topk=6, index_head_dim=16, index_n_heads=8)
+
+
+def _check_glm5(seed: int) -> list[dict]:
+    from ..reference import Reference, compare_with_reference, from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, hf_make
+
+    return [compare_with_reference(Reference("GlmMoeDsaDecoderLayer", "GLM-5",
+                                             hf_make("glm_moe_dsa", "GlmMoeDsaDecoderLayer", "GlmMoeDsaConfig",
+                                                     GLM5_TINY, layer_idx=i),
+                                             from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, causal=True), seed=seed)
+            for i in (0, 1)]  # 0: dense, 1: MoE
+
+
 def _check_qwen3_5(seed: int) -> list[dict]:
     from ..reference import compare_with_reference, hf_reference
 
@@ -1040,6 +1055,7 @@ CHECKS = {
     "DeepSeek-V3 layers, no expert groups": _check_deepseek_v3((1,), n_group=1, topk_group=1),
     "DeepSeek-V4 hyper-connections": lambda seed: [deepseek_v4_wiring_check(seed)],
     "Qwen3.5 (both layer types)": _check_qwen3_5,
+    "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
     "gpt-oss": _check_zoo("gpt-oss"),
     "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
     "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
