@@ -18,8 +18,10 @@ from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtyp
 from ._shown import shown_in
 from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 
-#: QK-norm variants accepted by ``MultiHeadAttention(qk_norm=...)``; all are RMSNorms
-#: applied to queries and keys before the dot product; all but ``'l2'`` before RoPE.
+#: QK-norm variants with gains accepted by ``MultiHeadAttention(qk_norm=...)`` (the chapter
+#: "QK-norm" compares them); all are RMSNorms applied to queries and keys right before the
+#: dot product, and before RoPE. (Llama 4's gainless ``'l2'``, after RoPE, is
+#: :data:`QK_NORM_L2`.)
 #:
 #: * ``'per_head'``: over each head's ``head_dim`` features, one gain vector shared by
 #:   all heads (separate for q and k) -- Qwen3, Gemma 3.
@@ -28,14 +30,17 @@ from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 #:   ``transformers`` 5.24 (the chapter "QK-norm" checks it).
 #: * ``'per_head_distinct'``: over each head's features, a distinct gain vector for every
 #:   head (a d2lmini option; we found no released model that uses it).
-#: * ``'l2'``: over each head's ``head_dim`` features, *without* a gain, *after* RoPE --
-#:   Llama 4's RoPE layers (Hugging Face ``transformers`` 5.24, ``Llama4TextL2Norm``, applied
-#:   in ``Llama4TextAttention.forward`` after ``apply_rotary_emb``, eps ``rms_norm_eps``).
-#:   Despite its name it divides by the root *mean* square, ``x / sqrt(mean(x**2) + eps)``
-#:   (``sqrt(head_dim)`` times the unit vector when ``eps`` is 0), in float32. A rotation keeps
-#:   the mean square, so before or after RoPE is the same unless RoPE's attention factor
-#:   (YaRN) scales cos and sin: after RoPE, as Llama 4, the norm removes that factor.
-QK_NORMS = ("per_head", "projection", "per_head_distinct", "l2")
+QK_NORMS = ("per_head", "projection", "per_head_distinct")
+
+#: ``MultiHeadAttention(qk_norm='l2')``: over each head's ``head_dim`` features, *without* a
+#: gain, *after* RoPE -- Llama 4's RoPE layers (Hugging Face ``transformers`` 5.24,
+#: ``Llama4TextL2Norm``, applied in ``Llama4TextAttention.forward`` after
+#: ``apply_rotary_emb``, eps ``rms_norm_eps``). Despite its name it divides by the root
+#: *mean* square, ``x / sqrt(mean(x**2) + eps)`` (``sqrt(head_dim)`` times the unit vector
+#: when ``eps`` is 0), in float32. A rotation keeps the mean square, so before or after RoPE
+#: is the same unless RoPE's attention factor (YaRN) scales cos and sin: after RoPE, as in
+#: Llama 4, the norm removes that factor.
+QK_NORM_L2 = "l2"
 
 # torch >= 2.5 lets SDPA share key/value heads itself (grouped-query attention).
 _SDPA_HAS_GQA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
@@ -319,7 +324,7 @@ class MultiHeadAttention(nn.Module):
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
         head_dim: features per head (default ``num_hiddens // num_heads``, which then
             must divide exactly); Qwen3 and Gemma 3 set it independently of ``d / h``.
-        qk_norm: ``None`` or one of :data:`QK_NORMS`.
+        qk_norm: ``None``, one of :data:`QK_NORMS`, or ``'l2'`` (:data:`QK_NORM_L2`, Llama 4).
         qk_norm_eps: epsilon of the QK-norms (default 1e-6; Llama 4's ``'l2'``: ``rms_norm_eps``).
         rope_theta: RoPE base; ``None`` (default) for no rotary embedding.
         scale: the logit scale; default ``1 / sqrt(head_dim)`` (Gemma 3 uses
@@ -456,7 +461,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = check_positive_int("head_dim", head_dim)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}")
-        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS)
+        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS + (QK_NORM_L2,))
         self.rope_theta = None if rope_theta is None else check_positive_float("rope_theta", rope_theta)
         if self.rope_theta is not None and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
@@ -562,7 +567,7 @@ class MultiHeadAttention(nn.Module):
         if self.rope_theta is not None:
             cos, sin = self._rotary(q.shape[2], q)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if self.qk_norm == "l2":  # Llama 4: per head, no gain, after RoPE
+        if self.qk_norm == QK_NORM_L2:  # Llama 4: per head, no gain, after RoPE
             q, k = _rms_normalize(q, self.qk_norm_eps), _rms_normalize(k, self.qk_norm_eps)
         if self.query_scaling is not None:  # q * (1 + beta log(1 + floor((p + offset) / period)))
             q = q * self._query_scales(q.shape[2], q)

@@ -1658,7 +1658,7 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     to the ``from_*`` function of that class, which returns a block holding copies of
     the layer's weights, on its device and dtype, in its train/eval mode. Called on
     ``X`` and ``valid_lens``, the block equals the layer called with its model's own
-    masks (causal, sliding-window where the layer has one, right padding), rotary
+    masks (causal, sliding-window or chunked where the layer has one, right padding), rotary
     tables for positions ``0 .. n-1`` and position ids ``0 .. n-1`` -- at the valid
     positions (see :mod:`d2lmini.zoo`, which checks every row).
 
@@ -1671,7 +1671,8 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
     ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
     ``AfmoeDecoderLayer`` (Arcee Trinity), ``GptOssDecoderLayer`` (gpt-oss),
-    ``Qwen3_5DecoderLayer`` (Qwen3.5, both layer types), and the parallel or partial-RoPE layers
+    ``Qwen3_5DecoderLayer`` (Qwen3.5, both layer types), ``Llama4TextDecoderLayer`` (Llama 4, RoPE and
+    NoPE layers, dense and MoE), and the parallel or partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
@@ -1682,7 +1683,8 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
         layer_idx: the layer's position in the stack (an int >= 0), or ``None`` (the default):
             the index the layer was built with. It selects the layer type of models that
             alternate them (sliding or full attention: Gemma 2/3, Ministral, OLMo 3, Qwen2,
-            SmolLM3, Arcee Trinity, gpt-oss; full or linear attention: Qwen3.5; RoPE or NoPE: SmolLM3) and must equal the index
+            SmolLM3, Arcee Trinity, gpt-oss; full or linear attention: Qwen3.5; RoPE or NoPE: SmolLM3;
+            chunked RoPE or full NoPE, dense or MoE: Llama 4) and must equal the index
             the layer was built with where the layer records one.
 
     Returns:

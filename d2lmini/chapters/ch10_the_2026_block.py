@@ -41,7 +41,7 @@ import torch
 
 from .._checks import check_bool, check_instance, check_int_at_least, check_positive_int
 from .._shown import shown_in
-from ..attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
+from ..attention import QK_NORM_L2, QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..moe import ROUTERS, MixtureOfExperts
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..ffn import ACTS
@@ -90,7 +90,7 @@ KNOB_MEANINGS = {
 }
 
 #: Allowed values of the arguments that take a name.
-KNOB_CHOICES = {"norm": NORMS, "act": ACTS, "placement": PLACEMENTS, "qk_norm": (None,) + QK_NORMS}
+KNOB_CHOICES = {"norm": NORMS, "act": ACTS, "placement": PLACEMENTS, "qk_norm": (None,) + QK_NORMS + (QK_NORM_L2,)}
 
 
 def constructor_knobs() -> list[dict]:
