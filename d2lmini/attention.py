@@ -13,12 +13,15 @@ from torch import nn
 from torch.nn import functional as F
 
 from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_int_in,
-                      check_positive_float, check_positive_int, check_probability, check_sequence_tensor)
+                      check_nonnegative_int, check_positive_float, check_positive_int, check_probability,
+                      check_sequence_tensor)
 from ._shown import shown_in
 from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 
-#: QK-norm variants accepted by ``MultiHeadAttention(qk_norm=...)``; all are RMSNorms
-#: applied to queries and keys right before the dot product, and before RoPE.
+#: QK-norm variants with gains accepted by ``MultiHeadAttention(qk_norm=...)`` (the chapter
+#: "QK-norm" compares them); all are RMSNorms applied to queries and keys right before the
+#: dot product, and before RoPE. (Llama 4's gainless ``'l2'``, after RoPE, is
+#: :data:`QK_NORM_L2`.)
 #:
 #: * ``'per_head'``: over each head's ``head_dim`` features, one gain vector shared by
 #:   all heads (separate for q and k) -- Qwen3, Gemma 3.
@@ -28,6 +31,16 @@ from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 #: * ``'per_head_distinct'``: over each head's features, a distinct gain vector for every
 #:   head (a d2lmini option; we found no released model that uses it).
 QK_NORMS = ("per_head", "projection", "per_head_distinct")
+
+#: ``MultiHeadAttention(qk_norm='l2')``: over each head's ``head_dim`` features, *without* a
+#: gain, *after* RoPE -- Llama 4's RoPE layers (Hugging Face ``transformers`` 5.24,
+#: ``Llama4TextL2Norm``, applied in ``Llama4TextAttention.forward`` after
+#: ``apply_rotary_emb``, eps ``rms_norm_eps``). Despite its name it divides by the root
+#: *mean* square, ``x / sqrt(mean(x**2) + eps)`` (``sqrt(head_dim)`` times the unit vector
+#: when ``eps`` is 0), in float32. A rotation keeps the mean square, so before or after RoPE
+#: is the same unless RoPE's attention factor (YaRN) scales cos and sin: after RoPE, as in
+#: Llama 4, the norm removes that factor.
+QK_NORM_L2 = "l2"
 
 # torch >= 2.5 lets SDPA share key/value heads itself (grouped-query attention).
 _SDPA_HAS_GQA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
@@ -225,11 +238,21 @@ def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
 
 
-def _check_query_scaling(value) -> tuple[float, int]:
-    """Return ``query_scaling`` as ``(beta, period)`` if it is a pair ``(float > 0, int >= 1)``, else raise."""
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise TypeError(f"query_scaling must be None or a pair (beta, period), got {type(value).__name__} {value!r}")
-    return (check_positive_float("query_scaling beta", value[0]), check_positive_int("query_scaling period", value[1]))
+def _check_query_scaling(value) -> tuple:
+    """Return ``query_scaling`` checked: a pair ``(beta, period)`` or a triple ``(beta, period, offset)``
+    (float > 0, int >= 1, int >= 0) as a tuple; a triple with ``offset`` 0 is returned as the pair. Else raise."""
+    if not isinstance(value, (tuple, list)) or len(value) not in (2, 3):
+        raise TypeError("query_scaling must be None, a pair (beta, period) or a triple (beta, period, offset), "
+                        f"got {type(value).__name__} {value!r}")
+    out = (check_positive_float("query_scaling beta", value[0]), check_positive_int("query_scaling period", value[1]))
+    offset = check_nonnegative_int("query_scaling offset", value[2]) if len(value) == 3 else 0
+    return out + (offset,) if offset else out
+
+
+def _rms_normalize(X: torch.Tensor, eps: float) -> torch.Tensor:
+    """``X / sqrt(mean(X**2, -1) + eps)`` in float32, cast back: Llama 4's gainless ``Llama4TextL2Norm``."""
+    Y = X.float()
+    return (Y * torch.rsqrt(Y.pow(2).mean(-1, keepdim=True) + eps)).to(X.dtype)
 
 
 def valid_lens_mask(valid_lens: torch.Tensor | None, num_steps: int, min_len: int = 0) -> torch.Tensor | None:
@@ -285,7 +308,7 @@ class MultiHeadAttention(nn.Module):
       num_heads``, query head ``i`` reads key/value head
       ``i // (num_heads // num_kv_heads)``.
     * QK-norm (Dehghani et al., 2023; Wortsman et al., 2023): see :data:`QK_NORMS`.
-      It is applied before RoPE, as in Qwen3, OLMo 2 and Gemma 3.
+      It is applied before RoPE, as in Qwen3, OLMo 2 and Gemma 3 (``'l2'``: after, as Llama 4).
     * RoPE (Su et al., 2021): half-split layout, base ``rope_theta``, positions
       ``0 .. n-1`` for queries and keys (self-attention).
 
@@ -301,8 +324,8 @@ class MultiHeadAttention(nn.Module):
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
         head_dim: features per head (default ``num_hiddens // num_heads``, which then
             must divide exactly); Qwen3 and Gemma 3 set it independently of ``d / h``.
-        qk_norm: ``None`` or one of :data:`QK_NORMS`.
-        qk_norm_eps: epsilon of the QK-norms (default 1e-6).
+        qk_norm: ``None``, one of :data:`QK_NORMS`, or ``'l2'`` (:data:`QK_NORM_L2`, Llama 4).
+        qk_norm_eps: epsilon of the QK-norms (default 1e-6; Llama 4's ``'l2'``: ``rms_norm_eps``).
         rope_theta: RoPE base; ``None`` (default) for no rotary embedding.
         scale: the logit scale; default ``1 / sqrt(head_dim)`` (Gemma 3 uses
             ``query_pre_attn_scalar ** -0.5``).
@@ -321,6 +344,17 @@ class MultiHeadAttention(nn.Module):
             kept); a window ``>= n`` equals plain causal attention. With ``valid_lens``,
             a padded query whose window holds no real key attends to itself alone, so
             its (meaningless) output stays finite on every torch version.
+        chunk: ``None`` (default: no chunks) or an int ``C >= 1``: chunked (local) attention,
+            the sequence is cut into chunks of ``C`` positions and query ``i`` sees only keys
+            ``j <= i`` of its own chunk, ``floor(j / C) == floor(i / C)`` -- the
+            ``'chunked_attention'`` layers of Llama 4 (``Llama4TextConfig.attention_chunk_size``;
+            Hugging Face ``transformers`` 5.24 ``masking_utils.chunked_overlay``, and-ed with the
+            causal mask, chunks counted from the first real token: d2lmini pads on the right, so
+            from position 0). Unlike a window, the first query of each chunk sees itself alone.
+            Needs ``causal=True`` (``ValueError`` otherwise). One more term of the boolean mask
+            handed to SDPA (fused path kept); ``C >= n`` equals plain causal attention; with
+            ``window`` too, both apply. With ``valid_lens``, a padded query whose chunk holds no
+            real key attends to itself alone (as with ``window``).
         logit_softcap: ``None`` (default) or a float ``c > 0``: attention logit soft-capping,
             ``logits = tanh(logits / c) * c``, applied to the scaled logits
             ``scale * q k^T`` before masking and softmax, as Gemma 2's
@@ -346,16 +380,18 @@ class MultiHeadAttention(nn.Module):
             ``rope_theta``: ``rope_type`` ``'linear'`` (Gemma 3's global layers), ``'yarn'``
             (gpt-oss, Ministral 3; its attention factor multiplies cos and sin) or
             ``'llama3'`` (Llama 3.1); see :func:`rope_frequencies`. Needs ``rope_theta``.
-        query_scaling: ``None`` (default) or ``(beta, period)``, a float ``beta > 0`` and an
-            int ``period >= 1``: after RoPE the query at position ``p`` is multiplied by
-            ``1 + beta * log(1 + floor(p / period))``, so logits grow (the softmax
-            sharpens) past every multiple of ``period`` -- Ministral 3
-            (``models/ministral3/modeling_ministral3.py``, ``get_llama_4_attn_scale`` with
-            ``rope_parameters['llama_4_scaling_beta']`` and
-            ``['original_max_position_embeddings']``). Llama 4's
-            ``attn_temperature_tuning`` is related but differs (``1 + attn_scale *
-            log(1 + floor((p + 1) / floor_scale))``, on its no-RoPE layers only) and is
-            not implemented. Positions are ``0 .. n_q - 1``; works with any path.
+        query_scaling: ``None`` (default), ``(beta, period)`` or ``(beta, period, offset)``:
+            a float ``beta > 0``, an int ``period >= 1`` and an int ``offset >= 0`` (default
+            0): after RoPE the query at position ``p`` is multiplied by
+            ``1 + beta * log(1 + floor((p + offset) / period))``, so logits grow (the softmax
+            sharpens) as positions pass multiples of ``period``. ``(beta, period)`` is
+            Ministral 3 (``models/ministral3/modeling_ministral3.py``,
+            ``get_llama_4_attn_scale`` with ``rope_parameters['llama_4_scaling_beta']`` and
+            ``['original_max_position_embeddings']``); ``(attn_scale, floor_scale, 1)`` is
+            Llama 4's ``attn_temperature_tuning`` (``models/llama4/modeling_llama4.py``,
+            ``Llama4TextAttention.forward``: ``log1p(floor((p + 1) / floor_scale)) *
+            attn_scale + 1``, on its NoPE layers). Positions are ``0 .. n_q - 1``; works with
+            any path. A triple with ``offset`` 0 is stored as the pair.
         sinks: ``False`` (default) or ``True``: attention sinks as gpt-oss
             (``models/gpt_oss/modeling_gpt_oss.py``, ``GptOssAttention.sinks``,
             ``eager_attention_forward``): a learned logit per query head (``self.sinks``,
@@ -393,8 +429,8 @@ class MultiHeadAttention(nn.Module):
             ``head_dim``), ``num_heads`` not divisible by ``num_kv_heads``, an unknown
             ``qk_norm`` (the message lists the allowed ones), an odd ``head_dim`` with
             RoPE, dropout outside [0, 1), ``bias`` a string other than ``'qkv'``,
-            ``logit_softcap`` not > 0 or not finite, ``window`` below 1 or given without
-            ``causal=True``, ``rotary_dim`` odd or outside ``[2, head_dim]``, ``rotary_dim``
+            ``logit_softcap`` not > 0 or not finite, ``window`` or ``chunk`` below 1 or given
+            without ``causal=True``, ``rotary_dim`` odd or outside ``[2, head_dim]``, ``rotary_dim``
             or ``rope_scaling`` without ``rope_theta``, a bad ``rope_scaling`` (see
             :func:`rope_frequencies`), a bad ``query_scaling``; at call time, inputs of the wrong rank or
             width, keys and values of different shapes, RoPE or causal attention with
@@ -408,8 +444,8 @@ class MultiHeadAttention(nn.Module):
                  qk_norm: str | None = None, qk_norm_eps: float | None = None,
                  rope_theta: float | None = None, scale: float | None = None, window: int | None = None,
                  logit_softcap: float | None = None, rotary_dim: int | None = None,
-                 rope_scaling: dict | None = None, query_scaling: tuple[float, int] | None = None,
-                 sinks: bool = False):
+                 rope_scaling: dict | None = None, query_scaling: tuple | None = None,
+                 sinks: bool = False, chunk: int | None = None):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
@@ -425,7 +461,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = check_positive_int("head_dim", head_dim)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}")
-        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS)
+        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS + (QK_NORM_L2,))
         self.rope_theta = None if rope_theta is None else check_positive_float("rope_theta", rope_theta)
         if self.rope_theta is not None and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
@@ -434,6 +470,10 @@ class MultiHeadAttention(nn.Module):
         if self.window is not None and not self.causal:
             raise ValueError(f"window={window} needs causal=True (sliding-window attention is causal: "
                              "query i sees keys i - window < j <= i); pass causal=True or window=None")
+        self.chunk = None if chunk is None else check_positive_int("chunk", chunk)
+        if self.chunk is not None and not self.causal:
+            raise ValueError(f"chunk={chunk} needs causal=True (chunked attention is causal: query i sees keys "
+                             "j <= i of its own chunk); pass causal=True or chunk=None")
         self.logit_softcap = None if logit_softcap is None else check_positive_float("logit_softcap", logit_softcap)
         for name, value in (("rotary_dim", rotary_dim), ("rope_scaling", rope_scaling)):
             if value is not None and self.rope_theta is None:
@@ -460,8 +500,9 @@ class MultiHeadAttention(nn.Module):
         elif self.qk_norm == "per_head_distinct":
             self.q_norm = HeadwiseRMSNorm(self.num_heads, self.head_dim, eps=eps)
             self.k_norm = HeadwiseRMSNorm(self.num_kv_heads, self.head_dim, eps=eps)
-        else:
+        else:  # None, or 'l2': no parameters, applied after RoPE by queries_and_keys
             self.q_norm = self.k_norm = None
+        self.qk_norm_eps = eps
         self._rotary_cache: dict = {}
 
     def _rotary(self, num_steps: int, like: torch.Tensor):
@@ -475,15 +516,16 @@ class MultiHeadAttention(nn.Module):
         return self._rotary_cache[key]
 
     def _query_scales(self, num_steps: int, like: torch.Tensor) -> torch.Tensor:
-        """Ministral 3's query factors ``1 + beta * log(1 + floor(p / period))`` for ``p = 0 .. n-1``.
+        """The query factors ``1 + beta * log(1 + floor((p + offset) / period))`` for ``p = 0 .. n-1``.
 
+        Ministral 3 (``offset`` 0) and Llama 4's temperature tuning (``offset`` 1).
         Computed in float32, cast to ``like``'s dtype; shape ``(num_steps, 1)`` (broadcasts
         over ``(b, h, n, head_dim)``). Needs ``query_scaling`` (``ValueError`` otherwise).
         """
         if self.query_scaling is None:
-            raise ValueError("_query_scales needs query_scaling=(beta, period)")
-        beta, period = self.query_scaling
-        positions = torch.arange(num_steps, dtype=torch.float32, device=like.device)
+            raise ValueError("_query_scales needs query_scaling=(beta, period) or (beta, period, offset)")
+        beta, period, offset = (*self.query_scaling, 0)[:3]
+        positions = torch.arange(num_steps, dtype=torch.float32, device=like.device) + offset
         return (1 + beta * torch.log(1 + torch.floor(positions / period)))[:, None].to(like.dtype)
 
     @property
@@ -497,8 +539,9 @@ class MultiHeadAttention(nn.Module):
 
         Project, QK-normalize (if ``qk_norm``: the whole projection, or each head),
         split into heads, then rotate by RoPE (if ``rope_theta``): the norm comes before
-        the rotation, as in Qwen3, OLMo 2 and Gemma 3; then scale the queries by position
-        (if ``query_scaling``, Ministral 3). Used by :meth:`forward` and by
+        the rotation, as in Qwen3, OLMo 2 and Gemma 3 -- except ``qk_norm='l2'``, after it,
+        as in Llama 4; then scale the queries by position (if ``query_scaling``, Ministral 3,
+        Llama 4's NoPE layers). Used by :meth:`forward` and by
         the chapter "QK-norm" (logits ``logit_scale * q @ k.transpose(-1, -2)``).
 
         Args:
@@ -518,13 +561,15 @@ class MultiHeadAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = q.unflatten(-1, (self.num_heads, self.head_dim))  # (b, n_q, h, head_dim)
         k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))  # (b, n_k, h_kv, head_dim)
-        if self.qk_norm is not None and self.qk_norm != "projection":  # one statistic per head (Qwen3)
+        if self.qk_norm in ("per_head", "per_head_distinct"):  # one statistic per head (Qwen3)
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # heads first
         if self.rope_theta is not None:
             cos, sin = self._rotary(q.shape[2], q)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if self.query_scaling is not None:  # Ministral 3: q * (1 + beta log(1 + floor(p / period)))
+        if self.qk_norm == QK_NORM_L2:  # Llama 4: per head, no gain, after RoPE
+            q, k = _rms_normalize(q, self.qk_norm_eps), _rms_normalize(k, self.qk_norm_eps)
+        if self.query_scaling is not None:  # q * (1 + beta log(1 + floor((p + offset) / period)))
             q = q * self._query_scales(q.shape[2], q)
         return q, k
 
@@ -546,7 +591,8 @@ class MultiHeadAttention(nn.Module):
                              f"got {queries.shape[1]} queries and {keys.shape[1]} keys")
 
     def _mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device) -> torch.Tensor | None:
-        """The boolean ``attn_mask``, (b, 1, 1 or q, k), of ``valid_lens``, ``causal`` and ``window``; ``None`` if none."""
+        """The boolean ``attn_mask``, (b, 1, 1 or q, k), of ``valid_lens``, ``causal``, ``window`` and ``chunk``;
+        ``None`` if none."""
         if self.causal and num_queries != num_keys:
             raise ValueError("causal attention needs as many queries as keys (self-attention), "
                              f"got {num_queries} queries and {num_keys} keys")
@@ -562,10 +608,14 @@ class MultiHeadAttention(nn.Module):
             causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()
             if self.window is not None:  # and j > i - window: the band of the last `window` keys
                 causal = causal.triu(1 - self.window)
+            chunk = getattr(self, "chunk", None)  # (modules without chunks, e.g. mla.py's, borrow this method)
+            if chunk is not None:  # and floor(j / C) == floor(i / C): the query's own chunk
+                chunks = torch.arange(max(num_queries, num_keys), device=device) // chunk
+                causal = causal & (chunks[:num_queries, None] == chunks[None, :num_keys])
             if mask is None:
                 return causal
             mask = mask & causal
-            if self.window is not None:  # a padded query may see no real key: let it see itself
+            if self.window is not None or chunk is not None:  # a padded query may see no real key: itself
                 diagonal = torch.eye(num_queries, num_keys, dtype=torch.bool, device=device)
                 mask = mask | (diagonal & ~mask.any(dim=-1, keepdim=True))
         return mask
@@ -637,6 +687,7 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"causal={self.causal}, window={self.window}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}"
+                + (f", chunk={self.chunk}" if self.chunk is not None else "")
                 + (f", logit_softcap={self.logit_softcap}" if self.logit_softcap is not None else "")
                 + (f", rotary_dim={self.rotary_dim}" if self.rotary_dim is not None else "")
                 + (f", rope_scaling={self.rope_scaling}" if self.rope_scaling is not None else "")
@@ -698,6 +749,7 @@ class GatedAttention(nn.Module):
     rope_theta = property(lambda self: self.attention.rope_theta)
     causal = property(lambda self: self.attention.causal)
     window = property(lambda self: self.attention.window)
+    chunk = property(lambda self: self.attention.chunk)
 
     @shown_in("ch08")
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:

@@ -178,13 +178,17 @@ class TransformerBlock(nn.Module):
         window: ``None`` or an int >= 1: sliding-window self-attention, query ``i``
             sees keys ``i - window < j <= i`` (needs ``causal=True``); see
             :class:`MultiHeadAttention`.
+        chunk: ``None`` or an int ``C >= 1``: chunked self-attention (Llama 4), query ``i``
+            sees keys ``j <= i`` with ``floor(j / C) == floor(i / C)`` (needs ``causal=True``);
+            see :class:`MultiHeadAttention`.
         logit_softcap: ``None`` or a float ``c > 0``: attention logits become
             ``tanh(logits / c) * c`` (Gemma 2; an explicit, unfused attention path); see
             :class:`MultiHeadAttention`.
         rotary_dim, rope_scaling, query_scaling, sinks: passed to :class:`MultiHeadAttention`
             (partial RoPE: rotate only the first ``rotary_dim`` features of each head;
             RoPE frequency scaling ``{'rope_type': 'linear' | 'yarn' | 'llama3', ...}``;
-            Ministral 3's position-dependent query factor ``(beta, period)``; gpt-oss's
+            the position-dependent query factor ``(beta, period)`` of Ministral 3, or
+            ``(beta, period, offset)`` of Llama 4's temperature tuning; gpt-oss's
             learned attention sinks).
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
@@ -199,7 +203,7 @@ class TransformerBlock(nn.Module):
             factory alone: the attention-only arguments (``num_kv_heads``, ``causal``,
             ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``,
             ``window``, ``logit_softcap``, ``rotary_dim``, ``rope_scaling``, ``query_scaling``,
-            ``sinks``) must keep their defaults, and ``num_heads`` must equal the module's
+            ``sinks``, ``chunk``) must keep their defaults, and ``num_heads`` must equal the module's
             ``num_heads`` if it has one (``ValueError`` otherwise).
         ffn_factory: zero-argument callable returning the FFN module, called as
             ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
@@ -237,8 +241,8 @@ class TransformerBlock(nn.Module):
                  rope_theta: float | None = None, attn_scale: float | None = None, residual: bool = True,
                  window: int | None = None, logit_softcap: float | None = None,
                  rotary_dim: int | None = None, rope_scaling: dict | None = None,
-                 query_scaling: tuple[float, int] | None = None, sinks: bool = False,
-                 residual_multiplier: float = 1.0,
+                 query_scaling: tuple | None = None, sinks: bool = False,
+                 residual_multiplier: float = 1.0, chunk: int | None = None,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
         super().__init__()
@@ -255,14 +259,14 @@ class TransformerBlock(nn.Module):
                                                 qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
                                                 scale=attn_scale, window=window, logit_softcap=logit_softcap,
                                                 rotary_dim=rotary_dim, rope_scaling=rope_scaling,
-                                                query_scaling=query_scaling, sinks=sinks)
+                                                query_scaling=query_scaling, sinks=sinks, chunk=chunk)
         else:
             check_left_at_default("attn_factory builds the attention, so set these on the module it returns",
                                   TransformerBlock.__init__, num_kv_heads=num_kv_heads, causal=causal,
                                   head_dim=head_dim, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps,
                                   rope_theta=rope_theta, attn_scale=attn_scale, window=window,
                                   logit_softcap=logit_softcap, rotary_dim=rotary_dim, rope_scaling=rope_scaling,
-                                  query_scaling=query_scaling, sinks=sinks)
+                                  query_scaling=query_scaling, sinks=sinks, chunk=chunk)
             self.attention = _build("attn_factory", attn_factory)
             check_positive_int("num_heads", num_heads)
             heads = getattr(self.attention, "num_heads", num_heads)  # checked where the module has one

@@ -13,7 +13,7 @@ from .parameters import num_parameters
 
 
 #: Routers accepted by :class:`MixtureOfExperts`.
-ROUTERS = ("softmax", "sigmoid")
+ROUTERS = ("softmax", "sigmoid", "sigmoid_input")
 
 
 class MixtureOfExperts(nn.Module):
@@ -43,7 +43,12 @@ class MixtureOfExperts(nn.Module):
     the sum of its two best selection scores (``sigmoid(s) + expert_bias``, or the softmax
     probabilities), and the ``top_k`` experts are chosen only within the ``topk_groups``
     best groups (in DeepSeek-V3 a token's 8 experts come from 4 of 8 groups, so from at
-    most 4 groups of devices). Drop it into a block with
+    most 4 groups of devices). ``'sigmoid_input'`` is Llama 4's router (Hugging Face
+    ``transformers`` 5.24, ``Llama4Router`` and ``Llama4TextMoe``): the ``top_k`` largest
+    logits (Llama 4: one) select the experts, and each chosen expert's weight
+    ``sigmoid(s_e)``, *not* renormalized, multiplies the expert's *input*,
+    ``MoE(x) = S(x) + sum_e E_e(w_e(x) x)`` (an expert is not linear, so this differs from
+    weighting its output); with ``route_scale`` ``r`` the weights are ``r sigmoid(s_e)``. Drop it into a block with
     ``TransformerBlock(d, h, ffn_factory=lambda: MixtureOfExperts(d))``.
 
     Args:
@@ -53,7 +58,7 @@ class MixtureOfExperts(nn.Module):
         ffn_num_hiddens: hidden width of each expert (default: FeedForward's default
             for ``act``).
         act: the experts' activation, one of :data:`~d2lmini.ffn.ACTS`.
-        router: ``'softmax'`` or ``'sigmoid'`` (see above).
+        router: ``'softmax'``, ``'sigmoid'`` or ``'sigmoid_input'`` (see above).
         num_shared_experts: shared experts, fused into one always-on FFN of width
             ``num_shared_experts * ffn_num_hiddens`` (0: none).
         route_scale: factor on the routed experts' weights (Trinity's ``route_scale``).
@@ -122,7 +127,8 @@ class MixtureOfExperts(nn.Module):
 
         Returns:
             ``(weights, experts)``, both ``(T, top_k)``: the mixing weights (float32,
-            summing to ``route_scale`` per token) and the chosen expert indices.
+            summing to ``route_scale`` per token; ``'sigmoid_input'``: ``route_scale`` times
+            the sigmoid of each chosen logit, not renormalized) and the chosen expert indices.
         """
         logits = self.router(X).float()  # routing decisions in float32, as the models do
         if self.router_kind == "softmax":
@@ -138,12 +144,16 @@ class MixtureOfExperts(nn.Module):
             choice = choice.masked_fill(~allowed.repeat_interleave(grouped.shape[-1], dim=-1), float("-inf"))
         _, experts = torch.topk(choice, self.top_k, dim=-1)
         weights = scores.gather(-1, experts)
+        if self.router_kind == "sigmoid_input":  # Llama 4: the sigmoids themselves
+            return weights * self.route_scale, experts
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
         return weights, experts
 
     @shown_in("ch10")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d)."""
+        """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d).
+
+        (With ``router='sigmoid_input'``, each chosen expert reads its weight times ``X``.)"""
         check_last_dim("X", X, self.num_hiddens)
         tokens = X.reshape(-1, self.num_hiddens)
         weights, experts = self.route(tokens)
@@ -151,7 +161,11 @@ class MixtureOfExperts(nn.Module):
         for e, expert in enumerate(self.experts):
             token_idx, slot = torch.where(experts == e)
             if token_idx.numel():  # each expert sees only the tokens routed to it
-                y = expert(tokens[token_idx]) * weights[token_idx, slot, None].to(tokens.dtype)
+                w = weights[token_idx, slot, None].to(tokens.dtype)
+                if self.router_kind == "sigmoid_input":  # Llama 4: the weight scales the expert's input
+                    y = expert(tokens[token_idx] * w)
+                else:
+                    y = expert(tokens[token_idx]) * w
                 out = out.index_add(0, token_idx, y)
         if self.shared is not None:
             out = out + self.shared(tokens)

@@ -13,7 +13,8 @@ references are PyTorch's own ``nn.TransformerEncoderLayer`` and
 dependency, imported only inside functions), the decoder and encoder layers of
 :data:`HF_CONVERTERS`: :func:`from_hf` converts any of them, dispatching on the layer's
 class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
-OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss, and the
+OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss, Llama 4
+(its RoPE and NoPE layers, dense and MoE, checked in ``tests/test_llama4.py`` and chapter 10), and the
 parallel or partial-RoPE Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, Cohere, StableLM;
 :mod:`d2lmini.zoo` checks each of them; and Qwen3.5's two layer types, checked in
 ``tests/test_qwen3_5_layer.py`` and chapter 10; GLM-5's, checked in ``tests/test_glm5.py`` and chapter 10).
@@ -1019,6 +1020,90 @@ def from_gpt_oss_layer(layer, config, layer_idx: int | None = None) -> Transform
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
+def from_llama4_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Llama4TextDecoderLayer`` (Llama 4, 2025), every kind.
+
+    Pre-norm RMSNorm (``rms_norm_eps``), grouped-query attention with ``attention_bias`` on
+    all four projections and the scale ``1/sqrt(head_dim)``, then a dense SwiGLU MLP of width
+    ``intermediate_size_mlp`` or, on the layers of ``config.moe_layers``, Llama 4's mixture
+    (``Llama4TextMoe``): ``num_local_experts`` SwiGLU experts of width ``intermediate_size``,
+    the top ``num_experts_per_tok`` logits (one) choose, the sigmoid of each chosen logit
+    scales that expert's *input* (``router='sigmoid_input'`` of
+    :class:`~d2lmini.moe.MixtureOfExperts`), plus one always-on shared expert of the same width.
+    The attention has two kinds, chosen by ``layer_idx``:
+
+    * RoPE layers (``config.no_rope_layers[layer_idx] == 1``): RoPE in Llama 4's *interleaved*
+      layout (``apply_rotary_emb`` multiplies the feature pairs ``(2l, 2l + 1)``, as complex
+      numbers, by ``freqs_cis``), reproduced by permuting the rows of ``W_q`` and ``W_k``
+      (:func:`rope_interleaved_to_half`), base and scaling read by :func:`_rope_kwargs`; and,
+      with ``use_qk_norm``, the gainless ``Llama4TextL2Norm`` on each query and key head
+      *after* RoPE (``qk_norm='l2'``, eps ``rms_norm_eps``).
+    * NoPE layers (``no_rope_layers[layer_idx] == 0``): no positions, no QK-norm and, with
+      ``attn_temperature_tuning``, the query at position ``p`` times
+      ``1 + attn_scale * log(1 + floor((p + 1) / floor_scale))``
+      (``query_scaling=(attn_scale, floor_scale, 1)``).
+
+    The mask follows ``config.layer_types`` (by default chunked exactly on the RoPE layers):
+    ``'chunked_attention'`` is ``chunk=config.attention_chunk_size`` (query ``i`` sees keys
+    ``j <= i`` of its own chunk, ``masking_utils.create_chunked_causal_mask``), else full
+    causal attention.
+
+    Args:
+        layer, config: a ``Llama4TextDecoderLayer`` and its ``Llama4TextConfig``.
+        layer_idx: the layer's position in the stack (selects its kind); ``None`` (the
+            default): the index the layer was built with; a given one must equal it (:func:`_start`).
+
+    Returns:
+        The pre-norm causal block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: a ``layer_idx`` outside ``config.no_rope_layers`` or ``config.layer_types``,
+            a ``floor_scale`` below 1 (``query_scaling``'s period), a RoPE type d2lmini does not reproduce,
+            an activation other than SiLU (or tanh GELU), or as :func:`_start`.
+
+    Introduced in the chapter "The 2026 block".
+    """
+    layer_idx = _start(layer, config, layer_idx)
+    attn, mlp = layer.self_attn, layer.feed_forward
+    if not 0 <= layer_idx < len(config.no_rope_layers):
+        raise ValueError(f"layer_idx={layer_idx} is outside config.no_rope_layers "
+                         f"(length {len(config.no_rope_layers)})")
+    use_rope = bool(config.no_rope_layers[layer_idx])
+    d, h, hd = config.hidden_size, config.num_attention_heads, attn.head_dim
+    act = _gated_act(config.hidden_act)
+    chunk = config.attention_chunk_size if _layer_type(config, layer_idx) == "chunked_attention" else None
+    attention = {"qk_norm": "l2" if use_rope and config.use_qk_norm else None, "qk_norm_eps": config.rms_norm_eps}
+    if use_rope:
+        attention.update(_rope_kwargs(config))
+    elif config.attn_temperature_tuning and config.attn_scale:
+        attention["query_scaling"] = (float(config.attn_scale), config.floor_scale, 1)
+    if layer.is_moe_layer:
+        def ffn():
+            return MixtureOfExperts(d, config.num_local_experts, top_k=config.num_experts_per_tok,
+                                    ffn_num_hiddens=config.intermediate_size, act=act, router="sigmoid_input",
+                                    num_shared_experts=1)
+    else:
+        def ffn():
+            return FeedForward(d, config.intermediate_size_mlp, act=act, bias=False)
+    block = TransformerBlock(d, h, norm="rms", placement="pre", bias=bool(config.attention_bias),
+                             num_kv_heads=config.num_key_value_heads, eps=config.rms_norm_eps, causal=True,
+                             head_dim=hd, chunk=chunk, ffn_factory=ffn, **attention)
+    _copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, interleaved=hd if use_rope else None)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    if layer.is_moe_layer:
+        experts, width = mlp.experts, config.intermediate_size
+        _copy_linear(block.ffn.router, mlp.router.weight, mlp.router.bias, name="the router")
+        for e, expert in enumerate(block.ffn.experts):
+            gate_up = experts.gate_up_proj[e]  # (d, 2 * width), laid out (in, out): gate columns, then up
+            _copy_gated_mlp(expert, gate_up[:, :width].t(), gate_up[:, width:].t(), experts.down_proj[e].t())
+        shared = mlp.shared_expert
+        _copy_gated_mlp(block.ffn.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    else:
+        _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
 def _qwen3_5_gated_attention(attn, config) -> GatedAttention:
     """A :class:`~d2lmini.attention.GatedAttention` with the weights of Hugging Face ``Qwen3_5Attention``.
 
@@ -1554,6 +1639,7 @@ HF_CONVERTERS: dict[str, Callable] = {
     "AfmoeDecoderLayer": from_afmoe_layer,
     "GptOssDecoderLayer": from_gpt_oss_layer,
     "Qwen3_5DecoderLayer": from_qwen3_5_layer,
+    "Llama4TextDecoderLayer": from_llama4_layer,
     "PhiDecoderLayer": lambda layer, config, layer_idx: from_phi_layer(layer, config),
     "Phi3DecoderLayer": lambda layer, config, layer_idx: from_phi3_layer(layer, config),
     "GPTNeoXLayer": lambda layer, config, layer_idx: from_gpt_neox_layer(layer, config),
@@ -1572,7 +1658,7 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     to the ``from_*`` function of that class, which returns a block holding copies of
     the layer's weights, on its device and dtype, in its train/eval mode. Called on
     ``X`` and ``valid_lens``, the block equals the layer called with its model's own
-    masks (causal, sliding-window where the layer has one, right padding), rotary
+    masks (causal, sliding-window or chunked where the layer has one, right padding), rotary
     tables for positions ``0 .. n-1`` and position ids ``0 .. n-1`` -- at the valid
     positions (see :mod:`d2lmini.zoo`, which checks every row).
 
@@ -1586,7 +1672,9 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
     ``AfmoeDecoderLayer`` (Arcee Trinity), ``GptOssDecoderLayer`` (gpt-oss),
     ``Qwen3_5DecoderLayer`` (Qwen3.5, both layer types), ``GlmMoeDsaDecoderLayer`` (GLM-5: MLA
-    with DeepSeek Sparse Attention, dense and MoE layers; :func:`from_glm_moe_dsa_layer`), and the parallel or partial-RoPE layers
+    with DeepSeek Sparse Attention, dense and MoE layers; :func:`from_glm_moe_dsa_layer`),
+    ``Llama4TextDecoderLayer`` (Llama 4, RoPE and NoPE layers, dense and MoE), and the parallel or
+    partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
@@ -1597,7 +1685,8 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
         layer_idx: the layer's position in the stack (an int >= 0), or ``None`` (the default):
             the index the layer was built with. It selects the layer type of models that
             alternate them (sliding or full attention: Gemma 2/3, Ministral, OLMo 3, Qwen2,
-            SmolLM3, Arcee Trinity, gpt-oss; full or linear attention: Qwen3.5; RoPE or NoPE: SmolLM3) and must equal the index
+            SmolLM3, Arcee Trinity, gpt-oss; full or linear attention: Qwen3.5; RoPE or NoPE: SmolLM3;
+            chunked RoPE or full NoPE, dense or MoE: Llama 4) and must equal the index
             the layer was built with where the layer records one.
 
     Returns:
@@ -1756,7 +1845,7 @@ def hf_make(model_type: str, layer_class: str, config_class: str, config_kwargs:
     return make
 
 
-_MASKS = ("causal", "sliding", "bidirectional", "recurrent")
+_MASKS = ("causal", "sliding", "bidirectional", "recurrent", "chunked")
 
 
 def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bool = True,
@@ -1771,7 +1860,9 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
     layer (``config.layer_types[layer_idx] == 'linear_attention'``, Qwen3.5's Gated DeltaNet),
     ``create_sliding_window_causal_mask`` for a sliding layer (``config.layer_types[layer_idx]
     == 'sliding_attention'``, or, in a model without layer types, ``config.sliding_window``
-    set, as Mistral and StarCoder2 decide), ``create_causal_mask`` otherwise -- position ids
+    set, as Mistral and StarCoder2 decide), ``create_chunked_causal_mask`` for a chunked layer
+    (``config.layer_types[layer_idx] == 'chunked_attention'``, Llama 4), ``create_causal_mask``
+    otherwise -- position ids
     ``0 .. n-1`` and, for a layer with RoPE, the rotary tables of the model's own
     ``<Prefix>RotaryEmbedding(config)`` (with the layer type where its ``forward`` takes one).
 
@@ -1779,7 +1870,8 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
         model_type, layer_class: as :func:`hf_make`.
         layer_idx: the layer's position in the stack.
         causal: ``False`` for an encoder layer.
-        mask: ``None`` (the rule above), or ``'causal'``, ``'sliding'``, ``'bidirectional'``, ``'recurrent'``.
+        mask: ``None`` (the rule above), or ``'causal'``, ``'sliding'``, ``'bidirectional'``, ``'recurrent'``,
+            ``'chunked'``.
         rotary: ``True``: the modeling module's ``<Prefix>RotaryEmbedding`` if it has one
             (``<Prefix>`` is ``layer_class`` without ``DecoderLayer``); a class name; or
             ``False``/``None``: no rotary tables.
@@ -1812,6 +1904,7 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
                        else getattr(config, "sliding_window", None) is not None)
             kind = "bidirectional" if not causal else "sliding" if sliding else "causal"
             kind = "recurrent" if layer_type == "linear_attention" else kind
+            kind = "chunked" if layer_type == "chunked_attention" else kind
         if kind == "recurrent":
             attention_mask = masking_utils.create_recurrent_attention_mask(config=config, inputs_embeds=X,
                                                                            attention_mask=padding)
@@ -1819,8 +1912,8 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
             attention_mask = masking_utils.create_bidirectional_mask(config=config, inputs_embeds=X,
                                                                      attention_mask=padding)
         else:
-            build = (masking_utils.create_sliding_window_causal_mask if kind == "sliding"
-                     else masking_utils.create_causal_mask)
+            build = {"sliding": masking_utils.create_sliding_window_causal_mask,
+                     "chunked": masking_utils.create_chunked_causal_mask}.get(kind, masking_utils.create_causal_mask)
             attention_mask = build(config=config, inputs_embeds=X, attention_mask=padding, cache=None,
                                    position_ids=position_ids)
         kwargs = {"attention_mask": attention_mask}

@@ -241,7 +241,7 @@ _PLACEMENTS = {"post": "post-norm", "pre": "pre-norm", "post_sublayer": "norm on
                "sandwich": "sandwich", "parallel": "parallel, one shared norm",
                "parallel_two_norms": "parallel, two norms"}
 _QK_NORMS = {"per_head": "per head", "projection": "over the projection",
-             "per_head_distinct": "per head, distinct gains"}
+             "per_head_distinct": "per head, distinct gains", "l2": "per head, no gain, after RoPE (L2)"}
 
 
 def _describe_positions(att) -> str:
@@ -325,10 +325,14 @@ def describe(block: TransformerBlock) -> dict:
         attention.append(f"scale {att.scale:.4g}")
     if att.window is not None:
         attention.append(f"window {att.window}")
+    if getattr(att, "chunk", None) is not None:
+        attention.append(f"chunks of {att.chunk}")
     if att.logit_softcap is not None:
         attention.append(f"soft-cap {att.logit_softcap:g}")
     if att.query_scaling is not None:
-        attention.append("query scaling 1 + {:g} log(1 + floor(p / {}))".format(*att.query_scaling))
+        beta, period, offset = (*att.query_scaling, 0)[:3]
+        p = f"(p + {offset})" if offset else "p"
+        attention.append(f"query scaling 1 + {beta:g} log(1 + floor({p} / {period}))")
     if att.sinks is not None:
         attention.append("sinks")
     bias = _describe_bias(block, att)

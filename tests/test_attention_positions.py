@@ -351,7 +351,8 @@ def test_bad_rope_frequencies_arguments():
 
 
 @pytest.mark.parametrize("value, error, match", [
-    (0.1, TypeError, "pair"), ((0.1,), TypeError, "pair"), ((0.1, 4, 1), TypeError, "pair"),
+    (0.1, TypeError, "pair"), ((0.1,), TypeError, "pair"), ((0.1, 4, 1, 0), TypeError, "pair"),
+    ((0.1, 4, -1), ValueError, "offset"), ((0.1, 4, 1.0), TypeError, "offset"),
     ((0.0, 4), ValueError, "beta"), ((-0.1, 4), ValueError, "beta"), (("0.1", 4), TypeError, "beta"),
     ((0.1, 0), ValueError, "period"), ((0.1, 4.0), TypeError, "period"), ((0.1, True), TypeError, "period"),
 ])

@@ -41,7 +41,7 @@ import torch
 
 from .._checks import check_bool, check_instance, check_int_at_least, check_positive_int
 from .._shown import shown_in
-from ..attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
+from ..attention import QK_NORM_L2, QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
 from ..moe import ROUTERS, MixtureOfExperts
 from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..ffn import ACTS
@@ -80,15 +80,17 @@ KNOB_MEANINGS = {
     "logit_softcap": "attention logit soft-capping tanh(l / c) * c (Gemma 2); None: off",
     "rotary_dim": "partial RoPE: rotate only the first rotary_dim features of each head (Phi, StableLM)",
     "rope_scaling": "RoPE frequency scaling for long context: linear, yarn (gpt-oss) or llama3",
-    "query_scaling": "(beta, period): queries times 1 + beta log(1 + floor(p / period)) (Ministral 3)",
+    "query_scaling": "(beta, period[, offset]): queries times 1 + beta log(1 + floor((p + offset) / period)) "
+                     "(Ministral 3; Llama 4's NoPE layers, offset 1)",
     "sinks": "a learned per-head sink logit in every softmax (gpt-oss attention sinks)",
     "residual_multiplier": "m scaling each sublayer output before it is added (IBM Granite; pre-LN only)",
+    "chunk": "chunked attention: query i sees keys j <= i of its own chunk of C positions (Llama 4; needs causal)",
     "attn_factory": "zero-argument callable returning the attention module",
     "ffn_factory": "zero-argument callable returning the FFN module",
 }
 
 #: Allowed values of the arguments that take a name.
-KNOB_CHOICES = {"norm": NORMS, "act": ACTS, "placement": PLACEMENTS, "qk_norm": (None,) + QK_NORMS}
+KNOB_CHOICES = {"norm": NORMS, "act": ACTS, "placement": PLACEMENTS, "qk_norm": (None,) + QK_NORMS + (QK_NORM_L2,)}
 
 
 def constructor_knobs() -> list[dict]:
@@ -763,8 +765,7 @@ ROWS_2026 = (
     Row2026("Gemma 4", 2026, "", "Gemma4TextConfig",
             missing="the value norm, per-layer inputs, the layer scalar and the global layers' proportional RoPE"),
     Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig", check="gpt-oss"),
-    Row2026("Llama 4", 2025, "", "Llama4TextConfig",
-            missing="chunked attention, attention temperature tuning in the NoPE layers, the top-1 MoE"),
+    Row2026("Llama 4", 2025, "", "Llama4TextConfig", check="Llama 4 (RoPE and NoPE layers, dense and MoE)"),
     Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config", check="OLMo 3"),
     Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig", check="GLM-5 (sparse attention, dense and MoE layers)",
             missing="cross-layer top-k sharing (indexer_types 'shared', off by default)"),
@@ -976,6 +977,24 @@ def _check_qwen3_5(seed: int) -> list[dict]:
             for i in (0, 1)]
 
 
+#: A tiny Llama 4 with each of its four layer kinds: 0 RoPE (chunked, L2 QK-norm) + dense MLP, 1 NoPE (full,
+#: temperature tuning) + MoE, 2 RoPE + MoE, 3 NoPE + dense. Chunks of 5 and floor_scale 3 so that both vary
+#: within the 16-step test sequence.
+LLAMA4_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=24,
+                   intermediate_size_mlp=40, num_local_experts=4, num_experts_per_tok=1, num_hidden_layers=4,
+                   no_rope_layers=[1, 0, 1, 0], moe_layers=[1, 2], attention_chunk_size=5, floor_scale=3,
+                   attn_scale=0.5, rms_norm_eps=1e-5, max_position_embeddings=64, vocab_size=16,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
+def _check_llama4(seed: int) -> list[dict]:
+    from ..reference import compare_with_reference, hf_reference
+
+    return [compare_with_reference(hf_reference(f"Llama 4 (layer {i})", "llama4", "Llama4TextDecoderLayer",
+                                                "Llama4TextConfig", LLAMA4_TINY, layer_idx=i), seed=seed)
+            for i in range(4)]
+
+
 def _check_zoo(*names: str):
     def check(seed: int) -> list[dict]:
         from ..reference import compare_with_reference
@@ -1056,6 +1075,7 @@ CHECKS = {
     "DeepSeek-V4 hyper-connections": lambda seed: [deepseek_v4_wiring_check(seed)],
     "Qwen3.5 (both layer types)": _check_qwen3_5,
     "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
+    "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
     "gpt-oss": _check_zoo("gpt-oss"),
     "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
     "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
