@@ -28,9 +28,10 @@ def test_row_reproduces_its_layer(name, padded):
 
 def test_zoo_has_the_rows_and_every_supported_class():
     assert len(zoo.ZOO) == len(ROWS) == 31
-    # Qwen3.5's two layer types (a Gated DeltaNet has no zoo description) are checked in
-    # tests/test_qwen3_5_layer.py and in chapter 10's 2026 table instead.
-    assert {row.layer_class for row in zoo.ZOO} == set(HF_CONVERTERS) - {"Qwen3_5DecoderLayer", "GlmMoeDsaDecoderLayer"}
+    # Qwen3.5's two layer types, dense and MoE (a Gated DeltaNet has no zoo description), are checked in
+    # tests/test_qwen3_5_layer.py, tests/test_qwen3_5_moe.py and in chapter 10's 2026 table instead.
+    assert {row.layer_class for row in zoo.ZOO} == set(HF_CONVERTERS) - {"Qwen3_5DecoderLayer", "Qwen3_5MoeDecoderLayer",
+                                                                         "GlmMoeDsaDecoderLayer"}
     for row in zoo.ZOO:
         assert row.layer_class in from_hf.__doc__  # the docstring lists every supported class
         assert 2017 <= row.year <= 2026 and row.family
