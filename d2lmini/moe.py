@@ -72,10 +72,16 @@ class MixtureOfExperts(nn.Module):
         topk_groups: how many groups a token's experts may come from, ``1 <= topk_groups <=
             num_groups``, with ``top_k <= topk_groups * num_experts / num_groups`` (default
             ``None``: ``num_groups``, no limit).
+        shared_expert_gate: whether the shared expert's output is scaled per token by
+            ``sigmoid(w^T x)``, a learned gate ``nn.Linear(d, 1, bias=False)`` on the input:
+            ``S(x) = sigmoid(w^T x) FFN(x)`` (Qwen2-MoE, Qwen3-Next, Qwen3.5; Hugging Face
+            ``Qwen3_5MoeSparseMoeBlock.shared_expert_gate``). Needs ``num_shared_experts >= 1``;
+            default ``False``: the shared expert is added ungated.
 
     Attributes:
         router: ``nn.Linear(d, E, bias=router_bias)``; experts: ``nn.ModuleList`` of ``E``
-        FeedForwards; shared: the shared FFN or ``None``; expert_bias: buffer ``(E,)``.
+        FeedForwards; shared: the shared FFN or ``None``; shared_expert_gate: the shared
+        expert's gate ``nn.Linear(d, 1, bias=False)`` or ``None``; expert_bias: buffer ``(E,)``.
 
     Shape:
         input ``(*, d)``, output the same shape.
@@ -83,7 +89,8 @@ class MixtureOfExperts(nn.Module):
     Raises:
         ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, groups that
             do not divide the experts or cannot supply ``top_k`` of them, an
-            unknown ``router`` or ``act``, a ``swiglu_limit`` with another act; at call
+            unknown ``router`` or ``act``, a ``swiglu_limit`` with another act, a
+            ``shared_expert_gate`` that is not a bool or has no shared expert to gate; at call
             time an input whose last dimension is not ``d``.
 
     Introduced in the chapter "One block, every configuration".
@@ -92,7 +99,8 @@ class MixtureOfExperts(nn.Module):
     def __init__(self, num_hiddens: int, num_experts: int = 8, *, top_k: int = 2, ffn_num_hiddens: int | None = None,
                  act: str = "swiglu", router: str = "softmax", num_shared_experts: int = 0,
                  route_scale: float = 1.0, bias: bool = False, router_bias: bool = False,
-                 swiglu_limit: float | None = None, num_groups: int = 1, topk_groups: int | None = None):
+                 swiglu_limit: float | None = None, num_groups: int = 1, topk_groups: int | None = None,
+                 shared_expert_gate: bool = False):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_experts = check_positive_int("num_experts", num_experts)
@@ -111,6 +119,9 @@ class MixtureOfExperts(nn.Module):
         width = self.experts[0].ffn_num_hiddens
         self.shared = (FeedForward(num_hiddens, width * num_shared_experts, **expert)
                        if num_shared_experts else None)
+        if check_bool("shared_expert_gate", shared_expert_gate) and self.shared is None:
+            raise ValueError("shared_expert_gate=True needs num_shared_experts >= 1, got num_shared_experts=0")
+        self.shared_expert_gate = nn.Linear(num_hiddens, 1, bias=False) if shared_expert_gate else None
         self.register_buffer("expert_bias", torch.zeros(num_experts))
         self.num_groups = check_positive_int("num_groups", num_groups)
         if self.num_experts % self.num_groups:
@@ -168,16 +179,22 @@ class MixtureOfExperts(nn.Module):
                     y = expert(tokens[token_idx]) * w
                 out = out.index_add(0, token_idx, y)
         if self.shared is not None:
-            out = out + self.shared(tokens)
+            shared = self.shared(tokens)
+            if self.shared_expert_gate is not None:  # Qwen2-MoE, Qwen3-Next, Qwen3.5: a sigmoid gate per token
+                shared = torch.sigmoid(self.shared_expert_gate(tokens)) * shared
+            out = out + shared
         return out.reshape(X.shape)
 
     def num_active_parameters(self) -> int:
         """Parameters one token uses: router, shared expert and ``top_k`` routed experts."""
         shared = 0 if self.shared is None else num_parameters(self.shared)
+        if self.shared_expert_gate is not None:
+            shared += num_parameters(self.shared_expert_gate)
         return num_parameters(self.router) + shared + self.top_k * num_parameters(self.experts[0])
 
     def extra_repr(self) -> str:
         groups = (f", num_groups={self.num_groups}, topk_groups={self.topk_groups}"
                   if self.topk_groups < self.num_groups else "")
         return (f"num_experts={self.num_experts}, top_k={self.top_k}, router={self.router_kind!r}, "
-                f"num_shared_experts={self.num_shared_experts}{groups}")
+                f"num_shared_experts={self.num_shared_experts}{groups}"
+                + (", shared_expert_gate=True" if self.shared_expert_gate is not None else ""))

@@ -16,8 +16,8 @@ class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma
 OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss, Llama 4
 (its RoPE and NoPE layers, dense and MoE, checked in ``tests/test_llama4.py`` and chapter 10), and the
 parallel or partial-RoPE Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, Cohere, StableLM;
-:mod:`d2lmini.zoo` checks each of them; and Qwen3.5's two layer types, checked in
-``tests/test_qwen3_5_layer.py`` and chapter 10; GLM-5's, checked in ``tests/test_glm5.py`` and chapter 10).
+:mod:`d2lmini.zoo` checks each of them; and Qwen3.5's two layer types, dense and MoE, checked in
+``tests/test_qwen3_5_layer.py``, ``tests/test_qwen3_5_moe.py`` and chapter 10; GLM-5's, checked in ``tests/test_glm5.py`` and chapter 10).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
 own rotary tables).
@@ -1132,13 +1132,45 @@ def _qwen3_5_gated_attention(attn, config) -> GatedAttention:
     return ours
 
 
+def _qwen3_5_moe(moe, config) -> MixtureOfExperts:
+    """A :class:`~d2lmini.moe.MixtureOfExperts` with the weights of Hugging Face ``Qwen3_5MoeSparseMoeBlock``.
+
+    Raises:
+        ValueError: ``shared_expert_intermediate_size`` not a positive multiple of ``moe_intermediate_size``.
+    """
+    width, shared_width = config.moe_intermediate_size, config.shared_expert_intermediate_size
+    if shared_width <= 0 or shared_width % width:
+        raise ValueError(f"Qwen3.5's shared expert is supported with shared_expert_intermediate_size a multiple of "
+                         f"moe_intermediate_size={width}, got {shared_width}")
+    experts = moe.experts
+    ours = MixtureOfExperts(config.hidden_size, config.num_experts, top_k=config.num_experts_per_tok,
+                            ffn_num_hiddens=width, act="swiglu", router="softmax",
+                            num_shared_experts=shared_width // width, shared_expert_gate=True)
+    _copy_linear(ours.router, moe.gate.weight)
+    for e, ffn in enumerate(ours.experts):
+        gate_up = experts.gate_up_proj[e]  # (2I, d): the gate's rows, then the up projection's
+        _copy_gated_mlp(ffn, gate_up[:width], gate_up[width:], experts.down_proj[e])
+    shared = moe.shared_expert
+    _copy_gated_mlp(ours.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    _copy_linear(ours.shared_expert_gate, moe.shared_expert_gate.weight)
+    return ours
+
+
 def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
-    """A :class:`TransformerBlock` equal to Hugging Face ``Qwen3_5DecoderLayer`` (Qwen3.5, 2026), either type.
+    """A :class:`TransformerBlock` equal to Hugging Face ``Qwen3_5DecoderLayer`` or ``Qwen3_5MoeDecoderLayer`` (Qwen3.5, 2026).
 
     Qwen3.5 alternates two layer types (``config.layer_types``; the default three
     ``'linear_attention'`` layers per ``'full_attention'`` layer). Both are pre-norm
-    blocks with Qwen3.5's RMSNorm (gains stored as ``w`` in ``1 + w``) and a SwiGLU
-    MLP (``gate_proj``, ``up_proj``, ``down_proj``); only the token mixer differs:
+    blocks with Qwen3.5's RMSNorm (gains stored as ``w`` in ``1 + w``) and an FFN: in the
+    dense models (``qwen3_5``) a SwiGLU MLP (``gate_proj``, ``up_proj``, ``down_proj``), in
+    the MoE models (``qwen3_5_moe``, every layer) ``Qwen3_5MoeSparseMoeBlock``, built as a
+    :class:`~d2lmini.moe.MixtureOfExperts` through ``ffn_factory``: a softmax router over
+    ``num_experts`` whose ``num_experts_per_tok`` selected probabilities are always
+    renormalized (``Qwen3_5MoeTopKRouter``; Qwen3.5 has no ``norm_topk_prob``), SwiGLU
+    experts of width ``moe_intermediate_size`` stored as ``gate_up_proj`` ``(E, 2I, d)``
+    (gate rows first) and ``down_proj`` ``(E, d, I)``, and one always-on SwiGLU shared
+    expert of width ``shared_expert_intermediate_size`` scaled by ``sigmoid(w^T x)``
+    (``shared_expert_gate=True``). Only the token mixer differs between the types:
 
     * ``'full_attention'``: gated attention (:class:`~d2lmini.attention.GatedAttention`,
       Qiu et al., 2025) with GQA, per-head QK-norm and partial RoPE
@@ -1149,12 +1181,11 @@ def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> Transform
 
     Called on ``X`` and ``valid_lens``, the block equals the layer called as
     ``Qwen3_5TextModel`` calls it: a causal mask for the full layers, the 2-D padding
-    mask (``create_recurrent_attention_mask``) for the linear ones. The MoE layers of
-    ``qwen3_5_moe`` (``Qwen3_5MoeDecoderLayer``: a shared expert behind a sigmoid gate)
-    are not converted.
+    mask (``create_recurrent_attention_mask``) for the linear ones.
 
     Args:
-        layer, config: a ``Qwen3_5DecoderLayer`` and its ``Qwen3_5TextConfig``.
+        layer, config: a ``Qwen3_5DecoderLayer`` and its ``Qwen3_5TextConfig``, or a
+            ``Qwen3_5MoeDecoderLayer`` and its ``Qwen3_5MoeTextConfig``.
         layer_idx: the layer's position in the stack (selects its type); ``None`` (the
             default): the index the layer was built with (:func:`_start`).
 
@@ -1162,25 +1193,34 @@ def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> Transform
         The block, on the layer's device and dtype, in its train/eval mode.
 
     Raises:
-        ValueError: a layer whose MLP is not the dense SwiGLU one, ``attention_bias=True``,
-            an activation other than SiLU, or as :func:`_start`.
+        ValueError: a layer whose MLP is neither the dense SwiGLU one nor the sparse MoE
+            block, a ``shared_expert_intermediate_size`` that is not a multiple of
+            ``moe_intermediate_size`` (d2lmini's shared expert is ``num_shared_experts`` expert
+            widths), ``attention_bias=True``, an activation other than SiLU, or as :func:`_start`.
     """
     from .deltanet import from_qwen3_5_gated_deltanet
 
     layer_idx = _start(layer, config, layer_idx)
     mlp = layer.mlp
-    if not hasattr(mlp, "gate_proj"):
-        raise ValueError(f"only dense Qwen3.5 layers are supported, got a {type(mlp).__name__} MLP")
+    sparse = hasattr(mlp, "shared_expert_gate")  # Qwen3_5MoeSparseMoeBlock
+    if not (sparse or hasattr(mlp, "gate_proj")):
+        raise ValueError(f"only Qwen3.5's dense SwiGLU MLP and its sparse MoE block are supported, "
+                         f"got a {type(mlp).__name__} MLP")
     if config.hidden_act != "silu":
         raise ValueError(f"Qwen3.5's MLP is supported with hidden_act='silu' only, got {config.hidden_act!r}")
     if _layer_type(config, layer_idx) == "linear_attention":
         mixer = from_qwen3_5_gated_deltanet(layer.linear_attn).train()
     else:
         mixer = _qwen3_5_gated_attention(layer.self_attn, config)
+    if sparse:
+        ffn = _qwen3_5_moe(mlp, config)
+        ffn_kwargs = dict(ffn_factory=lambda: ffn)
+    else:
+        ffn_kwargs = dict(act="swiglu", ffn_num_hiddens=mlp.gate_proj.out_features)
     block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", placement="pre",
-                             eps=config.rms_norm_eps, act="swiglu", ffn_num_hiddens=mlp.gate_proj.out_features,
-                             attn_factory=lambda: mixer)
-    _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+                             eps=config.rms_norm_eps, attn_factory=lambda: mixer, **ffn_kwargs)
+    if not sparse:
+        _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
     _copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
     _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm, unit_offset=True)
     return block.to(layer.input_layernorm.weight).train(layer.training)
@@ -1640,6 +1680,7 @@ HF_CONVERTERS: dict[str, Callable] = {
     "GptOssDecoderLayer": from_gpt_oss_layer,
     "Qwen3_5DecoderLayer": from_qwen3_5_layer,
     "Llama4TextDecoderLayer": from_llama4_layer,
+    "Qwen3_5MoeDecoderLayer": from_qwen3_5_layer,
     "PhiDecoderLayer": lambda layer, config, layer_idx: from_phi_layer(layer, config),
     "Phi3DecoderLayer": lambda layer, config, layer_idx: from_phi3_layer(layer, config),
     "GPTNeoXLayer": lambda layer, config, layer_idx: from_gpt_neox_layer(layer, config),
@@ -1671,10 +1712,10 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     ``Starcoder2DecoderLayer`` (StarCoder2), ``GraniteDecoderLayer`` (IBM Granite),
     ``SmolLM3DecoderLayer`` (SmolLM3), ``Ministral3DecoderLayer`` (Ministral 3),
     ``AfmoeDecoderLayer`` (Arcee Trinity), ``GptOssDecoderLayer`` (gpt-oss),
-    ``Qwen3_5DecoderLayer`` (Qwen3.5, both layer types), ``GlmMoeDsaDecoderLayer`` (GLM-5: MLA
-    with DeepSeek Sparse Attention, dense and MoE layers; :func:`from_glm_moe_dsa_layer`),
-    ``Llama4TextDecoderLayer`` (Llama 4, RoPE and NoPE layers, dense and MoE), and the parallel or
-    partial-RoPE layers
+    ``Qwen3_5DecoderLayer`` and ``Qwen3_5MoeDecoderLayer`` (Qwen3.5, both layer types, dense and MoE),
+    ``GlmMoeDsaDecoderLayer`` (GLM-5: MLA with DeepSeek Sparse Attention, dense and MoE layers;
+    :func:`from_glm_moe_dsa_layer`), ``Llama4TextDecoderLayer`` (Llama 4, RoPE and NoPE layers, dense
+    and MoE), and the parallel or partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).

@@ -760,8 +760,7 @@ ROWS_2026 = (
             check="DeepSeek-V3 layers, no expert groups"),
     Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config", check="DeepSeek-V4 hyper-connections",
             missing="the compressed attention (CSA, HCA) and the hash-routed and sqrt-softplus MoE"),
-    Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig", check="Qwen3.5 (both layer types)",
-            missing="the MoE FFN (a shared expert behind a sigmoid gate)"),
+    Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig", check="Qwen3.5 (both layer types, dense and MoE)"),
     Row2026("Gemma 4", 2026, "", "Gemma4TextConfig",
             missing="the value norm, per-layer inputs, the layer scalar and the global layers' proportional RoPE"),
     Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig", check="gpt-oss"),
@@ -968,13 +967,22 @@ def _check_glm5(seed: int) -> list[dict]:
             for i in (0, 1)]  # 0: dense, 1: MoE
 
 
+#: The same shapes with Qwen3.5's MoE FFN in every layer (``Qwen3_5MoeSparseMoeBlock``): 8 experts of width 16,
+#: top-2, and a shared expert of width 32 behind its sigmoid gate.
+QWEN3_5_MOE_TINY = dict({k: v for k, v in QWEN3_5_TINY.items() if k != "intermediate_size"},
+                        moe_intermediate_size=16, shared_expert_intermediate_size=32, num_experts=8,
+                        num_experts_per_tok=2)
+
+
 def _check_qwen3_5(seed: int) -> list[dict]:
     from ..reference import compare_with_reference, hf_reference
 
-    return [compare_with_reference(hf_reference("Qwen3.5", "qwen3_5", "Qwen3_5DecoderLayer", "Qwen3_5TextConfig",
-                                                QWEN3_5_TINY, layer_idx=i, unit_offset_norms=True,
-                                                rotary="Qwen3_5TextRotaryEmbedding"), seed=seed)
-            for i in (0, 1)]
+    return [compare_with_reference(hf_reference("Qwen3.5", model_type, f"{prefix}DecoderLayer", f"{prefix}TextConfig",
+                                                tiny, layer_idx=i, unit_offset_norms=True,
+                                                rotary=f"{prefix}TextRotaryEmbedding"), seed=seed)
+            for model_type, prefix, tiny in (("qwen3_5", "Qwen3_5", QWEN3_5_TINY),
+                                             ("qwen3_5_moe", "Qwen3_5Moe", QWEN3_5_MOE_TINY))
+            for i in (0, 1)]  # 0: Gated DeltaNet, 1: gated attention; dense, then MoE
 
 
 #: A tiny Llama 4 with each of its four layer kinds: 0 RoPE (chunked, L2 QK-norm) + dense MLP, 1 NoPE (full,
@@ -1073,7 +1081,7 @@ CHECKS = {
     "DeepSeek-V3 layers": _check_deepseek_v3(),
     "DeepSeek-V3 layers, no expert groups": _check_deepseek_v3((1,), n_group=1, topk_group=1),
     "DeepSeek-V4 hyper-connections": lambda seed: [deepseek_v4_wiring_check(seed)],
-    "Qwen3.5 (both layer types)": _check_qwen3_5,
+    "Qwen3.5 (both layer types, dense and MoE)": _check_qwen3_5,
     "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
     "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
     "gpt-oss": _check_zoo("gpt-oss"),
