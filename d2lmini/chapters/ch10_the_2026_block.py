@@ -885,7 +885,7 @@ def describe_config(row: Row2026) -> dict:
                 "fewer K/V heads than query heads (GQA, MQA)": kv < h and not mla, "latent K/V (MLA)": mla,
                 "sliding-window and global layers": bool(counts.get("sliding_attention")),
                 "chunked and global layers": bool(counts.get("chunked_attention")),
-                "QK-norm, any form": qk.startswith("QK-norm"),
+                "QK-norm (any form)": qk.startswith("QK-norm"),
                 "QK-norm per head": "per head" in qk or "each query head" in qk,
                 "RoPE (by inspection)": True, "partial RoPE (incl. MLA's rotary slice)": partial,
                 "softmax layers without positions (NoPE)": bool(getattr(c, "no_rope_layers", None) or m.get("nope")),
