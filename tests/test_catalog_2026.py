@@ -35,12 +35,17 @@ def test_columns_are_read_from_the_configuration_classes(rows):
     by = {r["model"]: r for r in rows}
     assert by["Qwen3.5"]["mixer"].endswith("(3:1)") and "output gate" in by["Qwen3.5"]["attention"]
     assert by["DeepSeek-V4"]["residual"] == "4 streams (mHC)" and "MQA" in by["DeepSeek-V4"]["attention"]
-    assert "local:global 1:1" in by["gpt-oss"]["attention"] and "YaRN ×32" in by["gpt-oss"]["positions"]
+    assert "local:global 1:1" in by["gpt-oss"]["attention"] and "YaRN" not in by["gpt-oss"]["positions"]
+    assert "clamped SwiGLU" in by["gpt-oss"]["ffn"] and "CSA" in by["DeepSeek-V4"]["attention"]
+    assert "class default" in by["Kimi K2.5"]["positions"] and "class default" in by["Qwen3.5"]["positions"]
+    assert by["gpt-oss"]["size"] == "gpt-oss-120b" and by["Gemma 4"]["size"] is None
     assert "NoPE in 12 of 48 layers" in by["Llama 4"]["positions"]
     assert by["Kimi K2.5"]["ffn"].startswith("MoE, 384 SwiGLU experts, 8 active + 1 shared")
     assert by["DeepSeek-V3"]["ffn"].startswith("MoE, 256 SwiGLU experts")  # Kimi's report values stay on its row
     assert "DSA" in by["GLM-5"]["attention"] and by["Gemma 4"]["ffn"].startswith("dense GeGLU")
     assert by["OLMo 3"]["local_global"] == "3:1" and by["DeepSeek-V3"]["local_global"] is None
+    assert by["Llama 4"]["local_global"] is None  # chunks are not a sliding window
+    assert "class defaults" in catalog.frame_2026(rows).index[[r["model"] for r in rows].index("Gemma 4")]
 
 
 def test_kimi_is_deepseek_v3s_layer_class():
@@ -51,7 +56,11 @@ def test_kimi_is_deepseek_v3s_layer_class():
 
 def test_feature_counts(rows):
     counts = catalog.feature_counts(rows)
-    assert counts.loc["RMSNorm", "rows"] == counts.loc["RoPE", "rows"] == 10
+    released = sum(r["size"] is not None for r in rows)
+    assert released == 8 and counts.loc["RMSNorm", "rows"] == counts.loc["RoPE (by inspection)", "rows"] == released
+    assert "Gemma 4" not in counts.loc["RMSNorm", "models"]  # class defaults are not counted
+    assert "DeepSeek-V3" in counts.loc["partial RoPE (incl. MLA's rotary slice)", "models"]
+    assert counts.loc["softmax layers without positions (NoPE)", "models"] == "Llama 4"  # not Qwen3.5's DeltaNet
     assert counts.loc["hyper-connections", "models"] == "DeepSeek-V4"
     assert counts.loc["linear attention (hybrid)", "models"] == "Qwen3.5"
     assert list(counts["rows"]) == sorted(counts["rows"], reverse=True)
@@ -94,11 +103,13 @@ def test_the_2026_block_stack():
                                    num_experts=4, top_k=2, expert_hiddens=32)
     assert [b.attention.window for b in stack] == [5, 5, 5, None] * 2
     b = stack[0]
-    assert (b.norm, b.placement, b.attention.num_kv_heads, b.attention.qk_norm) == ("rms", "pre", 2, "per_head")
+    assert (b.norm, b.placement, b.attention.num_kv_heads, b.attention.qk_norm) == ("rms", "pre", 2, None)
     assert b.ffn.router_kind == "sigmoid" and b.ffn.num_shared_experts == 1
     X = torch.randn(2, 12, 64)
     for block in stack:
         X = block(X)
     assert X.shape == (2, 12, 64) and torch.isfinite(X).all()
+    stack = catalog.the_2026_block(64, 4, num_layers=2, qk_norm="per_head", num_experts=4, expert_hiddens=32)
+    assert [b.attention.window for b in stack] == [None, None] and stack[0].attention.qk_norm == "per_head"
     with pytest.raises(ValueError, match="local_global"):
         catalog.the_2026_block(64, 4, local_global="3-1")

@@ -714,12 +714,13 @@ MODELING = {
     "DeepSeek-V3": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents",
                         router="sigmoid"),
     "Kimi K2.5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
-    "DeepSeek-V4": dict(norm="RMSNorm, pre (inside each hyper-connection)",
-                        qk_norm="QK-norm: RMSNorm on each query head and on the key/value head", sinks=True),
+    "DeepSeek-V4": dict(norm="RMSNorm, pre (inside each hyper-connection)", act="clamped SwiGLU",
+                        qk_norm="QK-norm: RMSNorm without gain on each query head, with gain on the shared K/V head",
+                        sinks=True),
     "Qwen3.5": dict(norm="RMSNorm (1 + w), pre", qk_norm="QK-norm per head", gate=True, router="softmax"),
     "Gemma 4": dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head; RMSNorm without gain on the values"),
-    "gpt-oss": dict(norm="RMSNorm, pre", sinks=True, router="softmax"),
-    "Llama 4": dict(norm="RMSNorm, pre", qk_norm="QK-norm: L2 norm without gain (RoPE layers)", shared_experts=1,
+    "gpt-oss": dict(norm="RMSNorm, pre", sinks=True, router="softmax", act="clamped SwiGLU"),
+    "Llama 4": dict(norm="RMSNorm, pre", qk_norm="QK-norm: RMSNorm without gain (RoPE layers only)", shared_experts=1,
                     router="sigmoid"),
     "OLMo 3": dict(norm="RMSNorm, on each sublayer's output", qk_norm="QK-norm over the whole projection"),
     "GLM-5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
@@ -768,9 +769,24 @@ ROWS_2026 = (
     Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config", check="OLMo 3"),
     Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig", check="GLM-5 (sparse attention, dense and MoE layers)",
             missing="cross-layer top-k sharing (indexer_types 'shared', off by default)"),
-    Row2026("Arcee Trinity", 2026, "singh2026trinity", "AfmoeConfig", check="Arcee Trinity"),
+    Row2026("Arcee Trinity", 2025, "singh2026trinity", "AfmoeConfig", check="Arcee Trinity"),
 )
 ROWS_2026 = tuple(sorted(ROWS_2026, key=lambda row: row.year))  # release order (a stable sort)
+
+#: The released model that each row's configuration (class defaults plus ``report``) describes, read off
+#: the layer count, width and expert count; ``None`` where the defaults match no released model (Gemma 4:
+#: the class docstring names gemma-4-e2b-it, whose width and depth differ; Trinity: the defaults have
+#: 16 K/V heads and 64 experts, every released Trinity GQA and more experts). Such a row shows the class's
+#: defaults and is left out of :func:`feature_counts`.
+SIZES = {"DeepSeek-V3": "DeepSeek-V3 671B", "gpt-oss": "gpt-oss-120b", "Llama 4": "Llama 4 Scout 17B-16E",
+         "OLMo 3": "OLMo 3 7B", "Kimi K2.5": "Kimi K2.5 1T", "DeepSeek-V4": "DeepSeek-V4-Flash",
+         "Qwen3.5": "Qwen3.5-35B-A3B", "Gemma 4": None, "GLM-5": "GLM-5 744B", "Arcee Trinity": None}
+
+#: Cells of a named size that still hold a class default the released model does not share.
+CLASS_DEFAULT_CELLS = {
+    "Kimi K2.5": {"positions": "DeepSeek-V3's class default; Kimi's own base is larger"},
+    "Qwen3.5": {"positions": "class default; the released models use a larger base"},
+}
 
 
 def config_2026(row: Row2026):
@@ -812,10 +828,7 @@ def _rope_text(params: dict) -> str:
     text = f"RoPE θ = {params.get('rope_theta', 0):,.0f}"
     if params.get("partial_rotary_factor", 1.0) != 1.0:
         text += f" on {params['partial_rotary_factor']:g} of each head"
-    if params.get("rope_type", "default") not in ("default", None):
-        kind = {"yarn": "YaRN"}.get(params["rope_type"], params["rope_type"])
-        text += f", {kind}" + (f" ×{params['factor']:g}" if "factor" in params else "")
-    return text
+    return text  # long-context scaling (YaRN) is left out: a class default carries it for some rows only
 
 
 def describe_config(row: Row2026) -> dict:
@@ -828,10 +841,13 @@ def describe_config(row: Row2026) -> dict:
         layers in ``layer_types``), ``attention`` (MHA/GQA/MQA/MLA from the head counts and
         ``kv_lora_rank``; the layer pattern from ``layer_types`` with the window or chunk;
         output gate, sinks and QK-norm from :data:`MODELING`), ``positions`` (the RoPE of
-        each layer type from ``rope_parameters``: base, partial fraction, scaling; NoPE
-        layers) and ``ffn`` (dense and its gated activation, or experts / active / shared,
-        the dense layers first and the router); ``local_global`` (the ratio of local to global
-        layers, or ``None``) and ``features`` (a dict feature -> bool, for :func:`feature_counts`).
+        each layer type from ``rope_parameters``: base and partial fraction, without
+        long-context scaling; NoPE layers) and ``ffn`` (dense and its gated activation, or
+        experts / active / shared, the dense layers first and the router), each cell of
+        :data:`CLASS_DEFAULT_CELLS` with its note; ``size`` (:data:`SIZES`); ``local_global``
+        (the ratio of sliding-window to global layers, or ``None``) and ``features`` (a dict
+        feature -> bool, for :func:`feature_counts`: from the configuration and from the
+        notes of :data:`MODELING`; RoPE is in every row, by inspection).
     """
     c, m = config_2026(row), MODELING[row.model]
     counts, n = _layer_counts(c), c.num_hidden_layers
@@ -851,35 +867,42 @@ def describe_config(row: Row2026) -> dict:
         parts.append(f"window {c.sliding_window}, local:global {_ratio(counts['sliding_attention'], full)}")
     if counts.get("chunked_attention"):
         parts.append(f"chunks of {c.attention_chunk_size}, chunked:global {_ratio(counts['chunked_attention'], full)}")
-    if counts.get("compressed_sparse_attention"):
-        parts.append(f"compressed: {counts['compressed_sparse_attention']} CSA + "
-                     f"{counts.get('heavily_compressed_attention', 0)} HCA layers, window {c.sliding_window}")
+    if counts.get("compressed_sparse_attention"):  # the class's default layer pattern is V4-Pro's: no counts
+        parts.append(f"compressed (CSA and HCA layers), window {c.sliding_window}")
     if counts.get("indexed_attention"):
         parts.append(f"sparse: top {c.index_topk} tokens (DSA)")
     parts += [label for key, label in (("gate", "output gate"), ("sinks", "sinks")) if m.get(key)]
     parts += [m["qk_norm"]] if m.get("qk_norm") else []
     ffn = _ffn(c, m)
     params = c.rope_parameters
-    partial = any(p.get("partial_rotary_factor", 1.0) < 1.0
-                  for p in ([params] if "rope_theta" in params else params.values()))
+    mla = bool(getattr(c, "kv_lora_rank", None))
+    partial = any(p.get("partial_rotary_factor", 1.0) < 1.0  # or MLA's rotary slice of each head
+                  for p in ([params] if "rope_theta" in params else params.values())) \
+        or (mla and getattr(c, "qk_nope_head_dim", 0) > 0)
+    qk = m.get("qk_norm", "")
     features = {"RMSNorm": m["norm"].startswith("RMSNorm"), "pre-norm": ", pre" in m["norm"],
-                "fewer keys and values than MHA (GQA, MQA or MLA)": kv < h or bool(getattr(c, "kv_lora_rank", None)),
-                "fewer K/V heads than query heads (GQA, MQA)": kv < h and not getattr(c, "kv_lora_rank", None),
-                "latent K/V (MLA)": bool(getattr(c, "kv_lora_rank", None)),
-                "local:global layers (window or chunks)": bool(counts.get("sliding_attention")
-                                                               or counts.get("chunked_attention")),
-                "QK-norm": m.get("qk_norm", "").startswith("QK-norm"), "RoPE": True, "partial RoPE": partial,
-                "layers without positions (NoPE)": bool(getattr(c, "no_rope_layers", None) or m.get("nope")
-                                                        or linear),
+                "fewer keys and values than MHA (GQA, MQA or MLA)": kv < h or mla,
+                "fewer K/V heads than query heads (GQA, MQA)": kv < h and not mla, "latent K/V (MLA)": mla,
+                "sliding-window and global layers": bool(counts.get("sliding_attention")),
+                "chunked and global layers": bool(counts.get("chunked_attention")),
+                "QK-norm (any form)": qk.startswith("QK-norm"),
+                "QK-norm per head": "per head" in qk or "each query head" in qk,
+                "RoPE (by inspection)": True, "partial RoPE (incl. MLA's rotary slice)": partial,
+                "softmax layers without positions (NoPE)": bool(getattr(c, "no_rope_layers", None) or m.get("nope")),
                 "SwiGLU": "SwiGLU" in ffn, "MoE": ffn.startswith("MoE"), "shared expert": "shared" in ffn,
                 "sigmoid router": ffn.endswith("sigmoid router"),
+                "MoE with a shared expert and a sigmoid router": "shared" in ffn and ffn.endswith("sigmoid router"),
                 "linear attention (hybrid)": bool(linear), "attention output gate": bool(m.get("gate")),
                 "sinks": bool(m.get("sinks")), "hyper-connections": bool(getattr(c, "hc_mult", None))}
-    return {"shape": f"{n} layers, d = {c.hidden_size}", "norm": m["norm"], "features": features,
-            "residual": f"{c.hc_mult} streams (mHC)" if getattr(c, "hc_mult", None) else "one stream",
-            "mixer": mixer, "attention": "; ".join(parts), "positions": _positions(c, m, counts), "ffn": ffn,
-            "local_global": _ratio(counts.get("sliding_attention", 0) or counts.get("chunked_attention", 0), full)
-            if full and (counts.get("sliding_attention") or counts.get("chunked_attention")) else None}
+    cells = {"shape": f"{n} layers, d = {c.hidden_size}", "norm": m["norm"], "ffn": ffn,
+             "residual": f"{c.hc_mult} streams (mHC)" if getattr(c, "hc_mult", None) else "one stream",
+             "mixer": mixer, "attention": "; ".join(parts), "positions": _positions(c, m, counts)}
+    for key, note in CLASS_DEFAULT_CELLS.get(row.model, {}).items():  # after the RoPE base, else at the end
+        cells[key] = re.sub(r"(RoPE θ = [\d,]+)", rf"\1 ({note})", cells[key], count=1) \
+            if "RoPE θ" in cells[key] else cells[key] + f" ({note})"
+    return {**cells, "features": features, "size": SIZES[row.model],
+            "local_global": _ratio(counts["sliding_attention"], full)
+            if full and counts.get("sliding_attention") else None}
 
 
 def _positions(c, m: dict, counts: dict) -> str:
@@ -896,12 +919,13 @@ def _positions(c, m: dict, counts: dict) -> str:
     if m.get("nope"):
         text += f"; NoPE in the {counts.get('full_attention', 0)} {m['nope']}"
     if counts.get("linear_attention"):
-        text += " (softmax layers); none in the Gated DeltaNet layers"
+        text += " (softmax layers); the Gated DeltaNet layers take order from their recurrence"
     return text
 
 
 def _ffn(c, m: dict) -> str:
-    act = {"silu": "SwiGLU", "gelu_pytorch_tanh": "GeGLU"}.get(_first(c, "hidden_act", "hidden_activation"), "?")
+    act = m.get("act") or {"silu": "SwiGLU", "gelu_pytorch_tanh": "GeGLU"}.get(
+        _first(c, "hidden_act", "hidden_activation"), "?")
     experts = _first(c, "n_routed_experts", "num_experts", "num_local_experts")
     if not experts:
         return f"dense {act}, width {c.intermediate_size}"
@@ -1184,7 +1208,11 @@ def frame_2026(rows: list[dict]):
         text = f"{r['check']}: {r['status']}, max |Δ| {max(r['max_abs_diff'], r['max_abs_grad_diff']):.1e}"
         return text + (f"; not reproduced: {r['missing']}" if r["missing"] else "")
 
-    return pd.DataFrame([{"model": f"{r['model']} ({r['year']})",
+    def name(r):
+        size = r.get("size") or f"{r['model']}: class defaults, no released size"
+        return f"{size} ({r['year']})"
+
+    return pd.DataFrame([{"model": name(r),
                           **{label: (verified(r) if key == "verified" else r.get(key, "—"))
                              for key, label in COLUMNS_2026.items()}} for r in rows]).set_index("model")
 
@@ -1192,12 +1220,15 @@ def frame_2026(rows: list[dict]):
 def feature_counts(rows: list[dict]):
     """How many rows of the 2026 table have each feature of :func:`describe_config`, and which.
 
+    Only rows that describe a released model (``size`` not ``None``, see :data:`SIZES`) are
+    counted, so that no count rests on a configuration class's defaults.
+
     Returns:
         A DataFrame indexed by feature with ``rows`` (the count) and ``models``, most common first.
     """
     import pandas as pd
 
-    described = [r for r in rows if "features" in r]
+    described = [r for r in rows if "features" in r and r.get("size")]
     names = list(described[0]["features"]) if described else []
     table = pd.DataFrame([{"feature": f, "rows": sum(r["features"][f] for r in described),
                            "models": ", ".join(r["model"] for r in described if r["features"][f])} for f in names])
@@ -1206,23 +1237,25 @@ def feature_counts(rows: list[dict]):
 
 @shown_in("ch10")
 def the_2026_block(num_hiddens: int = 256, num_heads: int = 8, *, num_layers: int = 4, num_kv_heads: int = 2,
-                   window: int = 64, local_global: str = "3:1", rope_theta: float = 1e4, num_experts: int = 8,
-                   top_k: int = 2, expert_hiddens: int = 128, num_shared_experts: int = 1,
-                   router: str = "sigmoid") -> torch.nn.ModuleList:
-    """A stack of ``num_layers`` 2026 blocks: what most rows of the 2026 table share.
+                   window: int = 64, local_global: str | None = None, qk_norm: str | None = None,
+                   rope_theta: float = 1e4, num_experts: int = 8, top_k: int = 2, expert_hiddens: int = 128,
+                   num_shared_experts: int = 1, router: str = "sigmoid") -> torch.nn.ModuleList:
+    """A stack of ``num_layers`` 2026 blocks: the most common choice per column of the 2026 table.
 
-    Pre-norm RMSNorm blocks with GQA (``num_kv_heads`` key/value heads), RoPE, per-head
-    QK-norm and a mixture of SwiGLU experts with shared experts; ``local_global`` (e.g.
-    ``'3:1'``) local layers with a sliding ``window`` per global layer, the local ones first.
-    The other arguments are those of :class:`~d2lmini.block.TransformerBlock` and
+    Pre-norm RMSNorm blocks with GQA (``num_kv_heads`` key/value heads), RoPE, ``qk_norm``
+    (``None`` or a :class:`~d2lmini.block.TransformerBlock` variant) and a mixture of SwiGLU
+    experts with shared experts; with ``local_global`` (e.g. ``'3:1'``), that many local layers
+    with a sliding ``window`` per global layer, the local ones first; with ``None``, every layer
+    global. The other arguments are those of :class:`~d2lmini.block.TransformerBlock` and
     :class:`~d2lmini.moe.MixtureOfExperts` (which check them).
 
     Raises:
-        ValueError: ``local_global`` not of the form ``'3:1'``, or as the block and the mixture.
+        ValueError: ``local_global`` neither ``None`` nor of the form ``'3:1'``, or as the block and the mixture.
     """
-    if not (isinstance(local_global, str) and re.fullmatch(r"\d+:[1-9]\d*", local_global)):
-        raise ValueError(f"local_global must read 'local:global' with whole numbers, e.g. '3:1', got {local_global!r}")
-    local, full = (int(x) for x in local_global.split(":"))
+    if local_global is not None and not (isinstance(local_global, str)
+                                         and re.fullmatch(r"\d+:[1-9]\d*", local_global)):
+        raise ValueError(f"local_global must be None or read 'local:global', e.g. '3:1', got {local_global!r}")
+    local, full = (int(x) for x in (local_global or "0:1").split(":"))
 
     def moe():
         return MixtureOfExperts(num_hiddens, num_experts, top_k=top_k, ffn_num_hiddens=expert_hiddens, act="swiglu",
@@ -1232,7 +1265,7 @@ def the_2026_block(num_hiddens: int = 256, num_heads: int = 8, *, num_layers: in
     for i in range(num_layers):
         is_local = i % (local + full) < local
         blocks.append(TransformerBlock(num_hiddens, num_heads, norm="rms", placement="pre", bias=False,
-                                       num_kv_heads=num_kv_heads, rope_theta=rope_theta, qk_norm="per_head",
+                                       num_kv_heads=num_kv_heads, rope_theta=rope_theta, qk_norm=qk_norm,
                                        causal=True, window=window if is_local else None, ffn_factory=moe))
     return torch.nn.ModuleList(blocks)
 
