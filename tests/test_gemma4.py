@@ -16,8 +16,14 @@ import torch
 from d2lmini import TransformerBlock
 from d2lmini.attention import MultiHeadAttention, rope_frequencies
 from d2lmini.chapters.ch10_the_2026_block import GEMMA4_TINY
-from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, Reference, compare_with_reference, from_gemma4_layer,
-                               hf_reference)
+from d2lmini.reference import (
+    HF_CONVERTERS,
+    TOLERANCE,
+    Reference,
+    compare_with_reference,
+    from_gemma4_layer,
+    hf_reference,
+)
 
 
 def _reference(layer_idx: int, scalar: bool = True, **overrides) -> Reference:
