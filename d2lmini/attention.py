@@ -54,6 +54,7 @@ ROPE_SCALINGS = {
     "yarn": (("factor", "original_max_position_embeddings"),
              ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate")),
     "llama3": (("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"), ()),
+    "proportional": ((), ("factor", "partial_rotary_factor")),
 }
 
 
@@ -70,8 +71,8 @@ def _check_rope_scaling(scaling) -> dict:
     unknown = [key for key in scaling if key not in allowed]
     if unknown:
         raise ValueError(f"rope_scaling keys {unknown} are not allowed for rope_type={rope_type!r}; allowed: {allowed} "
-                         "(rope_theta is its own argument, partial_rotary_factor is rotary_dim, "
-                         "Ministral 3's llama_4_scaling_beta is query_scaling)")
+                         "(rope_theta is its own argument, partial_rotary_factor is rotary_dim except for "
+                         "rope_type='proportional', Ministral 3's llama_4_scaling_beta is query_scaling)")
     missing = [key for key in required if scaling.get(key) is None]
     if missing:
         raise ValueError(f"rope_scaling with rope_type={rope_type!r} needs the keys {required}; missing {missing}")
@@ -86,8 +87,11 @@ def _check_rope_scaling(scaling) -> dict:
             out[key] = check_bool(name, value)
         else:
             out[key] = check_positive_float(name, value)
-    if out["factor"] < 1:
+    if out.get("factor", 1.0) < 1:  # 'proportional' alone has an optional factor (default 1)
         raise ValueError(f"rope_scaling['factor'] must be >= 1 (it stretches the context), got {out['factor']}")
+    if out.get("partial_rotary_factor", 1.0) > 1:
+        raise ValueError("rope_scaling['partial_rotary_factor'] must lie in (0, 1] (the share of the pairs that turn), "
+                         f"got {out['partial_rotary_factor']}")
     if out.get("beta_fast", 32.0) < out.get("beta_slow", 1.0):
         raise ValueError(f"rope_scaling needs beta_fast >= beta_slow (defaults 32 and 1), "
                          f"got {out.get('beta_fast', 32.0)} and {out.get('beta_slow', 1.0)}")
@@ -130,6 +134,14 @@ def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = No
     * ``{"rope_type": "llama3", "factor": s, "original_max_position_embeddings": L,
       "low_freq_factor": a, "high_freq_factor": b}``: Llama 3.1; wavelengths shorter than
       ``L / b`` are kept, longer than ``L / a`` divided by ``s``, smoothly in between.
+    * ``{"rope_type": "proportional", "partial_rotary_factor": p, "factor": s}`` (both
+      optional, default 1): Gemma 4's global layers (``p = 0.25``;
+      ``modeling_rope_utils._compute_proportional_rope_parameters``). The first
+      ``int(p * dim // 2)`` pairs keep the unscaled frequencies ``theta ** (-2i / dim)``
+      (the exponent's denominator stays the whole ``dim``), the other pairs get frequency 0
+      (they never turn), and every frequency is divided by ``s``. Unlike partial RoPE
+      (``rotary_dim``), the table spans the whole head: in the half-split layout the
+      turning features are ``j < r`` and ``dim/2 <= j < dim/2 + r`` with ``r`` those pairs.
 
     Args:
         dim: rotated features per head (``head_dim``, or ``rotary_dim`` for partial RoPE); even.
@@ -144,7 +156,7 @@ def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = No
         ValueError: odd ``dim``, ``theta`` not > 0, an unknown ``rope_type``, a missing or
             unknown key (the message lists the allowed ones), ``factor < 1``,
             ``beta_fast < beta_slow``, only one of ``mscale``/``mscale_all_dim``,
-            ``high_freq_factor <= low_freq_factor``, a number not > 0.
+            ``high_freq_factor <= low_freq_factor``, ``partial_rotary_factor > 1``, a number not > 0.
         TypeError: ``scaling`` not a dict, a value of the wrong type.
     """
     check_positive_int("dim", dim)
@@ -155,7 +167,11 @@ def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = No
     if scaling is None:
         return inv_freq, 1.0
     scaling = _check_rope_scaling(scaling)
-    kind, factor = scaling["rope_type"], scaling["factor"]
+    kind, factor = scaling["rope_type"], scaling.get("factor", 1.0)
+    if kind == "proportional":  # Gemma 4: the first int(p * dim // 2) pairs turn, the others stand still
+        turning = int(scaling.get("partial_rotary_factor", 1.0) * dim // 2)
+        inv_freq[turning:] = 0.0
+        return inv_freq / factor, 1.0
     if kind == "linear":
         return inv_freq / factor, 1.0
     if kind == "llama3":  # 0: a long wavelength, divided by factor; 1: a short one, kept
@@ -378,8 +394,10 @@ class MultiHeadAttention(nn.Module):
         rope_scaling: ``None`` (default) or a dict scaling RoPE's frequencies for a longer
             context, in the format of ``transformers``' ``config.rope_parameters`` without
             ``rope_theta``: ``rope_type`` ``'linear'`` (Gemma 3's global layers), ``'yarn'``
-            (gpt-oss, Ministral 3; its attention factor multiplies cos and sin) or
-            ``'llama3'`` (Llama 3.1); see :func:`rope_frequencies`. Needs ``rope_theta``.
+            (gpt-oss, Ministral 3; its attention factor multiplies cos and sin), ``'llama3'``
+            (Llama 3.1) or ``'proportional'`` (Gemma 4's global layers: only the first
+            ``partial_rotary_factor`` of the pairs turn); see :func:`rope_frequencies`. Needs
+            ``rope_theta``; ``'proportional'`` excludes ``rotary_dim``.
         query_scaling: ``None`` (default), ``(beta, period)`` or ``(beta, period, offset)``:
             a float ``beta > 0``, an int ``period >= 1`` and an int ``offset >= 0`` (default
             0): after RoPE the query at position ``p`` is multiplied by
@@ -402,6 +420,16 @@ class MultiHeadAttention(nn.Module):
             the sink logit in that extra column (0 or ``-inf`` elsewhere). With
             ``logit_softcap`` the explicit path appends the sink logit after capping and
             masking (sinks are not capped).
+        value_norm: ``False`` (default) or ``True``: each value head is divided by its root
+            mean square, without a gain, ``v / sqrt(mean(v**2) + eps)`` (float32, cast back;
+            eps ``qk_norm_eps``), after the projection -- Gemma 4's ``v_norm``
+            (``models/gemma4/modeling_gemma4.py``, ``Gemma4TextAttention``:
+            ``Gemma4RMSNorm(head_dim, with_scale=False)``).
+        k_eq_v: ``False`` (default) or ``True``: no value projection; the values are the
+            keys' projection ``W_k`` of the ``values`` input, taken before the key's QK-norm
+            and RoPE (then the value norm, if any) -- Gemma 4's global layers with
+            ``attention_k_eq_v`` (``Gemma4TextAttention``: ``v_proj`` is ``None`` and
+            ``value_states = key_states`` before ``k_norm``). ``W_v`` is then ``None``.
 
     Which path: SDPA (fused) unless ``logit_softcap`` is set, which takes the explicit
     path; ``rotary_dim``, ``rope_scaling``, ``query_scaling`` and ``sinks`` keep
@@ -410,7 +438,7 @@ class MultiHeadAttention(nn.Module):
     Every argument after ``num_heads`` is keyword-only.
 
     Attributes:
-        W_q, W_k, W_v, W_o: the projections (``nn.Linear``).
+        W_q, W_k, W_v, W_o: the projections (``nn.Linear``; ``W_v`` is ``None`` with ``k_eq_v``).
         q_norm, k_norm: the QK-norms, or ``None``.
         sinks: the sink logits (``nn.Parameter`` of shape ``(num_heads,)``), or ``None``.
 
@@ -431,7 +459,8 @@ class MultiHeadAttention(nn.Module):
             RoPE, dropout outside [0, 1), ``bias`` a string other than ``'qkv'``,
             ``logit_softcap`` not > 0 or not finite, ``window`` or ``chunk`` below 1 or given
             without ``causal=True``, ``rotary_dim`` odd or outside ``[2, head_dim]``, ``rotary_dim``
-            or ``rope_scaling`` without ``rope_theta``, a bad ``rope_scaling`` (see
+            or ``rope_scaling`` without ``rope_theta``, ``rotary_dim`` with a ``'proportional'``
+            ``rope_scaling``, a bad ``rope_scaling`` (see
             :func:`rope_frequencies`), a bad ``query_scaling``; at call time, inputs of the wrong rank or
             width, keys and values of different shapes, RoPE or causal attention with
             different query and key lengths, or bad ``valid_lens`` (see
@@ -445,7 +474,8 @@ class MultiHeadAttention(nn.Module):
                  rope_theta: float | None = None, scale: float | None = None, window: int | None = None,
                  logit_softcap: float | None = None, rotary_dim: int | None = None,
                  rope_scaling: dict | None = None, query_scaling: tuple | None = None,
-                 sinks: bool = False, chunk: int | None = None):
+                 sinks: bool = False, chunk: int | None = None, value_norm: bool = False,
+                 k_eq_v: bool = False):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
@@ -482,6 +512,11 @@ class MultiHeadAttention(nn.Module):
         if self.rotary_dim is not None and self.rotary_dim % 2:
             raise ValueError(f"rotary_dim must be even (RoPE rotates pairs), got {rotary_dim}")
         self.rope_scaling = None if rope_scaling is None else _check_rope_scaling(rope_scaling)
+        if self.rotary_dim is not None and (self.rope_scaling or {}).get("rope_type") == "proportional":
+            raise ValueError("rope_scaling 'proportional' sets which pairs turn with its partial_rotary_factor "
+                             f"over the whole head; it excludes rotary_dim={rotary_dim} (pass rotary_dim=None)")
+        self.value_norm = check_bool("value_norm", value_norm)
+        self.k_eq_v = check_bool("k_eq_v", k_eq_v)
         self.query_scaling = None if query_scaling is None else _check_query_scaling(query_scaling)
         self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if check_bool("sinks", sinks) else None
 
@@ -489,7 +524,7 @@ class MultiHeadAttention(nn.Module):
         qkv_bias = bias is True or bias == "qkv"  # 'qkv': Qwen2, no bias on W_o
         self.W_q = nn.Linear(num_hiddens, q_hiddens, bias=qkv_bias)
         self.W_k = nn.Linear(num_hiddens, kv_hiddens, bias=qkv_bias)
-        self.W_v = nn.Linear(num_hiddens, kv_hiddens, bias=qkv_bias)
+        self.W_v = None if self.k_eq_v else nn.Linear(num_hiddens, kv_hiddens, bias=qkv_bias)  # k_eq_v: W_k's
         self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias is True)
 
         eps = DEFAULT_EPS["rms"] if qk_norm_eps is None else check_positive_float("qk_norm_eps", qk_norm_eps)
@@ -631,7 +666,10 @@ class MultiHeadAttention(nn.Module):
         if keys.shape != values.shape:
             raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} and {tuple(values.shape)}")
         mask = self._mask(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1], queries.device)
-        v = self.W_v(values).unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = (self.W_k if self.k_eq_v else self.W_v)(values)  # k_eq_v: the raw key projection (Gemma 4)
+        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        if self.value_norm:  # Gemma 4: each value head over its root mean square, no gain
+            v = _rms_normalize(v, self.qk_norm_eps)
         extra = {}
         if self.num_kv_heads != self.num_heads:
             if _SDPA_HAS_GQA:  # SDPA reads the shared heads in place: no copies saved for backward
@@ -692,7 +730,8 @@ class MultiHeadAttention(nn.Module):
                 + (f", rotary_dim={self.rotary_dim}" if self.rotary_dim is not None else "")
                 + (f", rope_scaling={self.rope_scaling}" if self.rope_scaling is not None else "")
                 + (f", query_scaling={self.query_scaling}" if self.query_scaling is not None else "")
-                + (", sinks=True" if self.sinks is not None else ""))
+                + (", sinks=True" if self.sinks is not None else "")
+                + (", value_norm=True" if self.value_norm else "") + (", k_eq_v=True" if self.k_eq_v else ""))
 
 
 class GatedAttention(nn.Module):

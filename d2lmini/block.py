@@ -190,6 +190,8 @@ class TransformerBlock(nn.Module):
             the position-dependent query factor ``(beta, period)`` of Ministral 3, or
             ``(beta, period, offset)`` of Llama 4's temperature tuning; gpt-oss's
             learned attention sinks).
+        value_norm, k_eq_v: passed to :class:`MultiHeadAttention` (Gemma 4: a gainless
+            RMSNorm on each value head; values taken from the key projection, no ``W_v``).
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
@@ -197,13 +199,19 @@ class TransformerBlock(nn.Module):
             ``x <- x + m * F(Norm(x))`` (IBM Granite's ``residual_multiplier``; pair it with
             ``attn_scale=config.attention_multiplier``); only with ``placement='pre'`` and
             ``residual=True`` (see :class:`AddNorm`).
+        layer_scalar: a finite float ``s > 0`` multiplying the block's whole output, stream
+            included, after both sublayers: ``x <- s * block(x)``, as Gemma 4's
+            ``layer_scalar`` (Hugging Face ``transformers`` 5.24,
+            ``models/gemma4/modeling_gemma4.py``, ``Gemma4TextDecoderLayer``: a buffer, not
+            trained, ``hidden_states *= self.layer_scalar`` at the end of ``forward``); kept as a
+            plain float here (no gradient). ``1.0`` (the default) is the plain block, bit for bit.
         attn_factory: zero-argument callable returning the attention module, called as
             ``attn(X, X, X, valid_lens)``; default a :class:`MultiHeadAttention` built
             from the arguments above. When given, the module is configured by the
             factory alone: the attention-only arguments (``num_kv_heads``, ``causal``,
             ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``,
             ``window``, ``logit_softcap``, ``rotary_dim``, ``rope_scaling``, ``query_scaling``,
-            ``sinks``, ``chunk``) must keep their defaults, and ``num_heads`` must equal the module's
+            ``sinks``, ``chunk``, ``value_norm``, ``k_eq_v``) must keep their defaults, and ``num_heads`` must equal the module's
             ``num_heads`` if it has one (``ValueError`` otherwise).
         ffn_factory: zero-argument callable returning the FFN module, called as
             ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
@@ -225,7 +233,8 @@ class TransformerBlock(nn.Module):
             ``residual_multiplier != 1``, ``num_hiddens`` not divisible by ``num_heads``,
             ``num_heads`` not divisible by ``num_kv_heads``, dropout outside [0, 1), an
             argument that a factory makes meaningless set to a non-default value, or
-            ``num_heads`` unequal to the factory's module's; at call time an input that
+            ``num_heads`` unequal to the factory's module's, ``layer_scalar`` not a finite
+            float > 0; at call time an input that
             is not ``(b, n, d)`` or bad ``valid_lens``.
         TypeError: arguments or inputs of the wrong type (every argument after
             ``num_heads`` is keyword-only), a factory that is not callable or does not
@@ -243,6 +252,7 @@ class TransformerBlock(nn.Module):
                  rotary_dim: int | None = None, rope_scaling: dict | None = None,
                  query_scaling: tuple | None = None, sinks: bool = False,
                  residual_multiplier: float = 1.0, chunk: int | None = None,
+                 value_norm: bool = False, k_eq_v: bool = False, layer_scalar: float = 1.0,
                  attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None):
         super().__init__()
@@ -259,14 +269,16 @@ class TransformerBlock(nn.Module):
                                                 qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
                                                 scale=attn_scale, window=window, logit_softcap=logit_softcap,
                                                 rotary_dim=rotary_dim, rope_scaling=rope_scaling,
-                                                query_scaling=query_scaling, sinks=sinks, chunk=chunk)
+                                                query_scaling=query_scaling, sinks=sinks, chunk=chunk,
+                                                value_norm=value_norm, k_eq_v=k_eq_v)
         else:
             check_left_at_default("attn_factory builds the attention, so set these on the module it returns",
                                   TransformerBlock.__init__, num_kv_heads=num_kv_heads, causal=causal,
                                   head_dim=head_dim, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps,
                                   rope_theta=rope_theta, attn_scale=attn_scale, window=window,
                                   logit_softcap=logit_softcap, rotary_dim=rotary_dim, rope_scaling=rope_scaling,
-                                  query_scaling=query_scaling, sinks=sinks, chunk=chunk)
+                                  query_scaling=query_scaling, sinks=sinks, chunk=chunk,
+                                  value_norm=value_norm, k_eq_v=k_eq_v)
             self.attention = _build("attn_factory", attn_factory)
             check_positive_int("num_heads", num_heads)
             heads = getattr(self.attention, "num_heads", num_heads)  # checked where the module has one
@@ -288,6 +300,7 @@ class TransformerBlock(nn.Module):
         addnorm = dict(placement="pre" if parallel else placement, norm=norm, eps=eps, dropout=dropout,
                        sublayer_norm_gain=sublayer_norm_gain, residual=residual,
                        residual_multiplier=residual_multiplier)
+        self.layer_scalar = check_positive_float("layer_scalar", layer_scalar)
         self.addnorm1 = AddNorm(num_hiddens, **addnorm)
         self.addnorm2 = AddNorm(num_hiddens, **{**addnorm, "residual": residual and not parallel})
         if placement == "parallel":  # one norm feeds both sublayers (GPT-J's ln_1)
@@ -304,8 +317,10 @@ class TransformerBlock(nn.Module):
         check_dtype_matches("X", X, self)
         attended = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
         if self.placement in PARALLEL_PLACEMENTS:  # x + Attn(N1(x)) + FFN(N2(x)); addnorm2 adds no skip
-            return attended + self.addnorm2(X, self.ffn)
-        return self.addnorm2(attended, self.ffn)
+            out = attended + self.addnorm2(X, self.ffn)
+        else:
+            out = self.addnorm2(attended, self.ffn)
+        return out if self.layer_scalar == 1.0 else out * self.layer_scalar  # Gemma 4: the whole output scaled
 
     def extra_repr(self) -> str:
         return f"placement={self.placement!r}, norm={self.norm!r}"
@@ -376,4 +391,5 @@ class TransformerDecoderBlock(TransformerBlock):
         check_sequence_tensor("enc_outputs", enc_outputs, self.num_hiddens)
         X = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
         X = self.addnorm2(X, lambda Y: self.cross_attention(Y, enc_outputs, enc_outputs, enc_valid_lens))
-        return self.addnorm3(X, self.ffn)
+        X = self.addnorm3(X, self.ffn)
+        return X if self.layer_scalar == 1.0 else X * self.layer_scalar

@@ -369,7 +369,7 @@ def _gated_act(name: str) -> str:
 
 
 #: RoPE types of ``config.rope_parameters`` whose frequencies d2lmini reproduces: ``'default'`` and
-#: :data:`d2lmini.attention.ROPE_SCALINGS` (``'dynamic'``, ``'longrope'`` and ``'proportional'`` are refused).
+#: :data:`d2lmini.attention.ROPE_SCALINGS` (``'dynamic'`` and ``'longrope'`` are refused).
 _ROPE_TYPES = ("default",) + tuple(ROPE_SCALINGS)
 
 
@@ -393,7 +393,9 @@ def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False
         ``truncate`` is read from the top level of ``rope_parameters`` (as
         ``_compute_yarn_parameters`` does), and ``mscale``/``mscale_all_dim`` are kept only
         when both are set (non-zero), the only case in which ``transformers`` uses them.
-        ``rotary_dim`` is ``int(head_dim * partial_rotary_factor)``, or ``None`` for full RoPE.
+        ``rotary_dim`` is ``int(head_dim * partial_rotary_factor)``, or ``None`` for full RoPE;
+        for ``'proportional'`` (Gemma 4) ``partial_rotary_factor`` stays in ``rope_scaling``
+        (it sets which frequencies are zero, not which features rotate) and ``rotary_dim`` is ``None``.
 
     Args:
         config: a Hugging Face model configuration.
@@ -423,7 +425,7 @@ def _rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     fraction = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
     rotary_dim = None
-    if fraction not in (None, 1, 1.0):
+    if fraction not in (None, 1, 1.0) and rope_type != "proportional":  # proportional: a frequency rule
         if not partial:
             raise ValueError(f"only full RoPE is supported for this layer, got partial_rotary_factor={fraction!r}")
         rotary_dim = int(head_dim * fraction)
@@ -1715,7 +1717,8 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     ``Qwen3_5DecoderLayer`` and ``Qwen3_5MoeDecoderLayer`` (Qwen3.5, both layer types, dense and MoE),
     ``GlmMoeDsaDecoderLayer`` (GLM-5: MLA with DeepSeek Sparse Attention, dense and MoE layers;
     :func:`from_glm_moe_dsa_layer`), ``Llama4TextDecoderLayer`` (Llama 4, RoPE and NoPE layers, dense
-    and MoE), and the parallel or partial-RoPE layers
+    and MoE), ``Gemma4TextDecoderLayer`` (Gemma 4, local and global layers without per-layer inputs or
+    MoE; :func:`from_gemma4_layer`), and the parallel or partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
@@ -2218,3 +2221,82 @@ def hf_glm_moe_dsa_call(layer, config, X: torch.Tensor, valid_lens: torch.Tensor
     out = layer(X, attention_mask=mask, position_ids=position_ids,
                 position_embeddings=rotary(X, position_ids))
     return out[0] if isinstance(out, tuple) else out
+
+
+# --------------------------------------------------------------------------- Gemma 4
+
+
+def from_gemma4_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Gemma4TextDecoderLayer`` (Gemma 4, 2026).
+
+    ``transformers`` 5.24 ``models/gemma4/modeling_gemma4.py`` (``Gemma4TextDecoderLayer``,
+    ``Gemma4TextAttention``, ``Gemma4RMSNorm``): Gemma's sandwich placement (RMSNorm before and
+    after each sublayer), but with gains applied as ``w`` (``Gemma4RMSNorm``; Gemma 2/3 use
+    ``1 + w``); QK-norm per head (gains ``w``) and a gainless RMSNorm on each value head
+    (``value_norm=True``); logit scale ``attn.scaling`` (1.0: the QK-norms set the logits'
+    size); GeGLU with tanh GELU; the whole output times the layer's ``layer_scalar`` buffer
+    (``layer_scalar=``). A local (``'sliding_attention'``) layer gets
+    ``window=config.sliding_window`` and ``rope_parameters['sliding_attention']``; a global
+    (``'full_attention'``) layer has its own head width and key/value heads
+    (``config.per_layer_config``: ``global_head_dim``, ``num_global_key_value_heads``, read
+    from the layer's projections), ``rope_parameters['full_attention']`` -- proportional RoPE
+    (``rope_scaling={'rope_type': 'proportional', 'partial_rotary_factor': 0.25}`` by
+    default) -- and, with ``config.attention_k_eq_v``, no value projection
+    (``k_eq_v=True``). The MLP's width is read from the layer (``use_double_wide_mlp``
+    doubles it in key/value-sharing layers, which are refused anyway).
+
+    Args:
+        layer, config: a ``Gemma4TextDecoderLayer`` and its ``Gemma4TextConfig``.
+        layer_idx: ``None`` (the layer's own) or that index (:func:`_start`).
+
+    Returns:
+        The ``'sandwich'`` causal block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: per-layer inputs (``config.hidden_size_per_layer_input`` set: the layer
+            takes a second input, ``per_layer_input``, which ``TransformerBlock(X, valid_lens)``
+            has no place for), the mixture-of-experts FFN (``config.enable_moe_block``), a layer
+            that reuses an earlier layer's keys and values (``config.num_kv_shared_layers``),
+            ``use_bidirectional_attention='all'``, a RoPE type d2lmini does not reproduce, or as
+            :func:`_start`.
+    """
+    layer_idx = _start(layer, config, layer_idx)
+    attn = layer.self_attn
+    if layer.hidden_size_per_layer_input:
+        raise ValueError(f"Gemma 4's per-layer inputs (hidden_size_per_layer_input="
+                         f"{layer.hidden_size_per_layer_input}) are a second input to the layer, which "
+                         "TransformerBlock(X, valid_lens) cannot take; set hidden_size_per_layer_input=0")
+    if layer.enable_moe_block:
+        raise ValueError("Gemma 4's mixture-of-experts block (enable_moe_block=True) is not reproduced")
+    if attn.is_kv_shared_layer:
+        raise ValueError(f"layer {layer_idx} reuses the keys and values of an earlier layer "
+                         f"(num_kv_shared_layers={config.num_kv_shared_layers}), an input from outside the block")
+    if getattr(config, "use_bidirectional_attention", None) == "all":
+        raise ValueError("bidirectional Gemma 4 layers (use_bidirectional_attention='all') are not supported")
+    d, head_dim = config.hidden_size, attn.head_dim
+    bias = bool(config.attention_bias)
+    act, width = _gated_act(config.hidden_activation), layer.mlp.intermediate_size
+    ffn = ({"ffn_factory": lambda: FeedForward(d, width, act=act, bias=False)} if bias
+           else {"act": act, "ffn_num_hiddens": width})
+    block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="sandwich", bias=bias,
+                             num_kv_heads=attn.k_proj.out_features // head_dim, head_dim=head_dim,
+                             eps=config.rms_norm_eps, causal=True, qk_norm="per_head",
+                             qk_norm_eps=config.rms_norm_eps, attn_scale=float(attn.scaling),
+                             window=_window(config, layer_idx), value_norm=True, k_eq_v=attn.v_proj is None,
+                             layer_scalar=float(layer.layer_scalar),
+                             **_rope_kwargs(config.per_layer_config[layer_idx], _layer_type(config, layer_idx)), **ffn)
+    ours = block.attention
+    for name, src in (("W_q", attn.q_proj), ("W_k", attn.k_proj), ("W_v", attn.v_proj), ("W_o", attn.o_proj)):
+        if src is not None:
+            _copy_linear(getattr(ours, name), src.weight, src.bias, name=name)
+    _copy_norm(ours.q_norm, attn.q_norm)
+    _copy_norm(ours.k_norm, attn.k_norm)
+    _copy_mlp(block, layer.mlp.up_proj, layer.mlp.down_proj, layer.mlp.gate_proj)
+    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    _copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
+    _copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm)
+    _copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
+    return block.to(attn.q_proj.weight).train(layer.training)
+
+
+HF_CONVERTERS["Gemma4TextDecoderLayer"] = from_gemma4_layer

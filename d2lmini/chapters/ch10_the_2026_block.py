@@ -79,12 +79,16 @@ KNOB_MEANINGS = {
     "window": "sliding-window attention: query i sees keys i - window < j <= i (needs causal)",
     "logit_softcap": "attention logit soft-capping tanh(l / c) * c (Gemma 2); None: off",
     "rotary_dim": "partial RoPE: rotate only the first rotary_dim features of each head (Phi, StableLM)",
-    "rope_scaling": "RoPE frequency scaling for long context: linear, yarn (gpt-oss) or llama3",
+    "rope_scaling": "RoPE frequency scaling for long context: linear, yarn (gpt-oss), llama3 or proportional "
+                    "(Gemma 4)",
     "query_scaling": "(beta, period[, offset]): queries times 1 + beta log(1 + floor((p + offset) / period)) "
                      "(Ministral 3; Llama 4's NoPE layers, offset 1)",
     "sinks": "a learned per-head sink logit in every softmax (gpt-oss attention sinks)",
     "residual_multiplier": "m scaling each sublayer output before it is added (IBM Granite; pre-LN only)",
     "chunk": "chunked attention: query i sees keys j <= i of its own chunk of C positions (Llama 4; needs causal)",
+    "value_norm": "RMSNorm without gain on each value head (Gemma 4)",
+    "k_eq_v": "no value projection: the values are the raw key projection (Gemma 4's global layers)",
+    "layer_scalar": "s multiplying the block's whole output, stream included (Gemma 4's layer_scalar)",
     "attn_factory": "zero-argument callable returning the attention module",
     "ffn_factory": "zero-argument callable returning the FFN module",
 }
@@ -762,8 +766,9 @@ ROWS_2026 = (
     Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config", check="DeepSeek-V4 hyper-connections",
             missing="the compressed attention (CSA, HCA) and the hash-routed and sqrt-softplus MoE"),
     Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig", check="Qwen3.5 (both layer types, dense and MoE)"),
-    Row2026("Gemma 4", 2026, "", "Gemma4TextConfig",
-            missing="the value norm, per-layer inputs, the layer scalar and the global layers' proportional RoPE"),
+    Row2026("Gemma 4", 2026, "", "Gemma4TextConfig", check="Gemma 4 (local and global layers, dense)",
+            missing="per-layer inputs (a second input to each layer), the MoE block (26B-A4B) and key/value "
+                    "sharing across layers"),
     Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig", check="gpt-oss"),
     Row2026("Llama 4", 2025, "", "Llama4TextConfig", check="Llama 4 (RoPE and NoPE layers, dense and MoE)"),
     Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config", check="OLMo 3"),
@@ -1027,6 +1032,24 @@ def _check_llama4(seed: int) -> list[dict]:
             for i in range(4)]
 
 
+#: A tiny Gemma 4 without per-layer inputs: local (sliding, window 5, head width 8, 2 key/value heads, plain
+#: RoPE) and global layers (head width 16, one key/value head, keys as values, proportional RoPE on a quarter of
+#: the pairs) alternate; four layers, so that the two tested ones (0 and 1) are not the last of their type, which
+#: store their keys and values for later layers.
+GEMMA4_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=40,
+                   num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=5,
+                   hidden_size_per_layer_input=0, global_head_dim=16, num_global_key_value_heads=1,
+                   attention_k_eq_v=True, max_position_embeddings=64, vocab_size=16, rms_norm_eps=1e-6)
+
+
+def _check_gemma4(seed: int) -> list[dict]:
+    from ..reference import compare_with_reference, hf_reference
+
+    return [compare_with_reference(hf_reference(f"Gemma 4 (layer {i})", "gemma4", "Gemma4TextDecoderLayer",
+                                                "Gemma4TextConfig", GEMMA4_TINY, layer_idx=i), seed=seed)
+            for i in (0, 1)]  # 0: local (sliding), 1: global
+
+
 def _check_zoo(*names: str):
     def check(seed: int) -> list[dict]:
         from ..reference import compare_with_reference
@@ -1108,6 +1131,7 @@ CHECKS = {
     "Qwen3.5 (both layer types, dense and MoE)": _check_qwen3_5,
     "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
     "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
+    "Gemma 4 (local and global layers, dense)": _check_gemma4,
     "gpt-oss": _check_zoo("gpt-oss"),
     "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
     "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
