@@ -356,6 +356,9 @@ class CompressedAttention(nn.Module):
             if compress_ratio is None:
                 raise ValueError(f"compress={compress!r} needs compress_ratio, the tokens per compressed entry")
             check_int_at_least("compress_ratio", compress_ratio, 1)
+        if self.compress == "csa" and check_positive_int("index_head_dim", index_head_dim) < self.rope_dim:
+            raise ValueError(f"the indexer rotates rope_dim={rope_dim} features, so index_head_dim must be "
+                             f">= {rope_dim}, got {index_head_dim}")
         rope = dict(rope_dim=self.rope_dim, rope_theta=self.rope_theta, rope_scaling=self.rope_scaling, eps=eps)
         d, h, D = self.num_hiddens, self.num_heads, self.head_dim
         self.W_qa = nn.Linear(d, self.q_lora_rank, bias=False)
@@ -372,9 +375,6 @@ class CompressedAttention(nn.Module):
         self.indexer = (None if self.compress != "csa" else
                         LightningIndexer(d, self.q_lora_rank, num_heads=index_heads, head_dim=index_head_dim,
                                          ratio=compress_ratio, topk=index_topk, **rope))
-        if self.indexer is not None and self.rope_dim > self.indexer.head_dim:
-            raise ValueError(f"the indexer rotates rope_dim={rope_dim} features, so index_head_dim must be "
-                             f">= {rope_dim}, got {index_head_dim}")
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:

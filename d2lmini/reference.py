@@ -2379,3 +2379,86 @@ def hf_deepseek_v4_call(layer, config, streams: torch.Tensor, valid_lens: torch.
     tables = {label: rotary(X, position_ids=position_ids, layer_type=label) for label in ("main", "compress")}
     return layer(streams, input_ids=input_ids, position_embeddings=tables, position_ids=position_ids,
                  attention_mask=mask)
+
+
+#: A tiny ``DeepseekV4Config`` with one layer of each type -- 0 sliding window + hash-routed MoE, 1 HCA + top-k
+#: MoE, 2 CSA + top-k MoE -- sized so that everything acts within 24 steps: a window of 6, HCA entries of 8
+#: tokens, CSA entries of 4 of which the indexer keeps 3, RoPE on half of each head, a SwiGLU clamp of 1.
+DEEPSEEK_V4_TINY = dict(
+    vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, head_dim=16, q_lora_rank=16,
+    partial_rotary_factor=0.5, o_groups=2, o_lora_rank=8, sliding_window=6,
+    compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}, index_n_heads=2,
+    index_head_dim=8, index_topk=3, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+    swiglu_limit=1.0, hc_mult=4,
+    layer_types=["sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention"],
+    mlp_layer_types=["hash_moe", "moe", "moe"])
+
+
+def hf_deepseek_v4_make(layer_idx: int, seed: int = 0, **config_overrides):
+    """A tiny random ``DeepseekV4DecoderLayer`` and its config: ``(layer, config)``, eval mode.
+
+    :data:`DEEPSEEK_V4_TINY` updated by ``config_overrides``, eager attention, every parameter
+    seeded-random (:func:`_randomize_`; the hyper-connections' projections, biases and scales and the
+    sinks drawn normal so that their mappings are far from uniform), the top-k router's
+    ``e_score_correction_bias`` random and the hash router's ``tid2eid`` a random table of distinct experts.
+
+    Raises:
+        ImportError / AttributeError: ``transformers`` lacks DeepSeek-V4.
+    """
+    from transformers import DeepseekV4Config
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as modeling
+
+    torch.manual_seed(seed)
+    config = DeepseekV4Config(**copy.deepcopy({**DEEPSEEK_V4_TINY, **config_overrides}))
+    config._attn_implementation, config._experts_implementation = "eager", "eager"
+    layer = _randomize_(modeling.DeepseekV4DecoderLayer(config, layer_idx), seed)
+    gen = torch.Generator().manual_seed(seed + 5)
+    with torch.no_grad():
+        for hc in (layer.attn_hc, layer.ffn_hc):
+            hc.fn.copy_(torch.randn(hc.fn.shape, generator=gen) * 0.1)
+            hc.base.copy_(torch.randn(hc.base.shape, generator=gen))
+            hc.scale.copy_(torch.randn(3, generator=gen) + 1)
+        layer.self_attn.sinks.copy_(torch.randn(layer.self_attn.sinks.shape, generator=gen))
+        gate, experts = layer.mlp.gate, layer.mlp.experts.num_experts
+        if hasattr(gate, "tid2eid"):
+            gate.tid2eid.copy_(torch.stack([torch.randperm(experts, generator=gen)[:gate.top_k]
+                                            for _ in range(config.vocab_size)]))
+        else:
+            gate.e_score_correction_bias.copy_(torch.randn(experts, generator=gen) * 0.1)
+    return layer.eval(), config
+
+
+def compare_deepseek_v4_layer(layer_idx: int, seed: int = 0, num_steps: int = 24, layer=None, config=None,
+                              block=None) -> dict:
+    """``DeepseekV4DecoderLayer`` against :func:`from_deepseek_v4_layer`'s block: outputs and input gradients.
+
+    Both run on the same random streams ``(2, num_steps, hc_mult, d)`` (the second sequence padded to 17/24 of
+    its length) and token ids, the layer as :func:`hf_deepseek_v4_call` calls it, the block with
+    ``valid_lens`` (and ``input_ids`` for a hash-routed layer); compared at the valid positions
+    (:func:`output_and_grad_differences`).
+
+    Args:
+        layer_idx: 0, 1 or 2 of :data:`DEEPSEEK_V4_TINY` (sliding + hash MoE, HCA, CSA).
+        seed: seeds the weights (:func:`hf_deepseek_v4_make`) and the inputs.
+        num_steps: the sequence length.
+        layer, config, block: a given layer and config (default: :func:`hf_deepseek_v4_make`) and block
+            (default: converted from the layer; pass a mutated one to see the comparison fail).
+
+    Returns:
+        dict with ``max_abs_diff``, ``max_abs_grad_diff``, ``max_abs_output`` and ``block``.
+    """
+    from .deepseek_v4 import HashRoutedMoE
+
+    if layer is None:
+        layer, config = hf_deepseek_v4_make(layer_idx, seed)
+    block = from_deepseek_v4_layer(layer, config).eval() if block is None else block
+    gen = torch.Generator().manual_seed(seed + 1)
+    S = torch.randn(2, num_steps, config.hc_mult, config.hidden_size, generator=gen)
+    R = torch.randn(S.shape, generator=gen)
+    ids = torch.randint(0, config.vocab_size, (2, num_steps), generator=gen)
+    valid_lens = torch.tensor([num_steps, max(1, num_steps * 17 // 24)])
+    keep = (torch.arange(num_steps)[None] < valid_lens[:, None])[..., None, None]
+    ours_ids = ids if isinstance(block.ffn, HashRoutedMoE) else None
+    runs = (lambda Z: hf_deepseek_v4_call(layer, config, Z, valid_lens, ids),
+            lambda Z: block(Z, valid_lens, input_ids=ours_ids))
+    return {**output_and_grad_differences(runs, S, R, keep), "block": block}

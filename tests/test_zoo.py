@@ -32,7 +32,8 @@ def test_zoo_has_the_rows_and_every_supported_class():
     # tests/test_qwen3_5_layer.py, tests/test_qwen3_5_moe.py and in chapter 10's 2026 table instead; so
     # are GLM-5's layers (tests/test_glm5.py) and Llama 4's four layer kinds (tests/test_llama4.py).
     assert {row.layer_class for row in zoo.ZOO} == set(HF_CONVERTERS) - {
-        "Qwen3_5DecoderLayer", "Qwen3_5MoeDecoderLayer", "GlmMoeDsaDecoderLayer", "Llama4TextDecoderLayer"}
+        "Qwen3_5DecoderLayer", "Qwen3_5MoeDecoderLayer", "GlmMoeDsaDecoderLayer", "Llama4TextDecoderLayer",
+        "DeepseekV4DecoderLayer"}  # streams in, streams out: tests/test_deepseek_v4.py and chapter 10
     for row in zoo.ZOO:
         assert row.layer_class in from_hf.__doc__  # the docstring lists every supported class
         assert 2017 <= row.year <= 2026 and row.family
