@@ -34,8 +34,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import (check_choice, check_int_at_least, check_int_tensor, check_last_dim, check_positive_float,
-                      check_positive_int, check_sequence_tensor)
+from ._checks import (
+    check_choice,
+    check_int_at_least,
+    check_int_tensor,
+    check_last_dim,
+    check_positive_float,
+    check_positive_int,
+    check_sequence_tensor,
+)
 from .attention import _check_rope_scaling, rope_frequencies, valid_lens_mask
 from .moe import MixtureOfExperts
 from .norms import RMSNorm
@@ -151,7 +158,7 @@ class KVCompressor(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """The compressed entries of ``X`` ``(b, n, d)``: ``(b, n // ratio, head_dim)``."""
         check_sequence_tensor("X", X, self.num_hiddens)
-        b, n, _ = X.shape
+        b = X.shape[0]
         m, D, W = self.ratio, self.head_dim, X.shape[1] // self.ratio
         if W == 0:
             return X.new_zeros(b, 0, D)

@@ -8,13 +8,25 @@ the match; and the new modules' errors (d2lmini/deepseek_v4.py).
 import pytest
 import torch
 
-from d2lmini.deepseek_v4 import (CompressedAttention, HashRoutedMoE, KVCompressor, interleaved_rope_tables,
-                                 rotate_interleaved, visible_entries)
+from d2lmini.deepseek_v4 import (
+    CompressedAttention,
+    HashRoutedMoE,
+    KVCompressor,
+    interleaved_rope_tables,
+    rotate_interleaved,
+    visible_entries,
+)
 from d2lmini.ffn import FeedForward
 from d2lmini.hyper import HyperConnectedBlock
 from d2lmini.moe import MixtureOfExperts
-from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, compare_deepseek_v4_layer, from_deepseek_v4_layer, from_hf,
-                               hf_deepseek_v4_make)
+from d2lmini.reference import (
+    HF_CONVERTERS,
+    TOLERANCE,
+    compare_deepseek_v4_layer,
+    from_deepseek_v4_layer,
+    from_hf,
+    hf_deepseek_v4_make,
+)
 
 pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4")
 
