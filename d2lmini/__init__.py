@@ -11,7 +11,8 @@ DeepSeek-V2/V3 and the key/value cache per token), :mod:`d2lmini.deltanet`
 (:class:`~d2lmini.deltanet.GatedDeltaNet`, the linear-attention mixer of Qwen3-Next and Qwen3.5),
 :mod:`d2lmini.ffn` (:class:`~d2lmini.ffn.FeedForward`),
 :mod:`d2lmini.moe` (a mixture of experts), :mod:`d2lmini.hyper` (DeepSeek-V4's manifold-constrained
-hyper-connections: ``n`` residual streams) and :mod:`d2lmini.block`
+hyper-connections: ``n`` residual streams), :mod:`d2lmini.deepseek_v4` (DeepSeek-V4's compressed
+attention and hash-routed experts) and :mod:`d2lmini.block`
 (:class:`~d2lmini.block.TransformerBlock` and the decoder block with cross-attention).
 
 **The shared machinery**: :mod:`d2lmini.parameters` (counting a module's parameters,

@@ -66,7 +66,11 @@ class FeedForward(nn.Module):
 
     a Swish gate of slope ``alpha = 1.702`` (:data:`SWIGLU_CLAMPED_ALPHA`) times the
     clamped linear half plus one. Without the clamps, the ``+ 1`` and with slope 1
-    it is SwiGLU: the gated formula above is its special case. (gpt-oss stores
+    it is SwiGLU: the gated formula above is its special case. ``act='swiglu'`` with a
+    ``swiglu_limit`` ``L`` is DeepSeek-V4's clamped SwiGLU (Hugging Face
+    ``DeepseekV4MLP`` and ``DeepseekV4Experts._apply_gate``, ``swiglu_limit = 10``):
+    ``W_2(SiLU(min(W_g x, L)) * clamp(W_1 x, -L, L))``, the same clamps without the
+    slope and without the ``+ 1``. (gpt-oss stores
     ``W_g`` and ``W_1`` fused and interleaved, gate in the even columns; see
     ``d2lmini.reference._copy_gptoss_experts``.)
 
@@ -78,8 +82,9 @@ class FeedForward(nn.Module):
         bias: whether the linear layers have biases.
         dropout: dropout on the hidden activations (training only), in [0, 1).
         swiglu_limit: the clamp ``L > 0`` of ``act='swiglu_clamped'`` (gpt-oss's
-            ``swiglu_limit``); ``None`` means :data:`SWIGLU_CLAMPED_LIMIT` (7.0) for that
-            act, and it must stay ``None`` for every other act.
+            ``swiglu_limit``; ``None`` means :data:`SWIGLU_CLAMPED_LIMIT`, 7.0) or of
+            ``act='swiglu'`` (DeepSeek-V4's; ``None``, the default, means no clamp); it must
+            stay ``None`` for every other act.
 
     Attributes:
         swiglu_limit: the clamp in use, or ``None`` (every act but ``'swiglu_clamped'``).
@@ -90,7 +95,7 @@ class FeedForward(nn.Module):
     Raises:
         ValueError: unknown ``act`` (the message lists :data:`ACTS`), a width < 1,
             dropout outside [0, 1), ``swiglu_limit`` not a finite float > 0 or given with
-            an act other than ``'swiglu_clamped'``; at call time an input whose last
+            an act other than ``'swiglu_clamped'`` and ``'swiglu'``; at call time an input whose last
             dimension is not ``num_hiddens``.
         TypeError: arguments of the wrong type.
     """
@@ -99,11 +104,13 @@ class FeedForward(nn.Module):
                  bias: bool = False, dropout: float = 0.0, swiglu_limit: float | None = None):
         super().__init__()
         self.act = check_choice("act", act, ACTS)
-        if act != "swiglu_clamped" and swiglu_limit is not None:
-            raise ValueError(f"swiglu_limit applies only to act='swiglu_clamped' (gpt-oss), "
-                             f"got swiglu_limit={swiglu_limit!r} with act={act!r}")
-        self.swiglu_limit = (None if act != "swiglu_clamped" else SWIGLU_CLAMPED_LIMIT if swiglu_limit is None
-                             else check_positive_float("swiglu_limit", swiglu_limit))
+        if act not in ("swiglu_clamped", "swiglu") and swiglu_limit is not None:
+            raise ValueError(f"swiglu_limit applies only to act='swiglu_clamped' (gpt-oss) and act='swiglu' "
+                             f"(DeepSeek-V4), got swiglu_limit={swiglu_limit!r} with act={act!r}")
+        if swiglu_limit is not None:
+            self.swiglu_limit = check_positive_float("swiglu_limit", swiglu_limit)
+        else:
+            self.swiglu_limit = SWIGLU_CLAMPED_LIMIT if act == "swiglu_clamped" else None
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.ffn_num_hiddens = (default_ffn_num_hiddens(num_hiddens, act) if ffn_num_hiddens is None
                                 else check_positive_int("ffn_num_hiddens", ffn_num_hiddens))
@@ -121,8 +128,9 @@ class FeedForward(nn.Module):
         if not self.gated:
             return self.W_2(self.dropout(self._act(self.W_1(X))))
         G, U = self.W_g(X), self.W_1(X)
-        if self.swiglu_limit is not None:  # gpt-oss: clamp both halves, shift the linear one by 1
-            G, U = G.clamp(max=self.swiglu_limit), U.clamp(-self.swiglu_limit, self.swiglu_limit) + 1
+        if self.swiglu_limit is not None:  # gpt-oss and DeepSeek-V4: clamp both halves
+            G, U = G.clamp(max=self.swiglu_limit), U.clamp(-self.swiglu_limit, self.swiglu_limit)
+            U = U + 1 if self.act == "swiglu_clamped" else U  # gpt-oss also shifts the linear one by 1
         return self.W_2(self.dropout(self._act(G) * U))
 
     def extra_repr(self) -> str:

@@ -316,6 +316,16 @@ class HyperConnectedBlock(nn.Module):
         norm_eps: epsilon of the two RMSNorms and of the hyper-connections' gain-free
             RMSNorms (V4's ``rms_norm_eps``, 1e-6).
         sinkhorn_iters, hc_eps: the hyper-connections' ``sinkhorn_iters`` and ``eps``.
+        attn_factory: zero-argument callable returning the attention module, called as
+            ``attn(X, X, X, valid_lens)`` (as in :class:`~d2lmini.block.TransformerBlock`),
+            e.g. DeepSeek-V4's own :class:`~d2lmini.deepseek_v4.CompressedAttention`;
+            default ``None``: a :class:`~d2lmini.attention.MultiHeadAttention` built from
+            ``num_heads`` and ``attention_kwargs`` (which must then be empty).
+        ffn_factory: zero-argument callable returning the FFN module, called as ``ffn(X)``,
+            or ``ffn(X, input_ids)`` when :meth:`forward` gets ``input_ids`` (DeepSeek-V4's
+            hash-routed MoE, :class:`~d2lmini.deepseek_v4.HashRoutedMoE`); default ``None``: a
+            :class:`~d2lmini.ffn.FeedForward` (then ``act`` and ``ffn_num_hiddens`` apply,
+            otherwise they must keep their defaults).
         **attention_kwargs:
             keyword arguments of :class:`~d2lmini.attention.MultiHeadAttention`
             (e.g. ``causal=True``, ``num_kv_heads``, ``rope_theta``).
@@ -324,35 +334,64 @@ class HyperConnectedBlock(nn.Module):
         hc1, norm1, attention, hc2, norm2, ffn: the parts, in the order they run.
 
     Shape:
-        ``forward(streams, valid_lens=None)``: ``streams`` ``(b, n_steps, n, d)``,
-        ``valid_lens`` ``None``, ``(b,)`` or ``(b, n_steps)`` (passed to the attention);
+        ``forward(streams, valid_lens=None, *, input_ids=None)``: ``streams`` ``(b, n_steps, n, d)``,
+        ``valid_lens`` ``None``, ``(b,)`` or ``(b, n_steps)`` (passed to the attention),
+        ``input_ids`` ``None`` or the token ids ``(b, n_steps)`` (passed to the FFN);
         returns ``(b, n_steps, n, d)``.
 
     Raises:
         TypeError / ValueError: bad arguments (as :class:`HyperConnection`,
             :class:`~d2lmini.attention.MultiHeadAttention` and :class:`~d2lmini.ffn.FeedForward`);
             at call time streams that are not ``(b, n_steps, num_streams, num_hiddens)``, or
-            bad ``valid_lens``.
+            bad ``valid_lens``; a factory that is not callable or does not return an
+            ``nn.Module``, attention keyword arguments given with ``attn_factory``, ``act`` or
+            ``ffn_num_hiddens`` given with ``ffn_factory``.
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, *, num_streams: int = DEFAULT_NUM_STREAMS,
                  act: str = "swiglu", ffn_num_hiddens: int | None = None, norm_eps: float = DEFAULT_EPS["rms"],
                  sinkhorn_iters: int = DEFAULT_SINKHORN_ITERS, hc_eps: float = DEFAULT_HC_EPS,
-                 **attention_kwargs):
+                 attn_factory: Callable[[], nn.Module] | None = None,
+                 ffn_factory: Callable[[], nn.Module] | None = None, **attention_kwargs):
         super().__init__()
         hc = dict(sinkhorn_iters=sinkhorn_iters, eps=hc_eps, norm_eps=norm_eps)
         self.hc1 = HyperConnection(num_hiddens, num_streams, **hc)
         self.norm1 = RMSNorm(num_hiddens, norm_eps)
-        self.attention = MultiHeadAttention(num_hiddens, num_heads, **attention_kwargs)
+        if attn_factory is None:
+            self.attention = MultiHeadAttention(num_hiddens, num_heads, **attention_kwargs)
+        else:
+            if attention_kwargs:
+                raise ValueError(f"attn_factory builds the attention, so set {sorted(attention_kwargs)} on the "
+                                 f"module it returns")
+            self.attention = _build("attn_factory", attn_factory)
         self.hc2 = HyperConnection(num_hiddens, num_streams, **hc)
         self.norm2 = RMSNorm(num_hiddens, norm_eps)
-        self.ffn = FeedForward(num_hiddens, ffn_num_hiddens, act=act)
+        if ffn_factory is None:
+            self.ffn = FeedForward(num_hiddens, ffn_num_hiddens, act=act)
+        else:
+            if act != "swiglu" or ffn_num_hiddens is not None:
+                raise ValueError("ffn_factory builds the FFN, so act and ffn_num_hiddens must keep their defaults")
+            self.ffn = _build("ffn_factory", ffn_factory)
         self.num_hiddens, self.num_streams = self.hc1.num_hiddens, self.hc1.num_streams
 
-    def forward(self, streams: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
-        """Apply the block to ``streams`` ``(b, n_steps, n, d)``; returns the same shape."""
+    def forward(self, streams: torch.Tensor, valid_lens: torch.Tensor | None = None, *,
+                input_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Apply the block to ``streams`` ``(b, n_steps, n, d)``; returns the same shape.
+
+        ``input_ids``: ``None`` or the token ids ``(b, n_steps)``, passed to the FFN as ``ffn(X, input_ids)``
+        (a hash-routed MoE selects its experts by them)."""
         streams = self.hc1(streams, lambda x: self.attention(*(self.norm1(x),) * 3, valid_lens))
-        return self.hc2(streams, lambda x: self.ffn(self.norm2(x)))
+        if input_ids is None:
+            return self.hc2(streams, lambda x: self.ffn(self.norm2(x)))
+        return self.hc2(streams, lambda x: self.ffn(self.norm2(x), input_ids))
+
+
+def _build(name: str, factory) -> nn.Module:
+    """Call ``factory`` (checked callable) and check that it returns an ``nn.Module``."""
+    module = check_callable(name, factory)()
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
+    return module
 
 
 __all__ = ["INIT_STD", "HyperConnectedBlock", "HyperConnection", "HyperHead", "expand_streams", "sinkhorn_knopp"]

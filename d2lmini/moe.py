@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ._checks import (check_bool, check_choice, check_last_dim, check_nonnegative_int,
                       check_positive_float, check_positive_int)
@@ -13,7 +14,7 @@ from .parameters import num_parameters
 
 
 #: Routers accepted by :class:`MixtureOfExperts`.
-ROUTERS = ("softmax", "sigmoid", "sigmoid_input")
+ROUTERS = ("softmax", "sigmoid", "sigmoid_input", "sqrtsoftplus")
 
 
 class MixtureOfExperts(nn.Module):
@@ -48,7 +49,11 @@ class MixtureOfExperts(nn.Module):
     logits (Llama 4: one) select the experts, and each chosen expert's weight
     ``sigmoid(s_e)``, *not* renormalized, multiplies the expert's *input*,
     ``MoE(x) = S(x) + sum_e E_e(w_e(x) x)`` (an expert is not linear, so this differs from
-    weighting its output); with ``route_scale`` ``r`` the weights are ``r sigmoid(s_e)``. Drop it into a block with
+    weighting its output); with ``route_scale`` ``r`` the weights are ``r sigmoid(s_e)``.
+    ``'sqrtsoftplus'`` is DeepSeek-V4's (Hugging Face ``transformers`` 5.24,
+    ``DeepseekV4TopKRouter``): ``'sigmoid'``'s routing with the scores
+    ``sqrt(softplus(s))`` instead of ``sigmoid(s)`` (selected with ``+ expert_bias``,
+    renormalized, times ``route_scale``). Drop it into a block with
     ``TransformerBlock(d, h, ffn_factory=lambda: MixtureOfExperts(d))``.
 
     Args:
@@ -58,15 +63,16 @@ class MixtureOfExperts(nn.Module):
         ffn_num_hiddens: hidden width of each expert (default: FeedForward's default
             for ``act``).
         act: the experts' activation, one of :data:`~d2lmini.ffn.ACTS`.
-        router: ``'softmax'``, ``'sigmoid'`` or ``'sigmoid_input'`` (see above).
+        router: ``'softmax'``, ``'sigmoid'``, ``'sigmoid_input'`` or ``'sqrtsoftplus'`` (see above).
         num_shared_experts: shared experts, fused into one always-on FFN of width
             ``num_shared_experts * ffn_num_hiddens`` (0: none).
         route_scale: factor on the routed experts' weights (Trinity's ``route_scale``).
         bias: whether the experts' linear layers have biases.
         router_bias: whether the router has a bias, ``router(x) = W x + b`` (gpt-oss); default
             ``False`` (Mixtral, DeepSeek, Qwen3-MoE, Trinity).
-        swiglu_limit: the experts' (and shared expert's) clamp for ``act='swiglu_clamped'``;
-            see :class:`~d2lmini.ffn.FeedForward` (``None``: its default, 7.0).
+        swiglu_limit: the experts' (and shared expert's) clamp for ``act='swiglu_clamped'``
+            (``None``: its default, 7.0) or ``act='swiglu'`` (DeepSeek-V4; ``None``: no clamp);
+            see :class:`~d2lmini.ffn.FeedForward`.
         num_groups: expert groups for group-limited routing; must divide ``num_experts``
             (default 1: no groups, every expert can be chosen).
         topk_groups: how many groups a token's experts may come from, ``1 <= topk_groups <=
@@ -144,6 +150,8 @@ class MixtureOfExperts(nn.Module):
         logits = self.router(X).float()  # routing decisions in float32, as the models do
         if self.router_kind == "softmax":
             scores = logits.softmax(dim=-1)
+        elif self.router_kind == "sqrtsoftplus":  # DeepSeek-V4
+            scores = F.softplus(logits).sqrt()
         else:
             scores = torch.sigmoid(logits)
         choice = scores + self.expert_bias.float()
@@ -168,6 +176,12 @@ class MixtureOfExperts(nn.Module):
         check_last_dim("X", X, self.num_hiddens)
         tokens = X.reshape(-1, self.num_hiddens)
         weights, experts = self.route(tokens)
+        return self.combine(tokens, weights, experts).reshape(X.shape)
+
+    def combine(self, tokens: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """Run each token of ``tokens`` ``(T, d)`` through its ``experts`` ``(T, top_k)`` (indices), weighted by
+        ``weights`` ``(T, top_k)``, and add the shared expert; returns ``(T, d)``. (What :meth:`forward` does after
+        :meth:`route`; a router of another kind, e.g. DeepSeek-V4's hash routing, reuses it.)"""
         out = torch.zeros_like(tokens)
         for e, expert in enumerate(self.experts):
             token_idx, slot = torch.where(experts == e)
@@ -183,7 +197,7 @@ class MixtureOfExperts(nn.Module):
             if self.shared_expert_gate is not None:  # Qwen2-MoE, Qwen3-Next, Qwen3.5: a sigmoid gate per token
                 shared = torch.sigmoid(self.shared_expert_gate(tokens)) * shared
             out = out + shared
-        return out.reshape(X.shape)
+        return out
 
     def num_active_parameters(self) -> int:
         """Parameters one token uses: router, shared expert and ``top_k`` routed experts."""

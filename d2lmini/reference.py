@@ -1718,7 +1718,9 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock:
     ``GlmMoeDsaDecoderLayer`` (GLM-5: MLA with DeepSeek Sparse Attention, dense and MoE layers;
     :func:`from_glm_moe_dsa_layer`), ``Llama4TextDecoderLayer`` (Llama 4, RoPE and NoPE layers, dense
     and MoE), ``Gemma4TextDecoderLayer`` (Gemma 4, local and global layers without per-layer inputs or
-    MoE; :func:`from_gemma4_layer`), and the parallel or partial-RoPE layers
+    MoE; :func:`from_gemma4_layer`), ``DeepseekV4DecoderLayer`` (DeepSeek-V4: sliding-window, HCA and CSA
+    layers with hash-routed or top-k MoE, on hyper-connected streams ``(b, n, hc_mult, d)``;
+    :func:`from_deepseek_v4_layer`), and the parallel or partial-RoPE layers
     ``PhiDecoderLayer`` (Phi-1/2), ``Phi3DecoderLayer`` (Phi-3, Phi-4-mini),
     ``GPTNeoXLayer`` (GPT-NeoX, Pythia), ``GPTJBlock`` (GPT-J), ``FalconDecoderLayer``
     (Falcon), ``CohereDecoderLayer`` (Command R) and ``StableLmDecoderLayer`` (StableLM).
@@ -2300,3 +2302,247 @@ def from_gemma4_layer(layer, config, layer_idx: int | None = None) -> Transforme
 
 
 HF_CONVERTERS["Gemma4TextDecoderLayer"] = from_gemma4_layer
+
+
+# --------------------------------------------------------------------------- DeepSeek-V4
+
+
+#: ``DeepseekV4Config.layer_types`` -> ``CompressedAttention(compress=...)``.
+_DEEPSEEK_V4_COMPRESS = {"sliding_attention": None, "heavily_compressed_attention": "hca",
+                         "compressed_sparse_attention": "csa"}
+
+
+def _deepseek_v4_rope(config, label: str) -> tuple[float, dict | None]:
+    """``(theta, scaling)`` of ``config.rope_parameters[label]`` (``'main'`` or ``'compress'``) for d2lmini."""
+    params = dict(config.rope_parameters[label])
+    theta = float(params.pop("rope_theta"))
+    params.pop("partial_rotary_factor", None)
+    if params.get("rope_type", "default") == "default":
+        return theta, None
+    if params["rope_type"] != "yarn":
+        raise ValueError(f"DeepSeek-V4's {label!r} RoPE is supported with rope_type 'default' or 'yarn', "
+                         f"got {params['rope_type']!r}")
+    params.setdefault("original_max_position_embeddings", config.max_position_embeddings)
+    return theta, params
+
+
+def from_deepseek_v4_layer(layer, config, layer_idx: int | None = None):
+    """A :class:`~d2lmini.hyper.HyperConnectedBlock` equal to a Hugging Face ``DeepseekV4DecoderLayer``.
+
+    ``transformers`` 5.24 ``models/deepseek_v4/modeling_deepseek_v4.py``, each of its three
+    layer types (``config.layer_types[layer_idx]``): ``'sliding_attention'``,
+    ``'heavily_compressed_attention'`` (HCA) and ``'compressed_sparse_attention'`` (CSA, with
+    its lightning indexer) -- a :class:`~d2lmini.deepseek_v4.CompressedAttention` -- and both
+    MoE kinds (``config.mlp_layer_types[layer_idx]``): ``'moe'``, a
+    :class:`~d2lmini.moe.MixtureOfExperts` (``router='sqrtsoftplus'`` or V4's ``scoring_func``,
+    clamped SwiGLU experts, one shared expert of the experts' width), and ``'hash_moe'``, a
+    :class:`~d2lmini.deepseek_v4.HashRoutedMoE` holding the layer's ``tid2eid`` table; around
+    them the two hyper-connections and RMSNorms (``attn_hc``, ``input_layernorm``, ``ffn_hc``,
+    ``post_attention_layernorm``). Called on streams ``(b, n, hc_mult, d)``, ``valid_lens`` and
+    (hash layers) ``input_ids``, the block equals the layer called as ``DeepseekV4Model`` calls it
+    without a cache (:func:`hf_deepseek_v4_call`) at the valid positions; checked in
+    ``tests/test_deepseek_v4.py`` and chapter 10.
+
+    Args:
+        layer: a ``DeepseekV4DecoderLayer``; weights copied.
+        config: its ``DeepseekV4Config``.
+        layer_idx: ``None`` (the layer's own) or that index (:func:`_start`).
+
+    Returns:
+        The block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: a layer type or MLP layer type other than the above (named), a RoPE type other than
+            ``'default'`` and ``'yarn'``, ``hidden_act`` other than ``'silu'``, a ``scoring_func`` other
+            than ``'sqrtsoftplus'``, ``'softmax'`` and ``'sigmoid'``, or as :func:`_start`.
+    """
+    from .deepseek_v4 import CompressedAttention, HashRoutedMoE
+    from .hyper import HyperConnectedBlock
+
+    idx = _start(layer, config, layer_idx)
+    kind, mlp_kind = config.layer_types[idx], config.mlp_layer_types[idx]
+    if kind not in _DEEPSEEK_V4_COMPRESS:
+        raise ValueError(f"DeepSeek-V4 layer {idx} has layer type {kind!r}; supported: {sorted(_DEEPSEEK_V4_COMPRESS)}")
+    if mlp_kind not in ("moe", "hash_moe"):
+        raise ValueError(f"DeepSeek-V4 layer {idx} has MLP layer type {mlp_kind!r}; supported: 'moe', 'hash_moe'")
+    if config.hidden_act != "silu":
+        raise ValueError(f"DeepSeek-V4 is supported with hidden_act='silu' only, got {config.hidden_act!r}")
+    if config.scoring_func not in ("sqrtsoftplus", "softmax", "sigmoid"):
+        raise ValueError(f"DeepSeek-V4's scoring_func must be 'sqrtsoftplus', 'softmax' or 'sigmoid', "
+                         f"got {config.scoring_func!r}")
+    attn, moe, compress = layer.self_attn, layer.mlp, _DEEPSEEK_V4_COMPRESS[kind]
+    d, eps = config.hidden_size, config.rms_norm_eps
+    theta, _ = _deepseek_v4_rope(config, "main")
+    compress_theta, compress_scaling = _deepseek_v4_rope(config, "compress")
+    attn_kwargs = dict(head_dim=config.head_dim, q_lora_rank=config.q_lora_rank, rope_dim=config.qk_rope_head_dim,
+                       window=config.sliding_window, o_groups=config.o_groups, o_lora_rank=config.o_lora_rank,
+                       rope_theta=theta, compress=compress, eps=eps)
+    if compress is not None:
+        attn_kwargs.update(compress_ratio=config.compress_rates[kind], compress_rope_theta=compress_theta,
+                           compress_rope_scaling=compress_scaling)
+    if compress == "csa":
+        attn_kwargs.update(index_heads=config.index_n_heads, index_head_dim=config.index_head_dim,
+                           index_topk=config.index_topk)
+    moe_kwargs = dict(top_k=config.num_experts_per_tok, ffn_num_hiddens=config.moe_intermediate_size, act="swiglu",
+                      router=config.scoring_func, num_shared_experts=1,
+                      route_scale=float(config.routed_scaling_factor), swiglu_limit=float(config.swiglu_limit))
+    experts = moe.experts.num_experts
+    if mlp_kind == "hash_moe":
+        def ffn():
+            return HashRoutedMoE(d, experts, vocab_size=config.vocab_size, **moe_kwargs)
+    else:
+        def ffn():
+            return MixtureOfExperts(d, experts, **moe_kwargs)
+    block = HyperConnectedBlock(d, config.num_attention_heads, num_streams=config.hc_mult, norm_eps=eps,
+                                sinkhorn_iters=config.hc_sinkhorn_iters, hc_eps=config.hc_eps,
+                                attn_factory=lambda: CompressedAttention(d, config.num_attention_heads, **attn_kwargs),
+                                ffn_factory=ffn)
+    for ours, theirs in ((block.hc1, layer.attn_hc), (block.hc2, layer.ffn_hc)):
+        _copy(ours.phi, theirs.fn), _copy(ours.bias, theirs.base), _copy(ours.alpha, theirs.scale)
+    _copy_norm(block.norm1, layer.input_layernorm)
+    _copy_norm(block.norm2, layer.post_attention_layernorm)
+    ours = block.attention
+    for dst, src in ((ours.W_qa, attn.q_a_proj), (ours.W_qb, attn.q_b_proj), (ours.W_kv, attn.kv_proj),
+                     (ours.W_ob, attn.o_b_proj)):
+        _copy_linear(dst, src.weight)
+    _copy_norm(ours.q_norm, attn.q_a_norm)
+    _copy_norm(ours.kv_norm, attn.kv_norm)
+    _copy(ours.W_oa, attn.o_a_proj.weight.view(ours.W_oa.shape))
+    _copy(ours.sinks, attn.sinks)
+    if compress is not None:
+        _copy_deepseek_v4_compressor(ours.compressor, attn.compressor)
+    if compress == "csa":
+        theirs = attn.compressor.indexer
+        _copy_deepseek_v4_compressor(ours.indexer.compressor, theirs)
+        _copy_linear(ours.indexer.W_q, theirs.q_b_proj.weight)
+        _copy_linear(ours.indexer.W_w, theirs.scorer.weights_proj.weight)
+    mix, width = block.ffn, config.moe_intermediate_size
+    _copy(mix.router.weight, moe.gate.weight)
+    if mlp_kind == "hash_moe":
+        _copy(mix.token_experts, moe.gate.tid2eid)
+    else:
+        _copy(mix.expert_bias, moe.gate.e_score_correction_bias)
+    for e, expert in enumerate(mix.experts):
+        gate_up = moe.experts.gate_up_proj[e]
+        _copy_gated_mlp(expert, gate_up[:width], gate_up[width:], moe.experts.down_proj[e])
+    shared = moe.shared_experts
+    _copy_gated_mlp(mix.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    return block.to(attn.q_a_proj.weight).train(layer.training)
+
+
+def _copy_deepseek_v4_compressor(ours, theirs) -> None:
+    """Copy a ``DeepseekV4HCACompressor``/``CSACompressor``/``Indexer``'s compressor into a ``KVCompressor``."""
+    _copy_linear(ours.W_kv, theirs.kv_proj.weight)
+    _copy_linear(ours.W_z, theirs.gate_proj.weight)
+    _copy(ours.position_bias, theirs.position_bias)
+    _copy_norm(ours.norm, theirs.kv_norm)
+
+
+HF_CONVERTERS["DeepseekV4DecoderLayer"] = from_deepseek_v4_layer
+
+
+def hf_deepseek_v4_call(layer, config, streams: torch.Tensor, valid_lens: torch.Tensor | None = None,
+                        input_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Call a ``DeepseekV4DecoderLayer`` as ``DeepseekV4Model.forward`` does (no cache); returns its streams.
+
+    ``streams`` ``(b, n, hc_mult, d)`` right-padded to ``valid_lens`` (or ``None``); the model's
+    mask (``create_sliding_window_causal_mask`` of the 2-D padding mask), position ids
+    ``0 .. n-1``, both rotary tables of ``DeepseekV4RotaryEmbedding`` (``'main'`` and
+    ``'compress'``), and ``input_ids`` ``(b, n)`` (read by hash-routed layers).
+    """
+    from transformers import masking_utils
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as modeling
+
+    batch_size, num_steps = streams.shape[:2]
+    X = streams[:, :, 0]
+    padding = None if valid_lens is None else valid_lens_mask(valid_lens, num_steps).long()
+    position_ids = torch.arange(num_steps, device=streams.device)[None].expand(batch_size, -1)
+    mask = masking_utils.create_sliding_window_causal_mask(config=config, inputs_embeds=X, attention_mask=padding,
+                                                           cache=None, position_ids=position_ids)
+    rotary = modeling.DeepseekV4RotaryEmbedding(config).to(streams.device)
+    tables = {label: rotary(X, position_ids=position_ids, layer_type=label) for label in ("main", "compress")}
+    return layer(streams, input_ids=input_ids, position_embeddings=tables, position_ids=position_ids,
+                 attention_mask=mask)
+
+
+#: A tiny ``DeepseekV4Config`` with one layer of each type -- 0 sliding window + hash-routed MoE, 1 HCA + top-k
+#: MoE, 2 CSA + top-k MoE -- sized so that everything acts within 24 steps: a window of 6, HCA entries of 8
+#: tokens, CSA entries of 4 of which the indexer keeps 3, RoPE on half of each head, a SwiGLU clamp of 1.
+DEEPSEEK_V4_TINY = dict(
+    vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, head_dim=16, q_lora_rank=16,
+    partial_rotary_factor=0.5, o_groups=2, o_lora_rank=8, sliding_window=6,
+    compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}, index_n_heads=2,
+    index_head_dim=8, index_topk=3, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+    swiglu_limit=1.0, hc_mult=4,
+    layer_types=["sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention"],
+    mlp_layer_types=["hash_moe", "moe", "moe"])
+
+
+def hf_deepseek_v4_make(layer_idx: int, seed: int = 0, **config_overrides):
+    """A tiny random ``DeepseekV4DecoderLayer`` and its config: ``(layer, config)``, eval mode.
+
+    :data:`DEEPSEEK_V4_TINY` updated by ``config_overrides``, eager attention, every parameter
+    seeded-random (:func:`_randomize_`; the hyper-connections' projections, biases and scales and the
+    sinks drawn normal so that their mappings are far from uniform), the top-k router's
+    ``e_score_correction_bias`` random and the hash router's ``tid2eid`` a random table of distinct experts.
+
+    Raises:
+        ImportError / AttributeError: ``transformers`` lacks DeepSeek-V4.
+    """
+    from transformers import DeepseekV4Config
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as modeling
+
+    torch.manual_seed(seed)
+    config = DeepseekV4Config(**copy.deepcopy({**DEEPSEEK_V4_TINY, **config_overrides}))
+    config._attn_implementation, config._experts_implementation = "eager", "eager"
+    layer = _randomize_(modeling.DeepseekV4DecoderLayer(config, layer_idx), seed)
+    gen = torch.Generator().manual_seed(seed + 5)
+    with torch.no_grad():
+        for hc in (layer.attn_hc, layer.ffn_hc):
+            hc.fn.copy_(torch.randn(hc.fn.shape, generator=gen) * 0.1)
+            hc.base.copy_(torch.randn(hc.base.shape, generator=gen))
+            hc.scale.copy_(torch.randn(3, generator=gen) + 1)
+        layer.self_attn.sinks.copy_(torch.randn(layer.self_attn.sinks.shape, generator=gen))
+        gate, experts = layer.mlp.gate, layer.mlp.experts.num_experts
+        if hasattr(gate, "tid2eid"):
+            gate.tid2eid.copy_(torch.stack([torch.randperm(experts, generator=gen)[:gate.top_k]
+                                            for _ in range(config.vocab_size)]))
+        else:
+            gate.e_score_correction_bias.copy_(torch.randn(experts, generator=gen) * 0.1)
+    return layer.eval(), config
+
+
+def compare_deepseek_v4_layer(layer_idx: int, seed: int = 0, num_steps: int = 24, layer=None, config=None,
+                              block=None) -> dict:
+    """``DeepseekV4DecoderLayer`` against :func:`from_deepseek_v4_layer`'s block: outputs and input gradients.
+
+    Both run on the same random streams ``(2, num_steps, hc_mult, d)`` (the second sequence padded to 17/24 of
+    its length) and token ids, the layer as :func:`hf_deepseek_v4_call` calls it, the block with
+    ``valid_lens`` (and ``input_ids`` for a hash-routed layer); compared at the valid positions
+    (:func:`output_and_grad_differences`).
+
+    Args:
+        layer_idx: 0, 1 or 2 of :data:`DEEPSEEK_V4_TINY` (sliding + hash MoE, HCA, CSA).
+        seed: seeds the weights (:func:`hf_deepseek_v4_make`) and the inputs.
+        num_steps: the sequence length.
+        layer, config, block: a given layer and config (default: :func:`hf_deepseek_v4_make`) and block
+            (default: converted from the layer; pass a mutated one to see the comparison fail).
+
+    Returns:
+        dict with ``max_abs_diff``, ``max_abs_grad_diff``, ``max_abs_output`` and ``block``.
+    """
+    from .deepseek_v4 import HashRoutedMoE
+
+    if layer is None:
+        layer, config = hf_deepseek_v4_make(layer_idx, seed)
+    block = from_deepseek_v4_layer(layer, config).eval() if block is None else block
+    gen = torch.Generator().manual_seed(seed + 1)
+    S = torch.randn(2, num_steps, config.hc_mult, config.hidden_size, generator=gen)
+    R = torch.randn(S.shape, generator=gen)
+    ids = torch.randint(0, config.vocab_size, (2, num_steps), generator=gen)
+    valid_lens = torch.tensor([num_steps, max(1, num_steps * 17 // 24)])
+    keep = (torch.arange(num_steps)[None] < valid_lens[:, None])[..., None, None]
+    ours_ids = ids if isinstance(block.ffn, HashRoutedMoE) else None
+    runs = (lambda Z: hf_deepseek_v4_call(layer, config, Z, valid_lens, ids),
+            lambda Z: block(Z, valid_lens, input_ids=ours_ids))
+    return {**output_and_grad_differences(runs, S, R, keep), "block": block}

@@ -81,7 +81,7 @@ def test_bad_swiglu_limit_is_rejected(limit, error):
         FeedForward(16, act="swiglu_clamped", swiglu_limit=limit)
 
 
-@pytest.mark.parametrize("act", ["swiglu", "gelu"])
+@pytest.mark.parametrize("act", ["geglu", "gelu"])  # "swiglu" takes one: DeepSeek-V4's clamp
 def test_swiglu_limit_with_another_act_is_rejected(act):
     with pytest.raises(ValueError, match="swiglu_limit applies only to act='swiglu_clamped'"):
         FeedForward(16, act=act, swiglu_limit=7.0)

@@ -34,7 +34,8 @@ def test_zoo_has_the_rows_and_every_supported_class():
     # local and global layers (tests/test_gemma4.py).
     assert {row.layer_class for row in zoo.ZOO} == set(HF_CONVERTERS) - {
         "Qwen3_5DecoderLayer", "Qwen3_5MoeDecoderLayer", "GlmMoeDsaDecoderLayer", "Llama4TextDecoderLayer",
-        "Gemma4TextDecoderLayer"}
+        "Gemma4TextDecoderLayer",
+        "DeepseekV4DecoderLayer"}  # streams in, streams out: tests/test_deepseek_v4.py and chapter 10
     for row in zoo.ZOO:
         assert row.layer_class in from_hf.__doc__  # the docstring lists every supported class
         assert 2017 <= row.year <= 2026 and row.family

@@ -763,8 +763,9 @@ ROWS_2026 = (
             report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1,
                         topk_group=1),
             check="DeepSeek-V3 layers, no expert groups"),
-    Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config", check="DeepSeek-V4 hyper-connections",
-            missing="the compressed attention (CSA, HCA) and the hash-routed and sqrt-softplus MoE"),
+    Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config",
+            check="DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)",
+            missing="the key/value cache of the compressors (decoding token by token)"),
     Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig", check="Qwen3.5 (both layer types, dense and MoE)"),
     Row2026("Gemma 4", 2026, "", "Gemma4TextConfig", check="Gemma 4 (local and global layers, dense)",
             missing="per-layer inputs (a second input to each layer), the MoE block (26B-A4B) and key/value "
@@ -1059,6 +1060,13 @@ def _check_zoo(*names: str):
     return check
 
 
+def _check_deepseek_v4(seed: int) -> list[dict]:
+    """Whole ``DeepseekV4DecoderLayer``s of each type (:func:`d2lmini.reference.compare_deepseek_v4_layer`)."""
+    from ..reference import compare_deepseek_v4_layer
+
+    return [compare_deepseek_v4_layer(i, seed) for i in (0, 1, 2)]  # sliding + hash MoE, HCA, CSA
+
+
 def deepseek_v4_wiring_check(seed: int = 0, num_streams: int = 4, num_steps: int = 8) -> dict:
     """d2lmini's :class:`~d2lmini.hyper.HyperConnectedBlock` against ``DeepseekV4DecoderLayer``'s wiring.
 
@@ -1127,7 +1135,8 @@ def deepseek_v4_wiring_check(seed: int = 0, num_streams: int = 4, num_steps: int
 CHECKS = {
     "DeepSeek-V3 layers": _check_deepseek_v3(),
     "DeepSeek-V3 layers, no expert groups": _check_deepseek_v3((1,), n_group=1, topk_group=1),
-    "DeepSeek-V4 hyper-connections": lambda seed: [deepseek_v4_wiring_check(seed)],
+    "DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)": lambda seed: [
+        deepseek_v4_wiring_check(seed), *_check_deepseek_v4(seed)],
     "Qwen3.5 (both layer types, dense and MoE)": _check_qwen3_5,
     "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
     "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
