@@ -102,7 +102,17 @@ def test_hyper_twin_has_a_streams_slider_and_a_frame_for_every_setting():
     assert set(twin.spec["frames"]) == {f"{p}|{L}|{n}" for p in ("pre", "mhc") for L in (1, 2) for n in (1, 2)}
     # the dashed reference makes every control change the drawing, pre-LN's frames included
     assert twin.spec["frames"]["pre|2|1"] != twin.spec["frames"]["pre|2|2"]
-    assert twin.spec["frames"]["mhc|2|1"]["panels"][0][1]["label"] == "pre-LN (GPT-2)"
+    # every stack of this explorer uses RMSNorm, so its pre-LN is named so (chapter 4's keeps "pre-LN (GPT-2)")
+    assert twin.spec["frames"]["mhc|2|1"]["panels"][0][1]["label"] == "pre-LN (RMSNorm)"
+    assert ["pre", "pre-LN (RMSNorm)"] in twin.spec["controls"][0]["options"]
+    assert twin.spec["frames"]["pre|2|1"]["title"].startswith("pre-LN (RMSNorm), ")
+
+
+def test_chapter_4_explorer_keeps_its_pre_ln_label():
+    twin = d2lmini.depth_explorer_static(depths=(1,), placements=("post", "pre"), norms=("layer",), depth=1,
+                                         placement="pre", **SMALL)
+    assert ["pre", "pre-LN (GPT-2)"] in twin.spec["controls"][0]["options"]
+    assert twin.spec["frames"]["pre|1|layer"]["title"].startswith("pre-LN (GPT-2), ")
 
 
 def test_hyper_explorer_live_has_streams_and_caches():

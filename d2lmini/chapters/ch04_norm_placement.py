@@ -442,8 +442,12 @@ def _probe_one(placement: str, norm: str, depth: int, num_streams: int, probe_kw
     return probe_placements(depth, (placement,), norm=norm, **probe_kwargs)[placement]
 
 
+#: Labels of the placements in an mHC explorer, where every stack uses RMSNorm (so pre-LN is not GPT-2's).
+HYPER_EXPLORER_LABELS = {**PLACEMENT_LABELS, "pre": "pre-LN (RMSNorm)"}
+
+
 def _config_label(placement: str, num_streams: int) -> str:
-    return f"mHC, {num_streams} streams" if placement == HYPER_PLACEMENT else PLACEMENT_LABELS[placement]
+    return f"mHC, {num_streams} streams" if placement == HYPER_PLACEMENT else HYPER_EXPLORER_LABELS[placement]
 
 
 def _reference(placement: str, num_streams: int) -> tuple[str, int]:
@@ -513,8 +517,9 @@ class DepthExplorer:
         self._frames = {}  # (placement, norm, depth[, streams]) -> PNG bytes
         self.depth_slider = widgets.IntSlider(value=depth, min=1, max=max_depth, description="depth L",
                                               continuous_update=False)
+        labels = HYPER_EXPLORER_LABELS if hyper else PLACEMENT_LABELS
         self.placement_dropdown = widgets.Dropdown(
-            options=[(PLACEMENT_LABELS[p], p) for p in placements], value=placement,
+            options=[(labels[p], p) for p in placements], value=placement,
             description="placement")
         self.norm_toggle = widgets.ToggleButtons(options=[(NORM_LABELS[n], n) for n in norms],
                                                  value=norm, description="norm")
@@ -591,7 +596,7 @@ class DepthExplorer:
             for ax in self.axes:
                 ax.set_xlim(0, self.max_depth)
                 ax.grid(True, alpha=0.3)
-            name = (_config_label(placement, num_streams) if placement == HYPER_PLACEMENT
+            name = (_config_label(placement, num_streams) if self.streams_slider is not None
                     else PLACEMENT_LABELS[placement])
             self.fig.suptitle(f"{name}, {NORM_LABELS[norm]}, "
                               f"L = {depth}: RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
@@ -671,7 +676,8 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
                         panels=panels)
     controls = [
         dict(name="placement", label="placement", type="select",
-             options=[[p, PLACEMENT_LABELS[p]] for p in placements], value=placement),
+             options=[[p, (HYPER_EXPLORER_LABELS if hyper else PLACEMENT_LABELS)[p]] for p in placements],
+             value=placement),
         dict(name="depth", label="depth L", type="range", values=list(depths), value=depth),
         dict(name="streams", label="streams n", type="range", values=list(streams), value=num_streams) if hyper else
         dict(name="norm", label="norm", type="select", options=[[n, NORM_LABELS[n]] for n in norms], value=norm),
