@@ -467,7 +467,7 @@ def zoo_frame(rows: list[dict]):
 
     Columns: ``model`` (the index), ``year``, the largest output and input-gradient
     differences (``'0'`` when exact, ``'—'`` when not measured) and the row's ``check``
-    (:func:`zoo_row`'s status) first, so that a narrow page shows them; then ``family``,
+    (:func:`zoo_row`'s status) first, so that a narrow page shows them; then
     ``layer class``, ``norm, placement``, every other descriptive column of the rows in
     their order (those :func:`describe` returns, whichever they are) and the ``note``
     (what the model does outside the layer).
@@ -489,8 +489,8 @@ def zoo_frame(rows: list[dict]):
     lines = []
     for r in rows:
         line = {"model": r["name"], "year": r["year"], "max |Δ| output": fmt(r["max_abs_diff"]),
-                "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "check": r["status"], "family": r["family"],
-                "layer class": r["layer_class"],
+                "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "check": r["status"],
+                "layer class": r["layer_class"],  # no family column: the model's name says it
                 "norm, placement": f"{r['norm']}, {r['placement']}" if "norm" in r else "—"}
         line.update({_HEADERS.get(key, key.replace("_", " ")): r.get(key, "—") for key in columns})
         line["note"] = r["note"] or "—"

@@ -5,6 +5,7 @@ transformers is reported rather than raised, and the page cites a source for eve
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import types
 
@@ -53,7 +54,8 @@ def test_zoo_table_returns_every_row_with_its_columns(table):
 def test_zoo_frame_has_one_line_per_row_and_every_descriptive_column(table):
     frame = zoo.zoo_frame(table)
     assert list(frame.index) == [row.name for row in zoo.ZOO]
-    for column in ("family", "year", "layer class", "norm, placement", "attention (test layer)",
+    assert "family" not in frame.columns  # the model's name says it; the table stays narrow
+    for column in ("year", "layer class", "norm, placement", "attention (test layer)",
                    "positions (test layer)", "FFN (test layer)", "biases", "residual scale", "max |Δ| output",
                    "max |Δ| input grad", "check", "note"):
         assert column in frame.columns, column
@@ -217,5 +219,8 @@ def test_block_switches_reads_the_constructor_arguments_back():
     switches = catalog.block_switches(TransformerBlock(8, 2, bias="qkv", window=4, causal=True, rope_theta=1e4))
     assert (switches["bias"], switches["window"], switches["rope_theta"]) == ("qkv", 4, 1e4)
     assert tuple(switches) == catalog.SWITCHES
+    assert catalog.block_switches(TransformerBlock(8, 2, attn_scale=0.25))["attn_scale"] == 0.25
+    # the rows are named as the constructor's arguments, so a reader can type them
+    assert set(catalog.SWITCHES) <= set(inspect.signature(TransformerBlock).parameters)
     with pytest.raises(TypeError, match="block"):
         catalog.block_switches(torch.nn.Linear(2, 2))

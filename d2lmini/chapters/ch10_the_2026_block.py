@@ -1309,7 +1309,7 @@ ZOO_DECADE = ("BERT", "Gemma 2 (local)", "OLMo 3 (sliding)")
 
 #: The arguments :func:`block_switches` reads back, in order.
 SWITCHES = ("norm", "placement", "act", "bias", "causal", "qk_norm", "rope_theta", "window", "logit_softcap",
-            "scale", "residual_multiplier")
+            "attn_scale", "residual_multiplier")
 
 
 def block_switches(block: TransformerBlock) -> dict:
@@ -1321,7 +1321,7 @@ def block_switches(block: TransformerBlock) -> dict:
     Returns:
         dict ``argument -> value`` (the keys of :data:`SWITCHES`) as
         :class:`~d2lmini.block.TransformerBlock` would take it: ``norm``, ``placement``, ``act``, ``bias`` (``True``, ``False`` or ``'qkv'``),
-        ``causal``, ``qk_norm``, ``rope_theta``, ``window``, ``logit_softcap``, ``scale``
+        ``causal``, ``qk_norm``, ``rope_theta``, ``window``, ``logit_softcap``, ``attn_scale``
         (``None``: ``1/sqrt(head_dim)``) and ``residual_multiplier``.
 
     Raises:
