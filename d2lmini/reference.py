@@ -1106,7 +1106,8 @@ def from_llama4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
-def _qwen3_5_gated_attention(attn, config) -> GatedAttention:
+@shown_in("ch08")
+def from_qwen3_5_attention(attn, config) -> GatedAttention:
     """A :class:`~d2lmini.attention.GatedAttention` with the weights of Hugging Face ``Qwen3_5Attention``.
 
     Qwen3.5's ``q_proj`` makes the query and the output gate together: its output, viewed
@@ -1176,7 +1177,7 @@ def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> Transform
 
     * ``'full_attention'``: gated attention (:class:`~d2lmini.attention.GatedAttention`,
       Qiu et al., 2025) with GQA, per-head QK-norm and partial RoPE
-      (:func:`_qwen3_5_gated_attention`), through ``attn_factory``;
+      (:func:`from_qwen3_5_attention`), through ``attn_factory``;
     * ``'linear_attention'``: a Gated DeltaNet (:class:`~d2lmini.deltanet.GatedDeltaNet`,
       :func:`~d2lmini.deltanet.from_qwen3_5_gated_deltanet`), through ``attn_factory``:
       no positions, a fixed-size state instead of a key/value cache.
@@ -1213,7 +1214,7 @@ def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> Transform
     if _layer_type(config, layer_idx) == "linear_attention":
         mixer = from_qwen3_5_gated_deltanet(layer.linear_attn).train()
     else:
-        mixer = _qwen3_5_gated_attention(layer.self_attn, config)
+        mixer = from_qwen3_5_attention(layer.self_attn, config)
     if sparse:
         ffn = _qwen3_5_moe(mlp, config)
         ffn_kwargs = dict(ffn_factory=lambda: ffn)

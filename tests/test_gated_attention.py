@@ -18,7 +18,7 @@ import torch
 
 from d2lmini import GatedAttention, TransformerBlock
 from d2lmini.attention import valid_lens_mask
-from d2lmini.reference import (_qwen3_5_gated_attention, from_qwen3_5_layer, hf_call, hf_make,
+from d2lmini.reference import (from_qwen3_5_attention, from_qwen3_5_layer, hf_call, hf_make,
                                output_and_grad_differences)
 
 TOLERANCE = 1e-5  # max |Δ| in float32
@@ -39,7 +39,7 @@ def _qwen3_5(layer_class: str, seed: int = 0, **overrides):
 
 def _from_qwen3_5_attention(attn, config) -> GatedAttention:
     """The GatedAttention of ``reference.from_qwen3_5_layer`` for a full-attention layer, in eval mode."""
-    return _qwen3_5_gated_attention(attn, config).eval()
+    return from_qwen3_5_attention(attn, config).eval()
 
 
 def _from_qwen3_5_layer(layer, config) -> TransformerBlock:

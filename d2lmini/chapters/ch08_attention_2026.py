@@ -10,7 +10,7 @@ The experiments of the chapter "Attention in 2026". Each is deterministic for a 
   global attention, from the exact zeros of a gradient;
 * :func:`sink_share` and :func:`sink_sweep` -- the attention mass a learned sink logit
   (gpt-oss) absorbs, measured through the module's own forward pass;
-* :func:`gated_attention_from_qwen3_5` -- Qwen3.5's gated attention as a d2lmini
+* :func:`~d2lmini.reference.from_qwen3_5_attention` -- Qwen3.5's gated attention as a d2lmini
   :class:`~d2lmini.attention.GatedAttention`;
 * :func:`rope_settings_table` -- RoPE's wavelengths under different bases, partial
   rotation and YaRN scaling; :func:`layer_patterns` -- the local/global, NoPE and
@@ -53,10 +53,8 @@ from ..mla import (
 from ..parameters import num_parameters
 from ..plot import styled_figure
 from ..reference import (
-    _copy_linear,
-    _copy_norm,
     _randomize_,
-    _rope_kwargs,
+    from_qwen3_5_attention,
     hf_call,
     hf_make,
     output_and_grad_differences,
@@ -390,50 +388,8 @@ TINY_QWEN3_5 = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2
                                                                  "partial_rotary_factor": 0.25})
 
 
-@shown_in("ch08")
-def gated_attention_from_qwen3_5(attn, config) -> GatedAttention:
-    """A :class:`~d2lmini.attention.GatedAttention` with the weights of a Hugging Face ``Qwen3_5Attention``.
-
-    Qwen3.5's ``q_proj`` makes query and gate together: per head, ``head_dim`` query rows
-    then ``head_dim`` gate rows. Its QK-norm gains are stored as ``w`` in ``1 + w``.
-    """
-    if config.attention_bias:
-        raise ValueError("Qwen3.5 with attention_bias=True has a gate bias, which GatedAttention.W_gate lacks")
-    h, hd, d = config.num_attention_heads, attn.head_dim, config.hidden_size
-    ours = GatedAttention(d, h, num_kv_heads=config.num_key_value_heads, head_dim=hd, causal=True,
-                          qk_norm="per_head", qk_norm_eps=config.rms_norm_eps, **_rope_kwargs(config, partial=True))
-    q_and_gate = attn.q_proj.weight.view(h, 2, hd, d)
-    _copy_linear(ours.attention.W_q, q_and_gate[:, 0].reshape(h * hd, d))
-    _copy_linear(ours.W_gate, q_and_gate[:, 1].reshape(h * hd, d))
-    _copy_linear(ours.attention.W_k, attn.k_proj.weight)
-    _copy_linear(ours.attention.W_v, attn.v_proj.weight)
-    _copy_linear(ours.W_o, attn.o_proj.weight)
-    _copy_norm(ours.attention.q_norm, attn.q_norm, unit_offset=True)
-    _copy_norm(ours.attention.k_norm, attn.k_norm, unit_offset=True)
-    return ours.eval()
-
-
-def verify_sinks(seed: int = 0) -> dict:
-    """Attention sinks against gpt-oss: the appendix's ``GptOssDecoderLayer`` row, converted and compared.
-
-    The tiny gpt-oss layer (:data:`d2lmini.zoo.ZOO`, row ``'gpt-oss'``: attention with a
-    learned sink per head, YaRN, a sliding window, biases, and its mixture of experts) is
-    converted by :func:`d2lmini.reference.from_hf` into a block whose attention is
-    ``MultiHeadAttention(..., sinks=True)`` and compared on a padded batch
-    (:func:`d2lmini.zoo.zoo_row`). Returns ``max_abs_diff``, ``max_abs_grad_diff`` and
-    ``status``, or :data:`NOT_AVAILABLE`.
-    """
-    from ..zoo import ZOO, zoo_row
-
-    result = zoo_row(next(row for row in ZOO if row.name == "gpt-oss"), seed=seed)
-    if result["max_abs_diff"] is None:
-        return dict(NOT_AVAILABLE)
-    return {"max_abs_diff": result["max_abs_diff"], "max_abs_grad_diff": result["max_abs_grad_diff"],
-            "status": "verified" if result["reproduced"] else "MISMATCH"}
-
-
 def verify_gated_attention(seed: int = 0) -> dict:
-    """:func:`gated_attention_from_qwen3_5` against ``Qwen3_5Attention`` (tiny, random, padded batch).
+    """:func:`~d2lmini.reference.from_qwen3_5_attention` against ``Qwen3_5Attention`` (tiny, random, padded batch).
 
     GQA 4/2, QK-norm, partial RoPE (a quarter of each head), every parameter randomized
     (norm gains around 0, stored as ``w`` in ``1 + w``). Returns :func:`compare_with_hf`'s
@@ -443,7 +399,7 @@ def verify_gated_attention(seed: int = 0) -> dict:
         return dict(NOT_AVAILABLE)
     attn, config = hf_make("qwen3_5", "Qwen3_5Attention", "Qwen3_5TextConfig", TINY_QWEN3_5,
                            unit_offset_norms=True)(seed)
-    ours = gated_attention_from_qwen3_5(attn, config)
+    ours = from_qwen3_5_attention(attn, config).eval()
     call = hf_call("qwen3_5", "Qwen3_5Attention", rotary="Qwen3_5TextRotaryEmbedding")
     valid = torch.tensor([16, 11])
     return compare_with_hf(lambda Z: call(attn, config, Z, valid), lambda Z: ours(Z, Z, Z, valid),
