@@ -16,10 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from d2lmini import GatedAttention, TransformerBlock
-from d2lmini.attention import valid_lens_mask
-from d2lmini.reference import (from_qwen3_5_attention, from_qwen3_5_layer, hf_call, hf_make,
-                               output_and_grad_differences)
+from d2lmini import GatedAttention
+from d2lmini.chapters.ch08_attention_2026 import compare_with_hf
+from d2lmini.reference import from_qwen3_5_attention, from_qwen3_5_layer, hf_call, hf_make
 
 TOLERANCE = 1e-5  # max |Δ| in float32
 
@@ -42,23 +41,15 @@ def _from_qwen3_5_attention(attn, config) -> GatedAttention:
     return from_qwen3_5_attention(attn, config).eval()
 
 
-def _from_qwen3_5_layer(layer, config) -> TransformerBlock:
-    return from_qwen3_5_layer(layer, config)
-
-
 def _compare(layer, config, ours, layer_class: str, valid_lens, num_steps: int = 16, seed: int = 0) -> dict:
     """Max |Δ| of outputs (at real tokens) and input gradients, HF layer vs ours, on a (2, n, d) batch."""
     call = hf_call("qwen3_5", layer_class, rotary="Qwen3_5TextRotaryEmbedding")
-    gen = torch.Generator().manual_seed(seed)
-    X = torch.randn(2, num_steps, config.hidden_size, generator=gen)
-    R = torch.randn(X.shape, generator=gen)
-    keep = torch.ones(2, num_steps, 1, dtype=torch.bool) if valid_lens is None \
-        else valid_lens_mask(valid_lens, num_steps)[..., None]
 
     def run_ours(Z):
         return ours(Z, Z, Z, valid_lens) if isinstance(ours, GatedAttention) else ours(Z, valid_lens)
 
-    return output_and_grad_differences([lambda Z: call(layer, config, Z, valid_lens), run_ours], X, R, keep)
+    return compare_with_hf(lambda Z: call(layer, config, Z, valid_lens), run_ours, config.hidden_size, valid_lens,
+                           num_steps=num_steps, seed=seed)
 
 
 FULL_ROPE_MHA = {"num_key_value_heads": 4,
@@ -79,7 +70,7 @@ def test_gated_attention_matches_qwen3_5_attention(overrides, valid_lens):
 
 def test_qwen3_5_full_attention_layer_is_a_pre_norm_block_with_gated_attention():
     layer, config = _qwen3_5("Qwen3_5DecoderLayer")
-    block = _from_qwen3_5_layer(layer, config)
+    block = from_qwen3_5_layer(layer, config)
     assert sum(p.numel() for p in block.parameters()) == sum(p.numel() for p in layer.parameters())
     assert len(list(block.parameters())) == len(list(layer.parameters())) + 1  # q_proj is W_q and W_gate
     result = _compare(layer, config, block, "Qwen3_5DecoderLayer", torch.tensor([16, 9]))

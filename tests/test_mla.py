@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from d2lmini import GatedAttention, MultiHeadAttention, TransformerBlock
-from d2lmini.attention import valid_lens_mask
 from d2lmini.mla import (MultiHeadLatentAttention, from_deepseek_v3_attention, from_deepseek_v3_layer,
                          kv_cache_bytes_per_token)
-from d2lmini.reference import hf_call, hf_make, output_and_grad_differences
+from d2lmini.chapters.ch08_attention_2026 import compare_with_hf
+from d2lmini.reference import hf_call, hf_make
 
 TOLERANCE = 1e-5  # max |Δ| in float32
 
@@ -36,16 +36,12 @@ def _deepseek(layer_class: str, seed: int = 0, layer_idx: int = 0, **overrides):
 def _compare(layer, config, ours, layer_class: str, valid_lens, num_steps: int = 16, seed: int = 0) -> dict:
     """Max |Δ| of outputs (at real tokens) and input gradients, HF layer vs ours, on a (2, n, d) batch."""
     call = hf_call("deepseek_v3", layer_class, rotary="DeepseekV3RotaryEmbedding")
-    gen = torch.Generator().manual_seed(seed)
-    X = torch.randn(2, num_steps, config.hidden_size, generator=gen)
-    R = torch.randn(X.shape, generator=gen)
-    keep = torch.ones(2, num_steps, 1, dtype=torch.bool) if valid_lens is None \
-        else valid_lens_mask(valid_lens, num_steps)[..., None]
 
     def run_ours(Z):
         return ours(Z, Z, Z, valid_lens) if isinstance(ours, MultiHeadLatentAttention) else ours(Z, valid_lens)
 
-    return output_and_grad_differences([lambda Z: call(layer, config, Z, valid_lens), run_ours], X, R, keep)
+    return compare_with_hf(lambda Z: call(layer, config, Z, valid_lens), run_ours, config.hidden_size, valid_lens,
+                           num_steps=num_steps, seed=seed)
 
 
 @pytest.mark.parametrize("valid_lens", [None, torch.tensor([16, 11])], ids=["unpadded", "padded"])
