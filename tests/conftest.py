@@ -444,6 +444,22 @@ def sdpa_inputs(monkeypatch):
     return run
 
 
+def mutated(reference, mutate):
+    """``reference`` (a :class:`d2lmini.reference.Reference`) whose converted block is then changed
+    by ``mutate(block)`` under ``torch.no_grad()``: for tests that show a reproduction check can fail."""
+    import dataclasses
+
+    import torch
+
+    def wrong(layer, config):
+        block = reference.convert(layer, config)
+        with torch.no_grad():
+            mutate(block)  # the rotary cache is keyed on every RoPE attribute: no stale table
+        return block
+
+    return dataclasses.replace(reference, convert=wrong)
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import mutated
 from d2lmini import TransformerBlock
 from d2lmini.attention import MultiHeadAttention, rope_frequencies
 from d2lmini.chapters.ch10_the_2026_block import GEMMA4_TINY
@@ -38,14 +39,6 @@ def _reference(layer_idx: int, scalar: bool = True, **overrides) -> Reference:
         layer.layer_scalar.fill_(0.6 + 0.1 * seed)
         return layer, config
     return Reference(ref.name, ref.model, make, ref.convert, ref.call, ref.causal)
-
-
-def _mutated(ref: Reference, mutate) -> Reference:
-    def convert(layer, config):
-        block = ref.convert(layer, config)
-        mutate(block)
-        return block
-    return Reference(ref.name, ref.model, ref.make, convert, ref.call, ref.causal)
 
 
 def _worst(result) -> float:
@@ -94,7 +87,7 @@ def test_variants_match_hugging_face(layer_idx, overrides):
     (1, lambda block: setattr(block.attention, "scale", 0.25)),
 ], ids=["no value norm", "no layer scalar", "plain RoPE", "other proportion", "no window", "scale"])
 def test_each_reproduced_feature_matters(layer_idx, mutate):
-    result = compare_with_reference(_mutated(_reference(layer_idx), mutate), padded=True)
+    result = compare_with_reference(mutated(_reference(layer_idx), mutate), padded=True)
     assert _worst(result) > 1e-3, result
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
-import torch
 from torch import nn
 
+from conftest import mutated
 from d2lmini import reference, zoo
 from d2lmini.reference import HF_CONVERTERS, compare_with_reference, from_hf
 
@@ -83,16 +82,7 @@ def test_gemma3_local_layers_use_the_local_rope_base():
 
 def _mutated(row, mutate):
     """``row``'s reference whose converted block is changed by ``mutate(block)``."""
-    ref = row.reference()
-    convert = ref.convert
-
-    def wrong(layer, config):
-        block = convert(layer, config)
-        with torch.no_grad():
-            mutate(block)
-        return block
-
-    return dataclasses.replace(ref, convert=wrong)
+    return mutated(row.reference(), mutate)
 
 
 def _set_rope(theta):

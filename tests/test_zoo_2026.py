@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
+from conftest import mutated
 from d2lmini import TransformerBlock, reference, zoo
 from d2lmini.reference import _rope_kwargs, compare_with_reference, from_hf, hf_reference
 
@@ -17,17 +17,8 @@ ROWS = {row.name: row for row in zoo.ZOO}
 
 
 def _mutated(row, mutate):
-    """``row``'s reference whose converted block is changed by ``mutate(attention or block)``."""
-    ref = row.reference()
-    convert = ref.convert
-
-    def wrong(layer, config):
-        block = convert(layer, config)
-        with torch.no_grad():
-            mutate(block)  # the rotary cache is keyed on every RoPE attribute: no stale table
-        return block
-
-    return dataclasses.replace(ref, convert=wrong)
+    """``row``'s reference whose converted block is changed by ``mutate(block)``."""
+    return mutated(row.reference(), mutate)
 
 
 def _core(block):

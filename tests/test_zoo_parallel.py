@@ -16,6 +16,7 @@ import dataclasses
 import pytest
 import torch
 
+from conftest import mutated
 from d2lmini import TransformerBlock, reference, zoo
 from d2lmini.attention import apply_rotary, rotary_cos_sin
 from d2lmini.reference import compare_with_reference, from_hf, rope_interleaved_to_half
@@ -119,16 +120,8 @@ def test_describe_reads_parallel_placements_partial_rope_and_biases():
 
 
 def _mutated(row, mutate):
-    ref = row.reference()
-    convert = ref.convert
-
-    def wrong(layer, config):
-        block = convert(layer, config)
-        with torch.no_grad():
-            mutate(block)
-        return block
-
-    return dataclasses.replace(ref, convert=wrong)
+    """``row``'s reference whose converted block is changed by ``mutate(block)``."""
+    return mutated(row.reference(), mutate)
 
 
 def _caught(reference_):
