@@ -59,7 +59,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_choice, check_nonnegative_int
+from ._checks import check_bool, check_choice, check_nonnegative_int
 from ._shown import shown_in
 from .attention import ROPE_SCALINGS, GatedAttention, valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
@@ -1896,7 +1896,7 @@ _MASKS = ("causal", "sliding", "bidirectional", "recurrent", "chunked")
 
 
 def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bool = True,
-            mask: str | None = None, rotary: str | None | bool = True) -> Callable:
+            mask: str | None = None, rotary: str | None | bool = True, materialize_mask: bool = False) -> Callable:
     """A ``call(layer, config, X, valid_lens)`` running a Hugging Face layer as its model would.
 
     Builds what the model's ``forward`` builds for layer ``layer_idx`` of a batch ``X``
@@ -1922,17 +1922,23 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
         rotary: ``True``: the modeling module's ``<Prefix>RotaryEmbedding`` if it has one
             (``<Prefix>`` is ``layer_class`` without ``DecoderLayer``); a class name; or
             ``False``/``None``: no rotary tables.
+        materialize_mask: build the causal, sliding or chunked mask even without padding
+            (``allow_is_causal_skip=False``), as a model whose layer reads the mask itself
+            does (GLM-5's sparse-attention indexer); by default ``masking_utils`` may leave
+            it to the kernel's causal flag.
 
     Returns:
         The callable; it returns the layer's output ``(b, n, d)``.
 
     Raises:
-        ValueError: for a ``mask`` other than those above (at once); ``ImportError``/``AttributeError``
+        ValueError: for a ``mask`` other than those above (at once); TypeError: a non-bool
+            ``materialize_mask``; ``ImportError``/``AttributeError``
             at call time for a ``model_type``/``layer_class``/``rotary`` the installed
             ``transformers`` lacks.
     """
     if mask is not None:
         check_choice("mask", mask, _MASKS)
+    check_bool("materialize_mask", materialize_mask)
 
     def call(layer, config, X, valid_lens):
         import importlib
@@ -1961,8 +1967,9 @@ def hf_call(model_type: str, layer_class: str, *, layer_idx: int = 0, causal: bo
         else:
             build = {"sliding": masking_utils.create_sliding_window_causal_mask,
                      "chunked": masking_utils.create_chunked_causal_mask}.get(kind, masking_utils.create_causal_mask)
+            skip = {"allow_is_causal_skip": False} if materialize_mask else {}
             attention_mask = build(config=config, inputs_embeds=X, attention_mask=padding, cache=None,
-                                   position_ids=position_ids)
+                                   position_ids=position_ids, **skip)
         kwargs = {"attention_mask": attention_mask}
         name = rotary
         if name is True:
@@ -2204,26 +2211,10 @@ def from_glm_moe_dsa_layer(layer, config, layer_idx: int | None = None) -> Trans
 HF_CONVERTERS["GlmMoeDsaDecoderLayer"] = from_glm_moe_dsa_layer
 
 
-def hf_glm_moe_dsa_call(layer, config, X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
-    """Call a ``GlmMoeDsaDecoderLayer`` as ``GlmMoeDsaModel.forward`` does; returns its output ``(b, n, d)``.
-
-    As :func:`hf_call` with one difference the model makes: the causal mask is always
-    materialized (``create_causal_mask(..., allow_is_causal_skip=False)``), since the
-    indexer reads it even without padding. Position ids ``0 .. n-1``, the rotary tables of
-    ``GlmMoeDsaRotaryEmbedding``; ``X`` right-padded to ``valid_lens`` (or ``None``).
-    """
-    from transformers import masking_utils
-    from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as modeling
-
-    batch_size, num_steps, _ = X.shape
-    padding = None if valid_lens is None else valid_lens_mask(valid_lens, num_steps).long()
-    position_ids = torch.arange(num_steps, device=X.device)[None].expand(batch_size, -1)
-    mask = masking_utils.create_causal_mask(config=config, inputs_embeds=X, attention_mask=padding, cache=None,
-                                            position_ids=position_ids, allow_is_causal_skip=False)
-    rotary = modeling.GlmMoeDsaRotaryEmbedding(config).to(X.device)
-    out = layer(X, attention_mask=mask, position_ids=position_ids,
-                position_embeddings=rotary(X, position_ids))
-    return out[0] if isinstance(out, tuple) else out
+#: ``call(layer, config, X, valid_lens)`` running a ``GlmMoeDsaDecoderLayer`` as ``GlmMoeDsaModel.forward``
+#: does: :func:`hf_call` with the causal mask always materialized (the indexer reads it even without
+#: padding), position ids ``0 .. n-1`` and the tables of ``GlmMoeDsaRotaryEmbedding``.
+hf_glm_moe_dsa_call = hf_call("glm_moe_dsa", "GlmMoeDsaDecoderLayer", materialize_mask=True)
 
 
 # --------------------------------------------------------------------------- Gemma 4
