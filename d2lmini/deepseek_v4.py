@@ -44,6 +44,7 @@ from ._checks import (
     check_sequence_tensor,
 )
 from .attention import _check_rope_scaling, rope_frequencies, valid_lens_mask
+from .hyper import _unweighted_rms_norm
 from .moe import MixtureOfExperts
 from .norms import RMSNorm
 
@@ -90,11 +91,6 @@ def rotate_interleaved(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
     keep, x = X[..., :-r], X[..., -r:].float()
     rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
     return torch.cat((keep, (x * cos + rotated * sin).to(X.dtype)), dim=-1)
-
-
-def _unweighted_rms_norm(X: torch.Tensor, eps: float) -> torch.Tensor:
-    """``X / sqrt(mean(X**2) + eps)`` over the last dimension (``DeepseekV4UnweightedRMSNorm``)."""
-    return X * torch.rsqrt(X.float().pow(2).mean(dim=-1, keepdim=True) + eps).to(X.dtype)
 
 
 class KVCompressor(nn.Module):

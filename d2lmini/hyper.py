@@ -108,8 +108,8 @@ def _check_streams(streams, num_streams: int, num_hiddens: int) -> torch.Tensor:
 
 
 def _unweighted_rms_norm(X: torch.Tensor, eps: float) -> torch.Tensor:
-    """``X / sqrt(mean(X**2) + eps)`` over the last dimension (``DeepseekV4UnweightedRMSNorm``)."""
-    return X * torch.rsqrt(X.pow(2).mean(dim=-1, keepdim=True) + eps)
+    """``X / sqrt(mean(X**2) + eps)`` over the last dimension, the statistic in float32 (``DeepseekV4UnweightedRMSNorm``)."""
+    return X * torch.rsqrt(X.float().pow(2).mean(dim=-1, keepdim=True) + eps).to(X.dtype)
 
 
 def expand_streams(X: torch.Tensor, num_streams: int = DEFAULT_NUM_STREAMS) -> torch.Tensor:
