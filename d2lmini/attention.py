@@ -231,6 +231,16 @@ def rotary_cos_sin(num_steps: int, head_dim: int, theta: float = 10000.0, device
     return (angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)
 
 
+def interleaved_to_half_order(num_features: int) -> torch.Tensor:
+    """The feature order ``0, 2, ..., 1, 3, ...`` that turns interleaved RoPE pairs into half-split ones.
+
+    Interleaved RoPE (RoFormer, GPT-J, Cohere, DeepSeek, Llama 4) rotates features ``(2i, 2i + 1)``
+    together; :func:`apply_rotary` rotates ``(i, i + r/2)``. Indexing the ``r = num_features``
+    rotated features (rows of ``W_q`` and ``W_k``) by this order converts one into the other.
+    """
+    return torch.cat((torch.arange(0, num_features, 2), torch.arange(1, num_features, 2)))
+
+
 def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate query or key features by their positions' angles (half-split RoPE).
 

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from ._checks import (check_bool, check_dtype_matches, check_positive_float, check_positive_int, check_probability,
                       check_sequence_tensor)
 from .attention import (GatedAttention, MultiHeadAttention, _check_rope_scaling, _yarn_mscale, apply_rotary,
-                        rotary_cos_sin)
+                        interleaved_to_half_order, rotary_cos_sin)
 from .block import TransformerBlock
 from .norms import DEFAULT_EPS, RMSNorm
 
@@ -382,11 +382,6 @@ def kv_cache_bytes_per_token(module: nn.Module, dtype_bytes: int = 2) -> int:
 # --------------------------------------------------------------------------- from Hugging Face DeepSeek-V3
 
 
-def _deinterleave(num_features: int) -> torch.Tensor:
-    """The order ``0, 2, ..., 1, 3, ...``: interleaved RoPE pairs ``(2i, 2i+1)`` -> half-split ``(i, i + r/2)``."""
-    return torch.cat((torch.arange(0, num_features, 2), torch.arange(1, num_features, 2)))
-
-
 def from_deepseek_v3_attention(attn, config) -> MultiHeadLatentAttention:
     """A :class:`MultiHeadLatentAttention` equal to Hugging Face ``DeepseekV3Attention``.
 
@@ -439,8 +434,8 @@ def _mla_from_hf(attn, config, *, interleaved: bool, indexer: DSAIndexer | None 
     q_rows = torch.arange(h * (nope + r)).view(h, nope + r)  # each head: nope rows, then rope rows
     kv_rows = torch.arange(config.kv_lora_rank + r)  # the latent, then the shared rope key
     if interleaved:
-        q_rows[:, nope:] = q_rows[:, nope:][:, _deinterleave(r)]
-        kv_rows[config.kv_lora_rank:] = kv_rows[config.kv_lora_rank:][_deinterleave(r)]
+        q_rows[:, nope:] = q_rows[:, nope:][:, interleaved_to_half_order(r)]
+        kv_rows[config.kv_lora_rank:] = kv_rows[config.kv_lora_rank:][interleaved_to_half_order(r)]
     q_rows = q_rows.flatten()
 
     def rows(linear, order):
@@ -559,7 +554,7 @@ def from_glm_moe_dsa_attention(attn, config) -> MultiHeadLatentAttention:
     r, D, H = config.qk_rope_head_dim, source.head_dim, source.n_heads
     indexer = DSAIndexer(config.hidden_size, config.q_lora_rank, num_heads=H, head_dim=D, rope_dim=r,
                          topk=source.index_topk, eps=source.k_norm.eps)
-    order = torch.cat((_deinterleave(r), torch.arange(r, D)))  # per head: the rotary features, then the rest
+    order = torch.cat((interleaved_to_half_order(r), torch.arange(r, D)))  # per head: the rotary features, then the rest
     q_rows = (torch.arange(H)[:, None] * D + order).flatten()
     _copy_linear(indexer.W_q, source.wq_b.weight[q_rows])
     _copy_linear(indexer.W_k, source.wk.weight[order])

@@ -61,7 +61,7 @@ from torch.nn import functional as F
 
 from ._checks import check_bool, check_choice, check_nonnegative_int
 from ._shown import shown_in
-from .attention import ROPE_SCALINGS, GatedAttention, valid_lens_mask
+from .attention import ROPE_SCALINGS, GatedAttention, interleaved_to_half_order, valid_lens_mask
 from .block import TransformerBlock, TransformerDecoderBlock
 from .ffn import FeedForward
 from .moe import MixtureOfExperts
@@ -1310,7 +1310,7 @@ def rope_interleaved_to_half(weight: torch.Tensor, head_dim: int, rotary_dim: in
         raise ValueError(f"rotary_dim must be even (RoPE rotates pairs), got {r}")
     if weight.shape[0] % head_dim:
         raise ValueError(f"weight has {weight.shape[0]} rows, not a multiple of head_dim={head_dim}")
-    order = torch.cat((torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, head_dim)))
+    order = torch.cat((interleaved_to_half_order(r), torch.arange(r, head_dim)))
     heads = weight.reshape(weight.shape[0] // head_dim, head_dim, *weight.shape[1:])
     return heads[:, order.to(weight.device)].reshape(weight.shape)
 
