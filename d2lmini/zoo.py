@@ -43,7 +43,6 @@ from .reference import (
     Reference,
     compare_with_reference,
     from_hf,
-    hf_call,
     hf_reference,
 )
 
@@ -91,7 +90,7 @@ class ZooRow:
 
 def hf_row(name: str, family: str, year: int, model_type: str, layer_class: str, config_class: str,
            config_kwargs: dict, *, layer_idx: int = 0, causal: bool = True, attn_implementation: str = "sdpa",
-           unit_offset_norms: bool = False, note: str = "") -> ZooRow:
+           unit_offset_norms: bool = False, rotary: str | bool = True, note: str = "") -> ZooRow:
     """A :class:`ZooRow` for a Hugging Face layer, made and called by :func:`~d2lmini.reference.hf_make`
     and :func:`~d2lmini.reference.hf_call`.
 
@@ -101,6 +100,8 @@ def hf_row(name: str, family: str, year: int, model_type: str, layer_class: str,
         config_class, config_kwargs: the tiny configuration, ``transformers.<config_class>(**config_kwargs)``.
         attn_implementation: ``'sdpa'``, or ``'eager'`` where SDPA cannot run the layer.
         unit_offset_norms: whether the norm gains are stored as ``w`` in ``1 + w`` (Gemma).
+        rotary: the rotary class, as :func:`~d2lmini.reference.hf_call` takes it (default: the one
+            named after the layer class; GPT-NeoX's and GPT-J's are named otherwise).
 
     Returns:
         The row, made and called as :func:`~d2lmini.reference.hf_reference` makes and calls it.
@@ -111,7 +112,8 @@ def hf_row(name: str, family: str, year: int, model_type: str, layer_class: str,
             :func:`zoo_row`, not raised).
     """
     ref = hf_reference(name, model_type, layer_class, config_class, config_kwargs, layer_idx=layer_idx,
-                       causal=causal, attn_implementation=attn_implementation, unit_offset_norms=unit_offset_norms)
+                       causal=causal, attn_implementation=attn_implementation, unit_offset_norms=unit_offset_norms,
+                       rotary=rotary)
     return ZooRow(name, family, year, layer_class, layer_idx, ref.make, ref.call, causal, note)
 
 
@@ -146,13 +148,6 @@ _GPT_OSS = dict(**TINY, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
                 rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
                                      beta_slow=1.0, truncate=False, original_max_position_embeddings=4096))
 _INTERLEAVED = "interleaved RoPE pairs (2l, 2l+1), converted by permuting the rows of W_q and W_k"
-
-
-def _rotary_named(row: ZooRow, model_type: str, rotary: str) -> ZooRow:
-    """``row`` called with the rotary tables of ``rotary``, a class of ``model_type``'s modeling module
-    (GPT-NeoX's and GPT-J's layer classes do not share their rotary class's prefix)."""
-    return replace(row, call=hf_call(model_type, row.layer_class, layer_idx=row.layer_idx, causal=row.causal,
-                                     rotary=rotary))
 
 
 def _without_alibi(row: ZooRow) -> ZooRow:
@@ -214,12 +209,12 @@ ZOO: tuple[ZooRow, ...] = (
     hf_row("Phi-4-mini", "Phi", 2025, "phi3", "Phi3DecoderLayer", "Phi3Config",
            dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.75, pad_token_id=0),
            note="Phi3DecoderLayer with partial_rotary_factor=0.75"),
-    _rotary_named(hf_row("GPT-NeoX", "GPT-NeoX", 2022, "gpt_neox", "GPTNeoXLayer", "GPTNeoXConfig",
-                         dict(hidden_size=64, num_attention_heads=4, intermediate_size=160, num_hidden_layers=1,
-                              rotary_pct=0.25)), "gpt_neox", "GPTNeoXRotaryEmbedding"),
-    _rotary_named(hf_row("GPT-J", "GPT-J", 2021, "gptj", "GPTJBlock", "GPTJConfig",
-                         dict(n_embd=64, n_head=2, n_inner=160, n_layer=1, rotary_dim=8),
-                         note=_INTERLEAVED), "gptj", "GPTJRotaryEmbedding"),
+    hf_row("GPT-NeoX", "GPT-NeoX", 2022, "gpt_neox", "GPTNeoXLayer", "GPTNeoXConfig",
+           dict(hidden_size=64, num_attention_heads=4, intermediate_size=160, num_hidden_layers=1, rotary_pct=0.25),
+           rotary="GPTNeoXRotaryEmbedding"),
+    hf_row("GPT-J", "GPT-J", 2021, "gptj", "GPTJBlock", "GPTJConfig",
+           dict(n_embd=64, n_head=2, n_inner=160, n_layer=1, rotary_dim=8), rotary="GPTJRotaryEmbedding",
+           note=_INTERLEAVED),
     _without_alibi(hf_row("Falcon-7B", "Falcon", 2023, "falcon", "FalconDecoderLayer", "FalconConfig",
                           dict(hidden_size=64, num_attention_heads=4, multi_query=True, parallel_attn=True,
                                new_decoder_architecture=False, alibi=False, bias=False, ffn_hidden_size=160,

@@ -44,9 +44,7 @@ def test_rows_reproduce_at_another_seed(name):
 def _variant(name, model_type, layer_class, config_class, kwargs, *, rotary=True, falcon=False,
              attn_implementation="sdpa"):
     row = zoo.hf_row(name, name, 2024, model_type, layer_class, config_class, kwargs,
-                     attn_implementation=attn_implementation)
-    if rotary is not True:
-        row = zoo._rotary_named(row, model_type, rotary)
+                     attn_implementation=attn_implementation, rotary=rotary)
     if falcon:
         row = zoo._without_alibi(row)
     return row
