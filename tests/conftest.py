@@ -460,6 +460,15 @@ def mutated(reference, mutate):
     return dataclasses.replace(reference, convert=wrong)
 
 
+def made_with(row, **changes):
+    """``(layer, config)``: the tiny layer of a zoo ``row`` (seed 0), its config then given ``changes``
+    (for tests of options a converter refuses)."""
+    layer, config = row.make(0)
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return layer, config
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

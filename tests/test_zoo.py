@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from conftest import mutated
+from conftest import made_with, mutated
 from d2lmini import reference, zoo
 from d2lmini.reference import HF_CONVERTERS, compare_with_reference, from_hf
 
@@ -128,14 +128,6 @@ def test_from_hf_checks_layer_idx():
         from_hf(layer, config, 0.0)
 
 
-def _make(row, **changes):
-    """``row``'s tiny layer built from a config with ``changes``."""
-    layer, config = row.make(0)
-    for key, value in changes.items():
-        setattr(config, key, value)
-    return layer, config
-
-
 @pytest.mark.parametrize("name, changes, match", [
     ("OLMo", dict(clip_qkv=8.0), "clip_qkv"),
     ("Qwen3", dict(use_sliding_window=True), "use_sliding_window"),
@@ -147,7 +139,7 @@ def _make(row, **changes):
 ])
 def test_unsupported_options_raise_value_error(name, changes, match):
     row = ROWS[name]
-    layer, config = _make(row, **changes)
+    layer, config = made_with(row, **changes)
     with pytest.raises(ValueError, match=match):
         from_hf(layer, config, row.layer_idx)
 

@@ -16,7 +16,7 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import mutated
+from conftest import made_with, mutated
 from d2lmini import TransformerBlock, reference, zoo
 from d2lmini.attention import apply_rotary, rotary_cos_sin
 from d2lmini.reference import compare_with_reference, from_hf, rope_interleaved_to_half
@@ -236,13 +236,6 @@ def test_rope_interleaved_to_half_rejects_bad_input(kwargs, error, match):
 # --------------------------------------------------------------------------- options refused
 
 
-def _make(row, **changes):
-    layer, config = row.make(0)
-    for key, value in changes.items():
-        setattr(config, key, value)
-    return layer, config
-
-
 @pytest.mark.parametrize("name, changes, match", [
     ("Phi-2", dict(qk_layernorm=True), "qk_layernorm"),
     ("StableLM 2", dict(qk_layernorm=True), "qk_layernorm"),
@@ -254,6 +247,6 @@ def _make(row, **changes):
     ("Phi-2", dict(hidden_act="tanh"), "activation"),
 ])
 def test_unsupported_options_raise_value_error(name, changes, match):
-    layer, config = _make(ROWS[name], **changes)
+    layer, config = made_with(ROWS[name], **changes)
     with pytest.raises(ValueError, match=match):
         from_hf(layer, config)
