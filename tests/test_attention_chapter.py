@@ -38,6 +38,13 @@ def test_verifications_match_transformers(check):
     assert result["max_abs_output"] > 0.1
 
 
+def test_sinks_verification_matches_gpt_oss():
+    pytest.importorskip("transformers")
+    result = attn26.verify_sinks(seed=0)
+    assert result["status"] == "verified"
+    assert max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= 1e-5
+
+
 def test_verification_reports_a_missing_class(monkeypatch):
     monkeypatch.setattr(attn26, "_available", lambda *args: False)
     assert attn26.verify_mla() == attn26.NOT_AVAILABLE

@@ -115,3 +115,23 @@ def test_the_text_shows_this_runs_numbers_in_a_colab_like_run(path, colab_env, j
         text = shown[0]
         assert "numbers[" not in text and not re.search(r"\bnan\b", text), text
         assert quoted_numbers(text), f"{path.name}: no number in {text[:200]!r}"
+
+
+@pytest.mark.parametrize("path", CODE_NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_module_attribute_a_chapter_reads_exists(path):
+    """``module.name`` in a code cell, for a module the notebook imports, names something the module has:
+    a renamed or removed package function fails here, in the quick loop, not only when the book is built."""
+    import ast
+    import types
+
+    cells = [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+    trees = [ast.parse(source) for source in cells if not source.lstrip().startswith(("%", "!"))]
+    scope: dict = {}
+    for tree in trees:
+        imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        exec(compile(ast.Module(imports, type_ignores=[]), str(path), "exec"), scope)
+    for tree in trees:
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and isinstance(scope.get(node.value.id), types.ModuleType)):
+                assert hasattr(scope[node.value.id], node.attr), f"{path.name}: {node.value.id}.{node.attr}"
