@@ -135,12 +135,18 @@ STYLE = {
 
 
 def use_svg_display() -> None:
-    """Show figures as SVG in Jupyter (crisp at any zoom), as d2l does. No-op outside IPython."""
+    """Show figures as SVG in Jupyter (crisp at any zoom), as d2l does. No-op outside IPython.
+
+    The SVG of a figure is the same text on every run: matplotlib's element ids are hashed
+    with a fixed salt instead of a random one, and no date is written into the file. So
+    two builds of the book give the same pages, and a test can compare figures as text.
+    """
     try:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # pragma: no cover - matplotlib-inline ships with ipykernel
         return
-    set_matplotlib_formats("svg")
+    matplotlib.rcParams["svg.hashsalt"] = "d2lmini"
+    set_matplotlib_formats("svg", metadata={"Date": None})
 
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 9.0, height: float = 3.0, **subplot_kw):
