@@ -474,19 +474,46 @@ def root() -> Path:
     return ROOT
 
 
+OFFLINE = ROOT / "tests" / "offline"  # its sitecustomize.py blocks the network in every process started with it
+OFFLINE_LOG = "offline.log"  # beside a build's _build folder: every connection the build tried
+
+
+def offline_env(log: Path, **changes: str) -> dict:
+    """This process's environment, with ``changes``, for a subprocess that has no network: every
+    Python process it starts imports ``tests/offline/sitecustomize.py`` first, which refuses any
+    connection or name lookup beyond this machine and appends each attempt to ``log``."""
+    env = {**os.environ, **changes}
+    env["PYTHONPATH"] = os.pathsep.join([str(OFFLINE), *filter(None, [env.get("PYTHONPATH")])])
+    env["D2LMINI_OFFLINE_LOG"] = str(log)
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"  # pip's own look for a newer pip (the Colab setup cell)
+    return env
+
+
+def network_attempts(log: Path) -> str:
+    """What ``log`` (see :func:`offline_env`) recorded: empty when nothing tried to reach the network."""
+    return log.read_text(encoding="utf-8") if log.exists() else ""
+
+
 JUPYTER_BOOK = str(Path(sys.executable).with_name("jupyter-book"))
 BUILD_FLAGS = ["-W", "--keep-going"]  # as in the README's build command
 
 
+def build_command(source: Path, output: Path) -> list[str]:
+    """The README's build command on ``source``, writing into ``output``/_build."""
+    return [JUPYTER_BOOK, "build", str(source), "--path-output", str(output), *BUILD_FLAGS]
+
+
 def build(source: Path, output: Path) -> subprocess.CompletedProcess:
-    """Run the README's build command on ``source``, writing into ``output``/_build."""
-    return subprocess.run([JUPYTER_BOOK, "build", str(source), "--path-output", str(output), *BUILD_FLAGS],
-                          capture_output=True, text=True, timeout=3000)
+    """Run the README's build command on ``source``, writing into ``output``/_build, with no network
+    (:func:`offline_env`; what it tried is in ``output``/offline.log)."""
+    return subprocess.run(build_command(source, output), capture_output=True, text=True, timeout=3000,
+                          env=offline_env(output / OFFLINE_LOG))
 
 
 @pytest.fixture(scope="session")
 def html(tmp_path_factory) -> Path:
-    """The whole book, built once per test session; the folder of its HTML pages."""
+    """The whole book, built once per test session with no network; the folder of its HTML pages.
+    The executed notebooks are in ``html.parent / "jupyter_execute"``."""
     out = tmp_path_factory.mktemp("book")
     proc = build(ROOT, out)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
