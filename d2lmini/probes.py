@@ -246,6 +246,40 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
     return DepthProbe(config=config, stream_rms=rms, token_spread=spread, grad_norms=grad_norms)
 
 
+def probe_memory_bytes(depth: int = 32, num_hiddens: int = 128, num_heads: int = 4, num_steps: int = 64,
+                       dtype: torch.dtype = torch.float32, num_streams: int = 1) -> int:
+    """A generous estimate of the memory one :func:`probe_depth` call takes, in bytes.
+
+    Each block holds about ``12 d^2`` weights (attention ``4 d^2``, an FFN of width ``4 d``
+    or SwiGLU's matched ``8d/3``) and as many gradients; the backward pass keeps about
+    ``24 n d`` activations per block (``num_streams`` times that for hyper-connected blocks)
+    and three ``heads x n x n`` attention maps. The explorers refuse a configuration above
+    their memory budget before building it, rather than let the kernel be killed.
+
+    Args:
+        depth, num_hiddens, num_heads, num_steps: as for :func:`probe_depth` (positive ints).
+        dtype: the floating-point type of the probe.
+        num_streams: streams of the hyper-connected stack (1 otherwise).
+
+    Returns:
+        The estimate, an int.
+
+    Raises:
+        ValueError / TypeError: for a size that is not a positive int, or ``dtype`` that is
+            not a floating-point ``torch.dtype``.
+
+    Introduced in the chapter "Where the norm goes".
+    """
+    depth, d, heads, n, streams = (check_positive_int(name, value) for name, value in (
+        ("depth", depth), ("num_hiddens", num_hiddens), ("num_heads", num_heads), ("num_steps", num_steps),
+        ("num_streams", num_streams)))
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    size = torch.empty((), dtype=dtype).element_size()
+    per_block = 2 * 12 * d * d + 24 * n * d * streams + 3 * heads * n * n
+    return size * depth * per_block
+
+
 @shown_in("ch04", "ch05")
 def measure_stack(blocks: nn.ModuleList, final_norm: nn.Module | None, X: torch.Tensor, R: torch.Tensor):
     r"""The measurements of :func:`probe_depth`: one forward and one backward pass through ``blocks``.

@@ -6,6 +6,7 @@ import warnings
 
 import matplotlib
 import pytest
+import torch
 
 import d2lmini
 
@@ -108,3 +109,81 @@ def test_qk_scale_explorer_covers_every_scale_and_setting():
     assert explorer.image.value != first
     with pytest.raises(TypeError, match="ints or strings"):
         d2lmini.StaticTwin([dict(name="s", label="s", type="range", values=[0.5], value=0.5)], [], frames={"0.5": {}})
+
+
+# ----------------------------------------------------------------- bad values never reach the kernel
+
+
+def test_depth_explorer_controls_never_leave_their_range():
+    from traitlets import TraitError
+
+    explorer = d2lmini.depth_explorer(max_depth=8, depth=4, placement="post", **SMALL)
+    first = explorer.image.value
+    explorer.depth_slider.value = 100  # a slider clamps: it never holds a depth above its maximum...
+    assert explorer.depth_slider.value == 8
+    explorer.depth_slider.value = -3  # ...or below 1
+    assert explorer.depth_slider.value == 1
+    assert set(explorer._cache) == {("post", "layer", 4), ("post", "layer", 8), ("post", "layer", 1)}
+    explorer.depth_slider.value = 4
+    for control, value in ((explorer.placement_dropdown, "middle"), (explorer.norm_toggle, "batch")):
+        with pytest.raises(TraitError):  # a dropdown or toggle refuses what it does not offer
+            control.value = value
+    assert (explorer.placement_dropdown.value, explorer.norm_toggle.value) == ("post", "layer")
+    assert explorer.image.value == first and explorer.message.value == ""
+
+
+def test_an_impossible_configuration_shows_a_message_and_the_explorer_goes_on():
+    from d2lmini.probes import probe_memory_bytes
+
+    budget = probe_memory_bytes(8, **SMALL)  # depth 8 fits, depth 9 and more do not
+    explorer = d2lmini.depth_explorer(max_depth=64, depth=4, placement="pre", max_bytes=budget, **SMALL)
+    first = explorer.image.value
+    explorer.depth_slider.value = 64
+    assert "cannot be drawn" in explorer.message.value and "max_bytes" in explorer.message.value
+    assert "depth 64" in explorer.message.value
+    assert explorer.image.value == first, "the last picture stays"
+    assert ("pre", "layer", 64) not in explorer._cache, "nothing was built"
+    explorer.depth_slider.value = 8  # the explorer goes on
+    assert explorer.message.value == "" and explorer.image.value != first
+    # An error inside the probe is shown the same way, and the kernel goes on.
+    original = d2lmini.chapters.ch04_norm_placement.probe_placements
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a probe that fails")
+
+    d2lmini.chapters.ch04_norm_placement.probe_placements = broken
+    try:
+        explorer.depth_slider.value = 3
+    finally:
+        d2lmini.chapters.ch04_norm_placement.probe_placements = original
+    assert "a probe that fails" in explorer.message.value
+    explorer.depth_slider.value = 2
+    assert explorer.message.value == ""
+    with pytest.raises(ValueError, match="max_bytes"):  # an impossible start is refused when the explorer is made
+        d2lmini.depth_explorer(max_depth=64, depth=64, max_bytes=budget, **SMALL)
+
+
+def test_frame_explorers_refuse_values_they_have_no_frame_for():
+    from traitlets import TraitError
+
+    explorer = d2lmini.residual_explorer(depths=(1, 2, 4), depth=2, num_hiddens=16, num_heads=2, num_steps=4)
+    explorer.widget
+    first = explorer.image.value
+    for name, value in (("depth", 3), ("depth", 64), ("stack", "layer|True")):
+        with pytest.raises(TraitError):
+            explorer.inputs[name].value = value
+    assert explorer.inputs["depth"].value == 2 and explorer.image.value == first
+
+
+def test_probe_memory_estimate_counts_weights_gradients_and_activations():
+    from d2lmini.probes import probe_memory_bytes
+
+    d, n = 64, 16
+    assert probe_memory_bytes(1, d, 4, n) == 4 * (24 * d * d + 24 * n * d + 3 * 4 * n * n)
+    assert probe_memory_bytes(10, d, 4, n) == 10 * probe_memory_bytes(1, d, 4, n)
+    assert probe_memory_bytes(1, d, 4, n, dtype=torch.float64) == 2 * probe_memory_bytes(1, d, 4, n)
+    assert probe_memory_bytes(1, d, 4, n, num_streams=4) > probe_memory_bytes(1, d, 4, n)
+    with pytest.raises(ValueError, match="depth"):
+        probe_memory_bytes(0)
+    with pytest.raises(TypeError, match="dtype"):
+        probe_memory_bytes(dtype=torch.int64)

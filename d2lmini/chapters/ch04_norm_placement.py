@@ -24,7 +24,8 @@ from ..data import CharCorpus
 from ..norms import COMPARED_NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
                     figure_png, new_figure, styled_figure)
-from ..probes import ATTENTION_WEIGHTS, HYPER_PLACEMENT, PROBED_PLACEMENTS, DepthProbe, probe_depth
+from ..probes import (ATTENTION_WEIGHTS, HYPER_PLACEMENT, PROBED_PLACEMENTS, DepthProbe, probe_depth,
+                      probe_memory_bytes)
 from ..train import TrainResult, train_and_evaluate
 from ..widgets import StaticTwin, round_frame_values
 
@@ -464,6 +465,12 @@ class DepthExplorer:
     (:func:`d2lmini.probes.probe_depth`). Each (placement, norm, depth) is probed and
     drawn once; moving back to it shows the cached picture.
 
+    The controls only take values in their range (the slider clamps, the dropdown and toggle
+    refuse other values). A configuration that cannot be drawn -- one that would need more
+    than ``max_bytes`` of memory (:func:`d2lmini.probes.probe_memory_bytes`), or one the probe
+    rejects -- is not computed: the explorer's message area says why, the last picture stays,
+    and the kernel goes on. The initial configuration is checked when the explorer is made.
+
     With ``'mhc'`` among ``placements`` (manifold-constrained hyper-connections,
     :class:`~d2lmini.hyper.HyperConnectedBlock`; RMSNorm only, so ``norm='rms'``), a
     streams slider picks the number of streams ``n``, and the stream RMS and token spread
@@ -479,22 +486,27 @@ class DepthExplorer:
             (the four placements and ``'sandwich_scaled'``, the depth-scaled sandwich) and ``'mhc'``.
         streams: the streams slider's stops (used with ``'mhc'`` only).
         num_streams: the initial number of streams, one of ``streams``.
+        max_bytes: the most memory one configuration may take (default 2 GiB).
         **probe_kwargs: passed to :func:`~d2lmini.probes.probe_depth` (sizes, seed, dtype, ...).
 
     Attributes:
         depth_slider, placement_dropdown, norm_toggle: the controls; ``streams_slider``
             too with ``'mhc'`` (else ``None``).
         image: the ``ipywidgets.Image`` the figure is drawn into.
+        message: an ``ipywidgets.HTML`` under the figure: empty, or why the chosen
+            configuration cannot be drawn.
         widget: the whole explorer (an ``ipywidgets.VBox``); displaying the
             explorer displays it.
 
     Raises:
-        ValueError: for an initial value outside the allowed ones, or ``'mhc'`` with a norm other than ``'rms'``.
+        ValueError: for an initial value outside the allowed ones, ``'mhc'`` with a norm other than
+            ``'rms'``, or an initial configuration that cannot be drawn (see above).
         TypeError: for a keyword that :func:`~d2lmini.probes.probe_depth` does not take.
     """
 
     def __init__(self, max_depth: int = 64, depth: int = 32, *, placement: str = "post", norm: str = "layer",
-                 placements=PROBED_PLACEMENTS, streams=EXPLORED_STREAMS, num_streams: int = 4, **probe_kwargs):
+                 placements=PROBED_PLACEMENTS, streams=EXPLORED_STREAMS, num_streams: int = 4,
+                 max_bytes: int = 2 * 2**30, **probe_kwargs):
         import inspect
 
         import ipywidgets as widgets
@@ -512,6 +524,7 @@ class DepthExplorer:
         if unknown:
             raise TypeError(f"unknown probe_depth arguments {unknown}; allowed: {sorted(allowed)}")
         self.max_depth = max_depth
+        self.max_bytes = check_positive_int("max_bytes", max_bytes)
         self.probe_kwargs = probe_kwargs
         self._cache = {}   # (placement, norm, depth) or, for mHC, (placement, norm, depth, streams) -> DepthProbe
         self._frames = {}  # (placement, norm, depth[, streams]) -> PNG bytes
@@ -532,19 +545,38 @@ class DepthExplorer:
                                                           description="streams n", continuous_update=False)
             controls.append(self.streams_slider)
         self.image = widgets.Image(format="png")
+        self.message = widgets.HTML(value="")
         self.fig, self.axes = new_figure(3, width=10.0, height=3.4)
         for control in controls:
             control.observe(self._on_change, names="value")
         top = [self.placement_dropdown, self.depth_slider] + ([self.streams_slider] if hyper else [])
-        self.widget = widgets.VBox([widgets.HBox(top), self.norm_toggle, self.image])
-        self.update()
+        self.widget = widgets.VBox([widgets.HBox(top), self.norm_toggle, self.image, self.message])
+        self.image.value = self.frame(*self._chosen())  # a bad initial configuration raises here
 
     def probe(self, placement: str, norm: str, depth: int, num_streams: int | None = None):
         """The (cached) :class:`~d2lmini.probes.DepthProbe` for one configuration (``num_streams``: mHC only)."""
         key = (placement, norm, depth) if placement != HYPER_PLACEMENT else (placement, norm, depth, num_streams)
         if key not in self._cache:
+            self._check_memory(placement, depth, num_streams)
             self._cache[key] = _probe_one(placement, norm, depth, num_streams, self.probe_kwargs)
         return self._cache[key]
+
+    def _check_memory(self, placement: str, depth: int, num_streams: int | None) -> None:
+        import inspect
+
+        defaults = inspect.signature(probe_depth).parameters
+        sizes = {name: self.probe_kwargs.get(name, defaults[name].default)
+                 for name in ("num_hiddens", "num_heads", "num_steps", "dtype")}
+        streams = num_streams if placement == HYPER_PLACEMENT else 1
+        needed = probe_memory_bytes(depth, num_streams=streams or 1, **sizes)
+        if needed > self.max_bytes:
+            raise ValueError(f"depth {depth} with these sizes needs about {needed / 2**30:.1f} GiB, over this "
+                             f"explorer's {self.max_bytes / 2**30:.1f} GiB (max_bytes): choose a smaller depth")
+
+    def _chosen(self) -> tuple:
+        """The controls' values: (placement, norm, depth, streams or None)."""
+        streams = None if self.streams_slider is None else self.streams_slider.value
+        return self.placement_dropdown.value, self.norm_toggle.value, self.depth_slider.value, streams
 
     def _on_change(self, change) -> None:
         self.update()
@@ -558,10 +590,17 @@ class DepthExplorer:
         return self._frames[key]
 
     def update(self) -> None:
-        """Show the picture for the controls' current values."""
-        streams = None if self.streams_slider is None else self.streams_slider.value
-        self.image.value = self.frame(self.placement_dropdown.value, self.norm_toggle.value,
-                                      self.depth_slider.value, streams)
+        """Show the picture for the controls' current values; if it cannot be drawn, say why instead."""
+        import html
+
+        try:
+            picture = self.frame(*self._chosen())
+        except (ValueError, TypeError, RuntimeError, MemoryError) as error:  # the kernel must go on
+            self.message.value = (f'<span style="color: #b00020;">This configuration cannot be drawn: '
+                                  f'{html.escape(str(error))}</span>')
+            return
+        self.message.value = ""
+        self.image.value = picture
 
     def _draw(self, placement: str, norm: str, depth: int, num_streams: int | None = None) -> None:
         import matplotlib
