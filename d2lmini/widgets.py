@@ -76,6 +76,10 @@ class StaticTwin:
     def _repr_html_(self) -> str:
         return self.to_html()
 
+    def __repr__(self) -> str:  # what a notebook shows where it cannot show HTML; no memory address
+        names = ", ".join(c["name"] for c in self.spec["controls"])
+        return f"<StaticTwin: {len(self.spec['frames'])} frames over {names or 'no controls'}>"
+
 
 # --------------------------------------------------------------------------- explorers from frames
 

@@ -4,7 +4,7 @@
 * The chapters that train run again in a fresh kernel on another thread environment
   (``OMP_NUM_THREADS``, ``torch.set_num_threads`` and the hash seed changed before the book's
   code runs): every text, Markdown, HTML and figure output equals the build's, except the
-  measured times of cells tagged ``timing``.
+  measured times that cells tagged ``timing`` quote and the time measurements tagged ``clock``.
 * The book builds, and every chapter runs alone as in Colab, with the network blocked at the
   socket level (``tests/offline``): nothing even tries to connect.
 * A build killed while a chapter executes, then run again, exits 0 with the pages of an
@@ -35,7 +35,10 @@ TRAINING_CHAPTERS = ("02_residual", "04_norm_placement", "06_rmsnorm", "07_qk_no
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
-# A measured time in a cell tagged `timing`: a number with its unit.
+# Cells whose outputs depend on the clock, tagged by the chapter: in a cell tagged `timing`, each
+# measured time it quotes (a number with its unit) is masked and the rest compared; a cell tagged
+# `clock` is a time measurement as a whole (times, their ratios, what the text says of them) and is
+# not compared.
 TIME = re.compile(r"\d[\d,.]*(?:e[-+]?\d+)?\s*(?:ms|µs|us|ns|s|sec|seconds|min|minutes)\b")
 
 
@@ -96,15 +99,17 @@ def _merged(outputs) -> list:
 def shown_outputs(nb) -> list[tuple[int, list[tuple[str, str]]]]:
     """Per code cell (by its index among the code cells): what it shows, as (kind, text) pairs --
     streams, every MIME type of a display or result but widget views, and errors. In a cell tagged
-    ``timing`` the measured times are masked."""
+    ``timing`` the measured times are masked; a cell tagged ``clock`` is left out."""
     cells = []
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     for index, cell in enumerate(code):
+        if "clock" in cell.metadata.get("tags", []):
+            continue
         shown = []
         for output in _merged(cell.outputs):
             kind = output["output_type"]
-            if kind == "stream":
-                shown.append((output["name"], output["text"]))
+            if kind == "stream":  # (the build's copy keeps no final newline)
+                shown.append((output["name"], output["text"].rstrip("\n")))
             elif kind in ("display_data", "execute_result"):
                 for mime, value in sorted(output["data"].items()):
                     if mime != WIDGET_VIEW:
@@ -123,6 +128,8 @@ def differences(built, rerun) -> list[str]:
     a, b = shown_outputs(built), shown_outputs(rerun)
     if len(a) != len(b):
         return [f"{len(a)} code cells in the build, {len(b)} in the rerun"]
+    if [index for index, _ in a] != [index for index, _ in b]:
+        return ["the build and the rerun tag different cells `clock`"]
     for (index, ours), (_, theirs) in zip(a, b):
         if ours != theirs:
             kinds = sorted({k for k, _ in ours} | {k for k, _ in theirs})
@@ -153,6 +160,9 @@ def test_a_changed_number_is_a_difference():
     assert differences(nb, other) == []
     other.cells[0].outputs[0]["data"]["text/markdown"] = "loss 2.39 after 9.7 s"
     assert differences(nb, other)
+    for notebook in (nb, other):  # a time measurement as a whole is left out
+        notebook.cells[0].metadata["tags"] = ["clock"]
+    assert differences(nb, other) == [] and shown_outputs(nb) == []
 
 
 # --------------------------------------------------------------------------- another thread environment

@@ -187,3 +187,10 @@ def test_probe_memory_estimate_counts_weights_gradients_and_activations():
         probe_memory_bytes(0)
     with pytest.raises(TypeError, match="dtype"):
         probe_memory_bytes(dtype=torch.int64)
+
+
+def test_static_twin_text_form_is_the_same_on_every_run():
+    """Where a notebook cannot show HTML it shows the twin's text form: no memory address in it."""
+    explorer = d2lmini.qk_scale_explorer(scales=(0.5, 8.0), num_hiddens=16, num_heads=2, num_steps=8)
+    text = repr(explorer.static())
+    assert text == "<StaticTwin: 4 frames over scale, qk_norm>", text
