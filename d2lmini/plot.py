@@ -149,6 +149,29 @@ def use_svg_display() -> None:
     set_matplotlib_formats("svg", metadata={"Date": None})
 
 
+def table_style(table):
+    """``table.style`` (a ``pandas`` ``Styler``) whose HTML is the same text on every run.
+
+    A ``Styler`` scopes its CSS with a random id, so the same table would give a different page
+    on every build; this one takes its id from the table's content (the same table, the same id;
+    two different tables on a page, two ids).
+
+    Args:
+        table: a ``pandas.DataFrame``.
+
+    Returns:
+        The ``Styler``, to chain ``.format(...)`` and the rest on.
+
+    Raises:
+        TypeError: if ``table`` has no ``style`` (not a ``DataFrame``).
+    """
+    import hashlib
+
+    if not hasattr(table, "style") or not hasattr(table, "to_csv"):
+        raise TypeError(f"table must be a pandas.DataFrame, got {type(table).__name__}")
+    return table.style.set_uuid("t" + hashlib.sha256(table.to_csv().encode("utf-8")).hexdigest()[:10])
+
+
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 9.0, height: float = 3.0, **subplot_kw):
     """A house-style figure with an ``nrows x ncols`` grid of axes.
 

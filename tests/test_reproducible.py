@@ -346,3 +346,18 @@ def test_a_killed_build_run_again_gives_the_uninterrupted_books_pages(jobs):
     assert sorted(result["again_pages"]) == sorted(result["whole_pages"])
     changed = [name for name, content in result["again_pages"].items() if content != result["whole_pages"][name]]
     assert changed == [], changed
+
+
+def test_a_styled_table_is_the_same_html_on_every_run():
+    import pandas as pd
+
+    from d2lmini import plot
+
+    a = pd.DataFrame({"loss": [2.31, 2.29]})
+    html = plot.table_style(a).format("{:.2f}").to_html()
+    assert plot.table_style(a.copy()).format("{:.2f}").to_html() == html
+    assert a.style.to_html() != a.style.to_html(), "pandas' own id is random (what table_style fixes)"
+    other = plot.table_style(pd.DataFrame({"loss": [2.31, 2.28]})).to_html()
+    assert other.split("T_")[1][:11] != html.split("T_")[1][:11], "two tables, two ids"
+    with pytest.raises(TypeError, match="DataFrame"):
+        plot.table_style([1, 2])

@@ -47,7 +47,7 @@ from .._shown import shown_in
 from ..data import CharCorpus
 from ..ffn import ACTS, GATED_ACTS, FeedForward
 from ..parameters import num_parameters
-from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, styled_figure
+from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, styled_figure, table_style
 from ..train import TinyLM, TrainLog, lockstep_losses, moving_average, seeded_tiny_lm, train_models
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
@@ -363,7 +363,7 @@ def trigger_table(rows: list[dict]):
     table["next"] = table["next"].str.replace("\n", "⏎").str.replace(" ", "␣")
     table = table.rename(columns={"prefix": "read so far"})
     mono = {"font-family": "monospace", "white-space": "pre", "padding-left": "1.5em"}
-    return (table.style.format({"coefficient": "{:.2f}"})
+    return (table_style(table).format({"coefficient": "{:.2f}"})
             .set_properties(subset=["read so far"], **{**mono, "text-align": "right"})
             .set_properties(subset=["next"], **{**mono, "text-align": "center"}))
 

@@ -50,7 +50,7 @@ from ..parameters import BLOCK_PARTS, num_parameters
 from ..reference import TOLERANCE as _TOLERANCE
 from ..reference import from_afmoe_layer  # Trinity's converter (global and local layers); re-exported here
 from ..plot import (ACT_SHORT_LABELS, NORM_LABELS, PART_COLORS, PART_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS,
-                    styled_figure)
+                    styled_figure, table_style)
 from ..seeding import seeded
 
 # --------------------------------------------------------------------------- the constructor
@@ -690,7 +690,7 @@ def fit_to_page(table, font_size: str = "0.9em"):
         A ``pandas.io.formats.style.Styler`` whose HTML table takes the column's full
         width, wraps long cells and aligns text to the left.
     """
-    return (table.style.set_table_attributes('class="dataframe" style="width: 100%"')
+    return (table_style(table).set_table_attributes('class="dataframe" style="width: 100%"')
             .set_table_styles([{"selector": "td, th",
                                 "props": [("white-space", "normal"), ("text-align", "left"),
                                           ("font-size", font_size)]}]))
