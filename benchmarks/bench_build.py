@@ -1,6 +1,6 @@
 """How much a busy core slows the book's clean build.
 
-    python benchmarks/bench_build.py [--rev REV]
+    python benchmarks/bench_build.py [--rev REV] [--idle-only]
 
 Builds the book twice from a clean copy of commit REV (default HEAD; ``git archive``, so no
 execution cache and no ``_build``), with the README's build command
@@ -13,7 +13,8 @@ the builds' environment: the threads are whatever the book's own code sets, as f
 
 Prints, last, ``build_busy_ratio ratio=R target<=1.3``: the busy build's wall time over the
 idle build's, measured in the same run; and before it each build's seconds and every chapter's
-run time from the build's execution cache.
+run time from the build's execution cache. ``--idle-only`` builds once, idle, and prints no
+ratio (to time an older commit, whose busy build can take many times as long).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def timed_build(book: Path) -> tuple[float, dict[str, float]]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--rev", default="HEAD", help="the commit to build (default HEAD)")
+    parser.add_argument("--idle-only", action="store_true", help="build once, on the idle machine (no ratio)")
     args = parser.parse_args(argv)
     print(f"# {os.cpu_count()} logical CPUs; building {args.rev} "
           f"({subprocess.run(['git', '-C', str(ROOT), 'rev-parse', '--short', args.rev], capture_output=True, text=True).stdout.strip()})",
@@ -84,6 +86,10 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         idle_seconds, idle_times = timed_build(clean_copy(args.rev, Path(tmp) / "idle"))
         print(f"build_idle seconds={idle_seconds:.0f}", flush=True)
+        if args.idle_only:
+            for name in sorted(idle_times):
+                print(f"  {name}: {idle_times[name]:.0f} s idle")
+            return
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # one core kept busy
         try:
             busy_seconds, busy_times = timed_build(clean_copy(args.rev, Path(tmp) / "busy"))
