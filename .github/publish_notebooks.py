@@ -17,7 +17,6 @@ Exits non-zero, naming the notebook, when a page's executed notebook is missing 
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -59,14 +58,37 @@ def clean(nb) -> None:
         cell.metadata.pop("execution", None)
 
 
-def machine_paths(nb, paths) -> list[str]:
-    """The outputs of ``nb`` that mention one of ``paths`` (folders of the building machine)."""
+def machine_folders(root: Path = ROOT) -> list[str]:
+    """Folders of the building machine that must not appear in a published output: the checkout,
+    the home folder, the Python installation and the temporary folder (the root ``/`` is left out)."""
+    import sysconfig
+    import tempfile
+
+    folders = {str(root), str(Path.home()), sys.prefix, sys.base_prefix, tempfile.gettempdir(),
+               *sysconfig.get_paths().values()}
+    return sorted(folder for folder in folders if folder and len(Path(folder).parts) > 1)
+
+
+def _strings(value):
+    """Every string inside an output (its text, each MIME type's data, tracebacks)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def machine_paths(nb, folders) -> list[str]:
+    """The outputs of ``nb`` that mention one of ``folders`` (of the building machine)."""
+    patterns = [(folder, re.compile(re.escape(folder) + r"(?![\w.-])")) for folder in folders]
     found = []
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []):
-            text = json.dumps(output)
-            found += [f"cell {index}: {path}" for path in paths
-                      if path and re.search(re.escape(path) + r"(?![\w.-])", text)]
+            for text in _strings(output):
+                found += [f"cell {index}: {folder}" for folder, pattern in patterns if pattern.search(text)]
     return found
 
 
@@ -78,7 +100,7 @@ def publish(build: Path, out: Path, root: Path = ROOT, commit: str = "HEAD") -> 
         ValueError: if a notebook does not validate, or an output names a folder of this machine.
     """
     written = []
-    here = [str(root), str(Path.home())]
+    here = machine_folders(root)
     for page in notebook_pages(root):
         source = build / "jupyter_execute" / f"{page}.ipynb"
         if not source.exists():

@@ -107,7 +107,7 @@ def test_workflow_builds_with_the_readme_command_and_publishes_the_html():
     upload = next(step for step in build_steps if step.get("uses", "").startswith("actions/upload-pages-artifact@"))
     assert upload["with"]["path"] == "_build/html"
     deploy = config["jobs"]["deploy"]
-    assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
+    assert deploy["needs"] == ["build", "notebooks"] and deploy["environment"]["name"] == "github-pages"
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert any(step.get("uses", "").startswith("actions/deploy-pages@") for step in deploy["steps"])
 
@@ -139,6 +139,7 @@ def test_workflow_publishes_the_executed_notebooks_to_the_launch_buttons_branch(
     assert upload["uses"].startswith("actions/upload-artifact@") and upload["with"]["path"] == "_build/notebooks"
     job = config["jobs"]["notebooks"]
     assert job["needs"] == "build" and job["permissions"] == {"contents": "write"}
+    assert job["if"] == "github.ref == 'refs/heads/main'"  # only main's build fills the branch
     download = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/download-artifact@"))
     assert download["with"]["name"] == upload["with"]["name"]
     push = next(step["run"] for step in job["steps"] if "git push" in step.get("run", ""))

@@ -18,7 +18,7 @@ def corpus():
 
 # A model and run small enough for a few hundredths of a second per step.
 TINY = dict(batch_size=4, seq_len=16, num_hiddens=16, num_heads=2, num_layers=1, norm="rms", act="gelu")
-# A run of that model whose loss becomes NaN at its 9th step (lr 30 after a 3-step warm-up).
+# A run of that model, made to diverge by the hook below (its loss is NaN at its 8th step).
 DIVERGING = dict(num_steps=12, lr=1e-2, warmup_steps=3, schedule="cosine", **{**TINY, "num_hiddens": 24})
 # After this step's update, the hook below turns the token table to NaN, so the next step's loss
 # is NaN on any machine (a learning rate high enough to diverge does so at a step that depends on

@@ -456,6 +456,14 @@ def _reference(placement: str, num_streams: int) -> tuple[str, int]:
     return ("pre", num_streams) if placement == HYPER_PLACEMENT else (HYPER_PLACEMENT, num_streams)
 
 
+def _in_units(num_bytes: int) -> str:
+    """``num_bytes`` in GiB, MiB or KiB, whichever reads best."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
+        if num_bytes >= size:
+            return f"{num_bytes / size:.1f} {unit}"
+    return f"{num_bytes / 2**10:.1f} KiB"
+
+
 class DepthExplorer:
     """Depth x placement x norm explorer for the chapters "Where the norm goes" and "Beyond one residual stream".
 
@@ -570,8 +578,8 @@ class DepthExplorer:
         streams = num_streams if placement == HYPER_PLACEMENT else 1
         needed = probe_memory_bytes(depth, num_streams=streams or 1, **sizes)
         if needed > self.max_bytes:
-            raise ValueError(f"depth {depth} with these sizes needs about {needed / 2**30:.1f} GiB, over this "
-                             f"explorer's {self.max_bytes / 2**30:.1f} GiB (max_bytes): choose a smaller depth")
+            raise ValueError(f"depth {depth} with these sizes needs about {_in_units(needed)}, over this "
+                             f"explorer's {_in_units(self.max_bytes)} (max_bytes): choose a smaller depth")
 
     def _chosen(self) -> tuple:
         """The controls' values: (placement, norm, depth, streams or None)."""
