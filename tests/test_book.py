@@ -14,7 +14,6 @@ from urllib.parse import unquote, urlparse
 import nbformat
 import pytest
 import torch
-import yaml
 from bs4 import BeautifulSoup
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
@@ -117,15 +116,6 @@ def test_citations_link_to_the_work_and_the_bibliography_lists_every_entry(html)
     assert "pure attention loses rank doubly exponentially with depth" in text
     entries = bibliography.find_all("div", class_="citation")
     assert len(entries) == len(bibliography_keys()), (len(entries), len(bibliography_keys()))
-
-
-def test_colab_launch_button_opens_this_chapter_on_main(html):
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    repo = urlparse(config["repository"]["url"]).path.strip("/")
-    soup = page(html, "chapters/04_norm_placement")
-    links = [a["href"] for a in soup.find_all("a", href=True) if "colab.research.google.com" in a["href"]]
-    assert f"https://colab.research.google.com/github/{repo}/blob/main/chapters/04_norm_placement.ipynb" in links
-    assert (ROOT / "chapters" / "04_norm_placement.ipynb").exists()
 
 
 def test_no_dead_widget_in_the_static_page(html):
