@@ -113,8 +113,10 @@ def shown_outputs(nb) -> list[tuple[int, list[tuple[str, str]]]]:
             if kind == "stream":  # (the build's copy keeps no final newline)
                 shown.append((output["name"], output["text"].rstrip("\n")))
             elif kind in ("display_data", "execute_result"):
-                for mime, value in sorted(output["data"].items()):
-                    if mime != WIDGET_VIEW:
+                data = output["data"]
+                rich = len(data) > 1  # then text/plain is only the fallback no reader sees (and may
+                for mime, value in sorted(data.items()):  # hold a memory address: pandas' Styler)
+                    if mime != WIDGET_VIEW and not (rich and mime == "text/plain"):
                         shown.append((mime, value if isinstance(value, str) else "".join(value)))
             elif kind == "error":
                 shown.append(("error", f"{output['ename']}: {output['evalue']}"))
