@@ -54,6 +54,7 @@ from .norms import NORMS, RMSNorm, make_norm
 from .parameters import num_parameters
 from .probes import PROBED_PLACEMENTS, DepthProbe, init_linear_weights_, probe_depth, stream_rms, token_spread
 from .widgets import FrameExplorer, StaticTwin
+from ._shown import show_code
 
 # Each chapter's experiments (e.g. ``d2lmini.chapters.ch01_anatomy.position_mixing``); the
 # explorers and the depth experiment are public names too.
@@ -77,5 +78,5 @@ __all__ = [
     "depth_explorer_static", "depth_table", "expand_streams", "gated_delta_rule", "inference_state_bytes",
     "init_linear_weights_", "kv_cache_bytes_per_token",
     "make_norm", "num_parameters", "probe_depth", "probe_placements", "qk_scale_explorer", "residual_explorer",
-    "rotary_cos_sin", "sinkhorn_knopp", "stream_rms", "token_spread", "valid_lens_mask",
+    "rotary_cos_sin", "show_code", "sinkhorn_knopp", "stream_rms", "token_spread", "valid_lens_mask",
 ]

@@ -45,3 +45,63 @@ def shown_in(*chapters: str):
         return obj
 
     return mark
+
+
+def source_without_docstrings(obj) -> str:
+    """The source of ``obj`` as the book prints it: dedented, without docstrings or the marker.
+
+    Takes :func:`inspect.getsource` of a function, method or class, removes the
+    ``@shown_in(...)`` decorator line and every docstring in it (the function's own and,
+    for a class, its methods'); comments and code stay as written.
+
+    Args:
+        obj: a function, method or class defined in a source file.
+
+    Returns:
+        The code as one string ending in a newline.
+
+    Raises:
+        TypeError: if ``obj`` has no Python source (a builtin, an object made at run time).
+    """
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        source = textwrap.dedent(inspect.getsource(obj))
+    except (TypeError, OSError) as error:
+        raise TypeError(f"obj must be a function, method or class with Python source, got {obj!r}") from error
+    lines = source.splitlines()
+    drop = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for decorator in node.decorator_list:
+                if isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("shown_in"):
+                    drop.update(range(decorator.lineno - 2, decorator.end_lineno))  # the '@' line(s)
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                drop.update(range(body[0].lineno - 1, body[0].end_lineno))
+    kept = [line for k, line in enumerate(lines) if k not in drop]
+    return "\n".join(kept).rstrip("\n") + "\n"
+
+
+def show_code(*objs):
+    """Print the code of each object as the book shows it (:func:`source_without_docstrings`).
+
+    The chapters call it to answer "how was this measured?" next to a result; the
+    docstrings stay in the package and on the API page. Two listings are separated by a
+    blank line.
+
+    Args:
+        *objs: functions, methods or classes, each marked ``@shown_in`` with the page
+            that prints it (``tests/test_shown.py`` checks the marks and that each listing
+            has at most 25 lines).
+
+    Raises:
+        ValueError: if no object is given.
+        TypeError: if an object has no Python source.
+    """
+    if not objs:
+        raise ValueError("show_code needs at least one function, method or class")
+    print("\n".join(source_without_docstrings(obj) for obj in objs), end="")
