@@ -51,7 +51,7 @@ from .hyper import HyperConnectedBlock, HyperConnection, HyperHead, expand_strea
 from .mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
 from .moe import MixtureOfExperts
 from .norms import NORMS, RMSNorm, make_norm
-from .parameters import num_parameters
+from .parameters import copy_parameters, num_parameters
 from .probes import PROBED_PLACEMENTS, DepthProbe, init_linear_weights_, probe_depth, stream_rms, token_spread
 from .widgets import FrameExplorer, StaticTwin
 from ._shown import show_code
@@ -71,7 +71,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ACTS", "NORMS", "PLACEMENTS", "PROBED_PLACEMENTS", "QK_NORMS",
-    "AddNorm", "DepthExplorer", "DepthProbe", "FeedForward", "FrameExplorer", "GatedAttention", "GatedDeltaNet",
+    "AddNorm", "copy_parameters", "DepthExplorer", "DepthProbe", "FeedForward", "FrameExplorer", "GatedAttention", "GatedDeltaNet",
     "HyperConnectedBlock", "HyperConnection", "HyperHead",
     "MixtureOfExperts", "MultiHeadAttention", "MultiHeadLatentAttention", "RMSNorm", "StaticTwin", "TransformerBlock",
     "TransformerDecoderBlock", "apply_rotary", "default_ffn_num_hiddens", "depth_explorer",

@@ -60,3 +60,59 @@ def num_parameters(module: nn.Module, parts: dict | None = None) -> int | dict[s
 
 
 __all__ = ["BLOCK_PARTS", "num_parameters"]
+
+
+def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = None) -> nn.Module:
+    """Copy every parameter and buffer of ``source`` into ``target``, renaming prefixes.
+
+    The chapters use it to check the part a reader writes against ``d2lmini``'s: build
+    both, copy ``d2lmini``'s random weights into the reader's module, and compare the two
+    outputs with :func:`torch.testing.assert_close`. Names are those of
+    ``state_dict()``; ``rename`` maps a prefix of ``source``'s names to the prefix
+    ``target`` uses for the same tensor, e.g. ``{"addnorm1.norm_in": "norm1"}``.
+
+    Args:
+        source: the module whose tensors are copied (not modified).
+        target: the module that receives them; it must hold exactly the renamed
+            names, with the same shapes.
+        rename: ``{source prefix: target prefix}``; a name takes the longest prefix
+            that matches it (up to a ``.`` or the name's end). ``None``: same names.
+
+    Returns:
+        ``target``, with its tensors overwritten in place.
+
+    Raises:
+        TypeError: if ``source`` or ``target`` is not an ``nn.Module``, or ``rename``
+            not a dict of strings.
+        ValueError: if a name is missing from ``target`` or left over in it, or two
+            tensors of the same name differ in shape (the message lists them).
+    """
+    import torch
+
+    check_instance("source", source, nn.Module, "an nn.Module")
+    check_instance("target", target, nn.Module, "an nn.Module")
+    rename = {} if rename is None else rename
+    if not isinstance(rename, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                               for k, v in rename.items()):
+        raise TypeError(f"rename must be a dict of str -> str prefixes, got {rename!r}")
+
+    def renamed(name: str) -> str:
+        matches = [p for p in rename if name == p or name.startswith(p + ".")]
+        if not matches:
+            return name
+        prefix = max(matches, key=len)
+        return rename[prefix] + name[len(prefix):]
+
+    state = {renamed(name): tensor for name, tensor in source.state_dict().items()}
+    wanted = target.state_dict()
+    missing, extra = sorted(set(wanted) - set(state)), sorted(set(state) - set(wanted))
+    if missing or extra:
+        raise ValueError(f"target's tensors do not match source's (after rename): target has no {extra or 'none'}, "
+                         f"and source gives nothing for {missing or 'none'}")
+    shapes = [f"{n}: {tuple(state[n].shape)} vs {tuple(wanted[n].shape)}" for n in state
+              if state[n].shape != wanted[n].shape]
+    if shapes:
+        raise ValueError(f"shapes differ between source and target: {shapes}")
+    with torch.no_grad():
+        target.load_state_dict(state)
+    return target

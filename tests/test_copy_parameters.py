@@ -1,0 +1,45 @@
+"""d2lmini.copy_parameters: how a chapter checks the reader's part against d2lmini's."""
+
+import pytest
+import torch
+from torch import nn
+
+import d2lmini
+
+
+class Reader(nn.Module):  # a reader's FFN, with names of its own
+    def __init__(self, d, bias=True):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, 4 * d, bias=bias), nn.Linear(4 * d, d, bias=bias)
+
+    def forward(self, X):
+        return self.down(torch.relu(self.up(X)))
+
+
+def test_copied_weights_give_the_same_function():
+    ref = d2lmini.FeedForward(8, act="relu", bias=True)
+    mine = d2lmini.copy_parameters(ref, Reader(8), {"W_1": "up", "W_2": "down"})
+    X = torch.randn(2, 3, 8)
+    torch.testing.assert_close(mine(X), ref(X))
+    assert all(not p.is_meta for p in mine.parameters())
+
+
+def test_longest_prefix_wins_and_source_is_untouched():
+    ref = d2lmini.FeedForward(4, act="relu", bias=True)
+    before = {k: v.clone() for k, v in ref.state_dict().items()}
+    mine = d2lmini.copy_parameters(ref, Reader(4), {"W_1": "up", "W_2": "down", "W_2.weight": "down.weight"})
+    torch.testing.assert_close(mine.down.weight, ref.W_2.weight)
+    for k, v in ref.state_dict().items():
+        torch.testing.assert_close(v, before[k])
+
+
+def test_mismatches_are_named():
+    ref = d2lmini.FeedForward(8, act="relu", bias=False)
+    with pytest.raises(ValueError, match="up.bias"):
+        d2lmini.copy_parameters(ref, Reader(8), {"W_1": "up", "W_2": "down"})
+    with pytest.raises(ValueError, match="shapes differ"):
+        d2lmini.copy_parameters(d2lmini.FeedForward(8, act="relu", bias=True), Reader(6), {"W_1": "up", "W_2": "down"})
+    with pytest.raises(TypeError, match="rename"):
+        d2lmini.copy_parameters(ref, Reader(8, bias=False), {"W_1": 3})
+    with pytest.raises(TypeError, match="target"):
+        d2lmini.copy_parameters(ref, "module")
