@@ -21,7 +21,7 @@ Prints two lines, ``NAME ratio=R target>=T`` / ``NAME value=V target<=T``:
   with ``N`` counting only the other parameters (Kaplan et al.'s convention; the output
   head is included) is printed too, as a comment. The validation passes are not
   counted as FLOPs but their time is.
-* ``train_comparison_s``: wall time in seconds of ``d2lmini.chapters.ch09_ffn.ffn_comparison()``
+* ``train_comparison_s``: wall time in seconds of ``d2lmini.chapters.ch07_ffn.ffn_comparison()``
   with its defaults -- 2 activations x 3 seeds x 600 steps, as the chapter runs it.
 
 Timings depend on what else the machine is doing; the header line names the machine
@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from d2lmini.chapters.ch09_ffn import COMPARISON_CONFIG, ffn_comparison
+from d2lmini.chapters.ch07_ffn import COMPARISON_CONFIG, ffn_comparison
 
 
 def processor_name() -> str:

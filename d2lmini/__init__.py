@@ -33,12 +33,13 @@ chapter                                                       module
 2. Residual connections: the gradient highway                 :mod:`d2lmini.chapters.ch02_residual`
 3. Normalization: why LayerNorm, not BatchNorm                :mod:`d2lmini.chapters.ch03_normalization`
 4. Where the norm goes: post-LN, pre-LN and after             :mod:`d2lmini.chapters.ch04_norm_placement`
-5. Beyond one residual stream: hyper-connections and mHC      :mod:`d2lmini.chapters.ch05_hyper_connections`
-6. RMSNorm: keep the scale, drop the centring                 :mod:`d2lmini.chapters.ch06_rmsnorm`
-7. QK-norm: the same discipline inside attention              :mod:`d2lmini.chapters.ch07_qk_norm`
-8. Attention in 2026                                          :mod:`d2lmini.chapters.ch08_attention_2026`
-9. The feed-forward network: from ReLU to SwiGLU              :mod:`d2lmini.chapters.ch09_ffn`
-10. One block, every configuration -- and the 2026 block       :mod:`d2lmini.chapters.ch10_the_2026_block`
+5. RMSNorm: keep the scale, drop the centring                 :mod:`d2lmini.chapters.ch05_rmsnorm`
+6. QK-norm: the same discipline inside attention              :mod:`d2lmini.chapters.ch06_qk_norm`
+7. The feed-forward network: SwiGLU and mixtures of experts   :mod:`d2lmini.chapters.ch07_ffn`
+8. Attention for generation: the cache, GQA and MLA           :mod:`d2lmini.chapters.ch08_attention_generation`
+9. The 2026 block                                             :mod:`d2lmini.chapters.ch09_the_2026_block`
+10. Beyond one residual stream: hyper-connections and mHC     :mod:`d2lmini.chapters.ch10_hyper_connections`
+11. Beyond softmax attention                                  :mod:`d2lmini.chapters.ch11_beyond_softmax`
 Errors and their messages                                     :mod:`d2lmini.chapters.errors`
 ============================================================  =============================================
 """
@@ -60,12 +61,12 @@ from ._shown import show_code
 # explorers and the depth experiment are public names too.
 from . import chapters  # noqa: E402
 from .chapters import (ch01_anatomy, ch02_residual, ch03_normalization, ch04_norm_placement,  # noqa: E402
-                       ch05_hyper_connections, ch06_rmsnorm, ch07_qk_norm, ch08_attention_2026, ch09_ffn,
-                       ch10_the_2026_block, errors)
+                       ch05_rmsnorm, ch06_qk_norm, ch07_ffn, ch08_attention_generation, ch09_the_2026_block,
+                       ch10_hyper_connections, ch11_beyond_softmax, errors)
 from .chapters.ch02_residual import residual_explorer  # noqa: E402
 from .chapters.ch04_norm_placement import (DepthExplorer, depth_explorer, depth_explorer_static,  # noqa: E402
                                            depth_table, probe_placements)
-from .chapters.ch07_qk_norm import qk_scale_explorer  # noqa: E402
+from .chapters.ch06_qk_norm import qk_scale_explorer  # noqa: E402
 
 __version__ = "0.1.0"
 

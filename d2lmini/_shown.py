@@ -1,21 +1,21 @@
-"""A marker for the code the book prints, so that it stays printable.
+"""A marker for the code the book prints, so that it stays printable, and the printer.
 
-Chapters print package source with ``inspect.getsource``. Every function, method or
-class they print carries ``@shown_in("chNN", ...)`` at its definition, naming the
-chapters that print it (a page outside the numbered chapters is named by its file,
-e.g. ``"zoo"`` for the appendix ``chapters/zoo.ipynb``); ``tests/test_shown.py`` reads the notebooks and checks both
-ways: each printed object is marked with its chapter, and each marked object is
-printed by the chapters it names, in 5 to 40 lines. Renaming or growing printed code
-without its chapter then fails a test instead of a book build.
+Chapters print package source with :func:`show_code`, which leaves out docstrings. Every
+function, method or class they print carries ``@shown_in("chNN", ...)`` at its definition,
+naming the chapters that print it (a page outside the numbered chapters is named by its file,
+e.g. ``"zoo"`` for the appendix ``chapters/zoo.ipynb``); ``tests/test_shown.py`` reads the
+notebooks and checks both ways: each printed object is marked with its chapter, and each
+marked object is printed by the chapters it names, in at most 25 lines. Renaming or growing
+printed code without its chapter then fails a test instead of a book build.
 """
 
 from __future__ import annotations
 
 from ._checks import check_choice
 
-#: The pages that can print code: the chapters ``'ch01'`` to ``'ch10'`` and the appendix
+#: The pages that can print code: the chapters ``'ch01'`` to ``'ch11'`` and the appendix
 #: ``'zoo'`` (the block zoo, ``chapters/zoo.ipynb``).
-CHAPTERS = tuple(f"ch{k:02d}" for k in range(1, 11)) + ("zoo",)
+CHAPTERS = tuple(f"ch{k:02d}" for k in range(1, 12)) + ("zoo",)
 
 #: Every marked object -> the chapters that print it, e.g. ``('ch02', 'ch04')``.
 SHOWN: dict = {}

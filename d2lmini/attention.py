@@ -578,7 +578,7 @@ class MultiHeadAttention(nn.Module):
         """The factor ``q . k`` is multiplied by before the softmax: ``scale``, or ``1/sqrt(head_dim)``."""
         return self.scale if self.scale is not None else self.head_dim ** -0.5
 
-    @shown_in("ch07")
+    @shown_in("ch06")
     def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys exactly as they enter the attention kernel.
 
@@ -777,7 +777,7 @@ class GatedAttention(nn.Module):
     Raises:
         ValueError / TypeError: as :class:`~d2lmini.attention.MultiHeadAttention`.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "Beyond softmax attention"; the block zoo uses it.
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, **attention_kwargs):
@@ -800,7 +800,7 @@ class GatedAttention(nn.Module):
     window = property(lambda self: self.attention.window)
     chunk = property(lambda self: self.attention.chunk)
 
-    @shown_in("ch08")
+    @shown_in("ch11")
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
         """Attend, gate every head feature by ``sigmoid(W_gate queries)``, project; returns (b, q, d)."""
         heads = self.attention(queries, keys, values, valid_lens)

@@ -55,7 +55,7 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
 
 
-@shown_in("ch08")
+@shown_in("ch11")
 def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                      initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The gated delta rule, one token at a time: ``S <- e^g S + beta k (v - e^g S^T k)^T``, ``o = S^T q``.

@@ -99,7 +99,7 @@ class MixtureOfExperts(nn.Module):
             ``shared_expert_gate`` that is not a bool or has no shared expert to gate; at call
             time an input whose last dimension is not ``d``.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The feed-forward network".
     """
 
     def __init__(self, num_hiddens: int, num_experts: int = 8, *, top_k: int = 2, ffn_num_hiddens: int | None = None,
@@ -168,7 +168,7 @@ class MixtureOfExperts(nn.Module):
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
         return weights, experts
 
-    @shown_in("ch10")
+    @shown_in("ch07")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Mix the chosen experts' outputs for every position of ``X`` (*, d); returns (*, d).
 

@@ -39,7 +39,7 @@ PLACEMENT_LABELS = {
 #: (the second of each pair is drawn dashed).
 WEIGHT_COLORS = {"W_q": "#1f5fa8", "W_k": "#1f5fa8", "W_v": "#c0392b", "W_o": "#c0392b"}
 
-#: One colour per part of a block (chapters "Anatomy" and "One block, every configuration").
+#: One colour per part of a block (the chapters "Anatomy" and "The 2026 block").
 PART_COLORS = {"attention": "#1f5fa8", "ffn": "#d68910", "norms": "#7f8c8d"}
 #: Names of the parts of a block (and of the whole, ``'total'``), for tables and legends.
 PART_LABELS = {"attention": "attention", "ffn": "FFN", "norms": "norms", "total": "block"}
@@ -92,7 +92,7 @@ ACT_FUNCTION_LABELS = {"relu": "ReLU", "gelu": r"GELU  $x\,\Phi(x)$", "gelu_tanh
 ACT_FUNCTION_COLORS = {"relu": ACT_COLORS["relu"], "gelu": ACT_COLORS["gelu"], "gelu_tanh": ACT_COLORS["gelu_tanh"],
                        "silu": ACT_COLORS["swiglu"]}
 
-#: Short names for the "who uses what" table of the chapter "One block, every configuration".
+#: Short names for the "who uses what" table of the block zoo (appendix).
 PLACEMENT_SHORT_LABELS = {"post": "post", "pre": "pre", "post_sublayer": "post-sublayer", "sandwich": "sandwich",
                           "parallel": "parallel", "parallel_two_norms": "parallel, two norms"}
 QK_SHORT_LABELS = {None: "—", "per_head": "per head", "projection": "whole projection",

@@ -1,6 +1,6 @@
 """Real models' layers as d2lmini blocks: configure, copy the weights, compare.
 
-Introduced in the chapter "One block, every configuration". For each reference
+Introduced in the appendix "The block zoo". For each reference
 layer there is a ``from_*`` function that returns a d2lmini block configured like
 the layer and holding copies of its weights (not shared), so both compute the same
 function; the block is on the layer's device and dtype, in the layer's train/eval
@@ -14,10 +14,10 @@ dependency, imported only inside functions), the decoder and encoder layers of
 :data:`HF_CONVERTERS`: :func:`from_hf` converts any of them, dispatching on the layer's
 class name (BERT, GPT-2, Llama, Mistral, Ministral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo,
 OLMo 2, OLMo 3, StarCoder2, Granite, SmolLM3, Ministral 3, Arcee Trinity, gpt-oss, Llama 4
-(its RoPE and NoPE layers, dense and MoE, checked in ``tests/test_llama4.py`` and chapter 10), and the
+(its RoPE and NoPE layers, dense and MoE, checked in ``tests/test_llama4.py`` and the block zoo), and the
 parallel or partial-RoPE Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, Cohere, StableLM;
 :mod:`d2lmini.zoo` checks each of them; and Qwen3.5's two layer types, dense and MoE, checked in
-``tests/test_qwen3_5_layer.py``, ``tests/test_qwen3_5_moe.py`` and chapter 10; GLM-5's, checked in ``tests/test_glm5.py`` and chapter 10).
+``tests/test_qwen3_5_layer.py``, ``tests/test_qwen3_5_moe.py`` and the block zoo; GLM-5's, checked in ``tests/test_glm5.py`` and the block zoo).
 :func:`hf_make` and :func:`hf_call` build a tiny random Hugging Face layer and call it
 as its model does (the model's own masks from ``transformers.masking_utils`` and its
 own rotary tables).
@@ -922,7 +922,7 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
         ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
             not reproduce (local layers), or an activation other than SiLU.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the appendix "The block zoo".
     """
     layer_idx = _start(layer, config, layer_idx)
     attn = layer.self_attn
@@ -1106,7 +1106,6 @@ def from_llama4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     return block.to(layer.input_layernorm.weight).train(layer.training)
 
 
-@shown_in("ch08")
 def from_qwen3_5_attention(attn, config) -> GatedAttention:
     """A :class:`~d2lmini.attention.GatedAttention` with the weights of Hugging Face ``Qwen3_5Attention``.
 
@@ -2007,7 +2006,7 @@ def hf_reference(model: str, model_type: str, layer_class: str, config_class: st
 
 
 #: Largest absolute difference (float32) of outputs and of input gradients for a reference layer to count as
-#: reproduced (the zoo's and chapter 10's tables).
+#: reproduced (the zoo's tables).
 TOLERANCE = 1e-5
 
 
@@ -2067,7 +2066,7 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
 
     Args:
         name: a key of :data:`REFERENCES`, or a :class:`Reference` object (for a
-            reference kept elsewhere, e.g. Arcee Trinity in :mod:`d2lmini.chapters.ch10_the_2026_block`).
+            reference kept elsewhere, e.g. Arcee Trinity in :mod:`d2lmini.chapters.ch09_the_2026_block`).
         batch_size, num_steps: the batch's shape (batch >= 1, steps >= 2).
         seed: seeds the weights and the inputs.
         padded: whether to pad the second sequence (``valid_lens``).
@@ -2109,7 +2108,7 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
     return {**output_and_grad_differences(runs, X, R, keep), "block": block}
 
 
-@shown_in("ch10", "zoo")
+@shown_in("zoo")
 def output_and_grad_differences(runs, X: torch.Tensor, R: torch.Tensor, keep: torch.Tensor) -> dict:
     """Feed two implementations the same input; compare their outputs and input gradients.
 
@@ -2333,7 +2332,7 @@ def from_deepseek_v4_layer(layer, config, layer_idx: int | None = None):
     ``post_attention_layernorm``). Called on streams ``(b, n, hc_mult, d)``, ``valid_lens`` and
     (hash layers) ``input_ids``, the block equals the layer called as ``DeepseekV4Model`` calls it
     without a cache (:func:`hf_deepseek_v4_call`) at the valid positions; checked in
-    ``tests/test_deepseek_v4.py`` and chapter 10.
+    ``tests/test_deepseek_v4.py`` and the block zoo.
 
     Args:
         layer: a ``DeepseekV4DecoderLayer``; weights copied.

@@ -1,4 +1,4 @@
-"""The experiments of the chapter "Attention in 2026" (d2lmini.chapters.ch08_attention_2026)."""
+"""The experiments of the chapter "Beyond softmax attention" (d2lmini.chapters.ch11_beyond_softmax)."""
 
 from __future__ import annotations
 
@@ -8,24 +8,7 @@ import pytest
 import torch
 
 from d2lmini import GatedAttention, MultiHeadAttention
-from d2lmini.chapters import ch08_attention_2026 as attn26
-
-
-def test_kv_cache_rows_at_real_sizes():
-    rows = {r["attention"]: r for r in attn26.kv_cache_rows(attn26.attention_variants(attn26.LLAMA3_8B),
-                                                            num_layers=32, context=128 * 1024)}
-    assert rows["MHA"]["numbers"] == 2 * 32 * 128 and rows["MQA"]["numbers"] == 2 * 128
-    assert rows["GQA (8 groups)"]["bytes"] == 2 * 8 * 128 * 2
-    assert rows["GQA (8 groups)"]["GiB"] == pytest.approx(16.0)
-    deepseek = {r["attention"]: r for r in attn26.kv_cache_rows(attn26.attention_variants(attn26.DEEPSEEK_V3),
-                                                                num_layers=61, context=1)}
-    assert deepseek["MLA"]["numbers"] == 512 + 64
-    assert deepseek["MLA"]["parameters"] < deepseek["MHA"]["parameters"]
-
-
-def test_attention_variants_refuses_other_sizes():
-    with pytest.raises(ValueError, match="LLAMA3_8B"):
-        attn26.attention_variants(dict(attn26.LLAMA3_8B))
+from d2lmini.chapters import ch11_beyond_softmax as attn26
 
 
 @pytest.mark.parametrize("check", [attn26.verify_mla, attn26.verify_gated_attention, attn26.verify_gated_deltanet])

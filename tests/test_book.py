@@ -73,7 +73,7 @@ def test_chapter_holds_its_executed_table_and_figure(html):
     assert len(tables[0].find("tbody").find_all("tr")) == 6  # post/pre x k = 8, 16, 32
     assert len(tables[1].find("tbody").find_all("tr")) == 5  # five placements at k = 32
     captions = figure_captions(soup, 4)
-    assert list(captions) == ["4.1", "4.2", "4.3", "4.4", "4.5"]
+    assert list(captions) == ["4.1", "4.2", "4.3", "4.4"]
     for number, caption in captions.items():  # each caption sits under the cell that drew its figure
         cell = caption.find_previous_sibling("div", class_="cell")
         image = cell.find("img") if cell is not None else None
@@ -87,8 +87,8 @@ def test_the_text_quotes_the_numbers_this_code_computes(html):
     text = text_of(page(html, "chapters/04_norm_placement"))
     probes = {p: d2lmini.probe_depth(p, norm="layer", depth=32, dtype=torch.float64, seed=0) for p in ("post", "pre")}
     pre, post = probes["pre"], probes["post"]
-    for number in (f"{pre.stream_rms[8]:.2f}", f"{pre.stream_rms[32]:.2f}", f"{post.token_spread[32]:.1e}",
-                   f"{pre.token_spread[32]:.2f}", f"{post.qk_vo_ratio(32):.1e}", f"{pre.qk_vo_ratio(32):.1e}"):
+    for number in (f"{pre.stream_rms[8]:.3g}", f"{pre.stream_rms[32]:.3g}", f"{post.token_spread[32]:.3g}",
+                   f"{pre.token_spread[32]:.3g}", f"{post.qk_vo_ratio(32):.3g}", f"{pre.qk_vo_ratio(32):.3g}"):
         assert number in text, number
 
 
@@ -174,3 +174,31 @@ def test_every_chapter_page_stays_under_3_mb(html):
                   if img.get("src") and not urlparse(img["src"]).scheme}
         weight = path.stat().st_size + sum(p.stat().st_size for p in images if p.exists())
         assert weight <= 3 * 2**20, f"{name}: {weight / 2**20:.2f} MiB"
+
+
+#: The most words of prose a chapter's page may hold: Parts I and II, then Part III.
+WORD_BUDGET = {**{f"{k:02d}": 2500 for k in range(1, 10)}, "10": 3000, "11": 3000}
+
+
+def prose_words(soup: BeautifulSoup) -> int:
+    """Words of prose on a built page: paragraphs, list items, headings and captions, written
+    by hand or by the run, outside code, display math and tables (and outside the page's
+    navigation)."""
+    article = soup.select_one("article") or soup
+    for element in article.select("pre, table, div.cell_input, div.math, script, style, a.headerlink"):
+        element.decompose()
+    return len(re.findall(r"[^\W_][\w'’.,:;!?-]*", article.get_text(" ")))
+
+
+def test_prose_words_count_what_a_reader_reads():
+    soup = BeautifulSoup("<article><h1>A title</h1><p>One two three.</p><pre>code code</pre>"
+                         "<table><tr><td>cell</td></tr></table><div class='math'>x + y</div>"
+                         "<ul><li>four five</li></ul></article><nav>menu</nav>", "html.parser")
+    assert prose_words(soup) == 7
+
+
+@pytest.mark.parametrize("number", sorted(WORD_BUDGET))
+def test_every_chapter_keeps_to_its_word_budget(html, number):
+    [name] = [f for f in toc_files() if f.startswith(f"chapters/{number}_")]
+    words = prose_words(page(html, name))
+    assert words <= WORD_BUDGET[number], f"{name}: {words} words of prose, budget {WORD_BUDGET[number]}"

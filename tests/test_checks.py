@@ -8,7 +8,7 @@ import torch
 
 import d2lmini
 from d2lmini import _checks
-from d2lmini.chapters import ch06_rmsnorm
+from d2lmini.chapters import ch05_rmsnorm
 from d2lmini.data import CharCorpus
 from d2lmini.timing import time_norms
 
@@ -48,8 +48,8 @@ def test_shared_checks(call, error, fragment):
     (lambda: CharCorpus.from_text(b"x" * 2000), TypeError),
     (lambda: d2lmini.MixtureOfExperts(16, num_shared_experts=1.0), TypeError),
     (lambda: d2lmini.RMSNorm(8)([1.0] * 8), TypeError),
-    (lambda: ch06_rmsnorm.compare_with_layernorm(offset="1"), TypeError),
-    (lambda: ch06_rmsnorm.rms_norm_no_upcast(torch.ones(2, 3), weight=[1.0, 1.0, 1.0]), TypeError),
+    (lambda: ch05_rmsnorm.compare_with_layernorm(offset="1"), TypeError),
+    (lambda: ch05_rmsnorm.rms_norm_no_upcast(torch.ones(2, 3), weight=[1.0, 1.0, 1.0]), TypeError),
     (lambda: d2lmini.depth_explorer(max_depth=4.0), TypeError),
 ])
 def test_wrong_kinds_raise_type_error(call, error):

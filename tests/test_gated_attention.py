@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from d2lmini import GatedAttention
-from d2lmini.chapters.ch08_attention_2026 import compare_with_hf
+from d2lmini.chapters.ch11_beyond_softmax import compare_with_hf
 from d2lmini.reference import from_qwen3_5_attention, from_qwen3_5_layer, hf_call, hf_make
 
 TOLERANCE = 1e-5  # max |Δ| in float32

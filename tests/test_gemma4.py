@@ -16,7 +16,7 @@ import torch
 from conftest import mutated
 from d2lmini import TransformerBlock
 from d2lmini.attention import MultiHeadAttention, rope_frequencies
-from d2lmini.chapters.ch10_the_2026_block import GEMMA4_TINY
+from d2lmini.chapters.ch09_the_2026_block import GEMMA4_TINY
 from d2lmini.reference import (
     HF_CONVERTERS,
     TOLERANCE,

@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from d2lmini import FeedForward, MixtureOfExperts, TransformerBlock
-from d2lmini.chapters.ch09_ffn import ffn_as_memories
+from d2lmini.chapters.ch07_ffn import ffn_as_memories
 from d2lmini.ffn import (
     ACTS,
     SWIGLU_CLAMPED_ALPHA,

@@ -14,6 +14,7 @@ Citations are plain Markdown links whose text and address both come from
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -191,3 +192,74 @@ def test_figures_are_numbered_in_order_and_referenced_figures_exist(path):
     for markdown in reader_markdown(nb):
         for number in re.findall(r"Figure (\d+\.\d+)", markdown):
             assert number in numbers, f"{path.name}: Figure {number} is referred to but not drawn"
+
+
+def conditional_text(source: str) -> list[str]:
+    """The conditionals of a code cell that choose between pieces of text (``"grew" if a > b
+    else "shrank"``, or an ``if`` whose branches build an f-string or a phrase): prose
+    assembled from the numbers, which a chapter must not do."""
+    def is_text(node) -> bool:
+        return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                                                   and len(node.value.split()) >= 2)
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.IfExp):
+            branches = [node.body, node.orelse]
+        elif isinstance(node, ast.If):
+            branches = node.body + node.orelse
+        else:
+            continue
+        if any(is_text(n) for branch in branches for n in ast.walk(branch)):
+            found.append(ast.unparse(node).splitlines()[0][:100])
+    return found
+
+
+def test_the_detector_finds_text_chosen_by_a_condition():
+    assert conditional_text('word = "grew by far" if a > b else "shrank"')
+    assert conditional_text('if a > b:\n    s = f"{a} is more"\nelse:\n    s = "less than b"')
+    assert not conditional_text('x = 1 if a > b else 2\nif a:\n    print(a)\nlabel = "grew by far"')
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_sentence_is_chosen_by_the_numbers(path):
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert not conditional_text(cell.source), f"{path.name}: {conditional_text(cell.source)}"
+
+
+#: The chapters of Parts I and II: each opens with its objectives and has the reader build its part.
+BUILD_CHAPTERS = [path for path in NOTEBOOKS if path.stem[:2].isdigit() and int(path.stem[:2]) <= 9]
+
+
+def reader_parts(nb) -> list[tuple[str, str]]:
+    """``(part, check)`` for each visible code cell that defines a class or a function from
+    scratch (the reader's part) and is followed by a cell that checks it with
+    ``torch.testing.assert_close`` against ``d2lmini``."""
+    cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    found = []
+    for cell, after in zip(cells, cells[1:]):
+        tree = ast.parse(cell.source)
+        defines = any(isinstance(node, (ast.ClassDef, ast.FunctionDef)) for node in tree.body)
+        if defines and "remove-input" not in cell.metadata.get("tags", []) \
+                and "assert_close" in after.source and "d2lmini." in after.source:
+            found.append((cell.source, after.source))
+    return found
+
+
+def test_parts_i_and_ii_are_chapters_1_to_9():
+    assert [path.stem[:2] for path in BUILD_CHAPTERS] == [f"{k:02d}" for k in range(1, 10)]
+
+
+@pytest.mark.parametrize("path", BUILD_CHAPTERS, ids=lambda p: p.stem)
+def test_the_chapter_opens_with_what_the_reader_will_be_able_to_do(path):
+    first = nbformat.read(path, as_version=4).cells[0]
+    assert first.cell_type == "markdown" and "What you will be able to do" in first.source, path.name
+
+
+@pytest.mark.parametrize("path", BUILD_CHAPTERS, ids=lambda p: p.stem)
+def test_the_reader_builds_the_part_and_checks_it_against_d2lmini(path):
+    parts = reader_parts(nbformat.read(path, as_version=4))
+    assert parts, f"{path.name}: no cell writes a part that the next cell checks against d2lmini"
+    for part, _ in parts:
+        assert len(part.strip().splitlines()) <= 25, f"{path.name}: the reader's part has more than 25 lines"

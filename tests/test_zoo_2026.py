@@ -88,7 +88,7 @@ def test_trinity_check_catches_a_wrong_block(name, mutate):
 
 
 def test_compare_with_trinity_is_unchanged():
-    from d2lmini.chapters import ch10_the_2026_block as catalog
+    from d2lmini.chapters import ch09_the_2026_block as catalog
 
     result = catalog.compare_with_trinity()
     assert result["max_abs_diff"] <= TOLERANCE and result["max_abs_grad_diff"] <= TOLERANCE

@@ -1,10 +1,7 @@
-"""Attention in 2026: smaller caches, shorter reach, sinks, gates, positions and a recurrent mixer.
+"""Beyond softmax attention: shorter reach, sinks, gates, positions and a recurrent mixer.
 
-The experiments of the chapter "Attention in 2026". Each is deterministic for a given seed:
+The experiments of the chapter "Beyond softmax attention". Each is deterministic for a given seed:
 
-* :func:`kv_cache_rows` -- key/value cache bytes per token of multi-head, multi-query,
-  grouped-query and multi-head latent attention, read from modules built at real sizes
-  on the meta device (:data:`LLAMA3_8B`, :data:`DEEPSEEK_V3`);
 * :func:`receptive_field` and :func:`receptive_field_by_depth` -- which input positions
   can change the last token's output after ``L`` blocks of sliding-window (local) and
   global attention, from the exact zeros of a gradient;
@@ -45,12 +42,7 @@ from ..attention import (
 )
 from ..block import TransformerBlock
 from ..deltanet import GatedDeltaNet, from_qwen3_5_gated_deltanet, inference_state_bytes
-from ..mla import (
-    MultiHeadLatentAttention,
-    from_deepseek_v3_attention,
-    kv_cache_bytes_per_token,
-)
-from ..parameters import num_parameters
+from ..mla import from_deepseek_v3_attention
 from ..plot import styled_figure
 from ..reference import (
     _randomize_,
@@ -64,94 +56,6 @@ from ..seeding import seeded
 #: What a verification returns where the installed ``transformers`` lacks the layer class.
 NOT_AVAILABLE = {"status": "not available in this transformers"}
 
-# --------------------------------------------------------------------------- 1. the key/value cache
-
-#: Llama 3 8B's attention (Grattafiori et al., 2024; ``LlamaConfig`` of the released model):
-#: width 4,096, 32 query heads of 128 features, 8 key/value heads, 32 layers.
-LLAMA3_8B = dict(num_hiddens=4096, num_heads=32, head_dim=128, num_kv_heads=8, num_layers=32)
-
-#: DeepSeek-V3's attention (DeepSeek-AI, 2024, arXiv 2412.19437; ``DeepseekV3Config`` defaults
-#: in ``transformers`` 5.24): width 7,168, 128 heads, latent ranks 1,536 (queries) and 512
-#: (keys and values), 128 + 64 query/key features per head, 128 value features, 61 layers.
-DEEPSEEK_V3 = dict(num_hiddens=7168, num_heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
-                   qk_rope_head_dim=64, v_head_dim=128, num_layers=61)
-
-
-def attention_variants(size: dict) -> dict:
-    """Zero-argument builders of the attention variants compared at one model size.
-
-    Args:
-        size: :data:`LLAMA3_8B` (multi-head, grouped-query with its 8 key/value heads, multi-query)
-            or :data:`DEEPSEEK_V3` (the same three with 128 heads of ``v_head_dim`` features, and
-            multi-head latent attention).
-
-    Returns:
-        ``{name: callable}``; each callable returns a fresh module (build it on the meta device).
-
-    Raises:
-        ValueError: for any other ``size``.
-    """
-    if size is LLAMA3_8B:
-        d, h, hd, g = size["num_hiddens"], size["num_heads"], size["head_dim"], size["num_kv_heads"]
-    elif size is DEEPSEEK_V3:
-        d, h, hd, g = size["num_hiddens"], size["num_heads"], size["v_head_dim"], 8
-    else:
-        raise ValueError("size must be ch08_attention_2026.LLAMA3_8B or DEEPSEEK_V3")
-    variants = {"MHA": lambda: MultiHeadAttention(d, h, head_dim=hd, causal=True),
-                f"GQA ({g} groups)": lambda: MultiHeadAttention(d, h, head_dim=hd, num_kv_heads=g, causal=True),
-                "MQA": lambda: MultiHeadAttention(d, h, head_dim=hd, num_kv_heads=1, causal=True)}
-    if size is DEEPSEEK_V3:
-        mla = {k: v for k, v in size.items() if k not in ("num_hiddens", "num_heads", "num_layers")}
-        variants["MLA"] = lambda: MultiHeadLatentAttention(d, h, rope_theta=1e4, **mla)
-    return variants
-
-
-@shown_in("ch08")
-def kv_cache_rows(variants: dict, *, num_layers: int, context: int, dtype_bytes: int = 2) -> list[dict]:
-    """Cache per token and per model of each attention variant, read off modules on the meta device.
-
-    The meta device gives every parameter a shape but no memory and no values, so a
-    layer of a 671-billion-parameter model costs nothing to build.
-
-    Returns:
-        one dict per variant: ``attention``, ``parameters`` (of one layer), ``numbers``
-        and ``bytes`` cached per token and layer, and ``GiB`` for ``context`` tokens in
-        all ``num_layers`` layers, at ``dtype_bytes`` bytes per number (2: bfloat16).
-    """
-    check_positive_int("num_layers", num_layers)
-    check_positive_int("context", context)
-    rows = []
-    for name, build in variants.items():
-        with torch.device("meta"):
-            attention = build()
-        per_token = kv_cache_bytes_per_token(attention, dtype_bytes)
-        rows.append({"attention": name, "parameters": num_parameters(attention),
-                     "numbers": per_token // dtype_bytes, "bytes": per_token,
-                     "GiB": per_token * num_layers * context / 2**30})
-    return rows
-
-
-def plot_kv_cache(rows_by_size: dict):
-    """Figure: bytes cached per token and layer (log scale), one bar per variant and model size."""
-    with styled_figure(1, width=8.0, height=3.0) as (fig, ax):
-        labels, values, colors = [], [], []
-        palette = {"MHA": "#c0392b", "GQA": "#2471a3", "MQA": "#7d3c98", "MLA": "#1e8449"}
-        for size, rows in rows_by_size.items():
-            for row in rows:
-                labels.append(f"{size}: {row['attention']}")
-                values.append(row["bytes"])
-                colors.append(palette[row["attention"].split()[0]])
-        ax.barh(range(len(values)), values, color=colors)
-        ax.set_yticks(range(len(values)), labels)
-        ax.invert_yaxis()
-        ax.set_xscale("log")
-        ax.set_xlabel("key/value cache per token and layer (bytes, bfloat16)")
-        for i, v in enumerate(values):
-            ax.text(v * 1.1, i, f"{v:,}", va="center", fontsize=8)
-        ax.set_xlim(right=max(values) * 8)
-    return fig
-
-
 # --------------------------------------------------------------------------- verification
 
 
@@ -164,7 +68,6 @@ def _available(model_type: str, class_name: str) -> bool:
     return hasattr(modeling, class_name)
 
 
-@shown_in("ch08")
 def compare_with_hf(hf_run, ours_run, num_hiddens: int, valid_lens=None, *, num_steps: int = 16,
                     seed: int = 0) -> dict:
     """Largest output and input-gradient differences of a Hugging Face layer and its d2lmini twin.
@@ -259,7 +162,7 @@ def local_global_stack(pattern: str, depth: int, *, window: int, num_hiddens: in
                              for i in range(depth))
 
 
-@shown_in("ch08")
+@shown_in("ch11")
 def receptive_field(blocks, num_steps: int, *, position: int = -1, seed: int = 0) -> torch.Tensor:
     """Which input positions can change the output at ``position``: a bool vector of length ``n``.
 
@@ -321,7 +224,7 @@ def plot_receptive_field(matrix: torch.Tensor, by_depth: dict, *, window: int, n
 # --------------------------------------------------------------------------- 3. attention sinks
 
 
-@shown_in("ch08")
+@shown_in("ch11")
 def sink_share(attention: MultiHeadAttention, X: torch.Tensor) -> torch.Tensor:
     """The share of every query's softmax that goes to the sink, ``(h, n)``, measured through ``forward``.
 
@@ -439,7 +342,7 @@ ROPE_SETTINGS = {
 }
 
 
-@shown_in("ch08")
+@shown_in("ch11")
 def rope_settings_table(settings: dict, context: int) -> list[dict]:
     """Wavelengths of RoPE's rotated pairs under each setting, from ``rope_frequencies``.
 
@@ -534,7 +437,7 @@ def qwen3_5_mixers() -> dict:
                                                     window=4096)}
 
 
-@shown_in("ch08")
+@shown_in("ch11")
 def stack_state_bytes(layer_types: list, mixers: dict, lengths, *, dtype=torch.bfloat16) -> list[int]:
     """Bytes a stack of layers keeps between decoding steps after each number of tokens in ``lengths``.
 
