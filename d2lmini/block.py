@@ -117,7 +117,7 @@ class AddNorm(nn.Module):
         self.norm_post = make_norm(norm, num_hiddens, eps) if placement == "post" else None
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
-    @shown_in("ch02", "ch04")
+    @shown_in("ch04")
     def forward(self, X: torch.Tensor,
                 branch: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         Y = branch(X if self.norm_in is None else self.norm_in(X))
@@ -306,7 +306,6 @@ class TransformerBlock(nn.Module):
         if placement == "parallel":  # one norm feeds both sublayers (GPT-J's ln_1)
             self.addnorm2.norm_in = self.addnorm1.norm_in
 
-    @shown_in("ch01")
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the block to ``X`` (b, n, d); ``valid_lens`` ``None``, (b,) or (b, n). Returns (b, n, d).
 
@@ -382,7 +381,6 @@ class TransformerDecoderBlock(TransformerBlock):
         # A third residual connection like the other two: same placement, norms, dropout; its own weights.
         self.addnorm3 = copy.deepcopy(self.addnorm2)
 
-    @shown_in("ch10")
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attend (causally), cross-attend to ``enc_outputs`` (b, m, d), then the FFN; returns (b, n, d)."""

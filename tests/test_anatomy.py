@@ -1,4 +1,4 @@
-"""The chapter "Anatomy": stacking, where positions meet, parameter counts, the running sum."""
+"""The chapter "Anatomy": the diagram, stacking, where positions meet, parameters, the running sum, the decoder."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from torch import nn
 
 from d2lmini import TransformerBlock, TransformerDecoderBlock
 from d2lmini.chapters import ch01_anatomy as anatomy
-from d2lmini.chapters.ch01_anatomy import (count_parameters, make_stack, parameter_counts, parameter_table, plot_residual_sum,
-                             position_mixing, record_contributions, residual_sum, shared_parameters,
-                             stack_anatomy, sublayer_labels)
+from d2lmini.chapters.ch01_anatomy import (count_parameters, decoder_block_checks, decoder_effects, draw_block,
+                                           make_stack, parameter_counts, parameter_table, position_mixing,
+                                           record_contributions, residual_sum, shared_parameters, stack_anatomy,
+                                           sublayer_labels)
 
 SMALL = dict(num_hiddens=16, num_heads=2)
 
@@ -99,24 +100,27 @@ def test_counts_for_gated_grouped_and_qk_normed_blocks():
 
 def test_default_shapes_are_counted_on_the_meta_device():
     rows = {row["model"]: row for row in parameter_counts()}
-    t2017, llama = rows["Transformer 2017, d = 512"], rows["Llama 3 8B, d = 4096"]
+    assert list(rows) == ["Transformer 2017, d = 512"]
+    t2017 = rows["Transformer 2017, d = 512"]
     d = 512
     assert t2017["counts"]["total"] == 12 * d * d + 4 * d + 4 * d + d + 4 * d
+    llama = parameter_counts({"Llama 3 8B": anatomy.LLAMA3_8B_BLOCK})[0]
     d = 4096
     assert llama["counts"]["attention"] == 2.5 * d * d    # grouped-query attention: k, v are d/4 wide
     assert llama["counts"]["ffn"] == 3 * d * 14336        # SwiGLU, three matrices
     assert llama["counts"]["norms"] == 2 * d
-    table = parameter_table(list(rows.values()))
+    both = [t2017, llama]
+    table = parameter_table(both)
     assert len(table) == 8
-    for model in rows:
+    for model in ("Transformer 2017, d = 512", "Llama 3 8B"):
         shares = table.loc[model, "share of block"]
         assert shares["block"] == 1.0
         assert abs(shares[["attention", "FFN", "norms"]].sum() - 1.0) < 1e-12
     assert 0.66 < table.loc["Transformer 2017, d = 512", "share of block"]["FFN"] < 0.67
-    shown = parameter_table(list(rows.values()), formatted=True)
-    assert shown.loc[("Llama 3 8B, d = 4096", "attention")].tolist() == ["41,943,040", "2.5", "19.2%"]
+    shown = parameter_table(both, formatted=True)
+    assert shown.loc[("Llama 3 8B", "attention")].tolist() == ["41,943,040", "2.5", "19.2%"]
     with pytest.raises(TypeError, match="formatted"):
-        parameter_table(list(rows.values()), formatted="yes")
+        parameter_table(both, formatted="yes")
 
 
 def test_parameter_counts_builds_on_the_device_it_is_given():
@@ -211,13 +215,15 @@ def test_residual_sum_in_float64_is_exact_to_float64_rounding():
     assert result.sum_vs_output < 1e-12
 
 
-def test_plot_has_one_bar_per_sublayer():
-    result = residual_sum(depth=3, num_steps=6, **SMALL)
-    fig = plot_residual_sum(result)
-    left, right = fig.axes
-    assert len(left.patches) == 6
-    assert right.lines[0].get_ydata().tolist() == result.stream_rms
-    assert left.get_ylabel() and right.get_xlabel()
+def test_draw_block_draws_the_stream_two_norms_and_two_sublayers():
+    fig = draw_block()
+    (ax,) = fig.axes
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("Norm") == 2 and texts.count("+") == 2
+    assert "multi-head attention" in texts and "FFN" in texts and "residual stream" in texts
+    assert len(ax.patches) == 4  # two norms, two sublayers
+    with pytest.raises(ValueError, match="width"):
+        draw_block(width=0)
 
 
 @pytest.mark.parametrize("call, error, match", [
@@ -233,6 +239,10 @@ def test_plot_has_one_bar_per_sublayer():
     (lambda: make_stack(2, seed=True), TypeError, "seed"),
     (lambda: sublayer_labels(-1), ValueError, "depth"),
     (lambda: residual_sum(depth=1).sublayer_rms("norm"), ValueError, "sublayer"),
+    (lambda: decoder_block_checks(num_steps=1), ValueError, "num_steps"),
+    (lambda: decoder_block_checks(memory_steps=0), ValueError, "memory_steps"),
+    (lambda: decoder_block_checks(seed=0.5), TypeError, "seed"),
+    (lambda: draw_block(height="5"), TypeError, "height"),
 ])
 def test_bad_arguments_raise_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
@@ -304,3 +314,38 @@ def test_w_q_gaps_is_zero_for_block_one_and_for_a_tied_block_only():
     assert len(gaps) == 3 and gaps[0] == 0.0 and min(gaps[1:]) > 1e-3
     assert gaps == stack_anatomy(depth=3, seed=0, **SMALL).w_q_gap  # what the chapter's table shows
     assert anatomy.w_q_gaps([stack[0], stack[0]]) == [0.0, 0.0]
+
+
+# --------------------------------------------------------------------------- the decoder block
+
+
+def test_decoder_effects_see_the_mask_and_the_memory():
+    torch.manual_seed(0)
+    block = TransformerDecoderBlock(16, 2, norm="layer", act="relu", placement="post", bias=True).eval()
+    effects = decoder_effects(block, torch.randn(1, 6, 16), torch.randn(1, 4, 16), t=3)
+    assert effects["output_shape"] == (1, 6, 16)
+    assert effects["future_leak"] == 0.0
+    assert effects["future_effect"] > 0 and effects["memory_effect"] > 0
+    assert 0 < effects["memory_effect_least"] <= effects["memory_effect"]  # every position reads the memory
+
+
+def test_decoder_effects_sees_a_block_that_is_not_causal():
+    # Fails if decoder_effects compares the wrong positions: without the mask, earlier positions move.
+    torch.manual_seed(0)
+    block = TransformerDecoderBlock(16, 2, causal=False).eval()
+    effects = decoder_effects(block, torch.randn(1, 6, 16), torch.randn(1, 4, 16), t=3)
+    assert effects["future_leak"] > 1e-3
+
+
+def test_decoder_block_is_causal_reads_the_encoder_and_counts_its_sublayers():
+    state = torch.random.get_rng_state()
+    result = decoder_block_checks(num_hiddens=32, num_heads=4, num_steps=6, memory_steps=5, seed=1)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert result["output_shape"] == (1, 6, 32) and result["t"] == 3
+    assert result["future_leak"] == 0.0 and result["future_effect"] > 0.05
+    assert result["memory_effect_least"] > 0.01
+    params = result["parameters"]
+    assert params["self-attention"] == params["cross-attention"] == 4 * 32 * 32 + 4 * 32
+    assert params["FFN"] == 8 * 32 * 32 + 4 * 32 + 32
+    assert params["norms"] == 3 * 2 * 32
+    assert result == decoder_block_checks(num_hiddens=32, num_heads=4, num_steps=6, memory_steps=5, seed=1)

@@ -1,24 +1,26 @@
 """The anatomy of a Transformer block: shapes, where tokens meet, parameters, the residual stream.
 
-Introduced in the chapter "Anatomy: two sublayers on one residual stream". Four
-measurements on :class:`~d2lmini.block.TransformerBlock`:
+Introduced in the chapter "Anatomy: two sublayers on one residual stream". The diagram
+of the block (:func:`draw_block`) and five measurements on
+:class:`~d2lmini.block.TransformerBlock`:
 
-* :func:`stack_anatomy` (with :func:`shared_parameters` and :func:`w_q_gaps`) -- blocks map ``(b, n, d)`` to ``(b, n, d)`` and so stack,
-  each with parameters of its own;
+* :func:`stack_anatomy` (with :func:`shared_parameters` and :func:`w_q_gaps`) -- blocks map
+  ``(b, n, d)`` to ``(b, n, d)`` and so stack, each with parameters of its own;
 * :func:`position_mixing` (with :func:`permutation_gap` and
   :func:`alone_vs_in_sequence`) -- attention is the only sublayer in which positions
   interact;
 * :func:`count_parameters`, :func:`parameter_counts` -- where a block's parameters
   are, counted from the modules themselves (:func:`d2lmini.parameters.num_parameters`);
 * :func:`add_sublayer`, :func:`record_contributions`, :func:`residual_sum` -- the
-  residual stream as a running sum of the sublayers' outputs.
+  residual stream as a running sum of the sublayers' outputs;
+* :func:`decoder_effects`, :func:`decoder_block_checks` -- the decoder block of an
+  encoder-decoder model, whose third sublayer (cross-attention) reads the encoder.
 
 Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import KW_ONLY, dataclass, field
 
 import torch
@@ -26,7 +28,7 @@ from torch import nn
 
 from .._checks import check_seed as _check_seed
 from .._checks import (check_bool, check_choice, check_float_dtype, check_instance, check_int_at_least,
-                       check_positive_int, check_sequence_tensor)
+                       check_positive_float, check_positive_int, check_sequence_tensor)
 from .._shown import shown_in
 from ..block import SEQUENTIAL_PLACEMENTS, TransformerBlock, TransformerDecoderBlock
 from ..parameters import BLOCK_PARTS, num_parameters
@@ -38,20 +40,20 @@ from ..seeding import seeded
 SUBLAYERS = ("attention", "ffn")
 
 #: Block shapes whose parameters :func:`parameter_counts` counts by default: name ->
-#: keyword arguments of :class:`~d2lmini.block.TransformerBlock`.
-#:
-#: * The 2017 Transformer's base model (Vaswani et al., 2017): d = 512, 8 heads,
-#:   ReLU FFN of width 4d = 2048, LayerNorm after each addition, biases everywhere.
-#: * Llama 3 8B (Grattafiori et al., 2024): d = 4096, 32 query heads sharing 8
-#:   key/value heads (grouped-query attention), SwiGLU FFN of width 14336,
-#:   RMSNorm before each sublayer, no biases, RoPE (which has no parameters).
+#: keyword arguments of :class:`~d2lmini.block.TransformerBlock`. The 2017
+#: Transformer's base model (Vaswani et al., 2017): d = 512, 8 heads, ReLU FFN of width
+#: 4d = 2048, LayerNorm after each addition, biases everywhere.
 BLOCK_SHAPES = {
     "Transformer 2017, d = 512": dict(num_hiddens=512, num_heads=8, norm="layer", act="relu",
                                       placement="post", bias=True),
-    "Llama 3 8B, d = 4096": dict(num_hiddens=4096, num_heads=32, num_kv_heads=8, ffn_num_hiddens=14336,
-                                 norm="rms", act="swiglu", placement="pre", bias=False,
-                                 causal=True, rope_theta=500000.0),
 }
+
+#: The block of Llama 3 8B (Grattafiori et al., 2024), for the chapter's exercise on
+#: parameter counts: d = 4096, 32 query heads sharing 8 key/value heads (grouped-query
+#: attention), SwiGLU FFN of width 14336, RMSNorm before each sublayer, no biases, RoPE
+#: (which has no parameters).
+LLAMA3_8B_BLOCK = dict(num_hiddens=4096, num_heads=32, num_kv_heads=8, ffn_num_hiddens=14336,
+                       norm="rms", act="swiglu", placement="pre", bias=False, causal=True, rope_theta=500000.0)
 
 #: The parts :func:`count_parameters` reports, in order (see :data:`d2lmini.parameters.BLOCK_PARTS`).
 PARTS = tuple(BLOCK_PARTS)
@@ -96,6 +98,67 @@ def make_stack(depth: int, num_hiddens: int = 64, num_heads: int = 4, seed: int 
                                for _ in range(depth)))
 
 
+# --------------------------------------------------------------------------- the diagram
+
+
+def draw_block(width: float = 6.2, height: float = 5.0):
+    """Draw the pre-LN block: the residual stream as a straight line, the two sublayers beside it.
+
+    The stream ``X`` (shape ``(n, d)``) runs from the bottom to the top. Each sublayer
+    branches off it, passes through a norm and its sublayer (multi-head attention, then
+    the FFN) and is added back at a ``+``; a note beside each sublayer says which
+    positions it reads. The colours are those of :data:`d2lmini.plot.PART_COLORS`.
+
+    Args:
+        width, height: figure size in inches (positive numbers).
+
+    Returns:
+        A pyplot-free ``matplotlib.figure.Figure`` (:func:`d2lmini.plot.styled_figure`).
+
+    Raises:
+        ValueError / TypeError: if ``width`` or ``height`` is not a positive number.
+    """
+    from matplotlib.patches import FancyBboxPatch
+
+    width, height = check_positive_float("width", width), check_positive_float("height", height)
+    stream_x, branch_x = 0.2, 0.48
+    line = dict(color="0.25", linewidth=1.3, zorder=2)
+
+    def box(ax, y, text, color, text_color="white"):
+        ax.add_patch(FancyBboxPatch((branch_x - 0.15, y - 0.035), 0.3, 0.07,
+                                    boxstyle="round,pad=0.005,rounding_size=0.015",
+                                    facecolor=color, edgecolor="0.2", linewidth=1.0, zorder=3))
+        ax.text(branch_x, y, text, ha="center", va="center", fontsize=10.5, color=text_color, zorder=4)
+
+    def arrow(ax, start, end, **style):
+        ax.annotate("", xy=end, xytext=start, zorder=2,
+                    arrowprops=dict(arrowstyle="-|>", shrinkA=0, shrinkB=0, **{**line, **style}))
+
+    sublayers = ((0.12, "multi-head attention", "attention", "mixes the positions:\nrow $i$ reads every row $j$"),
+                 (0.52, "FFN", "ffn", "one position at a time:\nrow $i$ reads row $i$"))
+    with styled_figure(1, width=width, height=height) as (fig, ax):
+        stream = dict(color=RUNNING_SUM_COLOR, linewidth=2.4)
+        arrow(ax, (stream_x, 0.03), (stream_x, 0.96), **stream)
+        for y0, name, part, note in sublayers:
+            ax.plot([stream_x, branch_x, branch_x], [y0, y0, y0 + 0.065], **line)
+            box(ax, y0 + 0.1, "Norm", PART_COLORS["norms"])
+            arrow(ax, (branch_x, y0 + 0.135), (branch_x, y0 + 0.185))
+            box(ax, y0 + 0.22, name, PART_COLORS[part])
+            ax.plot([branch_x, branch_x], [y0 + 0.255, y0 + 0.32], **line)
+            arrow(ax, (branch_x, y0 + 0.32), (stream_x + 0.025, y0 + 0.32))
+            ax.text(stream_x, y0 + 0.32, "+", ha="center", va="center", fontsize=12, zorder=4,
+                    bbox=dict(boxstyle="circle,pad=0.12", facecolor="white", edgecolor="0.2"))
+            ax.text(branch_x + 0.18, y0 + 0.22, note, ha="left", va="center", fontsize=9.5, color="0.25")
+        ax.text(stream_x, 0.0, r"$X$, shape $(n, d)$", ha="center", va="top", fontsize=10.5)
+        ax.text(stream_x, 0.985, r"$X''$, shape $(n, d)$", ha="center", va="bottom", fontsize=10.5)
+        ax.text(stream_x - 0.035, 0.3, "residual stream", rotation=90, ha="right", va="center", fontsize=10,
+                color=RUNNING_SUM_COLOR)
+        ax.text(stream_x - 0.03, 0.5, r"$X'$", ha="right", va="center", fontsize=10.5)
+        ax.set(xlim=(0, 1), ylim=(-0.06, 1.04))
+        ax.axis("off")
+    return fig
+
+
 # --------------------------------------------------------------------------- stacking
 
 
@@ -138,7 +201,6 @@ class StackAnatomy:
                 for k, (shape_in, shape_out) in enumerate(self.shapes)]
 
 
-@shown_in("ch01")
 def shared_parameters(blocks) -> int:
     """How many parameter tensors of ``blocks`` share memory with a parameter of another block.
 
@@ -169,7 +231,6 @@ def shared_parameters(blocks) -> int:
     return shared
 
 
-@shown_in("ch01")
 def w_q_gaps(blocks) -> list[float]:
     """Per block ``k``, ``max |W_q^(k) - W_q^(1)|``: how far its query projection is from block 1's.
 
@@ -391,7 +452,8 @@ def parameter_counts(shapes: dict[str, dict] | None = None, device: str | torch.
 
     Args:
         shapes: name -> keyword arguments of :class:`~d2lmini.block.TransformerBlock`;
-            default :data:`BLOCK_SHAPES` (the 2017 Transformer at d = 512 and Llama 3 8B).
+            default :data:`BLOCK_SHAPES` (the 2017 Transformer at d = 512); :data:`LLAMA3_8B_BLOCK`
+            is a second shape to try.
         device: where the blocks are built; the default ``'meta'`` allocates no
             memory (a Llama 3 8B block would need 0.9 GB in float32), and counting
             needs only shapes.
@@ -622,54 +684,77 @@ def residual_sum(placement: str = "pre", depth: int = 6, num_hiddens: int = 64, 
                        sum_vs_output=float((total - Y).abs().max()))
 
 
-def plot_residual_sum(result: ResidualSum, width: float = 8.0, height: float = 3.0):
-    """Draw every sublayer's contribution RMS and the running sum's RMS.
+# --------------------------------------------------------------------------- the decoder block
 
-    Left: one bar per sublayer, grouped by block (attention and FFN coloured by
-    :data:`d2lmini.plot.PART_COLORS`), the input's RMS as a dashed line. Right: the RMS of the running sum
-    ``X_0 + C_1 + ... + C_j`` after each sublayer ``j``, next to
-    ``sqrt(rms(X_0)^2 + sum_i rms(C_i)^2)``, what it would be if the contributions
-    were orthogonal to each other and to ``X_0``.
+
+@shown_in("ch01")
+def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: torch.Tensor, t: int) -> dict:
+    """How far a decoder block's outputs move when a decoder token or the encoder output changes.
+
+    Draws a new random decoder token at position ``t`` and, separately, a new random
+    encoder output (from the global RNG), and runs the block on the original and on each
+    changed input.
 
     Args:
-        result: a :class:`ResidualSum`.
-        width, height: figure size in inches.
+        block: a :class:`~d2lmini.block.TransformerDecoderBlock` (no dropout in effect).
+        X: ``(b, n, d)`` decoder input; memory: ``(b, m, d)`` encoder output; ``0 < t < n``.
 
     Returns:
-        A pyplot-free ``matplotlib.figure.Figure`` (:func:`d2lmini.plot.new_figure`).
+        dict with ``output_shape``, ``future_leak`` (largest change at positions ``< t``;
+        0 means causal), ``future_effect`` (at positions ``>= t``), ``memory_effect``
+        (largest change anywhere) and ``memory_effect_least`` (the smallest, over the
+        positions, of a position's largest change: > 0 means every position moved).
     """
-    n, depth = len(result.contribution_rms), result.depth
-    with styled_figure(2, width=width, height=height) as (fig, axes):
-        ax = axes[0]
-        for offset, sublayer in enumerate(SUBLAYERS):
-            blocks = [k + (offset - 0.5) * 0.4 for k in range(1, depth + 1)]
-            ax.bar(blocks, result.sublayer_rms(sublayer), color=PART_COLORS[sublayer], width=0.4,
-                   label=PART_LABELS[sublayer])
-        ax.axhline(result.input_rms, color="0.3", linestyle="--", linewidth=1, label=r"input $X_0$")
-        ax.set_xticks(range(1, depth + 1))
-        ax.set(xlabel="block", ylabel="RMS of contribution", title="What each sublayer adds")
-        top = max(result.input_rms, *result.contribution_rms)
-        ax.set_ylim(0, 1.3 * top)
-        ax.legend(loc="upper left", ncol=3, fontsize=9, columnspacing=1.0, handlelength=1.5)
-        ax = axes[1]
-        j = list(range(n + 1))
-        squares = [result.input_rms ** 2]
-        for r in result.contribution_rms:
-            squares.append(squares[-1] + r ** 2)
-        ax.plot(j, result.stream_rms, color=RUNNING_SUM_COLOR, marker="o", markersize=3,
-                label="running sum (measured)")
-        ax.plot(j, [math.sqrt(s) for s in squares], color="0.4", linestyle="--",
-                label="if contributions were orthogonal")
-        ax.set(xlabel="sublayers added, j", ylabel="stream RMS", title=r"$X_0 + C_1 + \dots + C_j$")
-        ax.set_xlim(0, n)
-        ax.set_ylim(bottom=0)
-        ax.legend(loc="lower right", fontsize=9)
-    return fig
+    X2 = X.clone()
+    X2[:, t] = torch.randn(X.shape[-1])  # a new decoder token at position t
+    memory2 = torch.randn(memory.shape)  # a new encoder output
+    with torch.no_grad():
+        Y, Y_future, Y_memory = block(X, memory), block(X2, memory), block(X, memory2)
+    return {"output_shape": tuple(Y.shape),
+            "future_leak": float((Y_future - Y)[:, :t].abs().max()),
+            "future_effect": float((Y_future - Y)[:, t:].abs().max()),
+            "memory_effect": float((Y_memory - Y).abs().max()),
+            "memory_effect_least": float((Y_memory - Y).abs().amax(dim=(0, 2)).min())}
+
+
+def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10, memory_steps: int = 7,
+                         seed: int = 0) -> dict:
+    """The encoder-decoder Transformer's decoder block: three sublayers, measured.
+
+    Builds the 2017 decoder block (:class:`~d2lmini.block.TransformerDecoderBlock`:
+    LayerNorm, post-LN, ReLU, biases; Vaswani et al., 2017), measures with
+    :func:`decoder_effects` how its outputs move when the decoder token at ``t = n // 2``
+    or the encoder output changes, and counts each sublayer's parameters.
+
+    Args:
+        num_hiddens, num_heads: ``d`` and ``h``.
+        num_steps, memory_steps: decoder length ``n`` (at least 2) and encoder length ``m``.
+        seed: seeds the weights and inputs; the global RNG is left untouched.
+
+    Returns:
+        dict with the keys of :func:`decoder_effects`, ``t`` and ``parameters``
+        (``{'self-attention', 'cross-attention', 'FFN', 'norms'}`` -> count).
+
+    Raises:
+        ValueError / TypeError: for a bad size or seed, or sizes the block rejects.
+    """
+    n = check_int_at_least("num_steps", num_steps, 2, "to change one token and watch the earlier ones")
+    m = check_positive_int("memory_steps", memory_steps)
+    _check_seed(seed)
+    with seeded(seed):
+        block = TransformerDecoderBlock(num_hiddens, num_heads, norm="layer", act="relu", placement="post",
+                                        bias=True).eval()
+        X, memory = torch.randn(1, n, num_hiddens), torch.randn(1, m, num_hiddens)
+        effects = decoder_effects(block, X, memory, t=n // 2)
+    params = num_parameters(block, {"self-attention": "attention.", "cross-attention": "cross_attention.",
+                                    "FFN": "ffn.", "norms": "addnorm"})
+    params.pop("total")
+    return {**effects, "t": n // 2, "parameters": params}
 
 
 __all__ = [
-    "BLOCK_SHAPES", "PARTS", "SUBLAYERS", "PositionMixing", "ResidualSum", "StackAnatomy",
-    "add_sublayer", "alone_vs_in_sequence", "count_parameters", "make_stack", "parameter_counts",
-    "parameter_table", "permutation_gap", "plot_residual_sum", "position_mixing", "record_contributions",
-    "residual_sum", "shared_parameters", "stack_anatomy", "sublayer_labels", "w_q_gaps",
+    "BLOCK_SHAPES", "LLAMA3_8B_BLOCK", "PARTS", "SUBLAYERS", "PositionMixing", "ResidualSum", "StackAnatomy",
+    "add_sublayer", "alone_vs_in_sequence", "count_parameters", "decoder_block_checks", "decoder_effects",
+    "draw_block", "make_stack", "parameter_counts", "parameter_table", "permutation_gap", "position_mixing",
+    "record_contributions", "residual_sum", "shared_parameters", "stack_anatomy", "sublayer_labels", "w_q_gaps",
 ]
