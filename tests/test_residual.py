@@ -1,4 +1,4 @@
-"""The chapter "Residual connections": skip stacks, gradients with depth, the Jacobian, identity blocks, training."""
+"""The chapter "Residual connections": skip stacks, gradients with depth, identity blocks, training."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from matplotlib.figure import Figure
 from d2lmini import TransformerBlock
 from d2lmini.data import python_reference_corpus
 from d2lmini.plot import skip_label
-from d2lmini.chapters.ch02_residual import (SKIP_CONFIGS, PlainBlock, depth_gradients, jacobian_spectra, make_skip_stack,
-                              plot_depth_gradients, plot_jacobian_spectra, plot_skip_training,
-                              skip_training, unigram_entropy, zero_output_projections_, zeroed_block_gaps)
+from d2lmini.chapters.ch02_residual import (SKIP_CONFIGS, PlainBlock, depth_gradients, make_skip_stack,
+                                            plot_depth_gradients, plot_skip_training, skip_training, unigram_entropy,
+                                            zero_output_projections_, zeroed_block_gaps)
 
 SMALL = dict(num_hiddens=16, num_heads=2)
 
@@ -21,11 +21,6 @@ SMALL = dict(num_hiddens=16, num_heads=2)
 @pytest.fixture(scope="module")
 def sweep():
     return depth_gradients(depths=(2, 4, 8), num_steps=8, seed=0, **SMALL)
-
-
-@pytest.fixture(scope="module")
-def spectra():
-    return jacobian_spectra(depths=(2, 8), num_steps=4, seed=0, **SMALL)
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +136,30 @@ def test_depth_gradients_shapes_rows_and_determinism(sweep):
         other.probes[0].first_block_grad(4)
 
 
+def test_depth_gradients_summary_has_one_row_per_stack(sweep):
+    rows = sweep.summary(depths=(2, 8))
+    assert [row["stack"] for row in rows] == [skip_label(*config) for config in SKIP_CONFIGS]
+    for row, probe in zip(rows, sweep.probes):
+        assert list(row) == ["stack", "‖∇θ_1‖, L = 2", "‖∇θ_1‖, L = 8", "stream RMS after block 8",
+                             "token spread after block 8"]
+        assert row["‖∇θ_1‖, L = 8"] == probe.first_block_grad(8)
+        assert row["stream RMS after block 8"] == probe.stream_rms[8]
+        assert row["token spread after block 8"] == probe.token_spread[8]
+    assert len(sweep.summary()[0]) == 6  # every measured depth, then the last block's stream
+    row = sweep.summary(depths=(2,), blocks=(0, 4))[1]
+    assert list(row)[2:] == ["stream RMS after block 0", "token spread after block 0", "stream RMS after block 4",
+                             "token spread after block 4"]
+    assert row["stream RMS after block 4"] == sweep.probes[1].stream_rms[4]
+    with pytest.raises(ValueError, match="blocks"):
+        sweep.summary(blocks=(9,))
+    with pytest.raises(TypeError, match="blocks"):
+        sweep.summary(blocks=4)
+    with pytest.raises(ValueError, match="depth"):
+        sweep.summary(depths=(3,))
+    with pytest.raises(TypeError, match="depths"):
+        sweep.summary(depths=8)
+
+
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(depths=(4, 2)), ValueError, "increasing"),
     (dict(depths=()), ValueError, "depths"),
@@ -154,49 +173,6 @@ def test_depth_gradients_shapes_rows_and_determinism(sweep):
 def test_depth_gradients_rejects_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         depth_gradients(**{**dict(depths=(2,), num_steps=4, **SMALL), **kwargs})
-
-
-# --------------------------------------------------------------------------- Jacobian
-
-
-def test_jacobian_spectra_match_the_brute_force_jacobian(spectra):
-    # Rebuild the documented stack and input: weights from seed + 1, X_0 from seed.
-    for placement, residual in (("pre", True), ("none", False)):
-        blocks = make_skip_stack(2, placement, residual, seed=1, **SMALL).double()
-        final = torch.nn.LayerNorm(16).double() if placement == "pre" else None
-        torch.manual_seed(0)
-        X0 = torch.randn(1, 4, 16, dtype=torch.float64)
-
-        def stack(X):
-            for block in blocks:
-                X = block(X)
-            return X if final is None else final(X)
-
-        J = torch.autograd.functional.jacobian(stack, X0).reshape(64, 64)
-        expected = torch.linalg.svdvals(J)
-        got = torch.tensor(spectra.singular_values[(placement, residual)][2], dtype=torch.float64)
-        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12 * float(expected[0]))
-
-
-def test_skips_keep_the_directions_and_their_absence_loses_them(spectra):
-    # n = 4 tokens, d = 16: 64 directions; the final LayerNorm removes 2 per token.
-    assert spectra.directions("pre", True, 2) == spectra.directions("pre", True, 8) == 64 - 2 * 4
-    assert spectra.directions("none", True, 8) == 64
-    for placement in ("none", "pre"):
-        assert spectra.directions(placement, False, 8) <= 16  # at most one token's worth
-    # The norm repairs the size of the no-skip Jacobian, not its directions.
-    assert spectra.singular_values[("none", False)][8][0] < 1e-6 < 0.1 < spectra.singular_values[("pre", False)][8][0]
-    with pytest.raises(ValueError, match="rtol"):
-        spectra.directions("pre", True, 2, rtol=0)
-    with pytest.raises(ValueError, match="depth"):
-        spectra.directions("pre", True, 4)
-    with pytest.raises(ValueError, match="placement, residual"):
-        spectra.directions("post", True, 2)
-
-
-def test_jacobian_spectra_rejects_large_sizes():
-    with pytest.raises(ValueError, match="4096"):
-        jacobian_spectra(depths=(1,), num_hiddens=128, num_heads=2, num_steps=64)
 
 
 # --------------------------------------------------------------------------- identity
@@ -257,16 +233,15 @@ def test_skip_training_is_deterministic(training, corpus):
 # --------------------------------------------------------------------------- figures
 
 
-def test_plots_return_figures(sweep, spectra, training):
+def test_plots_return_figures(sweep, training):
     fig = plot_depth_gradients(sweep)
-    assert isinstance(fig, Figure) and len(fig.axes) == 3
+    assert isinstance(fig, Figure) and len(fig.axes) == 3 and fig.legends
     assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
-    fig = plot_jacobian_spectra(spectra, depth=2)
-    assert isinstance(fig, Figure) and len(fig.axes) == 2
-    with pytest.raises(ValueError, match="depth"):
-        plot_jacobian_spectra(spectra, depth=3)
+    assert [len(ax.get_lines()) for ax in fig.axes] == [2, 2, 4]  # no norms | pre-LN | every stack
+    assert len(fig.legends[0].get_texts()) == 4
     fig = plot_skip_training(training)
-    assert isinstance(fig, Figure) and fig.axes[0].get_legend() is not None
+    assert isinstance(fig, Figure) and len(fig.axes) == 1 and fig.legends
+    assert len(fig.legends[0].get_texts()) == 5  # two curves, two sets of circles, the entropy
 
 
 # --------------------------------------------------------------------------- the printed measuring cores
@@ -287,18 +262,6 @@ def test_readout_gradients_match_autograd_on_a_linear_stack():
         assert input_grad == pytest.approx(float((G @ W2.T @ W1.T).norm()))
         assert per_block[0] == pytest.approx(float((X0[0].T @ G @ W2.T).norm()))
         assert per_block[1] == pytest.approx(float(((X0[0] @ W1).T @ G).norm()))
-
-
-def test_jacobian_singular_values_of_a_tokenwise_linear_map():
-    # Y = X A applied to each of n tokens: the Jacobian is I_n (x) A^T, whose singular values
-    # are those of A, each n times.
-    from d2lmini.chapters.ch02_residual import jacobian_singular_values
-    n, d = 3, 4
-    A = torch.randn(d, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    X = torch.randn(1, n, d, dtype=torch.float64).expand(n * d, -1, -1).clone().requires_grad_(True)
-    got = jacobian_singular_values(X @ A, X)
-    expected = sorted(torch.linalg.svdvals(A).tolist() * n, reverse=True)
-    assert got == pytest.approx(expected)
 
 
 def test_train_step_updates_once_from_the_losses_before_the_update():
@@ -332,3 +295,16 @@ def test_skip_training_scores_the_trained_models_on_training_text():
     for residual, run in ((True, result.with_skips), (False, result.without_skips)):
         loss = result.final_train_text_loss[residual]
         assert 0 < loss < 10 and loss != run.val_loss[-1]
+
+
+def test_skip_training_rows_gather_the_table(training):
+    rows = training.rows()
+    assert [row["stack"] for row in rows] == ["pre-LN, with skips", "pre-LN, no skips"]
+    for row, residual, run in zip(rows, (True, False), (training.with_skips, training.without_skips)):
+        assert row["training loss (last 20 steps)"] == run.smoothed(20)[-1]
+        assert row["final model, training text"] == training.final_train_text_loss[residual]
+        assert row["final model, validation text"] == run.val_loss[-1]
+        assert row["token spread at init (last block)"] == training.init_token_spread[residual][-1]
+    assert "training loss (last 5 steps)" in training.rows(window=5)[0]
+    with pytest.raises(ValueError, match="window"):
+        training.rows(window=0)

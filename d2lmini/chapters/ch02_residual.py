@@ -1,15 +1,12 @@
 """Residual connections: what the identity path ``x + F(x)`` does for a deep stack.
 
-Introduced in the chapter "Residual connections: the gradient highway". Four
+Introduced in the chapter "Residual connections: the gradient highway". Three
 experiments, each deterministic for a given seed:
 
 * :func:`depth_gradients` (with :func:`readout_gradients`) -- fresh stacks of blocks
   with and without skip connections, with and without norms: how much gradient
   reaches every block and the input, and how different the tokens stay, as the stack
   gets deeper;
-* :func:`jacobian_spectra` (with :func:`jacobian_singular_values`) -- the singular
-  values of the whole stack's input-output Jacobian, which is the product of the
-  blocks' Jacobians;
 * :func:`zeroed_block_gaps` -- a block whose output projections are zero is exactly
   the identity in pre-LN, and is not in post-LN or without the skip connection;
 * :func:`skip_training` -- the same tiny language model trained with and without
@@ -29,7 +26,7 @@ from torch import nn
 
 from .._checks import check_seed as _check_seed
 from .._checks import (check_bool, check_choice, check_int_at_least, check_int_sequence, check_int_tensor, check_pair,
-                       check_positive_int, check_real, check_sequence, check_sequence_tensor)
+                       check_positive_int, check_sequence, check_sequence_tensor)
 from .._shown import shown_in
 from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
@@ -89,7 +86,6 @@ class PlainBlock(nn.Module):
         self.attention = MultiHeadAttention(num_hiddens, num_heads, causal=check_bool("causal", causal))
         self.ffn = FeedForward(num_hiddens, act=act)
 
-    @shown_in("ch02")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Apply attention, then the FFN, to ``X`` (b, n, d); returns (b, n, d)."""
         check_sequence_tensor("X", X, self.num_hiddens)
@@ -244,6 +240,37 @@ class DepthGradients:
                  "token spread": probe.token_spread[L]}
                 for probe in self.probes for L in depths]
 
+    def summary(self, depths=None, blocks=None) -> list[dict]:
+        """One dict per stack (for a table): ``stack``, the gradient norm reaching block 1
+        at each of ``depths`` (keys ``'‖∇θ_1‖, L = 8'``, ...), then the stream's RMS and
+        the token spread after each block of ``blocks`` (keys ``'stream RMS after block 64'``,
+        ``'token spread after block 64'``) in the deepest stack.
+
+        Args:
+            depths: the depths to report (default: all measured).
+            blocks: the blocks ``k`` after which the stream is reported (default: the last,
+                ``max(depths)``; ``0`` is the input).
+
+        Raises:
+            TypeError: if ``depths`` or ``blocks`` is not a sequence of ints.
+            ValueError: if a depth was not measured or a block is outside ``0..max(depths)``.
+        """
+        measured = self.config["depths"]
+        depths = measured if depths is None else check_int_sequence("depths", depths)
+        top = measured[-1]
+        blocks = [top] if blocks is None else check_int_sequence("blocks", blocks, minimum=0)
+        for k in blocks:
+            if not 0 <= k <= top:
+                raise ValueError(f"blocks must lie in 0..{top}, got {k!r}")
+        rows = []
+        for probe in self.probes:
+            row = {"stack": probe.label, **{f"‖∇θ_1‖, L = {L}": probe.first_block_grad(L) for L in depths}}
+            for k in blocks:
+                row[f"stream RMS after block {k}"] = probe.stream_rms[k]
+                row[f"token spread after block {k}"] = probe.token_spread[k]
+            rows.append(row)
+        return rows
+
 
 @shown_in("ch02")
 def readout_gradients(Y: torch.Tensor, R: torch.Tensor, X0: torch.Tensor, weights: list[list[torch.Tensor]],
@@ -333,10 +360,11 @@ def depth_gradients(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: i
     return DepthGradients(config, probes)
 
 
-def plot_depth_gradients(result: DepthGradients, width: float = 8.0, height: float = 3.2):
-    """Three panels, all on a log scale: the gradient reaching block 1 and the gradient
-    reaching the input ``X_0`` versus depth ``L``, and the token spread after every block
-    of the deepest stacks. Stacks without skips are dashed.
+def plot_depth_gradients(result: DepthGradients, width: float = 10.0, height: float = 3.4):
+    """Three panels on log scales: the gradient reaching block 1 versus depth ``L`` for the
+    stacks without norms, the same for the stacks with norms (each panel with its own
+    y-range, so that the curves with skips do not merge), and the token spread after every
+    block of the deepest stacks. Stacks without skips are dashed.
 
     Args:
         result: a :class:`DepthGradients`.
@@ -346,185 +374,34 @@ def plot_depth_gradients(result: DepthGradients, width: float = 8.0, height: flo
         A pyplot-free ``matplotlib.figure.Figure`` (:func:`d2lmini.plot.new_figure`).
     """
     depths = result.config["depths"]
+    placements = list(dict.fromkeys(probe.placement for probe in result.probes))[:2]
     with styled_figure(3, width=width, height=height) as (fig, axes):
         for probe in result.probes:
             # Stacks without skips are dashed and drawn on top, so that a dashed line
             # that lies on a solid one stays visible.
             style = dict(color=SKIP_COLORS[probe.placement], linestyle="-" if probe.residual else "--",
                          zorder=2 if probe.residual else 3)
-            axes[0].semilogy(depths, [probe.first_block_grad(L) for L in depths], marker="o", markersize=4,
-                             label=probe.label, **style)
-            axes[1].semilogy(depths, [probe.input_grad[L] for L in depths], marker="o", markersize=4, **style)
-            axes[2].semilogy(range(depths[-1] + 1), probe.token_spread, **style)
-        for ax in axes[:2]:
+            if probe.placement in placements:
+                axes[placements.index(probe.placement)].semilogy(
+                    depths, [probe.first_block_grad(L) for L in depths], marker="o", markersize=4,
+                    label=probe.label, **style)
+            axes[2].semilogy(range(depths[-1] + 1), probe.token_spread, label=probe.label, **style)
+        for ax, placement in zip(axes[:2], placements):
             ax.set_xscale("log", base=2)
             ax.set_xticks(depths, [str(L) for L in depths])
             ax.minorticks_off()
-            ax.set_xlabel("depth L (blocks)")
-        axes[0].set(ylabel=r"$\|\nabla_{\theta_1} \ell\|$", title="Gradient reaching block 1")
-        axes[1].set(ylabel=r"$\|\nabla_{X_0} \ell\|$", title="Gradient reaching $X_0$")
+            ax.set(xlabel="depth L (blocks)", ylabel=r"$\|\nabla_{\theta_1} \ell\|$",
+                   title=f"Gradient at block 1, {SKIP_NORM_LABELS[placement]}")
+            low, high = ax.get_ylim()
+            if high < 1000 * low:  # a narrow log range: label it 1, 2, 5, 10, 20, 50, ...
+                ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+                         for m in (1, 2, 5) if low <= m * 10.0 ** e <= high]
+                ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+                ax.set_ylim(low, high)
         axes[2].set(xlabel="block k", ylabel=r"$\|X-\bar{X}\|_F \,/\, \|X\|_F$",
                     title=f"Token spread, L = {depths[-1]}")
         axes[2].set_xlim(0, depths[-1])
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=9)
-    return fig
-
-
-# --------------------------------------------------------------------------- Jacobian
-
-
-@dataclass
-class JacobianSpectra:
-    """The result of :func:`jacobian_spectra`.
-
-    Attributes:
-        config: the arguments of the run.
-        singular_values: ``(placement, residual)`` -> depth ``L`` -> the ``n d``
-            singular values of the Jacobian ``dY_L / dX_0``, largest first.
-    """
-
-    config: dict
-    singular_values: dict[tuple[str, bool], dict[int, list[float]]]
-
-    def directions(self, placement: str, residual: bool, depth: int, rtol: float = 1e-3) -> int:
-        """How many singular values are at least ``rtol`` times the largest one: the number
-        of input directions that still reach the output with a gain within ``1/rtol`` of
-        the strongest (out of ``n d``).
-
-        Raises:
-            TypeError: if ``rtol`` is not a number.
-            ValueError: for a stack or depth that was not measured, or ``rtol`` not in (0, 1].
-        """
-        if not 0 < check_real("rtol", rtol) <= 1:
-            raise ValueError(f"rtol must be in (0, 1], got {rtol!r}")
-        key = (placement, residual)
-        if key not in self.singular_values:
-            raise ValueError(f"(placement, residual) must be one of {list(self.singular_values)}, got {key!r}")
-        if depth not in self.singular_values[key]:
-            raise ValueError(f"depth must be one of {sorted(self.singular_values[key])}, got {depth!r}")
-        s = self.singular_values[key][depth]
-        return sum(v >= rtol * s[0] for v in s)
-
-
-@shown_in("ch02")
-def jacobian_singular_values(Y: torch.Tensor, X: torch.Tensor, retain_graph: bool = False) -> list[float]:
-    """The singular values of the Jacobian ``dY/dX_0`` of a stack, largest first.
-
-    ``X`` holds ``n d`` copies of one input ``X_0`` as a batch ``(nd, n, d)`` (it
-    requires grad), and ``Y`` is the stack's output for that batch, also
-    ``(nd, n, d)``. Reading out copy ``i`` by the ``i``-th unit vector makes the
-    gradient of copy ``i`` row ``i`` of the ``nd x nd`` Jacobian, so one backward
-    pass gives all of it.
-    """
-    size = Y[0].numel()  # n d
-    unit = torch.eye(size, dtype=Y.dtype).reshape(Y.shape)  # copy i is read out by unit vector i
-    (rows,) = torch.autograd.grad(Y, X, grad_outputs=unit, retain_graph=retain_graph)
-    return [float(v) for v in torch.linalg.svdvals(rows.reshape(size, size))]
-
-
-def jacobian_spectra(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: int = 32, num_heads: int = 4,
-                     num_steps: int = 8, act: str = "relu", norm: str = "layer", init: str = "torch_default",
-                     seed: int = 0, dtype: torch.dtype = torch.float64) -> JacobianSpectra:
-    r"""Singular values of the input-output Jacobian of fresh stacks, with and without skips.
-
-    The stacks and the input are those of :func:`depth_gradients` with the same
-    arguments: weights from :func:`make_skip_stack` with seed ``seed + 1``, ``X_0``
-    standard normal from ``seed``. The stack's output ``Y_L`` (``X_L``, or
-    ``Norm(X_L)`` with a fresh final norm for pre-LN) is a function of ``X_0``, both ``(n, d)``.
-    Its Jacobian ``J = dY_L/dX_0`` is an ``nd x nd`` matrix, the product of the
-    blocks' Jacobians (and the final norm's), and its singular values are the gains
-    of the stack along its principal input directions. ``J`` is computed exactly,
-    row by row, in one backward pass: ``nd`` copies of ``X_0`` go through the stack
-    as one batch, and copy ``i`` is read out by the ``i``-th unit vector.
-
-    Args:
-        depths: strictly increasing depths ``L`` (the depth-``L`` stack is the first
-            ``L`` blocks of the deepest).
-        configs: ``(placement, residual)`` pairs; placements from :data:`SKIP_PLACEMENTS`.
-        num_hiddens, num_heads, num_steps: ``d``, heads, ``n``; keep ``n d`` small
-            (the batch has ``n d`` sequences; the default gives 256).
-        act, norm, init: passed to :func:`make_skip_stack`.
-        seed: seeds input and weights; the global RNG is left untouched.
-        dtype: floating-point type of the computation.
-
-    Returns:
-        A :class:`JacobianSpectra`.
-
-    Raises:
-        ValueError / TypeError: for bad depths, configs, sizes or seed, or ``n d`` > 4096.
-    """
-    depths = check_int_sequence("depths", depths, increasing=True)
-    configs = check_sequence("configs", configs, check_pair, "(placement, residual) pairs")
-    for placement, residual in configs:
-        skip_label(placement, residual)  # checks both
-    num_steps = check_positive_int("num_steps", num_steps)
-    num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-    size = num_steps * num_hiddens
-    if size > 4096:
-        raise ValueError(f"num_steps * num_hiddens must be <= 4096 (the Jacobian is (nd)^2), got {size}")
-    _check_seed(seed)
-    with seeded(seed):
-        X0 = torch.randn(1, num_steps, num_hiddens, dtype=dtype)
-    spectra: dict[tuple[str, bool], dict[int, list[float]]] = {}
-    for placement, residual in configs:
-        blocks = make_skip_stack(depths[-1], placement, residual, num_hiddens, num_heads, act, norm, init,
-                                 seed + 1).to(dtype)
-        final_norm = make_norm(norm, num_hiddens).to(dtype) if placement == "pre" else None
-        X = X0.expand(size, -1, -1).clone().requires_grad_(True)
-        H, spectra[(placement, residual)] = X, {}
-        for k, block in enumerate(blocks, start=1):
-            H = block(H)
-            if k in depths:
-                Y = H if final_norm is None else final_norm(H)
-                spectra[(placement, residual)][k] = jacobian_singular_values(Y, X, retain_graph=k < depths[-1])
-    config = dict(depths=depths, configs=configs, num_hiddens=num_hiddens, num_heads=num_heads,
-                  num_steps=num_steps, act=act, norm=norm, init=init, seed=seed,
-                  dtype=str(dtype).replace("torch.", ""))
-    return JacobianSpectra(config, spectra)
-
-
-def plot_jacobian_spectra(result: JacobianSpectra, depth: int | None = None, rtol: float = 1e-3,
-                          width: float = 8.0, height: float = 3.0):
-    """Two panels: the sorted singular values of ``dY/dX_0`` at one depth, each divided by
-    its largest (log scale); and the number of them above ``rtol`` versus depth.
-
-    Args:
-        result: a :class:`JacobianSpectra`.
-        depth: the depth drawn on the left (default: the deepest measured).
-        rtol: the threshold of the right panel (see :meth:`JacobianSpectra.directions`).
-        width, height: figure size in inches.
-
-    Returns:
-        A pyplot-free ``matplotlib.figure.Figure``.
-
-    Raises:
-        ValueError: if ``depth`` was not measured.
-    """
-    depths = result.config["depths"]
-    depth = depths[-1] if depth is None else depth
-    if depth not in depths:
-        raise ValueError(f"depth must be one of {depths}, got {depth!r}")
-    size = result.config["num_steps"] * result.config["num_hiddens"]
-    with styled_figure(2, width=width, height=height) as (fig, axes):
-        for (placement, residual), by_depth in result.singular_values.items():
-            style = dict(color=SKIP_COLORS[placement], linestyle="-" if residual else "--",
-                         zorder=2 if residual else 3)
-            s = torch.tensor(by_depth[depth])
-            rel = (s / s[0]).clamp_min(1e-300)
-            axes[0].semilogy(range(1, size + 1), rel.tolist(), label=skip_label(placement, residual), **style)
-            axes[1].plot(depths, [result.directions(placement, residual, L, rtol) for L in depths],
-                         marker="o", markersize=4, **style)
-        axes[0].axhline(rtol, color="0.4", linestyle=":", linewidth=1)
-        axes[0].set_ylim(bottom=1e-17, top=3)
-        axes[0].set(xlabel="index i (largest first)", ylabel=r"$\sigma_i / \sigma_1$",
-                    title=f"Singular values of $\\partial Y / \\partial X_0$, L = {depth}")
-        axes[1].set_xscale("log", base=2)
-        axes[1].set_xticks(depths, [str(L) for L in depths])
-        axes[1].minorticks_off()
-        axes[1].set_ylim(0, 1.05 * size)
-        axes[1].set(xlabel="depth L (blocks)", ylabel=f"count (of {size})",
-                    title=rf"Directions with $\sigma_i \geq 10^{{{round(math.log10(rtol))}}}\,\sigma_1$")
-        axes[0].legend(loc="lower center", fontsize=9)
+        fig.legend(*axes[2].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=9)
     return fig
 
 
@@ -613,7 +490,6 @@ def zeroed_block_gaps(num_hiddens: int = 64, num_heads: int = 4, num_steps: int 
 # --------------------------------------------------------------------------- training
 
 
-@shown_in("ch02")
 def unigram_entropy(tokens: torch.Tensor) -> float:
     """Entropy of the token frequencies of ``tokens`` in nats: ``-sum_c p_c log p_c``.
 
@@ -660,6 +536,23 @@ class SkipTraining:
     config: dict
     final_train_text_loss: dict[bool, float] = field(default_factory=dict)
 
+    def rows(self, window: int = 20) -> list[dict]:
+        """One dict per run (for a table): ``stack``, the training loss averaged over the last
+        ``window`` steps, the trained model's loss on fixed windows of the training text
+        and of the validation text (nats per character), and the token spread after the
+        last block at initialization.
+
+        Raises:
+            ValueError / TypeError: if ``window`` is not a positive int.
+        """
+        placement = self.config["placement"]
+        return [{"stack": skip_label(placement, residual) if placement in SKIP_COLORS else f"skips: {residual}",
+                 f"training loss (last {window} steps)": run.smoothed(window)[-1],
+                 "final model, training text": self.final_train_text_loss[residual],
+                 "final model, validation text": run.val_loss[-1],
+                 "token spread at init (last block)": self.init_token_spread[residual][-1]}
+                for residual, run in ((True, self.with_skips), (False, self.without_skips))]
+
 
 def _init_token_spread(corpus, seed: int, num_windows: int, seq_len: int, **model_kwargs) -> list[float]:
     """Token spread after the embedding and after every block of the TinyLM that
@@ -680,8 +573,8 @@ def _init_token_spread(corpus, seed: int, num_windows: int, seq_len: int, **mode
     return [sum(values) / len(values) for values in spreads]
 
 
-def skip_training(corpus=None, num_layers: int = 6, num_steps: int = 200, batch_size: int = 16,
-                  seq_len: int = 64, lr: float = 1e-3, num_hiddens: int = 64, num_heads: int = 4,
+def skip_training(corpus=None, num_layers: int = 4, num_steps: int = 100, batch_size: int = 16,
+                  seq_len: int = 32, lr: float = 3e-3, num_hiddens: int = 32, num_heads: int = 4,
                   norm: str = "layer", act: str = "relu", placement: str = "pre", seed: int = 0,
                   eval_every: int | None = None, eval_batches: int = 4) -> SkipTraining:
     """Train the same tiny character language model with and without its skip connections.
@@ -697,7 +590,8 @@ def skip_training(corpus=None, num_layers: int = 6, num_steps: int = 200, batch_
             :func:`d2lmini.data.python_reference_corpus`).
         num_layers, num_hiddens, num_heads, norm, act, placement: the model
             (:class:`~d2lmini.train.TinyLM`, causal blocks).
-        num_steps, batch_size, seq_len, lr: the training run (AdamW, constant rate).
+        num_steps, batch_size, seq_len, lr: the training run (Adam, i.e. AdamW without
+            weight decay, at a constant rate).
         seed: seeds weights and batches of both runs.
         eval_every: validation interval in steps (default ``num_steps // 4``);
             eval_batches: validation batches.
@@ -776,15 +670,14 @@ def plot_skip_training(result: SkipTraining, window: int = 20, width: float = 8.
                    label="unigram entropy (no context)")
         ax.set(xlabel="training step", ylabel="cross-entropy (nats / char)",
                title=f"{result.config['num_layers']}-block character LM, same seed and data")
-        ax.legend(loc="upper right", fontsize=9)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=9)
     return fig
 
 
 __all__ = [
-    "SKIP_CONFIGS", "SKIP_PLACEMENTS", "DepthGradients", "JacobianSpectra", "PlainBlock", "SkipProbe",
-    "SkipTraining", "depth_gradients", "jacobian_singular_values", "jacobian_spectra", "make_skip_stack",
-    "plot_depth_gradients", "plot_jacobian_spectra", "plot_skip_training", "readout_gradients", "skip_training",
-    "unigram_entropy", "zero_output_projections_", "zeroed_block_gaps",
+    "SKIP_CONFIGS", "SKIP_PLACEMENTS", "DepthGradients", "PlainBlock", "SkipProbe", "SkipTraining",
+    "depth_gradients", "make_skip_stack", "plot_depth_gradients", "plot_skip_training", "readout_gradients",
+    "skip_training", "unigram_entropy", "zero_output_projections_", "zeroed_block_gaps",
 ]
 
 
