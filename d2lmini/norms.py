@@ -28,8 +28,9 @@ NORMS = ("layer", "rms", "layer_no_bias", "layer_nonparametric")
 #: the depth explorer and the default of the norm comparison of the chapter "RMSNorm".
 COMPARED_NORMS = ("layer", "rms")
 
-#: Default epsilon of each norm: PyTorch's LayerNorm default; the RMSNorm
-#: value used by Llama, Qwen3 and OLMo 2; ``CohereConfig.layer_norm_eps`` (1e-5)
+#: Default epsilon of each norm: PyTorch's LayerNorm default; for RMSNorm the default of
+#: ``LlamaConfig`` and ``Qwen3Config`` (Qwen3's released configurations use it too; Llama 3's
+#: use 1e-5); ``CohereConfig.layer_norm_eps`` (1e-5)
 #: and the 1e-5 that ``OlmoLayerNorm`` hard-codes, in Hugging Face ``transformers``.
 DEFAULT_EPS = {"layer": 1e-5, "rms": 1e-6, "layer_no_bias": 1e-5, "layer_nonparametric": 1e-5}
 
@@ -40,19 +41,19 @@ class RMSNorm(nn.Module):
     Computes ``y = x / sqrt(mean(x**2, dim=-1) + eps) * weight``: no mean is
     subtracted and there is no bias, so one statistic per token replaces
     LayerNorm's two. The statistic and the division are computed in float32
-    even for bfloat16/float16 inputs (the "fp32 upcast" of Llama and OLMo 2):
-    summing thousands of squares in half precision loses digits or overflows.
-    The result is cast back to the input's dtype before the gain is applied, as
-    in Llama: a module in the input's dtype returns that dtype.
+    even for bfloat16/float16 inputs (the "fp32 upcast" that Llama, Qwen3 and
+    OLMo 2 share): summing thousands of squares in half precision loses digits or
+    overflows. The result is cast back to the input's dtype before the gain is
+    applied, as in Llama and Qwen3 (OLMo 2 applies the gain in float32 and casts
+    afterwards): a module in the input's dtype returns that dtype.
 
     Args:
         num_hiddens: size of the normalized (last) dimension, ``d``.
         eps: added to the mean square before the square root; must be > 0.
             Default 1e-6, the default of ``Qwen3Config`` and ``LlamaConfig`` in
             Hugging Face ``transformers``. (``torch.nn.RMSNorm``
-            with ``eps=None`` uses a machine epsilon instead: float32's, for float16,
-            bfloat16 and float32 inputs alike in torch 2.13, as the chapter "RMSNorm"
-            measures.)
+            with ``eps=None`` uses a machine epsilon instead, float32's for a float32
+            input; the chapter "RMSNorm" shows what that changes.)
         gain: initial value of every entry of ``weight`` (default 1.0).
 
     Shape:
@@ -71,7 +72,7 @@ class RMSNorm(nn.Module):
         self.eps = check_positive_float("eps", eps)
         self.weight = nn.Parameter(torch.full((self.num_hiddens,), float(gain)))
 
-    @shown_in("ch06")
+    @shown_in("ch05")
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize ``X``, shape ``(*, num_hiddens)``, over its last dimension; returns the same shape."""
         check_last_dim("X", X, self.num_hiddens)
@@ -194,8 +195,8 @@ class SequenceBatchNorm(nn.Module):
     ``nn.BatchNorm1d`` wants the features in dimension 1, ``(b, d, n)``; this
     wrapper transposes in and out. In training mode every feature is normalized
     by its mean and variance over all ``b * n`` positions, padding included; in
-    evaluation mode by the running estimates. Used to put BatchNorm into a
-    :class:`~d2lmini.block.TransformerBlock` (:func:`swap_layer_norms_for_batch_norm_`).
+    evaluation mode by the running estimates. The chapter "Normalization: why LayerNorm,
+    not BatchNorm" measures it (:func:`d2lmini.chapters.ch03_normalization.same_sentence_elsewhere`).
 
     Args:
         num_hiddens: ``d``.

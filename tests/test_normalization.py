@@ -7,21 +7,11 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-from d2lmini import TransformerBlock
 from d2lmini.chapters import ch03_normalization as nm
 from d2lmini.norms import SequenceBatchNorm
 
 
 # --- the norms by hand -------------------------------------------------------------
-
-def test_layer_norm_by_hand_matches_torch_with_gain_and_bias():
-    X = torch.randn(3, 7, 16) * 3 + 2
-    ln = nn.LayerNorm(16)
-    with torch.no_grad():
-        ln.weight.uniform_(0.5, 1.5)
-        ln.bias.normal_()
-        assert torch.allclose(nm.layer_norm_by_hand(X, ln.weight, ln.bias), ln(X), atol=1e-5)
-
 
 def test_batch_norm_by_hand_matches_torch_training_mode():
     X = torch.randn(4, 9, 16) * 2 - 1
@@ -34,13 +24,6 @@ def test_batch_norm_by_hand_matches_torch_training_mode():
         # the same on a flat (N, d) batch
         flat = X.reshape(-1, 16)
         assert torch.allclose(nm.batch_norm_by_hand(flat, bn.weight, bn.bias), bn(flat), atol=1e-5)
-
-
-def test_compare_with_torch_reports_tiny_deviations():
-    result = nm.compare_with_torch(seed=3)
-    assert result["layer_norm"] < 1e-5 and result["batch_norm"] < 1e-5 and result["running_var"] < 1e-5
-    assert result["n_positions"] == 40
-    assert result == nm.compare_with_torch(seed=3)
 
 
 def test_batch_norm_stats_with_valid_lens_use_only_the_real_tokens():
@@ -62,11 +45,11 @@ def test_batch_norm_of_a_single_position_is_the_bias():
 
 def test_hand_norms_reject_bad_arguments():
     with pytest.raises(TypeError, match="X"):
-        nm.layer_norm_by_hand(torch.ones(2, 3, dtype=torch.int64))
+        nm.batch_norm_by_hand(torch.ones(2, 3, dtype=torch.int64))
     with pytest.raises(ValueError, match="at least 2 dimensions"):
         nm.batch_norm_by_hand(torch.ones(5))
     with pytest.raises(ValueError, match="weight"):
-        nm.layer_norm_by_hand(torch.ones(2, 3), weight=torch.ones(4))
+        nm.batch_norm_by_hand(torch.ones(2, 3), weight=torch.ones(4))
     with pytest.raises(ValueError, match="eps"):
         nm.batch_norm_by_hand(torch.ones(2, 3), eps=0.0)
     with pytest.raises(ValueError, match="valid_lens"):
@@ -86,14 +69,6 @@ def test_sequence_batch_norm_wraps_batchnorm1d_and_checks_shapes():
         layer(torch.randn(2, 5, 7))
     with pytest.raises(ValueError, match="momentum"):
         SequenceBatchNorm(6, momentum=1.5)
-
-
-def test_swap_layer_norms_replaces_every_layer_norm():
-    block = nm.swap_layer_norms_for_batch_norm_(TransformerBlock(16, 2, norm="layer", placement="pre"))
-    assert not any(isinstance(m, nn.LayerNorm) for m in block.modules())
-    assert sum(isinstance(m, SequenceBatchNorm) for m in block.modules()) == 2
-    with pytest.raises(ValueError, match="no nn.LayerNorm"):
-        nm.swap_layer_norms_for_batch_norm_(nn.Linear(3, 3))
 
 
 # --- synthetic data ------------------------------------------------------------------
@@ -136,7 +111,7 @@ def test_the_global_rng_is_untouched():
     expected = torch.rand(3)
     torch.manual_seed(123)
     nm.padding_errors(padding=0.5, batch_size=8, max_len=20, num_hiddens=8)
-    nm.block_padding_check(batch_size=3, max_len=8, num_hiddens=16, num_heads=2)
+    nm.same_sentence_elsewhere(batch_size=3, num_steps=4, num_hiddens=8, warmup=3)
     assert torch.equal(torch.rand(3), expected)
 
 
@@ -184,7 +159,6 @@ def test_padding_sweep_errors_grow_with_padding_and_layer_norm_never_moves():
     assert errors == sorted(errors) and errors[-1] > 1.0
     assert max(sweep.column("layer_norm_max_delta")) < 1e-6
     assert len(sweep.curve_padding) == len(sweep.curve_var_error) > 50
-    assert list(sweep.table().columns)[0] == "padding share"
     with pytest.raises(ValueError, match="paddings"):
         nm.padding_sweep(())
 
@@ -197,40 +171,33 @@ def test_expected_stat_errors_formula():
     assert var_error == pytest.approx(((0.25 ** 2 + 0.875 ** 2) / (1 + 0.0625)) ** 0.5)
 
 
-def test_batch_norm_output_depends_on_the_batch_and_layer_norm_does_not():
-    rows = nm.batch_composition((2, 8), num_steps=8, num_hiddens=16, seed=0)
-    assert [r["batch_size"] for r in rows] == [2, 8]
-    for row in rows:
-        assert row["bn_rms_delta"] > 0.02 and row["bn_max_delta"] > 0.1
-        assert row["ln_max_delta"] < 1e-6 and row["ln_alone_max_delta"] < 1e-6
-    assert rows == nm.batch_composition((2, 8), num_steps=8, num_hiddens=16, seed=0)
-    with pytest.raises(ValueError, match="batch_sizes"):
-        nm.batch_composition((1, 4))
+def test_one_sentence_elsewhere_moves_batch_norm_and_not_layer_norm():
+    for seed in range(4):  # the chapter's margins, on other draws
+        rows = nm.same_sentence_elsewhere(seed=seed)
+        assert [r["setting"] for r in rows] == ["other batch mates", "evaluation mode", "one token at a time"]
+        for row in rows:
+            assert row["ln_max_delta"] < 1e-6
+            assert row["bn_max_delta"] > 0.2 and row["bn_rms_delta"] > 0.05
+        # generation runs BatchNorm in evaluation mode, position by position: the same output
+        assert abs(rows[2]["bn_max_delta"] - rows[1]["bn_max_delta"]) < 1e-6
+    assert rows == nm.same_sentence_elsewhere(seed=3)
 
 
-def test_running_statistics_lag_the_batch_statistics():
-    rows = nm.train_eval_mismatch((1, 5, 60), batch_size=4, num_steps=8, num_hiddens=16)
-    assert rows[0]["mean_error"] == pytest.approx(0.9, abs=1e-5)  # momentum 0.1: one tenth of the way
-    deltas = [r["output_rms_delta"] for r in rows]
-    assert deltas[0] > deltas[1] > deltas[2] > 0.01  # closer with time, never equal
-    with pytest.raises(ValueError, match="checkpoints"):
-        nm.train_eval_mismatch((5, 2))
+def test_more_batch_mates_move_batch_norm_less():
+    small, large = (nm.same_sentence_elsewhere(batch_size=b, num_steps=8, num_hiddens=16, warmup=4)[0]
+                    for b in (2, 64))
+    assert small["bn_rms_delta"] > 2 * large["bn_rms_delta"] > 0
 
 
-def test_a_batch_of_one_token_fails_batch_norm_but_not_layer_norm():
-    result = nm.batch_of_one(num_hiddens=16)
-    assert result["error_type"] == "ValueError"
-    assert "Expected more than 1 value per channel when training" in result["error_message"]
-    assert result["by_hand_max_dev_from_bias"] == 0.0
-    assert result["eval_output_finite"] is True
-    assert result["ln_alone_max_delta"] < 1e-6
-
-
-def test_in_the_block_only_batch_norm_sees_the_padding():
-    result = nm.block_padding_check(batch_size=4, max_len=16, padding=0.5, num_hiddens=16, num_heads=2)
-    assert result["layer_norm_max_delta"] < 1e-5
-    assert result["batch_norm_max_delta"] > 0.1 and result["batch_norm_rms_delta"] > 0.01
-    assert result == nm.block_padding_check(batch_size=4, max_len=16, padding=0.5, num_hiddens=16, num_heads=2)
+def test_same_sentence_elsewhere_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="batch_size"):
+        nm.same_sentence_elsewhere(batch_size=1)
+    with pytest.raises(ValueError, match="warmup"):
+        nm.same_sentence_elsewhere(warmup=1)
+    with pytest.raises(ValueError, match="momentum"):
+        nm.same_sentence_elsewhere(momentum=1.5)
+    with pytest.raises(TypeError, match="seed"):
+        nm.same_sentence_elsewhere(seed="0")
 
 
 # --- figures ---------------------------------------------------------------------------

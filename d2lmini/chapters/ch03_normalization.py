@@ -4,12 +4,13 @@ Introduced in the chapter "Normalization: why LayerNorm, not BatchNorm". Both
 norms compute ``(x - mean) / sqrt(var + eps)``, then a per-feature gain and bias.
 Batch normalization (Ioffe & Szegedy, 2015) takes ``mean`` and ``var`` of each
 feature over every position in the batch; layer normalization (Ba, Kiros &
-Hinton, 2016) takes them over the features of each token. This module holds both
-written by hand, a BatchNorm that accepts the book's ``(batch, num_steps,
-num_hiddens)`` tensors, synthetic padded batches of "token embeddings", and the
-chapter's measurements: the error padding causes in BatchNorm's statistics, how
-BatchNorm's output depends on the rest of the batch, the train/eval mismatch and
-the batch of one token at generation time.
+Hinton, 2016) takes them over the features of each token. The reader writes
+LayerNorm in the chapter; this module holds BatchNorm's statistics written by hand
+(with an optional mask for the real tokens), synthetic padded batches of "token
+embeddings", and the chapter's two measurements: what padding does to BatchNorm's
+statistics (:func:`padding_measurements`, :func:`padding_sweep`) and how one
+sentence's BatchNorm output changes with its batch mates, between training and
+evaluation mode and one token at a time (:func:`same_sentence_elsewhere`).
 
 Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 """
@@ -24,10 +25,9 @@ from torch import nn
 
 from .._checks import check_seed as _check_seed
 from .._shown import shown_in
-from .._checks import (check_float_tensor, check_instance, check_int_sequence, check_positive_float,
-                       check_positive_int, check_probability, check_sequence, check_vector)
+from .._checks import (check_float_tensor, check_instance, check_int_at_least, check_int_sequence,
+                       check_positive_float, check_positive_int, check_probability, check_sequence, check_vector)
 from ..attention import valid_lens_mask
-from ..block import TransformerBlock
 from ..norms import SequenceBatchNorm
 from ..plot import CELL_COLORS, NORM_COLORS, styled_figure
 from ..seeding import seeded
@@ -46,36 +46,6 @@ def _affine(Y: torch.Tensor, weight, bias) -> torch.Tensor:
     return Y
 
 
-@shown_in("ch03")
-def layer_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                       eps: float = EPS) -> torch.Tensor:
-    r"""Layer normalization written out: statistics over the features of each token.
-
-    For every token ``x`` (a row of length ``d``):
-    ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias`` with the biased
-    variance ``var(x) = mean((x - mean(x))**2)``, as in Ba, Kiros & Hinton (2016)
-    and ``torch.nn.LayerNorm``.
-
-    Args:
-        X: ``(*, d)``, any number of leading dimensions (e.g. ``(b, n, d)``).
-        weight, bias: ``(d,)`` gain and bias, or ``None`` (gain 1, bias 0).
-        eps: added to the variance, > 0.
-
-    Returns:
-        A tensor of ``X``'s shape.
-
-    Raises:
-        TypeError / ValueError: for a non-float ``X``, fewer than 2 dimensions,
-            a gain/bias of the wrong shape or a non-positive ``eps``.
-    """
-    check_float_tensor("X", X, min_dim=2)
-    eps = check_positive_float("eps", eps)
-    mean = X.mean(dim=-1, keepdim=True)
-    var = (X - mean).pow(2).mean(dim=-1, keepdim=True)
-    return _affine((X - mean) / torch.sqrt(var + eps), weight, bias)
-
-
-@shown_in("ch03")
 def batch_norm_stats(X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """BatchNorm's per-feature mean and biased variance over the positions of a batch.
 
@@ -137,29 +107,6 @@ def batch_norm_by_hand(X: torch.Tensor, weight: torch.Tensor | None = None, bias
     eps = check_positive_float("eps", eps)
     mean, var = batch_norm_stats(X, valid_lens)
     return _affine((X - mean) / torch.sqrt(var + eps), weight, bias)
-
-
-def swap_layer_norms_for_batch_norm_(module: nn.Module) -> nn.Module:
-    """Replace every ``nn.LayerNorm`` inside ``module`` by a fresh :class:`SequenceBatchNorm`, in place.
-
-    Args:
-        module: e.g. a ``TransformerBlock(..., norm='layer')``.
-
-    Returns:
-        ``module``, for chaining.
-
-    Raises:
-        ValueError: if ``module`` holds no ``nn.LayerNorm``.
-    """
-    swapped = 0
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.LayerNorm):
-                setattr(parent, name, SequenceBatchNorm(child.normalized_shape[-1], eps=child.eps))
-                swapped += 1
-    if swapped == 0:
-        raise ValueError(f"module holds no nn.LayerNorm to swap: {type(module).__name__}")
-    return module
 
 
 # ----------------------------------------------------------------------------------
@@ -311,45 +258,6 @@ def _max_abs(A: torch.Tensor, B: torch.Tensor) -> float:
     return float((A.double() - B.double()).abs().max())
 
 
-@shown_in("ch03")
-def compare_with_torch(batch_size: int = 4, num_steps: int = 10, num_hiddens: int = 64, seed: int = 0) -> dict:
-    """Check the hand-written norms against PyTorch's layers, with random gains and biases.
-
-    ``X`` is ``(b, n, d)`` from :func:`token_embeddings`; ``nn.BatchNorm1d`` runs in
-    training mode on ``X`` transposed to ``(b, d, n)``. Chapter "Normalization".
-
-    Returns:
-        dict of floats: ``layer_norm`` and ``batch_norm`` (``max |ours - PyTorch's|``),
-        ``running_var`` (``max |running_var - (0.9 + 0.1 * unbiased variance)|`` after
-        one training step) and ``n_positions`` (``b * n``).
-
-    Raises:
-        TypeError / ValueError: for bad sizes or seed.
-    """
-    seed = _check_seed(seed)
-    X = token_embeddings(batch_size, num_steps, num_hiddens, seed=seed, feature_seed=seed)
-    with seeded(seed + 7):
-        weight, bias = 1 + 0.1 * torch.randn(num_hiddens), 0.1 * torch.randn(num_hiddens)
-    ln, bn = nn.LayerNorm(num_hiddens), nn.BatchNorm1d(num_hiddens)
-    with torch.no_grad():
-        for layer in (ln, bn):
-            layer.weight.copy_(weight)
-            layer.bias.copy_(bias)
-        bn.train()
-        ours_ln = layer_norm_by_hand(X, weight, bias)
-        ours_bn = batch_norm_by_hand(X, weight, bias)
-        theirs_bn = bn(X.transpose(1, 2)).transpose(1, 2)
-        n = X.shape[0] * X.shape[1]
-        unbiased = batch_norm_stats(X)[1] * n / (n - 1)
-        return {
-            "layer_norm": _max_abs(ours_ln, ln(X)),
-            "batch_norm": _max_abs(ours_bn, theirs_bn),
-            "running_var": _max_abs(bn.running_var, 0.9 + 0.1 * unbiased),
-            "n_positions": n,
-        }
-
-
-@shown_in("ch03")
 def expected_stat_errors(padding: float, feature_mean: torch.Tensor, feature_scale: torch.Tensor) -> tuple:
     r"""What padding does to BatchNorm's statistics, from the formula.
 
@@ -497,16 +405,6 @@ class PaddingSweep:
         """One attribute of every result, e.g. ``sweep.column('var_error')``."""
         return [getattr(r, name) for r in self.results]
 
-    def table(self):
-        """A pandas DataFrame, one row per padding share (the chapter's table)."""
-        import pandas as pd  # the book has pandas; the package itself does not need it
-
-        columns = {"padding_share": "padding share", "mean_len": "mean length",
-                   "mean_error": "mean error", "var_error": "variance error",
-                   "output_rms_error": "BN output error (RMS)", "layer_norm_max_delta": "LN max Δ"}
-        frame = pd.DataFrame([{k: getattr(r, k) for k in columns} for r in self.results])
-        return frame.rename(columns=columns)
-
 
 def padding_sweep(paddings=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), batch_size: int = 32,
                   max_len: int = 100, num_hiddens: int = 64, seed: int = 0) -> PaddingSweep:
@@ -532,153 +430,52 @@ def padding_sweep(paddings=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), b
 
 
 @shown_in("ch03")
-def batch_composition(batch_sizes=(2, 8, 32), num_steps: int = 16, num_hiddens: int = 64, seed: int = 0) -> list[dict]:
-    """The same sequence normalized inside two different batches, by BatchNorm and by LayerNorm.
+def same_sentence_elsewhere(batch_size: int = 8, num_steps: int = 16, num_hiddens: int = 64, warmup: int = 100,
+                            momentum: float = 0.1, seed: int = 0) -> list[dict]:
+    """One sentence normalized in three other settings, by BatchNorm and by LayerNorm.
 
-    For each batch size ``b``, one fixed sequence of ``num_steps`` tokens (``(1, n, d)``,
-    from :func:`token_embeddings`) is put first into batches A and B of ``b``
-    sequences that differ in all the others; BatchNorm (training mode) and LayerNorm
-    normalize both, and LayerNorm also the sequence alone. Chapter "Normalization".
-
-    Returns:
-        One dict per batch size: ``batch_size``, ``bn_max_delta`` and ``bn_rms_delta``
-        (max and RMS of ``|output in A - output in B|`` for BatchNorm), ``ln_max_delta``
-        (the same for LayerNorm), ``ln_alone_max_delta`` (LayerNorm in A versus alone).
-
-    Raises:
-        TypeError / ValueError: for a batch size below 2 or other bad arguments.
-    """
-    batch_sizes = check_int_sequence("batch_sizes", batch_sizes, minimum=2)
-    seed = _check_seed(seed)
-    rows = []
-    for b in batch_sizes:
-        pool = token_embeddings(2 * b - 1, num_steps, num_hiddens, seed=seed + 1000 * b, feature_seed=seed)
-        batch_a = pool[:b]
-        batch_b = torch.cat([pool[:1], pool[b:]])
-        bn = SequenceBatchNorm(num_hiddens).train()
-        ln = nn.LayerNorm(num_hiddens)
-        with torch.no_grad():
-            bn_a, bn_b = bn(batch_a)[0], bn(batch_b)[0]
-            ln_a, ln_b, ln_alone = ln(batch_a)[0], ln(batch_b)[0], ln(pool[:1])[0]
-        rows.append({"batch_size": b, "bn_max_delta": _max_abs(bn_a, bn_b),
-                     "bn_rms_delta": float((bn_a - bn_b).pow(2).mean().sqrt()),
-                     "ln_max_delta": _max_abs(ln_a, ln_b), "ln_alone_max_delta": _max_abs(ln_a, ln_alone)})
-    return rows
-
-
-@shown_in("ch03")
-def train_eval_mismatch(checkpoints=(1, 2, 5, 10, 20, 50, 100), batch_size: int = 8, num_steps: int = 16,
-                        num_hiddens: int = 64, momentum: float = 0.1, seed: int = 0) -> list[dict]:
-    """How far BatchNorm's running statistics (eval mode) are from the current batch's (train mode).
-
-    A :class:`SequenceBatchNorm` sees a stream of ``(b, n, d)`` training batches of
-    :func:`token_embeddings`; after ``k`` of them (``k`` in ``checkpoints``, increasing)
-    the batch just seen is normalized again in evaluation mode, with the running
-    estimates (Ioffe & Szegedy, 2015: population statistics at inference; PyTorch's
-    moving average starts at mean 0, variance 1). Chapter "Normalization".
+    A sentence of ``num_steps`` tokens (:func:`token_embeddings`, ``(1, n, d)``) is
+    first in batch A of ``batch_size`` sentences; its output there, in training mode,
+    is the reference. It is then normalized (1) in training mode in batch B, whose
+    other sentences differ; (2) in batch A in evaluation mode, after ``warmup``
+    training batches have set BatchNorm's running statistics (Ioffe & Szegedy, 2015:
+    population statistics at inference; PyTorch starts them at mean 0, variance 1 and
+    moves them by ``momentum`` per batch); (3) one token at a time, as generation feeds
+    it, in evaluation mode, the only mode in which BatchNorm accepts a single token.
+    LayerNorm (``nn.LayerNorm``) gets the same inputs. Chapter "Normalization".
 
     Returns:
-        One dict per checkpoint: ``batches`` (``k``), ``mean_error``
-        (``||running_mean - batch mean|| / ||batch mean||``), ``var_error`` (the same
-        for the variances) and ``output_rms_delta`` (RMS of train- minus eval-mode output).
+        One dict per setting: ``setting``, ``bn_max_delta`` and ``bn_rms_delta`` (the
+        largest and the RMS ``|output - reference|`` of BatchNorm over the sentence's
+        ``n * d`` entries, in units of one standard deviation) and ``ln_max_delta``
+        (the largest for LayerNorm).
 
     Raises:
-        TypeError / ValueError: for empty or non-increasing checkpoints or bad sizes.
+        TypeError / ValueError: for ``batch_size`` or ``warmup`` below 2, a momentum
+            outside ``[0, 1)`` or other bad sizes or seed.
     """
-    checkpoints = check_int_sequence("checkpoints", checkpoints, increasing=True)
-    seed = _check_seed(seed)
-    bn = SequenceBatchNorm(num_hiddens, momentum=momentum)
-    rows, wanted = [], set(checkpoints)
+    check_int_at_least("batch_size", batch_size, 2, "the sentence needs batch mates")
+    warmup = check_int_at_least("warmup", warmup, 2, "batches A and B are the first two")
+    sentence = token_embeddings(1, num_steps, num_hiddens, seed=seed, feature_seed=seed)
+
+    def batch(k):  # the sentence first, then batch_size - 1 other sentences drawn with seed k
+        others = token_embeddings(batch_size - 1, num_steps, num_hiddens, seed=seed + k, feature_seed=seed)
+        return torch.cat([sentence, others])
+
+    bn, ln = SequenceBatchNorm(num_hiddens, momentum=momentum).train(), nn.LayerNorm(num_hiddens)
+    tokens = [sentence[:, t:t + 1] for t in range(num_steps)]  # generation: (1, 1, d) at a time
     with torch.no_grad():
-        for k in range(1, checkpoints[-1] + 1):
-            X = token_embeddings(batch_size, num_steps, num_hiddens, seed=seed + k, feature_seed=seed)
-            bn.train()
-            Y_train = bn(X)
-            if k not in wanted:
-                continue
-            bn.eval()
-            Y_eval = bn(X)
-            mean, var = batch_norm_stats(X)
-            rows.append({"batches": k,
-                         "mean_error": float((bn.bn.running_mean - mean).norm() / mean.norm()),
-                         "var_error": float((bn.bn.running_var - var).norm() / var.norm()),
-                         "output_rms_delta": float((Y_train - Y_eval).pow(2).mean().sqrt())})
-    return rows
-
-
-@shown_in("ch03")
-def batch_of_one(num_hiddens: int = 64, seed: int = 0) -> dict:
-    """Generation's batch of one token, ``(1, 1, d)``: what BatchNorm and LayerNorm do with it.
-
-    Chapter "Normalization" (Ba, Kiros & Hinton, 2016: LayerNorm does not depend on the batch).
-
-    Returns:
-        dict: ``error_type``, ``error_message`` (what ``nn.BatchNorm1d`` raises in training
-        mode, or ``None``); ``by_hand_max_dev_from_bias`` (largest ``|output - bias|`` of our
-        training-mode BatchNorm over 5 single tokens); ``eval_output_finite`` (evaluation
-        mode runs); ``ln_alone_max_delta`` (largest ``|LayerNorm(token alone) -
-        LayerNorm(token inside a batch of 8 x 16)|``).
-
-    Raises:
-        TypeError / ValueError: for bad ``num_hiddens`` or ``seed``.
-    """
-    seed = _check_seed(seed)
-    tokens = token_embeddings(5, 1, num_hiddens, seed=seed, feature_seed=seed)
-    bn = SequenceBatchNorm(num_hiddens).train()
-    error_type = error_message = None
-    with torch.no_grad():
-        try:
-            bn(tokens[:1])
-        except ValueError as error:  # what PyTorch raises; anything else propagates
-            error_type, error_message = type(error).__name__, str(error)
-        bias = 0.1 * torch.arange(num_hiddens, dtype=torch.float32)
-        dev = max(_max_abs(batch_norm_by_hand(t[None], bias=bias), bias.expand(1, 1, -1)) for t in tokens)
-        eval_ok = bool(torch.isfinite(bn.eval()(tokens[:1])).all())
-        batch = token_embeddings(8, 16, num_hiddens, seed=seed + 1, feature_seed=seed)
-        batch[3, 5] = tokens[0, 0]
-        ln = nn.LayerNorm(num_hiddens)
-        ln_delta = _max_abs(ln(tokens[:1])[0, 0], ln(batch)[3, 5])
-    return {"error_type": error_type, "error_message": error_message, "by_hand_max_dev_from_bias": dev,
-            "eval_output_finite": eval_ok, "ln_alone_max_delta": ln_delta}
-
-
-@shown_in("ch03")
-def block_padding_check(batch_size: int = 8, max_len: int = 32, padding: float = 0.5, num_hiddens: int = 64,
-                        num_heads: int = 4, seed: int = 0) -> dict:
-    """The whole block: does a sequence's output depend on the padded batch it is in?
-
-    A pre-LN :class:`~d2lmini.block.TransformerBlock` and a copy whose LayerNorms are
-    :class:`SequenceBatchNorm` (training mode) are applied to a :func:`padded_batch`
-    ``(b, n, d)`` with ``valid_lens`` and to every sequence alone. Chapter "Normalization".
-
-    Returns:
-        dict: ``layer_norm_max_delta``, ``batch_norm_max_delta`` (largest ``|output in the
-        batch - output alone|`` over all real tokens), ``batch_norm_rms_delta`` (its RMS)
-        and ``padding_share``.
-
-    Raises:
-        TypeError / ValueError: for bad sizes, padding or seed.
-    """
-    seed = _check_seed(seed)
-    batch = padded_batch(batch_size, max_len, padding, num_hiddens, seed)
-    with seeded(seed):
-        ln_block = TransformerBlock(num_hiddens, num_heads, norm="layer", placement="pre")
-        bn_block = TransformerBlock(num_hiddens, num_heads, norm="layer", placement="pre")
-    bn_block.load_state_dict(ln_block.state_dict())
-    swap_layer_norms_for_batch_norm_(bn_block).train()
-    out = {"padding_share": batch.padding_share}
-    with torch.no_grad():
-        for name, block in (("layer_norm", ln_block), ("batch_norm", bn_block)):
-            in_batch = block(batch.X, batch.valid_lens)
-            diffs = []
-            for b, length in enumerate(batch.valid_lens.tolist()):
-                alone = block(batch.X[b:b + 1, :length].clone())
-                diffs.append((in_batch[b, :length] - alone[0]).double().flatten())
-            diff = torch.cat(diffs)
-            out[f"{name}_max_delta"] = float(diff.abs().max())
-            if name == "batch_norm":
-                out["batch_norm_rms_delta"] = float(diff.pow(2).mean().sqrt())
-    return out
+        bn_ref, bn_other = bn(batch(1))[0], bn(batch(2))[0]  # training mode: the batch's statistics
+        for k in range(3, warmup + 1):  # more training batches move the running statistics
+            bn(batch(k))
+        bn.eval()  # evaluation mode: the running statistics
+        bn_eval, bn_tokens = bn(batch(1))[0], torch.cat([bn(x)[0] for x in tokens])
+        ln_ref, ln_other, ln_tokens = ln(batch(1))[0], ln(batch(2))[0], torch.cat([ln(x)[0] for x in tokens])
+        ln_eval = ln.eval()(batch(1))[0]
+    settings = {"other batch mates": (bn_other, ln_other), "evaluation mode": (bn_eval, ln_eval),
+                "one token at a time": (bn_tokens, ln_tokens)}
+    return [{"setting": name, "bn_max_delta": _max_abs(b, bn_ref), "ln_max_delta": _max_abs(l, ln_ref),
+             "bn_rms_delta": float((b - bn_ref).pow(2).mean().sqrt())} for name, (b, l) in settings.items()]
 
 
 # ----------------------------------------------------------------------------------
@@ -748,10 +545,11 @@ def plot_norm_axes(lengths=(4, 2, 3), num_hiddens: int = 5):
 def plot_padding_sweep(sweep: PaddingSweep, mark: float | None = None):
     """Plot BatchNorm's statistic errors and the resulting output error against the padding share.
 
-    Left: relative error of the per-feature mean and variance (measured points;
-    the formula of :func:`expected_stat_errors` dashed). Right: RMS error of
-    the normalized real tokens for BatchNorm with all-position statistics, and
-    LayerNorm's largest change (zero).
+    Left: relative error of the per-feature mean and variance, measured (hollow
+    markers) and from the formula of :func:`expected_stat_errors` (lines drawn on top,
+    so that both stay visible where they coincide). Right: RMS error of the normalized
+    real tokens for BatchNorm with all-position statistics, and LayerNorm's largest
+    change (zero).
 
     Args:
         sweep: a :class:`PaddingSweep`.
@@ -767,25 +565,28 @@ def plot_padding_sweep(sweep: PaddingSweep, mark: float | None = None):
     share = [100 * p for p in sweep.column("padding_share")]
     grid = [100 * p for p in sweep.curve_padding]
     bn, ln = NORM_COLORS["batch"], NORM_COLORS["layer"]
+    hollow = dict(linestyle="none", markerfacecolor="white", markersize=8, markeredgewidth=1.6, zorder=2)
     with styled_figure(2, width=8.0, height=3.0) as (fig, axes):
         ax = axes[0]
-        ax.plot(grid, sweep.curve_mean_error, color="0.45", linestyle="--", linewidth=1.2)
-        ax.plot(grid, sweep.curve_var_error, color="0.45", linestyle=":", linewidth=1.2)
-        ax.plot(share, sweep.column("mean_error"), "o-", color=bn, label="mean")
-        ax.plot(share, sweep.column("var_error"), "s-", color=bn, alpha=0.6, label="variance")
-        ax.plot([], [], color="0.45", linestyle="--", linewidth=1.2, label="formula")
+        ax.plot(share, sweep.column("mean_error"), "o", color=bn, label="mean, measured", **hollow)
+        ax.plot(share, sweep.column("var_error"), "s", color="#7d3c98", label="variance, measured", **hollow)
+        ax.plot(grid, sweep.curve_mean_error, color="0.15", linestyle="-", linewidth=1.0, zorder=3,
+                label="mean, formula")
+        ax.plot(grid, sweep.curve_var_error, color="0.15", linestyle="--", linewidth=1.0, zorder=3,
+                label="variance, formula")
         ax.set(xlabel="padding share (%)", ylabel="relative error",
                title="BatchNorm's per-feature statistics")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize=9)
+        ax.set_ylim(-0.05, 1.25)
         ax = axes[1]
         ax.plot(share, sweep.column("output_rms_error"), "o-", color=bn, label="BatchNorm (RMS)")
-        ax.plot(share, sweep.column("layer_norm_max_delta"), "o-", color=ln, label="LayerNorm (max |Δ|)")
+        ax.plot(share, sweep.column("layer_norm_max_delta"), "s-", color=ln, label="LayerNorm (max |Δ|)")
         ax.set(xlabel="padding share (%)", ylabel="error (units of σ)",
                title="Normalized real tokens")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize=9)
+        ax.set_ylim(bottom=-0.1)
         for ax in axes:
-            ax.set_xlim(0, 100)
-            ax.set_ylim(bottom=0)
+            ax.set_xlim(-3, 100)
             if mark is not None:
-                ax.axvline(100 * mark, color="0.4", linestyle=":", linewidth=1)
+                ax.axvline(100 * mark, color="0.4", linestyle=":", linewidth=1, zorder=1)
     return fig
