@@ -282,7 +282,7 @@ def probe_memory_bytes(depth: int = 32, num_hiddens: int = 128, num_heads: int =
     return 3 * size * depth * per_block // 2
 
 
-@shown_in("ch04", "ch05")
+@shown_in("ch04", "ch10")
 def measure_stack(blocks: nn.ModuleList, final_norm: nn.Module | None, X: torch.Tensor, R: torch.Tensor):
     r"""The measurements of :func:`probe_depth`: one forward and one backward pass through ``blocks``.
 

@@ -231,7 +231,7 @@ def lockstep_losses(models: list[nn.Module], vectorize: bool = False):
     return losses_of
 
 
-@shown_in("ch02", "ch09")
+@shown_in("ch02", "ch07")
 def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: bool = True) -> list[float]:
     """One training step of :func:`train_models`: score every model's batch, then one AdamW update.
 
@@ -371,7 +371,7 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     return log
 
 
-@shown_in("ch06")
+@shown_in("ch05")
 def train_and_evaluate(corpus: CharCorpus, seeds, model_kwargs, num_steps: int, batch_size: int, seq_len: int,
                        lr: float, warmup_steps: int = 0, schedule: str = "constant",
                        eval_batches: int = 8) -> tuple[TrainLog, list[float]]:

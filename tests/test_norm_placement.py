@@ -1,4 +1,4 @@
-"""The chapter "Where the norm goes": the measurement it prints, ``d2lmini.probes.measure_stack``."""
+"""The chapter "Where the norm goes": the measurement it prints (``d2lmini.probes.measure_stack``), its training runs and its figures."""
 
 from __future__ import annotations
 
@@ -49,90 +49,111 @@ def test_probe_depth_reports_what_measure_stack_measures():
                                            seed=1).stream_rms
 
 
-@pytest.mark.parametrize("name", ["placement", "lr", "seed"])
-def test_warmup_comparison_sets_placement_lr_and_seed_itself(name):
-    from d2lmini.chapters.ch04_norm_placement import warmup_comparison
-
-    with pytest.raises(TypeError, match=name):
-        warmup_comparison(None, **{name: 1})  # refused before any training
+# --------------------------------------------------------------------------- training
 
 
-_TINY = dict(num_hiddens=16, num_heads=2, num_layers=2, norm="layer", act="relu", bias=True)
+_TINY = dict(num_steps=3, batch_size=2, seq_len=8, eval_batches=1)
 
 
-def test_train_seeds_trains_each_seed_as_train_lm_does():
-    from d2lmini.chapters.ch04_norm_placement import train_seeds
+@pytest.fixture(scope="module")
+def corpus():
     from d2lmini.data import python_reference_corpus
+
+    return python_reference_corpus()
+
+
+def test_train_placements_trains_each_run_as_train_lm_does(corpus):
+    from d2lmini.chapters.ch04_norm_placement import TRAINING_MODEL, train_placements
     from d2lmini.train import train_lm
 
-    corpus = python_reference_corpus()
-    runs = train_seeds(corpus, seeds=(3, 5), num_steps=6, batch_size=4, seq_len=16, lr=1e-2, warmup_steps=3,
-                       eval_batches=2, placement="post", **_TINY)
-    assert [run.config["seed"] for run in runs] == [3, 5]
-    for seed, run in zip((3, 5), runs):
-        alone = train_lm(corpus, num_steps=6, batch_size=4, seq_len=16, lr=1e-2, warmup_steps=3, eval_every=6,
-                         eval_batches=2, seed=seed, placement="post", **_TINY)
+    runs = train_placements(corpus, num_layers=2, lr=1e-2, runs=(("post", 1), ("pre", 1), ("post", 1 / 4)),
+                            warmup_steps=2, seed=3, **_TINY)
+    assert [(r.config["placement"], r.config["lr"]) for r in runs] == [("post", 1e-2), ("pre", 1e-2), ("post", 2.5e-3)]
+    for run in runs:
+        alone = train_lm(corpus, num_steps=3, batch_size=2, seq_len=8, lr=run.config["lr"], warmup_steps=2,
+                         eval_every=3, eval_batches=1, seed=3, num_layers=2, placement=run.config["placement"],
+                         **TRAINING_MODEL)
         assert run.train_loss == pytest.approx(alone.train_loss, rel=1e-5)
         assert run.val_loss == pytest.approx(alone.val_loss, rel=1e-5)
-        assert run.lr == alone.lr and not run.diverged
+        assert run.lr == pytest.approx(alone.lr) and not run.diverged
 
 
-def test_warmup_comparison_runs_every_configuration_at_every_rate():
-    from d2lmini.chapters.ch04_norm_placement import WARMUP_RUNS, warmup_comparison, warmup_table
-    from d2lmini.data import python_reference_corpus
+@pytest.mark.parametrize("runs, error", [("post", TypeError), ((), TypeError), ((("post",),), TypeError),
+                                         ((("middle", 1),), ValueError), ((("pre", 0),), ValueError)])
+def test_train_placements_rejects_bad_runs(corpus, runs, error):
+    from d2lmini.chapters.ch04_norm_placement import train_placements
 
-    runs = warmup_comparison(python_reference_corpus(), lrs=(1e-3, 1e-2), seeds=(0, 1), num_steps=4,
-                             warmup_steps=2, batch_size=2, seq_len=8, eval_batches=1, **_TINY)
-    assert list(runs) == [(lr, label) for lr in (1e-3, 1e-2) for label, _, _ in WARMUP_RUNS]
-    for (lr, label), results in runs.items():
-        placement, warm = {l: (p, w) for l, p, w in WARMUP_RUNS}[label]
-        assert [r.config["placement"] for r in results] == [placement] * 2
-        assert [r.config["warmup_steps"] for r in results] == [2 if warm else 0] * 2
-        assert max(results[0].lr) == lr
-    table = warmup_table(runs)
-    assert list(table.columns) == ["seed 0", "seed 1", "mean", "std", "diverged"]
-    row = table.loc[(1e-2, "pre-LN, no warm-up")]
-    values = [r.val_loss[-1] for r in runs[(1e-2, "pre-LN, no warm-up")]]
-    assert row["mean"] == pytest.approx(sum(values) / 2)
-    assert row["std"] == pytest.approx(abs(values[0] - values[1]) / math.sqrt(2))
+    with pytest.raises(error, match="runs"):
+        train_placements(corpus, num_layers=1, lr=1e-2, runs=runs, **_TINY)
 
 
-def test_warmup_table_leaves_diverged_seeds_out_of_the_mean():
-    from d2lmini.chapters.ch04_norm_placement import warmup_table
+def test_training_table_names_each_run_within_its_depth():
+    from d2lmini.chapters.ch04_norm_placement import plot_training, training_table
     from d2lmini.train import TrainResult
 
-    results = [TrainResult({"seed": s}, val_loss=[v], diverged=not math.isfinite(v))
-               for s, v in ((0, 2.0), (1, math.nan), (2, 3.0))]
-    row = warmup_table({(0.01, "x"): results}).iloc[0]
-    assert row["mean"] == pytest.approx(2.5) and row["diverged"] == 1
-    assert math.isnan(row["seed 1"])
-    with pytest.raises(TypeError, match="runs"):
-        warmup_table([results])
+    def result(placement, num_layers, lr, warmup_steps, loss):
+        config = dict(placement=placement, num_layers=num_layers, lr=lr, warmup_steps=warmup_steps)
+        return TrainResult(config, train_loss=[4.0, loss], val_steps=[2], val_loss=[loss])
+
+    results = [result("post", 8, 0.02, 0, 3.2), result("pre", 8, 0.02, 0, 2.5), result("post", 8, 0.005, 0, 2.4),
+               result("post", 8, 0.02, 75, 3.3), result("post", 2, 0.003, 0, 2.41)]
+    table = training_table(results)
+    assert list(table.index) == [(8, "post-LN"), (8, "pre-LN"), (8, "post-LN, rate / 4"),
+                                 (8, "post-LN, warm-up 75"), (2, "post-LN")]
+    assert table.loc[(8, "post-LN, warm-up 75"), "warm-up steps"] == 75
+    assert table["validation loss"].tolist() == [3.2, 2.5, 2.4, 3.3, 2.41]
+    fig = plot_training(results, reference=3.0)
+    assert [ax.get_title() for ax in fig.axes] == ["8 blocks, peak rate 0.02", "2 blocks, peak rate 0.003"]
+    with pytest.raises(TypeError, match="results"):
+        training_table({"post": results[0]})
 
 
-def test_last_block_gradients_reads_block_L_of_each_probe():
-    from d2lmini.chapters.ch04_norm_placement import BLOCK_WEIGHTS, last_block_gradients
+def test_frequency_loss_is_the_cross_entropy_of_the_training_frequencies():
+    from d2lmini.chapters.ch04_norm_placement import frequency_loss
+    from d2lmini.data import CharCorpus
 
-    sizes = dict(num_hiddens=16, num_heads=2, num_steps=8)
-    table = last_block_gradients(depths=(1, 3), placements=("pre",), seeds=(0, 2), **sizes)
-    assert list(table.index) == [("pre", 1, 0), ("pre", 1, 2), ("pre", 3, 0), ("pre", 3, 2)]
-    probe = probe_depth("pre", depth=3, seed=2, **sizes)
-    row = table.loc[("pre", 3, 2)]
-    assert [row[w] for w in BLOCK_WEIGHTS] == pytest.approx([probe.grad_norms[w][2] for w in BLOCK_WEIGHTS])
-    assert row["all"] == pytest.approx(math.sqrt(sum(row[w] ** 2 for w in BLOCK_WEIGHTS)))
-    with pytest.raises(ValueError, match="depths"):
-        last_block_gradients(depths=(0, 2), **sizes)
+    corpus = CharCorpus.from_text("aab" * 400 + "abc", val_fraction=0.1)
+    counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double() + 1
+    expected = -sum(math.log(counts[c] / counts.sum()) for c in corpus.val.tolist()) / len(corpus.val)
+    assert frequency_loss(corpus) == pytest.approx(float(expected))
+    with pytest.raises(TypeError, match="corpus"):
+        frequency_loss("aab")
 
 
-def test_depth_exponents_recovers_a_power_law():
-    import pandas as pd
+# --------------------------------------------------------------------------- five placements
 
-    from d2lmini.chapters.ch04_norm_placement import depth_exponents
 
-    index = pd.MultiIndex.from_tuples([(p, L, s) for p in ("post", "pre") for L in (2, 8, 32) for s in (0, 1)],
-                                      names=["placement", "L", "seed"])
-    values = [3.0 * (L ** -0.5 if p == "pre" else 1.0) * (1.1 if s else 0.9) for p, L, s in index]
-    table = pd.DataFrame({"W_2": values}, index=index)
-    assert depth_exponents(table) == pytest.approx({"post": 0.0, "pre": -0.5}, abs=1e-12)
-    with pytest.raises(ValueError, match="column"):
-        depth_exponents(table, "W_9")
+_SMALL = dict(num_hiddens=16, num_heads=2, num_steps=8, dtype=torch.float64)
+
+
+def test_plot_placements_gives_each_placement_its_line_style():
+    from d2lmini.chapters.ch04_norm_placement import PLACEMENT_STYLES, plot_placements, probe_placements
+
+    probes = probe_placements(4, **_SMALL)
+    fig = plot_placements(probes)
+    for ax in fig.axes:
+        assert [line.get_linestyle() for line in ax.get_lines()] == [
+            {"-": "-", "--": "--", ":": ":", "-.": "-."}[PLACEMENT_STYLES[p]["linestyle"]] for p in probes]
+    assert len(fig.legends) == 1
+    with pytest.raises(TypeError, match="probes"):
+        plot_placements(list(probes.values()))
+
+
+def test_static_explorer_uses_known_probes_instead_of_probing_again(monkeypatch):
+    import d2lmini
+    from d2lmini.chapters import ch04_norm_placement as chapter
+
+    known = chapter.probe_placements(4, **_SMALL)
+    fresh = d2lmini.depth_explorer_static(depths=(2, 4), norms=("layer",), **_SMALL).to_html()
+    calls = []
+    original = chapter.probe_placements
+    monkeypatch.setattr(chapter, "probe_placements", lambda *a, **k: calls.append(a) or original(*a, **k))
+    reused = d2lmini.depth_explorer_static(depths=(2, 4), norms=("layer",), known=known.values(), **_SMALL)
+    assert reused.to_html() == fresh
+    assert sorted(depth for depth, _ in calls) == [2] * 5  # only the depth the known probes lack
+    other_seed = chapter.probe_placements(4, placements=("post",), seed=1, **_SMALL).values()
+    calls.clear()
+    d2lmini.depth_explorer_static(depths=(4,), placements=("post",), norms=("layer",), known=other_seed, **_SMALL)
+    assert len(calls) == 1  # a probe of another seed is not this twin's
+    with pytest.raises(TypeError, match="known"):
+        d2lmini.depth_explorer_static(depths=(4,), norms=("layer",), known=[1.0], **_SMALL)

@@ -2,13 +2,13 @@
 
 * :func:`probe_placements` and :func:`depth_table` -- the depth experiment at
   initialization for every placement (the measurement itself is
-  :func:`d2lmini.probes.probe_depth`);
+  :func:`d2lmini.probes.probe_depth`); :func:`plot_placements` draws it for several
+  placements at once;
 * :func:`draw_placement_diagrams` -- one drawn block diagram per placement;
-* :func:`last_block_gradients`, :func:`depth_exponents` and :func:`plot_last_block_gradients`
-  -- the last block's gradient norm against the depth (Xiong et al., 2020);
-* :func:`warmup_comparison`, :func:`warmup_table` and :func:`plot_warmup_runs` -- post-LN with and without
-  learning-rate warm-up against pre-LN, at several peak learning rates, the seeds of each
-  configuration trained in lockstep (:func:`train_seeds`);
+* :func:`train_placements`, :func:`training_table`, :func:`plot_training` and
+  :func:`frequency_loss` -- post-LN against pre-LN in training: small character language
+  models of one depth and peak learning rate, trained in lockstep from the same weights
+  and batches, with or without learning-rate warm-up (Xiong et al., 2020);
 * :class:`DepthExplorer`, :func:`depth_explorer` and :func:`depth_explorer_static` --
   the depth, placement and norm sliders, live and pre-computed.
 """
@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import math
 
-from .._checks import (check_choice, check_int_in, check_int_sequence, check_positive_floats, check_positive_int,
-                       check_seeds)
+from .._checks import (check_choice, check_instance, check_int_in, check_int_sequence, check_positive_float,
+                       check_positive_int)
 from .._shown import shown_in
 from ..data import CharCorpus
 from ..norms import COMPARED_NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
-                    figure_png, new_figure, styled_figure)
+                    figure_png, new_figure, plot_depth_probes, styled_figure)
 from ..probes import (ATTENTION_WEIGHTS, HYPER_PLACEMENT, PROBED_PLACEMENTS, DepthProbe, probe_depth,
                       probe_memory_bytes)
-from ..train import TrainResult, train_and_evaluate
+from ..train import TrainResult, evaluate, seeded_tiny_lm, train_models
 from ..widgets import StaticTwin, round_frame_values
 
 
-@shown_in("ch04")
 def probe_placements(depth: int = 32, placements=PROBED_PLACEMENTS, **kwargs) -> dict[str, DepthProbe]:
     """:func:`probe_depth` for several placements with everything else equal.
 
@@ -80,113 +79,6 @@ def depth_table(probes, ks=(8, 16, 32)):
     rows = [probe.at(k) for probe in probes for k in ks]
     frame = pd.DataFrame(rows).set_index(["placement", "k"])
     return frame[list(columns)].rename(columns=columns)
-
-
-#: The weights of one block that :func:`d2lmini.probes.probe_depth` measures.
-BLOCK_WEIGHTS = ATTENTION_WEIGHTS + ("W_1", "W_2")
-
-
-@shown_in("ch04")
-def last_block_gradients(depths=(2, 4, 8, 16, 32), placements=("post", "pre"), seeds=(0, 1, 2), **kwargs):
-    """The gradient norm of the *last* block's weights in fresh stacks of several depths.
-
-    Xiong et al. (2020, Theorem 1) bound the gradient of the last block's FFN weight
-    ``W_2`` from above: a bound independent of the depth ``L`` for post-LN, one shrinking
-    like ``1/sqrt(L)`` for pre-LN. One :func:`d2lmini.probes.probe_depth` per placement, depth and seed.
-
-    Args:
-        depths: stack depths ``L`` (ints >= 1).
-        placements: names :func:`probe_depth` takes.
-        seeds: one stack each.
-        **kwargs: passed to :func:`probe_depth` (sizes, ``dtype``, ...).
-
-    Returns:
-        ``pandas.DataFrame`` indexed by (placement, L, seed): the gradient norm of each
-        of block L's weights (:data:`BLOCK_WEIGHTS`) and ``"all"``, that of all of them together.
-
-    Raises:
-        ValueError / TypeError: for invalid depths, seeds or probe arguments.
-    """
-    import pandas as pd
-
-    rows = {}
-    for placement in placements:
-        for L in check_int_sequence("depths", depths, minimum=1, distinct=True):
-            for seed in check_seeds(seeds):
-                probe = probe_depth(placement, depth=L, seed=seed, **kwargs)
-                row = {name: probe.grad_norms[name][L - 1] for name in BLOCK_WEIGHTS}  # block L
-                row["all"] = math.sqrt(sum(value ** 2 for value in row.values()))
-                rows[(placement, L, seed)] = row
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["placement", "L", "seed"])
-
-
-def depth_exponents(table, column: str = "W_2") -> dict[str, float]:
-    """The exponent ``b`` of a fit ``g ~ a L^b`` of the seed-mean gradient norm against the depth.
-
-    Args:
-        table: the DataFrame of :func:`last_block_gradients`.
-        column: which gradient norm (a weight name or ``"all"``).
-
-    Returns:
-        ``{placement: b}``: the least-squares slope of ``log g`` against ``log L``, where
-        ``g`` is the mean over the seeds. Xiong et al.'s (2020) upper bounds depend on the
-        depth like ``L^0`` for post-LN and ``L^(-1/2)`` for pre-LN.
-
-    Raises:
-        ValueError: if ``column`` is not a column of ``table`` or a placement has fewer than two depths.
-    """
-    check_choice("column", column, list(table.columns))
-    exponents = {}
-    for placement, group in table[column].groupby(level="placement", sort=False):
-        means = group.groupby(level="L").mean()
-        if len(means) < 2:
-            raise ValueError(f"placement {placement!r} needs at least two depths for a fit, got {len(means)}")
-        x = [math.log(L) for L in means.index]
-        y = [math.log(g) for g in means.values]
-        x_bar, y_bar = sum(x) / len(x), sum(y) / len(y)
-        exponents[placement] = (sum((a - x_bar) * (b - y_bar) for a, b in zip(x, y))
-                                / sum((a - x_bar) ** 2 for a in x))
-    return exponents
-
-
-def plot_last_block_gradients(table, columns=("W_2", "all")):
-    """Log-log plot of the last block's gradient norms against the depth, one panel per column.
-
-    Every seed is a small dot, the mean over seeds a line; a dotted line of slope -1/2
-    through pre-LN's first mean marks Xiong et al.'s ``1/sqrt(L)``.
-
-    Args:
-        table: the DataFrame of :func:`last_block_gradients`; columns: its columns to draw.
-
-    Returns:
-        A ``matplotlib.figure.Figure``.
-
-    Raises:
-        ValueError: for a column that ``table`` does not have.
-    """
-    for column in columns:
-        check_choice("columns", column, list(table.columns))
-    with styled_figure(len(columns), width=4.0 * len(columns), height=3.2) as (fig, axes):
-        for ax, column in zip(axes if len(columns) > 1 else [axes], columns):
-            for placement, group in table[column].groupby(level="placement", sort=False):
-                color = PLACEMENT_COLORS[placement]
-                Ls = group.index.get_level_values("L")
-                ax.loglog(Ls, group.values, ".", color=color, alpha=0.5)
-                means = group.groupby(level="L").mean()
-                ax.loglog(means.index, means.values, "-o", color=color, markersize=4,
-                          label=PLACEMENT_LABELS[placement])
-                if placement == "pre":
-                    L0, g0 = means.index[0], means.values[0]
-                    ax.loglog(means.index, [g0 * math.sqrt(L0 / L) for L in means.index], ":", color="0.4",
-                              label=r"$\propto 1/\sqrt{L}$")
-            title = "all weights of block L" if column == "all" else f"${column}$ of block L"
-            ax.set(xlabel="depth L", ylabel="gradient norm", title=title)
-            ax.set_xticks(sorted(set(table.index.get_level_values("L"))))
-            ax.set_xticklabels([str(L) for L in sorted(set(table.index.get_level_values("L")))])
-            ax.minorticks_off()
-            ax.grid(True, alpha=0.3)
-            ax.legend(loc="best", fontsize=8)
-    return fig
 
 
 def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwich", "sandwich_scaled")):
@@ -260,161 +152,214 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
     return fig
 
 
-#: The three configurations of the warm-up demonstration: (label, placement, uses warm-up).
-WARMUP_RUNS = (("post-LN, no warm-up", "post", False),
-               ("post-LN, warm-up", "post", True),
-               ("pre-LN, no warm-up", "pre", False))
-
-
-def train_seeds(corpus: CharCorpus, seeds=(0, 1, 2), num_steps: int = 300, batch_size: int = 8, seq_len: int = 32,
-                lr: float = 1e-2, warmup_steps: int = 0, eval_batches: int = 8, **model_kwargs) -> list[TrainResult]:
-    """One :class:`~d2lmini.train.TinyLM` per seed, all trained in lockstep, each scored at the end.
-
-    The seeds' models train together through :func:`d2lmini.train.train_and_evaluate` (one
-    AdamW step updates all of them, see there), so model ``i`` is the model
-    :func:`d2lmini.train.train_lm` trains with ``seed=seeds[i]``: the same initial weights,
-    batches, learning rates and losses. A model whose loss becomes NaN or infinite keeps
-    recording it (the others train on) and is marked ``diverged``. After the last step
-    every model is scored with :func:`d2lmini.train.evaluate` on the held-out batches
-    ``train_lm`` uses.
-
-    Args:
-        corpus: training data.
-        seeds: distinct ints >= 0, one model each.
-        num_steps, batch_size, seq_len, lr, warmup_steps: as in :func:`train_lm`
-            (constant learning rate after the warm-up, AdamW with betas (0.9, 0.98)).
-        eval_batches: validation batches of ``(batch_size, seq_len)``.
-        **model_kwargs: passed to :class:`~d2lmini.train.TinyLM` (``placement``,
-            ``num_layers``, ``num_hiddens``, ``norm``, ...).
-
-    Returns:
-        One :class:`~d2lmini.train.TrainResult` per seed, in the order of ``seeds``; its
-        ``val_loss`` holds the one final validation loss (NaN for a diverged model) and
-        its ``seconds`` the training time of the whole lockstep group.
-
-    Raises:
-        ValueError / TypeError: for invalid arguments (each names the argument).
-
-    Introduced in the chapter "Where the norm goes".
-    """
-    seeds = check_seeds(seeds)
-    log, val = train_and_evaluate(corpus, seeds, [model_kwargs] * len(seeds), num_steps, batch_size, seq_len, lr,
-                                  warmup_steps, eval_batches=eval_batches)
-    results = []
-    for seed, losses, loss in zip(seeds, log.losses, val):
-        config = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
-                      warmup_steps=warmup_steps, seed=seed, **model_kwargs)
-        diverged = not all(math.isfinite(value) for value in losses)
-        results.append(TrainResult(config, losses, [num_steps], [loss], log.lr, diverged, log.seconds))
-    return results
+#: The character model of the chapter's training experiment (:class:`~d2lmini.train.TinyLM`
+#: arguments besides ``num_layers`` and ``placement``): the 2017 ingredients -- LayerNorm, a
+#: ReLU FFN, biases -- at width 32 with 2 heads, so that a run takes seconds on a CPU.
+TRAINING_MODEL = dict(num_hiddens=32, num_heads=2, norm="layer", act="relu", bias=True)
 
 
 @shown_in("ch04")
-def warmup_comparison(corpus: CharCorpus, lrs=(1e-2, 3e-2), seeds=(0, 1, 2), num_steps: int = 300,
-                      warmup_steps: int = 75, **kwargs) -> dict[tuple[float, str], list[TrainResult]]:
-    """Post-LN with and without learning-rate warm-up against pre-LN without it.
+def train_placements(corpus: CharCorpus, num_layers: int, lr: float, runs=(("post", 1.0), ("pre", 1.0)),
+                     warmup_steps: int = 0, seed: int = 0, num_steps: int = 120, batch_size: int = 8,
+                     seq_len: int = 32, eval_batches: int = 8) -> list[TrainResult]:
+    """Train one :data:`TRAINING_MODEL` language model per ``(placement, rate multiple)`` of ``runs``.
 
-    The experiment behind Xiong et al. (2020), at every peak learning rate in ``lrs``
-    and for every seed: the same model, data and seed trained three ways (the labels of
-    :data:`WARMUP_RUNS`) -- post-LN without warm-up, post-LN with a linear warm-up over
-    ``warmup_steps``, pre-LN without warm-up. The seeds of one configuration train in
-    lockstep (:func:`train_seeds`).
-
-    Args:
-        corpus: training data; lrs: peak learning rates; seeds: one model each.
-        num_steps, warmup_steps: as in :func:`d2lmini.train.train_lm`.
-        **kwargs: passed to :func:`train_seeds` (``batch_size``, ``seq_len``, model
-            size, ``norm``, ...); must not contain ``placement``, ``lr`` or ``seed``.
-
-    Returns:
-        ``{(lr, label): [TrainResult, one per seed]}``.
-
-    Raises:
-        TypeError: if ``kwargs`` holds ``placement``, ``lr`` or ``seed``.
-    """
-    for name in ("placement", "lr", "seed"):
-        if name in kwargs:
-            raise TypeError(f"warmup_comparison sets {name} itself (pass lrs=..., seeds=...)")
-    return {(lr, label): train_seeds(corpus, seeds, num_steps, lr=lr, placement=placement,
-                                     warmup_steps=warmup_steps if warm else 0, **kwargs)
-            for lr in check_positive_floats("lrs", lrs) for label, placement, warm in WARMUP_RUNS}
-
-
-def warmup_table(runs: dict):
-    """The final validation losses of :func:`warmup_comparison` as a pandas DataFrame.
+    All models start from the weights ``seed`` draws and read the same batches (the
+    placement moves norms, which draw nothing); they train in one lockstep of
+    :func:`d2lmini.train.train_models` (AdamW, betas (0.9, 0.98), a linear warm-up over
+    ``warmup_steps``, then a constant rate). Model ``i`` trains at ``runs[i][1]`` times the
+    scheduled rate (a power of two gives exactly the run alone at that peak rate). After the
+    last step each model is scored on held-out text (:func:`d2lmini.train.evaluate`).
 
     Args:
-        runs: ``{(lr, label): [TrainResult per seed]}`` as returned by :func:`warmup_comparison`.
+        corpus: the data (:func:`d2lmini.data.python_reference_corpus`).
+        num_layers: blocks in every model; lr: the peak learning rate.
+        runs: ``(placement, multiple of lr)`` pairs, placements ``'post'`` or ``'pre'``.
+        warmup_steps, seed, num_steps, batch_size, seq_len: as in :func:`d2lmini.train.train_lm`.
+        eval_batches: held-out batches of ``(batch_size, seq_len)`` for the final score.
 
     Returns:
-        ``pandas.DataFrame`` indexed by (peak learning rate, configuration), with one
-        column per seed (``"seed 0"``, ...), then ``"mean"`` and ``"std"`` (the sample
-        standard deviation over the seeds) and ``"diverged"`` (how many seeds did). The
-        mean and standard deviation are over the seeds that did not diverge (NaN if
-        none, std NaN if fewer than two).
+        One :class:`~d2lmini.train.TrainResult` per run, in order; ``config`` holds its
+        ``placement``, ``num_layers``, peak ``lr`` (the multiple applied) and ``warmup_steps``;
+        ``val_loss`` its one final validation loss (nats per character, NaN if it diverged).
 
     Raises:
-        TypeError: if ``runs`` is not such a dict.
+        ValueError / TypeError: for an unknown placement or invalid sizes, rates or steps.
     """
-    import statistics
+    _check_runs(runs)
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, num_layers=num_layers,
+                             placement=placement, **TRAINING_MODEL) for placement, _ in runs]
+    log = train_models(models, corpus, [seed] * len(models), num_steps, batch_size, seq_len, lr, warmup_steps,
+                       lr_scales=[scale for _, scale in runs], stop_on_divergence=False)
+    results = []
+    for (placement, scale), model, losses in zip(runs, models, log.losses):
+        diverged = not all(math.isfinite(loss) for loss in losses)
+        val = math.nan if diverged else evaluate(model, corpus, batch_size, seq_len, eval_batches)
+        config = dict(placement=placement, num_layers=num_layers, lr=lr * scale, warmup_steps=warmup_steps,
+                      seed=seed, num_steps=num_steps, **TRAINING_MODEL)
+        results.append(TrainResult(config, losses, [num_steps], [val], [rate * scale for rate in log.lr],
+                                   diverged, log.seconds))
+    return results
 
+
+def _check_runs(runs) -> None:
+    """Raise unless ``runs`` is a non-empty sequence of ``(placement, positive multiple)`` pairs."""
+    if isinstance(runs, (str, bytes)) or not isinstance(runs, (list, tuple)) or not runs:
+        raise TypeError(f"runs must be a non-empty sequence of (placement, rate multiple) pairs, got {runs!r}")
+    for run in runs:
+        if not isinstance(run, (list, tuple)) or len(run) != 2:
+            raise TypeError(f"every entry of runs must be a (placement, rate multiple) pair, got {run!r}")
+        check_choice("runs placement", run[0], ("post", "pre"))
+        check_positive_float("runs rate multiple", run[1])
+
+
+def frequency_loss(corpus: CharCorpus) -> float:
+    """The validation loss of predicting every character from its frequency alone (nats per character).
+
+    The cross-entropy on the validation split of the training split's character
+    frequencies (each count plus one, so that no character has probability 0): what a
+    model that ignores the context can reach at best.
+
+    Raises:
+        TypeError: if ``corpus`` is not a :class:`~d2lmini.data.CharCorpus`.
+    """
+    import torch
+
+    check_instance("corpus", corpus, CharCorpus, "a CharCorpus")
+    counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double() + 1
+    return float(-(counts / counts.sum()).log()[corpus.val].mean())
+
+
+def _run_label(result: TrainResult, lr: float | None = None) -> str:
+    """``'post-LN'``, ``'post-LN, warm-up 100'``, ``'post-LN, rate / 4'``: a run among others of its depth."""
+    config = result.config
+    label = PLACEMENT_SHORT[config["placement"]]
+    if config["warmup_steps"]:
+        label += f", warm-up {config['warmup_steps']}"
+    if lr is not None and not math.isclose(config["lr"], lr):
+        label += f", rate / {lr / config['lr']:g}" if config["lr"] < lr else f", rate x {config['lr'] / lr:g}"
+    return label
+
+
+#: Short names of the two placements the training experiment compares.
+PLACEMENT_SHORT = {"post": "post-LN", "pre": "pre-LN"}
+
+
+def _by_depth(results) -> dict[int, list[TrainResult]]:
+    """``{num_layers: [results]}`` in the order the depths first appear; checks the type."""
+    if not isinstance(results, (list, tuple)) or not all(isinstance(r, TrainResult) for r in results):
+        raise TypeError(f"results must be a list of TrainResult (from train_placements), got {type(results).__name__}")
+    groups = {}
+    for result in results:
+        groups.setdefault(result.config["num_layers"], []).append(result)
+    return groups
+
+
+def training_table(results):
+    """The final validation losses of :func:`train_placements` runs as a pandas DataFrame.
+
+    Args:
+        results: a list of :class:`~d2lmini.train.TrainResult` from :func:`train_placements`.
+
+    Returns:
+        ``pandas.DataFrame`` indexed by (blocks, run) -- the run named by placement, warm-up and
+        rate multiple (relative to the first run of its depth) -- with columns ``peak rate``,
+        ``warm-up steps`` and ``validation loss`` (nats per character).
+
+    Raises:
+        TypeError: if ``results`` is not such a list.
+    """
     import pandas as pd
 
-    if not isinstance(runs, dict) or not all(isinstance(v, list) for v in runs.values()):
-        raise TypeError(f"runs must be the dict warmup_comparison returns, got {type(runs).__name__}")
     rows, index = [], []
-    for (lr, label), results in runs.items():
-        values = [result.val_loss[-1] for result in results]
-        finite = [v for v in values if math.isfinite(v)]
-        row = {f"seed {result.config['seed']}": v for result, v in zip(results, values)}
-        row["mean"] = statistics.fmean(finite) if finite else math.nan
-        row["std"] = statistics.stdev(finite) if len(finite) > 1 else math.nan
-        row["diverged"] = sum(result.diverged for result in results)
-        rows.append(row)
-        index.append((lr, label))
-    return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["peak lr", "configuration"]))
+    for depth, group in _by_depth(results).items():
+        for result in group:
+            index.append((depth, _run_label(result, group[0].config["lr"])))
+            rows.append({"peak rate": result.config["lr"], "warm-up steps": result.config["warmup_steps"],
+                         "validation loss": result.val_loss[-1]})
+    return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["blocks", "run"]))
 
 
-def plot_warmup_runs(runs: dict, window: int = 20):
-    """Training-loss curves of :func:`warmup_comparison`, one panel per peak learning rate.
+def plot_training(results, reference: float | None = None, window: int = 20):
+    """Training-loss curves of :func:`train_placements` runs, one panel per depth.
 
-    Every seed is one line (moving average over ``window`` steps), coloured by
-    placement; post-LN with warm-up is dashed. A seed whose loss stopped being finite
-    ends where it did.
+    Colours are the placements'; a warmed-up run is dash-dotted (its warm-up's end marked by a
+    grey vertical line) and a run at a lower rate dotted. Post-LN is drawn wide and pale under
+    pre-LN, so curves that coincide stay visible.
 
     Args:
-        runs: ``{(lr, label): [TrainResult per seed]}`` from :func:`warmup_comparison`.
+        results: a list of :class:`~d2lmini.train.TrainResult` from :func:`train_placements`.
+        reference: a loss to mark with a dotted horizontal line (e.g. :func:`frequency_loss`), or None.
         window: moving-average window in steps.
 
     Returns:
         A ``matplotlib.figure.Figure``.
 
     Raises:
-        TypeError: if ``runs`` is not such a dict.
+        TypeError: if ``results`` is not such a list.
     """
-    if not isinstance(runs, dict) or not all(isinstance(v, list) for v in runs.values()):
-        raise TypeError(f"runs must be the dict warmup_comparison returns, got {type(runs).__name__}")
     window = check_positive_int("window", window)
-    styles = {label: (PLACEMENT_COLORS[placement], "--" if warm else "-") for label, placement, warm in WARMUP_RUNS}
-    lrs = list(dict.fromkeys(lr for lr, _ in runs))
-    with styled_figure(len(lrs), width=4.2 * len(lrs), height=3.3) as (fig, axes):
-        axes = axes if len(lrs) > 1 else [axes]
-        for ax, lr in zip(axes, lrs):
-            for (run_lr, label), results in runs.items():
-                if run_lr != lr:
-                    continue
-                color, dash = styles.get(label, ("0.3", "-"))
-                for i, result in enumerate(results):
-                    curve = result.smoothed(window)
-                    ax.plot(range(1, len(curve) + 1), curve, color=color, linestyle=dash, linewidth=1.0,
-                            alpha=0.85, label=label if i == 0 else None)
-            ax.set(xlabel="training step", title=f"peak learning rate {lr:g}")
+    groups = _by_depth(results)
+    with styled_figure(len(groups), width=4.3 * len(groups), height=3.3) as (fig, axes):
+        axes = axes if len(groups) > 1 else [axes]
+        for ax, (depth, group) in zip(axes, groups.items()):
+            lr = group[0].config["lr"]
+            for result in group:
+                config = result.config
+                style = "-." if config["warmup_steps"] else ":" if config["lr"] < lr else "-"
+                wide = config["placement"] == "post"
+                curve = result.smoothed(window)
+                ax.plot(range(1, len(curve) + 1), curve, color=PLACEMENT_COLORS[config["placement"]],
+                        linestyle=style, linewidth=2.6 if wide else 1.3, alpha=0.55 if wide else 1.0,
+                        label=_run_label(result, lr))
+                if config["warmup_steps"]:
+                    ax.axvline(config["warmup_steps"], color="0.6", linewidth=0.8)
+            if reference is not None:
+                ax.axhline(reference, color="0.3", linestyle=":", linewidth=1.0, label="frequencies alone")
+            ax.set(xlabel="training step", title=f"{depth} blocks, peak rate {lr:g}")
             ax.grid(True, alpha=0.3)
-        low, high = min(ax.get_ylim()[0] for ax in axes), max(ax.get_ylim()[1] for ax in axes)
+            ax.legend(loc="upper right", fontsize=8)
+        low = min(ax.get_ylim()[0] for ax in axes)
+        high = max(ax.get_ylim()[1] for ax in axes)
         for ax in axes:
-            ax.set_ylim(low, high)  # one scale for every learning rate
+            ax.set_ylim(low, high)  # one scale for both panels
         axes[0].set_ylabel(f"training loss (nats/char, {window}-step mean)")
-        axes[-1].legend(loc="upper right", fontsize=8)
+    return fig
+
+
+#: Line styles that keep the five placements apart where their curves coincide.
+PLACEMENT_STYLES = {"post": dict(linestyle="-"), "pre": dict(linestyle="-", linewidth=2.8, alpha=0.5),
+                    "post_sublayer": dict(linestyle="--"), "sandwich": dict(linestyle=":", linewidth=2.0),
+                    "sandwich_scaled": dict(linestyle="-.")}
+
+
+def plot_placements(probes):
+    """:func:`d2lmini.plot.plot_depth_probes` for several placements, each with its own line style.
+
+    Pre-LN is drawn wide and pale, the sandwich dotted on top of it, the others dashed or
+    dash-dotted (:data:`PLACEMENT_STYLES`), so that curves which coincide stay visible.
+
+    Args:
+        probes: ``{placement: DepthProbe}`` from :func:`probe_placements`.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        TypeError: if ``probes`` is not a dict.
+    """
+    import matplotlib
+
+    check_instance("probes", probes, dict, "a dict {placement: DepthProbe}")
+    fig = plot_depth_probes(probes.values())
+    for ax in fig.axes:
+        for line, placement in zip(ax.get_lines(), probes):
+            line.set(**PLACEMENT_STYLES.get(placement, {}))
+    for legend in list(fig.legends):  # its handles copied the old styles: draw it anew
+        legend.remove()
+    with matplotlib.rc_context(STYLE):
+        fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside upper center",
+                   ncol=min(len(probes), 3), frameon=False)
     return fig
 
 
@@ -441,6 +386,20 @@ def _probe_one(placement: str, norm: str, depth: int, num_streams: int, probe_kw
     if placement == HYPER_PLACEMENT:
         return probe_depth(HYPER_PLACEMENT, norm=norm, depth=depth, num_streams=num_streams, **probe_kwargs)
     return probe_placements(depth, (placement,), norm=norm, **probe_kwargs)[placement]
+
+
+def _probe_config(placement: str, norm: str, depth: int, probe_kwargs: dict) -> dict:
+    """The ``config`` of the :class:`DepthProbe` that :func:`_probe_one` returns for one configuration (not mHC)."""
+    import inspect
+
+    parameters = inspect.signature(probe_depth).parameters
+    config = {name: probe_kwargs.get(name, parameter.default) for name, parameter in parameters.items()
+              if name not in ("device", "num_streams")}
+    scaled = placement == "sandwich_scaled"
+    config.update(placement="sandwich" if scaled else placement, norm=norm, depth=depth,
+                  sublayer_norm_gain=1 / math.sqrt(depth) if scaled else None)
+    config["dtype"] = str(config["dtype"]).replace("torch.", "")
+    return config
 
 
 #: Labels of the placements in an mHC explorer, where every stack uses RMSNorm (so pre-LN is not GPT-2's).
@@ -662,7 +621,7 @@ def depth_explorer(**kwargs) -> DepthExplorer:
 
 def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placements=PROBED_PLACEMENTS,
                           norms=COMPARED_NORMS, depth: int = 32, placement: str = "post", norm: str = "layer",
-                          streams=EXPLORED_STREAMS, num_streams: int = 4, **probe_kwargs) -> StaticTwin:
+                          streams=EXPLORED_STREAMS, num_streams: int = 4, known=(), **probe_kwargs) -> StaticTwin:
     """The static twin of :class:`DepthExplorer`: the same three panels on a grid of depths.
 
     Each (placement, norm, depth) on the grid is probed once with
@@ -677,6 +636,11 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
         placements, norms: the dropdowns' options.
         depth, placement, norm: the initial values.
         streams, num_streams: the streams slider's stops and initial value (with ``'mhc'`` only).
+        known: :class:`~d2lmini.probes.DepthProbe` results already measured (e.g. a chapter's
+            depth-32 probes). One whose ``config`` is exactly what this twin would probe for its
+            (placement, norm, depth) -- same sizes, seed and dtype -- is used for that frame
+            instead of probing again; any other is ignored. Probes are deterministic, so the
+            frames are the same either way.
         **probe_kwargs: passed to :func:`~d2lmini.probes.probe_depth` (sizes, seed, dtype).
 
     Returns:
@@ -684,10 +648,16 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
 
     Raises:
         ValueError: for an unknown placement or norm, or ``'mhc'`` with ``norms`` other than ``('rms',)``.
+        TypeError: if ``known`` holds something other than a ``DepthProbe``.
     """
     placements, norms, streams = _check_explorer_placements(placements, norms, streams)
     hyper = HYPER_PLACEMENT in placements
     cache = {}
+    for result in known:
+        check_instance("known", result, DepthProbe, "a DepthProbe")
+        key = (result.key, result.config["norm"], result.depth)
+        if result.key != HYPER_PLACEMENT and result.config == _probe_config(*key, probe_kwargs):
+            cache[key + (None,)] = result
 
     def probe(p, n, L, s):
         key = (p, n, L, s if p == HYPER_PLACEMENT else None)
