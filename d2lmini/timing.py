@@ -17,7 +17,6 @@ from torch import nn
 
 from ._checks import (check_bool, check_choice, check_instance, check_nonnegative_int, check_positive_int, check_seed,
                       check_sequence)
-from ._shown import shown_in
 from .norms import DEFAULT_EPS, LayerNormByHand, RMSNorm
 from .seeding import seeded
 
@@ -309,7 +308,6 @@ def _thread_faults():
         return None
 
 
-@shown_in("ch06")
 def median_times(norms: dict, step, repeats: int, warmup: int, now) -> tuple[dict, dict]:
     """Time ``step(norm)`` for every norm in ``norms``, in turn, and keep the medians.
 
