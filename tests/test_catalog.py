@@ -1,4 +1,5 @@
-"""The chapter "One block, every configuration": factories, the 2017 -> 2026 steps, who uses what."""
+"""Chapter 9, "The 2026 block" (the constructor's groups, the 2017 -> 2026 steps, the Llama 3 count), the
+catalogue the block zoo shows (who uses what), and the mixture of experts and gated attention as sublayers."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import pytest
 import torch
 
 from d2lmini import FeedForward, MultiHeadAttention, TransformerBlock
-from d2lmini.chapters import ch10_the_2026_block as catalog
+from d2lmini.chapters import ch09_the_2026_block as catalog
+from d2lmini.chapters.ch07_ffn import dense_mixture
 from d2lmini import GatedAttention, MixtureOfExperts
-from d2lmini.chapters.ch10_the_2026_block import (constructor_knobs, decoder_block_checks,
-                             describe_block, grouped_query_attention, mixture_of_experts_demo,
-                             model_parameter_count, rope_relative_check, sinusoidal_positions, step_table,
-                             substitution_steps, who_uses_what)
+from d2lmini.chapters.ch09_the_2026_block import (constructor_groups, describe_block, model_parameter_count,
+                                                  rope_relative_check, sinusoidal_positions, step_table,
+                                                  substitution_steps, who_uses_what)
 
 TOLERANCE = 1e-5  # max |Δ| in float32
 
@@ -30,21 +31,21 @@ def _has_afmoe() -> bool:
 # --------------------------------------------------------------------------- the constructor
 
 
-def test_constructor_knobs_cover_every_argument_in_order():
-    rows = constructor_knobs()
+def test_constructor_groups_cover_every_argument_once():
+    groups = constructor_groups()
+    assert list(groups) == ["sizes", "flags", "factories", "released models"]
     names = [n for n in inspect.signature(TransformerBlock.__init__).parameters if n != "self"]
-    assert [r["argument"] for r in rows] == names
-    by_name = {r["argument"]: r for r in rows}
-    assert by_name["num_hiddens"]["default"] == "required"
-    assert by_name["norm"]["default"] == "'rms'" and "'layer'" in by_name["norm"]["choices"]
-    assert "'sandwich'" in by_name["placement"]["choices"]
-    assert all(r["meaning"] for r in rows)
+    listed = [n for args in groups.values() for n in args]
+    assert sorted(listed) == sorted(names) and len(listed) == len(set(listed))
+    assert groups["factories"] == ["attn_factory", "ffn_factory"]
+    assert {"norm", "placement", "act", "qk_norm", "rope_theta"} <= set(groups["flags"])
+    assert "window" in groups["released models"] and "num_kv_heads" in groups["sizes"]
 
 
-def test_an_undocumented_argument_is_caught(monkeypatch):
-    monkeypatch.delitem(catalog.KNOB_MEANINGS, "rope_theta")
-    with pytest.raises(KeyError, match="rope_theta"):
-        constructor_knobs()
+def test_a_grouped_argument_the_constructor_lost_is_caught(monkeypatch):
+    monkeypatch.setitem(catalog.CONSTRUCTOR_GROUPS, "flags", catalog.CONSTRUCTOR_GROUPS["flags"] + ("gone",))
+    with pytest.raises(KeyError, match="gone"):
+        constructor_groups()
 
 
 # --------------------------------------------------------------------------- mixture of experts
@@ -55,7 +56,7 @@ def test_sparse_moe_equals_the_dense_computation():
     for router, shared in (("softmax", 0), ("sigmoid", 1)):
         moe = MixtureOfExperts(16, num_experts=5, top_k=2, router=router, num_shared_experts=shared)
         X = torch.randn(3, 7, 16)
-        dense = catalog.dense_mixture(moe, X.reshape(-1, 16)).reshape(X.shape)
+        dense = dense_mixture(moe, X.reshape(-1, 16)).reshape(X.shape)
         assert (moe(X) - dense).abs().max() <= TOLERANCE
         assert moe(X).shape == X.shape
 
@@ -112,20 +113,6 @@ def test_moe_rejects_a_wrong_width():
         MixtureOfExperts(16)(torch.randn(2, 3, 8))
 
 
-def test_mixture_of_experts_demo():
-    result = mixture_of_experts_demo(num_hiddens=32, num_heads=2, num_experts=4, top_k=2, batch_size=2,
-                                     num_steps=8, seed=3)
-    assert result["output_shape"] == result["input_shape"] == (2, 8, 32)
-    assert sum(result["tokens_per_expert"]) == 2 * 2 * 8
-    assert result["max_abs_diff"] <= TOLERANCE
-    assert result["ffn_active_parameters"] < result["ffn_parameters"]
-    assert result["ffn_parameters"] == 32 * 4 + 4 * result["dense_ffn_parameters"]
-    assert result["ffn_active_parameters"] == result["block"].ffn.num_active_parameters()
-    again = mixture_of_experts_demo(num_hiddens=32, num_heads=2, num_experts=4, top_k=2, batch_size=2,
-                                    num_steps=8, seed=3)
-    assert again["tokens_per_expert"] == result["tokens_per_expert"]
-
-
 # --------------------------------------------------------------------------- gated attention
 
 
@@ -141,24 +128,6 @@ def test_gated_attention_with_a_zero_gate_halves_plain_attention():
     X = torch.randn(2, 5, 16)
     torch.testing.assert_close(gated(X, X, X), 0.5 * plain(X, X, X), rtol=0, atol=1e-6)
     assert (gated.num_heads, gated.num_kv_heads, gated.qk_norm, gated.causal) == (4, 2, "per_head", True)
-
-
-# --------------------------------------------------------------------------- grouped-query attention
-
-
-def test_gqa_is_mha_with_copied_key_value_heads():
-    rows = grouped_query_attention(num_hiddens=64, num_heads=8, kv_heads=(8, 4, 2, 1), num_steps=6, seed=0)
-    assert [r["kind"] for r in rows] == ["MHA", "GQA", "GQA", "MQA"]
-    assert all(r["max_abs_diff"] <= TOLERANCE for r in rows)
-    assert [r["kv_cache_per_token"] for r in rows] == [2 * g * 8 for g in (8, 4, 2, 1)]
-    params = [r["parameters"] for r in rows]
-    assert params == sorted(params, reverse=True) and params[0] == 4 * 64 * 64
-    assert grouped_query_attention(64, 8, (2,), 6, seed=0) == grouped_query_attention(64, 8, (2,), 6, seed=0)
-
-
-def test_gqa_rejects_a_kv_count_that_does_not_divide():
-    with pytest.raises(ValueError, match="num_kv_heads"):
-        grouped_query_attention(num_hiddens=64, num_heads=8, kv_heads=(3,))
 
 
 # --------------------------------------------------------------------------- 2017 -> 2026
@@ -190,14 +159,6 @@ def test_substitution_steps_keep_the_skeleton_and_change_what_they_should():
 def test_substitution_steps_need_heads_divisible_by_four():
     with pytest.raises(ValueError, match="divisible by 4"):
         substitution_steps(num_hiddens=48, num_heads=6)
-
-
-def test_substitution_plot_has_one_bar_per_step_and_part():
-    steps = substitution_steps(num_hiddens=64, num_heads=4, num_steps=3)
-    fig = catalog.plot_substitution_params(steps)
-    ax = fig.axes[0]
-    assert len(ax.patches) == 3 * len(steps)
-    assert "parameters" in ax.get_xlabel()
 
 
 def test_sinusoidal_positions_follow_the_2017_formula():
@@ -298,34 +259,21 @@ def test_trinity_converter_is_the_reference_one_and_takes_local_layers():
     assert block.attention.window == 5 and block.attention.rope_theta == config.rope_parameters["rope_theta"]
 
 
-# --------------------------------------------------------------------------- decoder block, whole model
+# --------------------------------------------------------------------------- the whole model
 
 
-def test_decoder_block_is_causal_reads_the_encoder_and_matches_pytorch():
-    pytest.importorskip("transformers")  # importing d2lmini.reference's registry is enough; no HF layer used
-    result = decoder_block_checks(num_hiddens=32, num_heads=4, num_steps=6, memory_steps=5, seed=1)
-    assert result["output_shape"] == (1, 6, 32)
-    assert result["future_leak"] == 0.0 and result["future_effect"] > 0.05
-    assert result["memory_effect"] > 0.01
-    params = result["parameters"]
-    assert params["self-attention"] == params["cross-attention"] == 4 * 32 * 32 + 4 * 32
-    assert params["norms"] == 3 * 2 * 32
-    assert result["reference"]["max_abs_diff"] <= TOLERANCE
-    assert result["reference"]["max_abs_grad_diff"] <= TOLERANCE
-
-
-def test_llama3_8b_shape_counts_eight_billion():
+def test_llama3_8b_shape_counts_eight_billion_and_a_wider_ffn():
     counts = model_parameter_count()
     d, kv, ffn, vocab, layers = 4096, 8 * 128, 14336, 128256, 32
     per_block = 2 * d * d + 2 * d * kv + 3 * d * ffn + 2 * d
     assert counts["per_block"] == per_block
     assert counts["total"] == layers * per_block + 2 * vocab * d + d + counts["head_bias"]
     assert 8.0e9 < counts["total"] - counts["head_bias"] < 8.1e9
+    assert ffn == 3.5 * d and round(100 * (3 * d * ffn / (8 * d * d) - 1)) == 31  # not SwiGLU's 8d/3 budget
 
 
 def test_experiments_leave_the_global_rng_alone():
     state = torch.random.get_rng_state()
-    grouped_query_attention(num_hiddens=32, num_heads=4, kv_heads=(2,), num_steps=3)
     substitution_steps(num_hiddens=32, num_heads=4, num_steps=3)
     rope_relative_check(num_steps=4, shifts=(1,))
     assert torch.equal(state, torch.random.get_rng_state())

@@ -1,11 +1,11 @@
-"""Chapter 10's 2026 table and 2026 block (d2lmini.chapters.ch10_the_2026_block)."""
+"""The block zoo's 2026 table and 2026 block (d2lmini.chapters.ch09_the_2026_block, chapters/zoo.ipynb)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from d2lmini.chapters import ch10_the_2026_block as catalog
+from d2lmini.chapters import ch09_the_2026_block as catalog
 
 pytest.importorskip("transformers")
 

@@ -1,18 +1,17 @@
-"""One block, every configuration: the catalogue of Transformer blocks from 2017 to 2026.
+"""The 2026 block: the 2017 block in five substitutions, and the catalogue the zoo shows.
 
-Introduced in the chapter "One block, every configuration -- and the 2026 block".
-It holds what that chapter shows:
+Introduced in the chapter "The 2026 block". It holds what that chapter shows:
 
-* :func:`constructor_knobs` -- the arguments of :class:`~d2lmini.block.TransformerBlock`,
-  their defaults and what each one accepts;
-* two drop-in sublayers for the block's factories: :class:`MixtureOfExperts` (a
-  top-k routed mixture of :class:`~d2lmini.ffn.FeedForward` experts, for
-  ``ffn_factory``) and :class:`GatedAttention` (attention whose output is gated
-  by a sigmoid before the output projection, for ``attn_factory``);
-* :func:`grouped_query_attention` and :func:`mixture_of_experts_demo` -- what the
-  two substitutions buy, measured (the first for the exercises; chapter 8 teaches GQA);
+* :func:`constructor_groups` -- the arguments of :class:`~d2lmini.block.TransformerBlock`
+  grouped as sizes, flags the chapters teach, factories, and the options only the
+  converters of released models need;
 * :func:`substitution_steps` -- the 2017 block turned into the 2026 block, one
-  constructor argument at a time, and :func:`rope_relative_check` for the last step;
+  constructor argument at a time (:func:`step_table`),
+  :func:`model_parameter_count` for a whole model of such blocks, and
+  :func:`rope_relative_check` for the exercises.
+
+It also holds the catalogue of the appendix "The block zoo" (``chapters/zoo.ipynb``):
+
 * :func:`who_uses_what` -- eight models' blocks, each described from a d2lmini block
   configured like the model and, where a reference layer class exists, verified
   against it (via :mod:`d2lmini.reference`, plus :func:`compare_with_trinity` for
@@ -24,8 +23,7 @@ It holds what that chapter shows:
   DeepSeek-V4's hyper-connections); :func:`feature_counts` and :func:`the_2026_block`,
   the block most of those rows share;
 * :func:`zoo_switches` -- three rows of the block zoo (:mod:`d2lmini.zoo`) side by
-  side, as the constructor arguments their converted blocks hold;
-* :func:`decoder_block_checks` -- the encoder-decoder Transformer's decoder block.
+  side, as the constructor arguments their converted blocks hold.
 
 Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 """
@@ -39,225 +37,53 @@ from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 
-from .._checks import check_bool, check_instance, check_int_at_least, check_positive_int
+from .._checks import check_bool, check_instance, check_positive_int
 from .._shown import shown_in
-from ..attention import QK_NORM_L2, QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin
+from ..attention import GatedAttention, apply_rotary, rotary_cos_sin
 from ..moe import ROUTERS, MixtureOfExperts
-from ..block import PLACEMENTS, TransformerBlock, TransformerDecoderBlock
-from ..ffn import ACTS
-from ..norms import NORMS
+from ..block import TransformerBlock
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..reference import TOLERANCE as _TOLERANCE
 from ..reference import from_afmoe_layer  # Trinity's converter (global and local layers); re-exported here
-from ..plot import (ACT_SHORT_LABELS, NORM_LABELS, PART_COLORS, PART_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS,
-                    styled_figure, table_style)
+from ..plot import ACT_SHORT_LABELS, NORM_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS, table_style
 from ..seeding import seeded
 
 # --------------------------------------------------------------------------- the constructor
 
-#: What each argument of :class:`~d2lmini.block.TransformerBlock` sets, for
-#: :func:`constructor_knobs` (allowed values are read from the package's own tuples).
-KNOB_MEANINGS = {
-    "num_hiddens": "width d of the residual stream",
-    "num_heads": "query heads h",
-    "dropout": "dropout on attention weights, FFN hidden units, branch outputs",
-    "norm": "which normalization",
-    "act": "FFN activation (gated ones use three matrices)",
-    "placement": "where the norms sit around each sublayer, or attention and FFN in parallel (GPT-J, GPT-NeoX)",
-    "bias": "biases in the attention and FFN linear layers ('qkv': on q, k, v only, Qwen2)",
-    "num_kv_heads": "key/value heads (fewer than h: grouped-query attention)",
-    "ffn_num_hiddens": "FFN hidden width (default 4d, or 8d/3 when gated)",
-    "eps": "epsilon of every norm",
-    "causal": "mask future positions (decoder self-attention)",
-    "sublayer_norm_gain": "initial gain of the norm on a sublayer's output",
-    "head_dim": "features per head, if not d / h",
-    "qk_norm": "RMSNorm on queries and keys (QK-norm)",
-    "qk_norm_eps": "epsilon of the QK-norms",
-    "rope_theta": "RoPE base; None: no rotary positions",
-    "attn_scale": "attention logit scale (default 1/sqrt(head_dim))",
-    "residual": "False removes both skip connections",
-    "window": "sliding-window attention: query i sees keys i - window < j <= i (needs causal)",
-    "logit_softcap": "attention logit soft-capping tanh(l / c) * c (Gemma 2); None: off",
-    "rotary_dim": "partial RoPE: rotate only the first rotary_dim features of each head (Phi, StableLM)",
-    "rope_scaling": "RoPE frequency scaling for long context: linear, yarn (gpt-oss), llama3 or proportional "
-                    "(Gemma 4)",
-    "query_scaling": "(beta, period[, offset]): queries times 1 + beta log(1 + floor((p + offset) / period)) "
-                     "(Ministral 3; Llama 4's NoPE layers, offset 1)",
-    "sinks": "a learned per-head sink logit in every softmax (gpt-oss attention sinks)",
-    "residual_multiplier": "m scaling each sublayer output before it is added (IBM Granite; pre-LN only)",
-    "chunk": "chunked attention: query i sees keys j <= i of its own chunk of C positions (Llama 4; needs causal)",
-    "value_norm": "RMSNorm without gain on each value head (Gemma 4)",
-    "k_eq_v": "no value projection: the values are the raw key projection (Gemma 4's global layers)",
-    "layer_scalar": "s multiplying the block's whole output, stream included (Gemma 4's layer_scalar)",
-    "attn_factory": "zero-argument callable returning the attention module",
-    "ffn_factory": "zero-argument callable returning the FFN module",
+#: The arguments of :class:`~d2lmini.block.TransformerBlock` the chapters teach, by group:
+#: sizes (the weight matrices' shapes), flags (the variants Parts I and II measure, with
+#: ``residual``, chapter 2's switch for the skips, and the norms' ``eps``) and factories
+#: (a whole sublayer handed over). Every other argument is an option only a released
+#: model's converter needs (:func:`constructor_groups`).
+CONSTRUCTOR_GROUPS = {
+    "sizes": ("num_hiddens", "num_heads", "num_kv_heads", "head_dim", "ffn_num_hiddens"),
+    "flags": ("norm", "placement", "act", "bias", "causal", "qk_norm", "rope_theta", "residual", "eps", "dropout"),
+    "factories": ("attn_factory", "ffn_factory"),
 }
 
-#: Allowed values of the arguments that take a name.
-KNOB_CHOICES = {"norm": NORMS, "act": ACTS, "placement": PLACEMENTS, "qk_norm": (None,) + QK_NORMS + (QK_NORM_L2,)}
 
-
-def constructor_knobs() -> list[dict]:
-    """The arguments of ``TransformerBlock(...)`` with their defaults and meanings.
-
-    Read from the constructor's signature, so the list cannot drift from the code.
+def constructor_groups() -> dict[str, list[str]]:
+    """The arguments of ``TransformerBlock(...)``, grouped, read from its signature.
 
     Returns:
-        One dict per argument, in signature order: ``argument``, ``default`` (its
-        ``repr``; ``'required'`` when it has none), ``choices`` (the allowed names, or
-        ``''``) and ``meaning``.
+        ``{group: [argument, ...]}`` with the groups of :data:`CONSTRUCTOR_GROUPS` in their
+        order and, last, ``'released models'``: every other argument, in signature order
+        (the options the converters of :mod:`d2lmini.reference` set; the appendix "The
+        block zoo" uses them).
 
     Raises:
-        KeyError: if the constructor has an argument :data:`KNOB_MEANINGS` does not describe
-            (so a new flag cannot go undocumented in the chapter).
+        KeyError: if an argument of :data:`CONSTRUCTOR_GROUPS` is no longer in the
+            constructor (so the chapter's list cannot name an argument that is gone).
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The 2026 block".
     """
-    rows = []
-    for name, param in inspect.signature(TransformerBlock.__init__).parameters.items():
-        if name == "self":
-            continue
-        if name not in KNOB_MEANINGS:
-            raise KeyError(f"TransformerBlock argument {name!r} has no entry in KNOB_MEANINGS")
-        default = "required" if param.default is inspect.Parameter.empty else repr(param.default)
-        choices = ", ".join(repr(c) for c in KNOB_CHOICES.get(name, ()))
-        rows.append({"argument": name, "default": default, "choices": choices, "meaning": KNOB_MEANINGS[name]})
-    return rows
-
-
-# --------------------------------------------------------------------------- mixture of experts
-
-
-# --------------------------------------------------------------------------- gated attention
-
-
-# --------------------------------------------------------------------------- grouped-query attention
-
-
-def _repeat_kv_weight(W: torch.Tensor, num_kv_heads: int, group: int) -> torch.Tensor:
-    """(kv * hd, d) -> (kv * group * hd, d): every key/value head copied for its group of query heads."""
-    return W.unflatten(0, (num_kv_heads, -1)).repeat_interleave(group, dim=0).flatten(0, 1)
-
-
-def copied_heads_difference(gqa: MultiHeadAttention, X: torch.Tensor) -> float:
-    """How far GQA is from plain multi-head attention with copied key/value heads.
-
-    Builds a multi-head attention with one key/value head per query head, gives it
-    ``gqa``'s ``W_q`` and ``W_o``, and fills its ``W_k``, ``W_v`` with each of ``gqa``'s
-    key/value heads repeated for the ``h / g`` query heads of its group.
-
-    Args:
-        gqa: a :class:`~d2lmini.attention.MultiHeadAttention` with ``g`` key/value heads.
-        X: ``(b, n, d)`` input, used as queries, keys and values.
-
-    Returns:
-        The largest ``|gqa(X) - mha(X)|`` (0 up to float32 rounding: the same function).
-
-    Introduced in the chapter "One block, every configuration".
-    """
-    g, group = gqa.num_kv_heads, gqa.num_heads // gqa.num_kv_heads
-    mha = MultiHeadAttention(gqa.num_hiddens, gqa.num_heads, causal=gqa.causal)
-    with torch.no_grad():
-        mha.W_q.weight.copy_(gqa.W_q.weight)
-        mha.W_o.weight.copy_(gqa.W_o.weight)
-        mha.W_k.weight.copy_(_repeat_kv_weight(gqa.W_k.weight, g, group))
-        mha.W_v.weight.copy_(_repeat_kv_weight(gqa.W_v.weight, g, group))
-        return float((gqa(X, X, X) - mha(X, X, X)).abs().max())
-
-
-def grouped_query_attention(num_hiddens: int = 512, num_heads: int = 8, kv_heads=(8, 4, 2, 1),
-                            num_steps: int = 16, seed: int = 0) -> list[dict]:
-    """What sharing key/value heads saves, and that GQA is MHA with copied K/V heads.
-
-    For every number of key/value heads ``g`` in ``kv_heads`` (Ainslie et al., 2023;
-    ``g = 1`` is Shazeer's multi-query attention, ``g = h`` plain multi-head attention):
-    build a :class:`~d2lmini.attention.MultiHeadAttention` with ``num_kv_heads=g``, count
-    its parameters and the key/value entries a decoder caches per token
-    (``2 g head_dim``), and check that it equals a plain multi-head attention whose
-    ``W_k``, ``W_v`` repeat each of its ``g`` heads ``h / g`` times (:func:`copied_heads_difference`).
-
-    Args:
-        num_hiddens, num_heads: width ``d`` and query heads ``h``.
-        kv_heads: the values of ``g`` to try; each must divide ``num_heads``.
-        num_steps: length of the random test sequence.
-        seed: seeds the weights and the input.
-
-    Returns:
-        One dict per ``g``: ``kv_heads``, ``kind`` (``'MHA'``, ``'GQA'`` or ``'MQA'``),
-        ``parameters`` (of the attention), ``kv_cache_per_token`` (floats per token
-        per block), ``max_abs_diff`` (GQA vs the MHA with copied heads, float32).
-
-    Raises:
-        ValueError / TypeError: for sizes the attention rejects.
-
-    Introduced in the chapter "One block, every configuration".
-    """
-    rows = []
-    with seeded(seed):
-        X = torch.randn(2, check_positive_int("num_steps", num_steps), num_hiddens)
-        for g in kv_heads:
-            gqa = MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=g, causal=True)
-            diff = copied_heads_difference(gqa, X)
-            kind = "MHA" if g == num_heads else ("MQA" if g == 1 else "GQA")
-            rows.append({"kv_heads": g, "kind": kind, "parameters": num_parameters(gqa),
-                         "kv_cache_per_token": 2 * g * gqa.head_dim, "max_abs_diff": diff})
-    return rows
-
-
-# --------------------------------------------------------------------------- mixture of experts, measured
-
-
-@shown_in("ch10")
-def dense_mixture(moe: MixtureOfExperts, tokens: torch.Tensor) -> torch.Tensor:
-    """A :class:`MixtureOfExperts` computed the slow way, to check its sparse forward pass.
-
-    Every expert runs on every token; an expert the router did not choose for a token
-    gets the weight 0 there. Takes ``tokens`` of shape ``(t, d)``, returns ``(t, d)``.
-    Introduced in the chapter "One block, every configuration".
-    """
-    weights, experts = moe.route(tokens)
-    full = torch.zeros(tokens.shape[0], moe.num_experts).scatter(1, experts, weights)
-    out = sum(full[:, e, None] * expert(tokens) for e, expert in enumerate(moe.experts))
-    return out + (moe.shared(tokens) if moe.shared is not None else 0)
-
-
-@shown_in("ch10")
-def mixture_of_experts_demo(num_hiddens: int = 64, num_heads: int = 4, num_experts: int = 8, top_k: int = 2,
-                            batch_size: int = 4, num_steps: int = 32, seed: int = 0) -> dict:
-    """A block whose FFN is a :class:`MixtureOfExperts`, passed in through ``ffn_factory``, measured.
-
-    Builds a causal block (RMSNorm, pre-norm, SwiGLU experts of the dense width, softmax
-    top-k router), runs one seeded random ``(b, n, d)`` batch, routes the FFN's input
-    tokens again to count the tokens per expert, and checks the sparse forward pass
-    against :func:`dense_mixture`. Returns a dict: ``input_shape``, ``output_shape``,
-    ``tokens_per_expert`` (they sum to ``top_k`` times the tokens), ``ffn_parameters``,
-    ``ffn_active_parameters`` (used per token), ``dense_ffn_parameters`` (one expert),
-    ``max_abs_diff`` (float32) and ``block``. ValueError / TypeError for bad sizes.
-    Introduced in the chapter "One block, every configuration".
-    """
-    check_positive_int("batch_size", batch_size)
-    check_positive_int("num_steps", num_steps)
-    with seeded(seed):
-        block = TransformerBlock(num_hiddens, num_heads, causal=True,
-                                 ffn_factory=lambda: MixtureOfExperts(num_hiddens, num_experts, top_k=top_k))
-        X = torch.randn(batch_size, num_steps, num_hiddens)
-        moe, seen = block.ffn, []  # seen: the FFN's input, recorded by a forward hook
-        handle = moe.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
-        try:
-            with torch.no_grad():
-                Y = block(X)
-        finally:
-            handle.remove()
-        tokens = seen[0].reshape(-1, num_hiddens)
-        with torch.no_grad():
-            _, experts = moe.route(tokens)  # (tokens, top_k) expert indices
-            diff = float((moe(tokens) - dense_mixture(moe, tokens)).abs().max())
-    one_expert = num_parameters(moe.experts[0])
-    return {"input_shape": tuple(X.shape), "output_shape": tuple(Y.shape),
-            "tokens_per_expert": torch.bincount(experts.flatten(), minlength=num_experts).tolist(),
-            "ffn_parameters": num_parameters(moe), "dense_ffn_parameters": one_expert,
-            "ffn_active_parameters": num_parameters(moe.router) + top_k * one_expert,  # no shared expert here
-            "max_abs_diff": diff, "block": block}
+    names = [n for n in inspect.signature(TransformerBlock.__init__).parameters if n != "self"]
+    grouped = [n for group in CONSTRUCTOR_GROUPS.values() for n in group]
+    gone = [n for n in grouped if n not in names]
+    if gone:
+        raise KeyError(f"CONSTRUCTOR_GROUPS names arguments TransformerBlock no longer has: {gone}")
+    return {**{group: list(args) for group, args in CONSTRUCTOR_GROUPS.items()},
+            "released models": [n for n in names if n not in grouped]}
 
 
 # --------------------------------------------------------------------------- 2017 -> 2026
@@ -278,7 +104,7 @@ def sinusoidal_positions(num_steps: int, num_hiddens: int) -> torch.Tensor:
     Raises:
         ValueError / TypeError: for non-positive sizes or an odd ``num_hiddens``.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The 2026 block".
     """
     n, d = check_positive_int("num_steps", num_steps), check_positive_int("num_hiddens", num_hiddens)
     if d % 2:
@@ -331,7 +157,7 @@ class Step:
     output_shape: tuple = field(default_factory=tuple)
 
 
-@shown_in("ch10")
+@shown_in("ch09")
 def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: int = 2, num_steps: int = 16,
                        seed: int = 0) -> list[Step]:
     """Turn the 2017 block into the 2026 block one constructor argument at a time.
@@ -350,7 +176,7 @@ def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: i
     Raises:
         ValueError: if ``num_heads`` is not divisible by 4, or for sizes the block rejects.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The 2026 block".
     """
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
     if check_positive_int("num_heads", num_heads) % 4:
@@ -402,31 +228,6 @@ def step_table(steps: list[Step], formatted: bool = False):
     return pd.DataFrame(records).set_index("step")
 
 
-def plot_substitution_params(steps: list[Step], width: float = 8.0, height: float = 3.2):
-    """Stacked horizontal bars: attention, FFN and norm parameters of every step.
-
-    Args:
-        steps: from :func:`substitution_steps`.
-        width, height: figure size in inches.
-
-    Returns:
-        A ``matplotlib.figure.Figure`` (pyplot-free, house style).
-    """
-    names = [s.name for s in steps][::-1]
-    with styled_figure(1, width=width, height=height) as (fig, ax):
-        left = [0.0] * len(steps)
-        for part in ("attention", "ffn", "norms"):
-            values = [s.parameters[part] / 1e6 for s in steps][::-1]
-            ax.barh(names, values, left=left, color=PART_COLORS[part], label=PART_LABELS[part])
-            left = [a + b for a, b in zip(left, values)]
-        for y, total in enumerate(left):
-            ax.text(total + 0.03, y, f"{total:.2f} M", va="center", fontsize=9)
-        ax.set(xlabel="parameters per block (millions)", xlim=(0, max(left) * 1.15))
-        ax.grid(axis="y", visible=False)
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside upper center", ncol=3, frameon=False)
-    return fig
-
-
 def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: int = 4, num_steps: int = 24,
                         shifts=(1, 5, 17), theta: float = 10000.0, seed: int = 0) -> dict:
     r"""Does an attention logit change when both positions move by the same shift?
@@ -444,7 +245,7 @@ def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: i
     Raises:
         ValueError / TypeError: for non-positive sizes or an odd ``head_dim``.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The 2026 block".
     """
     check_positive_int("num_tokens", num_tokens)
     n = check_positive_int("num_steps", num_steps)
@@ -491,7 +292,7 @@ def make_trinity_layer(seed: int = 0):
     Raises:
         ImportError: if ``transformers`` is missing or has no AFMoE model.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The 2026 block".
     """
     try:
         from transformers import AfmoeConfig
@@ -525,7 +326,7 @@ def compare_with_trinity(batch_size: int = 2, num_steps: int = 16, seed: int = 0
     Raises:
         ImportError: if ``transformers`` has no AFMoE model.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The 2026 block".
     """
     from ..reference import Reference, compare_with_reference, hf_call
 
@@ -560,7 +361,7 @@ MODELS = (
 TOLERANCE = _TOLERANCE
 
 
-@shown_in("ch10")
+@shown_in("zoo")
 def describe_block(block: TransformerBlock, positions_note: str | None = None) -> dict:
     """The "who uses what" columns, read from a block's modules rather than typed.
 
@@ -619,7 +420,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
     Raises:
         ImportError: if ``transformers`` is not installed (the Hugging Face rows need it).
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The 2026 block".
     """
     from ..reference import compare_with_reference
 
@@ -724,7 +525,7 @@ MODELING = {
     "Qwen3.5": dict(norm="RMSNorm (1 + w), pre", qk_norm="QK-norm per head", gate=True, router="softmax"),
     "Gemma 4": dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head; RMSNorm without gain on the values"),
     "gpt-oss": dict(norm="RMSNorm, pre", sinks=True, router="softmax", act="clamped SwiGLU"),
-    "Llama 4": dict(norm="RMSNorm, pre", qk_norm="QK-norm: RMSNorm without gain (RoPE layers only)", shared_experts=1,
+    "Llama 4": dict(norm="RMSNorm, pre", qk_norm="QK-norm per head: RMSNorm without gain, after RoPE (RoPE layers only)", shared_experts=1,
                     router="sigmoid"),
     "OLMo 3": dict(norm="RMSNorm, on each sublayer's output", qk_norm="QK-norm over the whole projection"),
     "GLM-5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
@@ -1147,7 +948,7 @@ CHECKS = {
 }
 
 
-@shown_in("ch10")
+@shown_in("zoo")
 def verify_2026(row: Row2026, seed: int = 0) -> dict:
     """Reproduce ``row``'s layers with d2lmini where a check exists; report the largest differences.
 
@@ -1268,7 +1069,6 @@ def feature_counts(rows: list[dict]):
     return table.sort_values("rows", ascending=False, kind="stable").set_index("feature")
 
 
-@shown_in("ch10")
 def the_2026_block(num_hiddens: int = 256, num_heads: int = 8, *, num_layers: int = 4, num_kv_heads: int = 2,
                    window: int = 64, local_global: str | None = None, qk_norm: str | None = None,
                    rope_theta: float = 1e4, num_experts: int = 8, top_k: int = 2, expert_hiddens: int = 128,
@@ -1380,78 +1180,6 @@ def zoo_switches(names=ZOO_DECADE, seed: int = 0):
     return pd.DataFrame(columns).rename_axis("argument"), rows
 
 
-# --------------------------------------------------------------------------- the decoder block
-
-
-@shown_in("ch10")
-def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: torch.Tensor, t: int) -> dict:
-    """How far a decoder block's outputs move when a decoder token or the encoder output changes.
-
-    Draws a new random decoder token at position ``t`` and, separately, a new random
-    encoder output, and runs the block on the original and on each changed input.
-
-    Args:
-        block: a :class:`~d2lmini.block.TransformerDecoderBlock` (no dropout in effect).
-        X: ``(b, n, d)`` decoder input; memory: ``(b, m, d)`` encoder output; ``0 < t < n``.
-
-    Returns:
-        dict with ``output_shape``, ``future_leak`` (largest change at positions ``< t``;
-        0 means causal), ``future_effect`` (at positions ``>= t``), ``memory_effect``
-        (largest change anywhere) and ``memory_effect_least`` (the smallest, over the
-        positions, of a position's largest change: > 0 means every position moved).
-    """
-    X2 = X.clone()
-    X2[:, t] = torch.randn(X.shape[-1])
-    memory2 = torch.randn(memory.shape)
-    with torch.no_grad():
-        Y, Y_future, Y_memory = block(X, memory), block(X2, memory), block(X, memory2)
-    return {"output_shape": tuple(Y.shape),
-            "future_leak": float((Y_future - Y)[:, :t].abs().max()),
-            "future_effect": float((Y_future - Y)[:, t:].abs().max()),
-            "memory_effect": float((Y_memory - Y).abs().max()),
-            "memory_effect_least": float((Y_memory - Y).abs().amax(dim=(0, 2)).min())}
-
-
-@shown_in("ch10")
-def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10, memory_steps: int = 7,
-                         seed: int = 0) -> dict:
-    """The encoder-decoder Transformer's decoder block: three sublayers, measured.
-
-    Builds the 2017 decoder block (:class:`~d2lmini.block.TransformerDecoderBlock`:
-    LayerNorm, post-LN, ReLU, biases), measures with :func:`decoder_effects` how its
-    outputs move when the decoder token at ``t = n // 2`` or the encoder output
-    changes, counts each sublayer's parameters, and verifies the block against
-    ``torch.nn.TransformerDecoderLayer`` (:func:`d2lmini.reference.compare_with_reference`).
-
-    Args:
-        num_hiddens, num_heads: ``d`` and ``h``; seed: seeds the weights and inputs.
-        num_steps, memory_steps: decoder length ``n`` (at least 2) and encoder length ``m``.
-
-    Returns:
-        dict with the keys of :func:`decoder_effects`, ``parameters`` (self-attention,
-        cross-attention, FFN, norms) and ``reference`` (the comparison's dict, without the block).
-
-    Raises:
-        ValueError / TypeError: for sizes the block rejects.
-
-    Introduced in the chapter "One block, every configuration".
-    """
-    from ..reference import compare_with_reference
-
-    n, m = check_int_at_least("num_steps", num_steps, 2), check_positive_int("memory_steps", memory_steps)
-    with seeded(seed):
-        block = TransformerDecoderBlock(num_hiddens, num_heads, norm="layer", act="relu", placement="post",
-                                        bias=True).eval()
-        X, memory = torch.randn(1, n, num_hiddens), torch.randn(1, m, num_hiddens)
-        effects = decoder_effects(block, X, memory, t=n // 2)
-        reference = compare_with_reference("TransformerDecoderLayer", seed=seed)
-    params = num_parameters(block, {"self-attention": "attention.", "cross-attention": "cross_attention.",
-                                    "FFN": "ffn.", "norms": "addnorm"})
-    params.pop("total")
-    reference.pop("block")
-    return {**effects, "parameters": params, "reference": reference}
-
-
 # --------------------------------------------------------------------------- what you can build
 
 #: Llama 3 8B's shape (Grattafiori et al., 2024, Table 3): 32 layers, d = 4096, FFN width
@@ -1460,7 +1188,7 @@ LLAMA3_8B = dict(vocab_size=128256, num_hiddens=4096, num_heads=32, num_layers=3
                  ffn_num_hiddens=14336, rope_theta=500000.0)
 
 
-@shown_in("ch10")
+@shown_in("ch09")
 def model_parameter_count(shape: dict | None = None) -> dict:
     """Build a whole decoder-only model from 2026 blocks on the ``meta`` device and count it.
 
@@ -1480,7 +1208,7 @@ def model_parameter_count(shape: dict | None = None) -> dict:
     Raises:
         ValueError / TypeError: for arguments TinyLM rejects.
 
-    Introduced in the chapter "One block, every configuration".
+    Introduced in the chapter "The 2026 block".
     """
     from ..train import TinyLM
 
@@ -1495,12 +1223,11 @@ def model_parameter_count(shape: dict | None = None) -> dict:
 
 
 __all__ = [
-    "BLOCK_2017", "KNOB_CHOICES", "KNOB_MEANINGS", "LLAMA3_8B", "MODELS", "ROUTERS", "SUBSTITUTIONS", "TOLERANCE",
+    "BLOCK_2017", "CONSTRUCTOR_GROUPS", "LLAMA3_8B", "MODELS", "ROUTERS", "SUBSTITUTIONS", "TOLERANCE",
     "TRINITY_TINY",
     "GatedAttention", "MixtureOfExperts", "Step",
-    "catalog_table", "compare_with_trinity", "constructor_knobs", "copied_heads_difference", "decoder_block_checks",
-    "decoder_effects", "dense_mixture", "describe_block",
-    "fit_to_page", "from_afmoe_layer", "grouped_query_attention", "make_trinity_layer", "mixture_of_experts_demo",
-    "model_parameter_count", "plot_substitution_params", "rope_relative_check", "sinusoidal_positions",
+    "catalog_table", "compare_with_trinity", "constructor_groups", "describe_block",
+    "fit_to_page", "from_afmoe_layer", "make_trinity_layer",
+    "model_parameter_count", "rope_relative_check", "sinusoidal_positions",
     "step_table", "substitution_steps", "verification_table", "who_uses_what",
 ]
