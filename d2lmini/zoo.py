@@ -47,7 +47,7 @@ from .reference import (
 )
 
 #: Largest absolute difference (float32) of outputs and of input gradients for a row to count as reproduced
-#: (:data:`d2lmini.reference.TOLERANCE`, shared with chapter 10's table).
+#: (:data:`d2lmini.reference.TOLERANCE`, shared with the 2026 table above it).
 TOLERANCE = _TOLERANCE
 
 
@@ -222,7 +222,7 @@ ZOO: tuple[ZooRow, ...] = (
                           attn_implementation="eager",  # SDPA does not broadcast the single key/value head
                           note="Falcon-40B/180B (new_decoder_architecture) convert to 'parallel_two_norms'")),
     hf_row("Command R", "Cohere", 2024, "cohere", "CohereDecoderLayer", "CohereConfig",
-           dict(**TINY, num_hidden_layers=1, attention_bias=True),
+           dict(**TINY, num_hidden_layers=1),  # CohereConfig's default and the released model: no biases
            note=_INTERLEAVED + "; logit_scale multiplies the logits (outside the layer)"),
     hf_row("StableLM 2", "StableLM", 2024, "stablelm", "StableLmDecoderLayer", "StableLmConfig",
            dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.25, use_qkv_bias=True,

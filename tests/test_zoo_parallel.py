@@ -70,9 +70,9 @@ VARIANTS = {
                  dict(hidden_size=64, num_attention_heads=4, intermediate_size=160, num_hidden_layers=1,
                       use_parallel_residual=False, attention_bias=False, rotary_pct=0.5),
                  rotary="GPTNeoXRotaryEmbedding"), "pre"),
-    "Command R without biases": (
-        _variant("Cohere nb", "cohere", "CohereDecoderLayer", "CohereConfig",
-                 dict(**reference.TINY, num_hidden_layers=1)), "parallel"),
+    "Command R with attention biases": (
+        _variant("Cohere b", "cohere", "CohereDecoderLayer", "CohereConfig",
+                 dict(**reference.TINY, num_hidden_layers=1, attention_bias=True)), "parallel"),
 }
 
 
@@ -109,7 +109,7 @@ def test_describe_reads_parallel_placements_partial_rope_and_biases():
     assert table["Phi-3 mini"]["positions"] == "RoPE, base 10000" and "window 5" in table["Phi-3 mini"]["attention"]
     assert table["Falcon-7B"]["attention"].startswith("4/1 heads")
     assert table["Command R"]["norm"].startswith("LayerNorm without bias")
-    assert table["GPT-J"]["bias"] == "FFN" and table["Command R"]["bias"] == "q, k, v, o"
+    assert table["GPT-J"]["bias"] == "FFN" and table["Command R"]["bias"] == "none"
     assert table["StableLM 2"]["bias"] == "q, k, v" and table["Phi-2"]["bias"] == "all"
     assert table["GPT-J"]["ffn"].startswith("gelu_tanh") and table["Command R"]["ffn"].startswith("swiglu")
 
