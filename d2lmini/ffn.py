@@ -1,6 +1,6 @@
 """The position-wise feed-forward network (FFN): expand, activate, contract.
 
-Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The experiments of the chapter "The feed-forward network: from ReLU to SwiGLU"."""
+"""The experiments of the chapter "The feed-forward network: SwiGLU, then a mixture of experts"."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import torch
 
 from d2lmini.data import python_reference_corpus
 from d2lmini.ffn import FeedForward
-from d2lmini.chapters.ch09_ffn import (COMPARISON_CONFIG, SHAZEER_2020_LOG_PERPLEXITY, SWEEP_RATES, LRSweep,
-                                     ffn_as_memories, ffn_comparison, ffn_parameter_counts, lr_sweep,
-                                     plot_activations, plot_ffn_comparison, plot_lr_sweep, train_ensemble)
+from d2lmini.chapters.ch07_ffn import (COMPARISON_CONFIG, MOE_MODELS, SHAZEER_2020_LOG_PERPLEXITY, SWEEP_RATES,
+                                     LRSweep, balance_by_bias, ffn_as_memories, ffn_comparison,
+                                     ffn_parameter_counts, lr_sweep, plot_activations, plot_ffn_comparison,
+                                     router_loads, train_ensemble)
+from d2lmini.moe import MixtureOfExperts
 from d2lmini.train import TinyLM, evaluate, train_lm
 
 # A model small enough to train in a fraction of a second; 8 * 24 / 3 = 64 exactly.
@@ -105,7 +107,7 @@ def test_memory_reading_rejects_bad_inputs():
 
 def test_activation_plot():
     fig = plot_activations()
-    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 3
+    assert len(fig.axes) == 1 and len(fig.axes[0].lines) == 3 + 1  # three functions and the zero line
     with pytest.raises(ValueError, match="acts"):
         plot_activations(["tanh"])
 
@@ -201,14 +203,17 @@ def test_comparison_workers_restore_the_thread_count(corpus, two_threads):
 
 
 def test_comparison_plot(comparison):
-    fig = plot_ffn_comparison(comparison, window=4, skip=5)
+    fig = plot_ffn_comparison(comparison)
     assert len(fig.axes) == 2
-    assert len(fig.axes[1].lines) >= 2 * 3  # a curve and markers per seed
-    assert fig.axes[1].lines[0].get_xdata()[0] == 5
+    assert len(fig.axes[0].lines) == 2  # one mean per activation, each with a band over the seeds
+    assert len(fig.axes[0].collections) == 2
+    assert list(fig.axes[0].lines[1].get_ydata()) == pytest.approx(
+        [sum(comparison.val_loss("swiglu", s)) / 3 for s in (8, 16, 24)])
+    assert len(fig.axes[1].lines) >= 3 + 1  # one gap per seed, and the means
+    assert list(fig.axes[1].lines[0].get_xdata()) == [8, 16, 24]
+    assert list(fig.axes[1].lines[0].get_ydata()) == pytest.approx([comparison.differences(s)[0] for s in (8, 16, 24)])
     with pytest.raises(ValueError, match="act"):
-        plot_ffn_comparison(comparison, baseline="relu", skip=5)
-    with pytest.raises(ValueError, match="skip"):
-        plot_ffn_comparison(comparison)  # 50 > the 24 steps trained
+        plot_ffn_comparison(comparison, baseline="relu")
 
 
 def test_comparison_rejects_bad_arguments(corpus):
@@ -266,13 +271,6 @@ def test_sweep_rates_are_factors_of_two_around_the_default_rate():
     assert all(b == 2 * a for a, b in zip(SWEEP_RATES, SWEEP_RATES[1:]))
 
 
-def test_sweep_plot(sweep):
-    fig = plot_lr_sweep(sweep)
-    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 2 and len(fig.axes[1].patches) == 3
-    with pytest.raises(ValueError, match="two activations"):
-        plot_lr_sweep(LRSweep(["gelu"], [0.01], 0, {"gelu": [2.0]}, {}, 0.0, {}))
-
-
 def test_sweep_rejects_bad_arguments(corpus):
     with pytest.raises(TypeError, match="acts"):
         lr_sweep(corpus, acts="gelu")
@@ -306,3 +304,43 @@ def test_comparison_at_each_activations_own_rate(corpus):
         ffn_comparison(corpus, rates={"gelu": 0}, **both)
     with pytest.raises(TypeError, match="rates"):
         ffn_comparison(corpus, rates=[1e-2], **both)
+
+
+# ---------------------------------------------------------------- the router's load
+
+def test_balance_by_bias_evens_out_a_skewed_router():
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(16, 4, top_k=1, router="sigmoid")
+    tokens = torch.randn(2000, 16) + 3.0 * torch.randn(16)  # a shared component skews the choice
+    with torch.no_grad():
+        weights_before = moe.route(tokens)[0]
+    loads = balance_by_bias(moe, tokens, num_updates=200, gamma=0.01)
+    assert len(loads) == 201 and all(load.shape == (4,) for load in loads)
+    assert all(float(load.mean()) == pytest.approx(1.0) for load in loads)  # multiples of the fair share
+    assert float(loads[0].max()) > 1.5 and float(loads[-1].max()) < 1.2
+    assert float(moe.expert_bias.abs().sum()) > 0
+    assert weights_before.shape == (2000, 1)
+
+
+def test_router_loads_measures_three_routings():
+    result = router_loads(num_hiddens=16, num_experts=4, top_k=2, num_tokens=1000, num_updates=50, seed=1)
+    assert set(result) == {"random tokens", "with a shared component", "with a shared component, balanced",
+                           "chance_std"}
+    assert result["chance_std"] == pytest.approx(math.sqrt((1 - 0.5) / (1000 * 0.5)))
+    for name in ("random tokens", "with a shared component", "with a shared component, balanced"):
+        assert len(result[name]) == 4 and sum(result[name]) == pytest.approx(4.0)
+    assert result == router_loads(num_hiddens=16, num_experts=4, top_k=2, num_tokens=1000, num_updates=50,
+                                  seed=1)
+    assert max(result["with a shared component"]) > max(result["with a shared component, balanced"])
+    with pytest.raises(ValueError, match="offset"):
+        router_loads(offset=-1.0)
+    with pytest.raises(ValueError, match="num_tokens"):
+        router_loads(num_tokens=0)
+    with pytest.raises(ValueError, match="gamma"):
+        router_loads(gamma=0.0)
+
+
+def test_moe_models_active_is_a_fraction_of_total():
+    for sizes in MOE_MODELS.values():
+        assert sizes["per_token"] < sizes["routed"] and sizes["active"] < sizes["total"]
+    assert MOE_MODELS["DeepSeek-V3"]["shared"] == 1 and MOE_MODELS["Qwen3-235B-A22B"]["shared"] == 0

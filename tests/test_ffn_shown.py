@@ -1,13 +1,13 @@
-"""The small functions chapter 9 prints: memory sums and readings, trigger search, validation
-losses and the lockstep update."""
+"""Small functions of chapter 7's module: memory sums and readings, validation losses and the
+lockstep update the chapter prints."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from d2lmini.chapters.ch09_ffn import (memory_reading, strongest_triggers, sum_of_memories,
-                                       validation_batches, validation_losses)
+from d2lmini.chapters.ch07_ffn import (memory_reading, sum_of_memories, validation_batches,
+                                       validation_losses)
 from d2lmini.data import python_reference_corpus
 from d2lmini.ffn import FeedForward
 from d2lmini.train import train_step
@@ -25,16 +25,6 @@ def test_sum_of_memories_rebuilds_the_ffn(act, bias):
     assert not m.requires_grad
     if act == "relu":  # a ReLU coefficient is exactly zero for a negative match
         assert torch.equal(m, torch.relu(X @ ffn.W_1.weight.T + (ffn.W_1.bias if bias else 0)).detach())
-
-
-def test_strongest_triggers_finds_the_planted_peaks():
-    m = torch.zeros(5, 7, 4)  # (windows, positions, memories)
-    m[3, 2, 1] = 9.0   # memory 1 fires hardest, in window 3 at position 2
-    m[0, 6, 1] = 5.0   # ... then in window 0 at position 6
-    m[1, 4, 2] = 7.0   # memory 2, window 1, position 4
-    m[4, 0, 2] = 1.0
-    found = strongest_triggers(m, num_memories=2, top=2)
-    assert found == [(1, 1, 3, 2), (1, 2, 0, 6), (2, 1, 1, 4), (2, 2, 4, 0)]
 
 
 def test_validation_losses_average_the_batches():

@@ -1,6 +1,4 @@
-"""Experiments of the chapter "The feed-forward network: from ReLU to SwiGLU".
-
-Three things are measured here:
+"""Experiments of the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
 
 * :func:`ffn_parameter_counts` -- the parameter budget of every FFN variant of
   :class:`~d2lmini.ffn.FeedForward`: a plain MLP of width ``4d`` and a gated one of
@@ -9,24 +7,14 @@ Three things are measured here:
   2021): ``W_2 act(W_1 x)`` is a sum of value vectors weighted by how well ``x``
   matches each key.
 * :func:`lr_sweep` -- both FFNs at every peak learning rate of :data:`SWEEP_RATES`,
-  one seed, all models in one lockstep (a per-model scale of the scheduled rate,
-  ``lr_scales`` of :func:`d2lmini.train.train_models`).
-* :func:`ffn_comparison` -- the chapter's training comparison: a small character
-  language model (:class:`~d2lmini.train.TinyLM`) with a GELU MLP against the same
-  model with SwiGLU, at matched parameters, over several seeds.
-
-The training code is built for speed, since the comparison is the heaviest cell of
-the book. The seeds of one activation train in lockstep (:func:`train_ensemble`, on
-the book's one loop :func:`d2lmini.train.train_models`): each model computes its loss
-and gradients, then one ``foreach`` AdamW step updates all of them. Adam works element
-by element, so this is exactly the arithmetic of training every seed by itself
-(:func:`d2lmini.train.train_lm`); the tests check that it is. The activations can train
-side by side in worker threads (:func:`ffn_comparison` with ``workers=2``), each with an
-equal share of torch's threads: on tensors this small, independent single-threaded
-workers use the cores better than splitting each operation between them. ``train_ensemble(vectorize=True)`` instead stacks the models' weights and
-vectorizes one forward pass of the real ``TinyLM`` over them
-(``torch.func.functional_call`` inside ``torch.vmap``) -- the fast choice on a GPU,
-about 15% slower on a CPU, where the attention kernel has no vmap rule.
+  one seed, all models in one lockstep (``lr_scales`` of :func:`d2lmini.train.train_models`).
+* :func:`ffn_comparison` -- the training comparison: a small character language model
+  (:class:`~d2lmini.train.TinyLM`) with a GELU MLP against the same model with SwiGLU,
+  at matched parameters, over several seeds (the seeds of one activation train in
+  lockstep, :func:`train_ensemble`, each exactly as :func:`d2lmini.train.train_lm`
+  would train it alone; the tests check that).
+* :func:`router_loads` -- how evenly a mixture of experts' router spreads tokens, and
+  what DeepSeek-V3's bias update (:func:`balance_by_bias`) does to it.
 """
 
 from __future__ import annotations
@@ -45,29 +33,30 @@ from .._checks import (check_choice, check_float_tensor, check_instance, check_i
                        check_sequence)
 from .._shown import shown_in
 from ..data import CharCorpus
+from ..block import TransformerBlock
 from ..ffn import ACTS, GATED_ACTS, FeedForward
+from ..moe import MixtureOfExperts
 from ..parameters import num_parameters
 from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, styled_figure, table_style
-from ..train import TinyLM, TrainLog, lockstep_losses, moving_average, seeded_tiny_lm, train_models
+from ..seeding import seeded
+from ..train import TinyLM, TrainLog, lockstep_losses, seeded_tiny_lm, train_models
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
 #: a 2-block, 48-wide pre-norm character model (2 heads of 24 features, RMSNorm, no
-#: biases inside the blocks, learned positions) trained on batches of 128 windows of 32 characters with
-#: AdamW without weight decay (peak rate 0.02, 30 warm-up steps, cosine decay to 10%). ``8 * 48 / 3 = 128``
-#: exactly, so the GELU and SwiGLU models have *identical* parameter counts.
-#: Chosen for speed on a 2-core CPU at a fixed budget of tokens: two heads rather than
-#: four (on a CPU, attention with 12-feature heads takes a third of the training time)
-#: and 32-character windows rather than 64 (the same 4,096 characters per step in twice
-#: as many windows trained faster and reached a lower loss in our runs). The peak rate
-#: 0.02 is only the default: the chapter gives each FFN its own, the best of a sweep
+#: biases inside the blocks, learned positions) trained on batches of 16 windows of 32
+#: characters with AdamW without weight decay (peak rate 0.01, 10 warm-up steps, cosine
+#: decay to 10%). ``8 * 48 / 3 = 128`` exactly, so the GELU and SwiGLU models have
+#: *identical* parameter counts. Small enough that the chapter's sweep and comparison
+#: (twelve models of 100 steps) train on one CPU thread. The peak rate
+#: is only the default: the chapter gives each FFN its own, the best of a sweep
 #: (:func:`lr_sweep`, :data:`SWEEP_RATES`).
 COMPARISON_CONFIG = dict(num_hiddens=48, num_heads=2, num_layers=2, norm="rms", placement="pre",
-                         batch_size=128, seq_len=32, lr=2e-2, warmup_steps=30, schedule="cosine",
+                         batch_size=16, seq_len=32, lr=1e-2, warmup_steps=10, schedule="cosine",
                          betas=(0.9, 0.98), weight_decay=0.0, eval_batches=8)
 
 #: The peak learning rates of the chapter's sweep (:func:`lr_sweep`): factors of two
-#: from half of :data:`COMPARISON_CONFIG`'s 0.02 to four times it.
-SWEEP_RATES = (0.01, 0.02, 0.04, 0.08)
+#: around :data:`COMPARISON_CONFIG`'s 0.01.
+SWEEP_RATES = (0.005, 0.01, 0.02)
 
 #: Shazeer (2020), "GLU Variants Improve Transformer", Table 1: held-out log-perplexity
 #: of a T5-base-sized model (pre-trained on C4) after 65,536 steps, for the FFN variants
@@ -79,7 +68,7 @@ SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "geglu": 1.942, "sw
 # Parameter budget
 # --------------------------------------------------------------------------------------
 
-@shown_in("ch09")
+@shown_in("ch07")
 def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu", "geglu")) -> list[dict]:
     """Parameters of one :class:`~d2lmini.ffn.FeedForward` per activation, at default width.
 
@@ -101,7 +90,7 @@ def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu",
     Raises:
         ValueError / TypeError: for a bad ``num_hiddens`` or an unknown activation.
 
-    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
     """
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
     acts = check_sequence("acts", acts, lambda name, act: check_choice(name, act, ACTS), f"names from {ACTS}")
@@ -121,8 +110,8 @@ _Z_LABELS = {"gelu": r"GELU  $z\,\Phi(z)$", "silu": r"SiLU  $z\,\sigma(z)$"}
 
 
 def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float = 3.0,
-                     width: float = 8.0, height: float = 3.0):
-    """The activation functions (left) and their derivatives (right) on ``[lo, hi]``.
+                     width: float = 4.5, height: float = 3.0):
+    """The activation functions on ``[lo, hi]``, in one panel.
 
     Args:
         acts: any of ``'relu'`` (``max(0, x)``), ``'gelu'`` (``x Phi(x)``, the exact
@@ -143,16 +132,13 @@ def plot_activations(acts=("relu", "gelu", "silu"), lo: float = -4.0, hi: float 
         check_choice("acts", act, tuple(functions))
     if not lo < hi:
         raise ValueError(f"lo must be < hi, got lo={lo}, hi={hi}")
-    x = torch.linspace(lo, hi, 401, dtype=torch.float64, requires_grad=True)
-    with styled_figure(2, width=width, height=height) as (fig, (ax, ax_grad)):
+    x = torch.linspace(lo, hi, 401, dtype=torch.float64)
+    with styled_figure(1, width=width, height=height) as (fig, ax):
         for act in acts:
-            y = functions[act](x)
-            (grad,) = torch.autograd.grad(y.sum(), x)
             color, label = ACT_FUNCTION_COLORS[act], _Z_LABELS.get(act, ACT_FUNCTION_LABELS[act])
-            ax.plot(x.detach(), y.detach(), color=color, label=label)
-            ax_grad.plot(x.detach(), grad, color=color, label=label)
-        ax.set(xlabel="pre-activation $z$", ylabel=r"$\varphi(z)$", title="Activation")
-        ax_grad.set(xlabel="pre-activation $z$", ylabel=r"$\varphi'(z)$", title="Slope")
+            ax.plot(x, functions[act](x), color=color, label=label)
+        ax.axhline(0.0, color="0.8", linewidth=0.8, zorder=0)
+        ax.set(xlabel="pre-activation $z$", ylabel=r"$\varphi(z)$")
         ax.legend(loc="upper left")
     return fig
 
@@ -184,7 +170,6 @@ class MemoryReading:
     top_k: int
 
 
-@shown_in("ch09")
 def sum_of_memories(ffn: FeedForward, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r"""An FFN's memory coefficients, and its output rebuilt from them (Geva et al., 2021).
 
@@ -232,7 +217,7 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
         ValueError: if ``X``'s last dimension is not ``ffn.num_hiddens``, ``top_k`` is
             out of range, or ``ffn.act`` is ``'swiglu_clamped'``.
 
-    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
     """
     check_instance("ffn", ffn, FeedForward, "a d2lmini FeedForward")
     if ffn.act == "swiglu_clamped":  # its coefficients are not act(g_i . x) (k_i . x)
@@ -243,7 +228,6 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
     return memory_reading(ffn, X.reshape(-1, ffn.num_hiddens), top_k)
 
 
-@shown_in("ch09")
 def memory_reading(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> MemoryReading:
     """The measurements of :func:`ffn_as_memories`, for checked ``(tokens, d)`` inputs ``X``.
 
@@ -262,110 +246,6 @@ def memory_reading(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memory
                          max_abs_diff=float((out - memory_sum).abs().max()),   # max |FFN(x) - sum|
                          active_fraction=float((m != 0).double().mean()),      # share of m_i != 0
                          top_share=float(top.mean()), top_k=top_k)
-
-
-@shown_in("ch09")
-def strongest_triggers(m: torch.Tensor, num_memories: int, top: int) -> list[tuple[int, int, int, int]]:
-    """Where the strongest memories fire hardest.
-
-    Args:
-        m: ``(windows, positions, h)`` memory coefficients (:func:`sum_of_memories`).
-        num_memories: how many memories: those whose largest coefficient anywhere is highest.
-        top: how many windows per memory, the strongest first.
-
-    Returns:
-        ``(i, rank, w, position)`` tuples: memory ``i``'s ``rank``-th strongest window
-        ``w``, and the position in it where ``m[w, :, i]`` peaks.
-    """
-    per_window = m.amax(dim=1)                                   # (windows, h): best position per window
-    strongest = per_window.amax(dim=0).topk(num_memories).indices.tolist()
-    found = []
-    for i in strongest:
-        for rank, w in enumerate(per_window[:, i].topk(top).indices.tolist(), start=1):
-            found.append((i, rank, w, int(m[w, :, i].argmax())))
-    return found
-
-
-def memory_triggers(model: TinyLM, corpus: CharCorpus, block: int = 0, num_memories: int = 4, top: int = 3,
-                    context: int = 24, num_windows: int = 64, seed: int = 0) -> list[dict]:
-    """The text that switches on an FFN memory most strongly (Geva et al., 2021, Section 3).
-
-    Runs ``num_windows`` validation windows through a trained character model,
-    records the input of block ``block``'s FFN at every position, and computes every
-    memory's coefficient there (:func:`ffn_as_memories`). For the ``num_memories``
-    memories whose largest coefficient is highest, it returns the ``top`` positions
-    (in different windows) where each fires most (:func:`strongest_triggers`), with the characters the model has
-    read up to that position.
-
-    Args:
-        model: a trained :class:`~d2lmini.train.TinyLM` (e.g. :meth:`EnsembleRun.model`).
-        corpus: its :class:`~d2lmini.data.CharCorpus`.
-        block: which block's FFN, ``0 <= block < num_layers``.
-        num_memories, top: how many memories, and how many positions each.
-        context: how many characters of each position's prefix to return.
-        num_windows: validation windows scanned (of the model's ``max_len`` characters).
-        seed: seeds the choice of windows.
-
-    Returns:
-        A list of dicts, one per (memory, rank): ``memory`` (index ``i``), ``rank``
-        (1 = strongest), ``coefficient`` (``m_i`` there), ``prefix`` (the last
-        ``context`` characters read, ending with the current one) and ``next`` (the
-        character that follows in the text).
-
-    Raises:
-        ValueError / TypeError: for a bad ``block``, counts or seed.
-
-    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
-    """
-    check_instance("model", model, TinyLM, "a d2lmini TinyLM")
-    check_int_in("block", block, 0, len(model.blocks) - 1)
-    num_memories = check_positive_int("num_memories", num_memories)
-    top = check_positive_int("top", top)
-    context = check_positive_int("context", context)
-    num_windows = check_positive_int("num_windows", num_windows)
-    check_seed(seed)
-    ffn = model.blocks[block].ffn
-    if num_memories > ffn.ffn_num_hiddens or top > num_windows:
-        raise ValueError(f"num_memories must be <= {ffn.ffn_num_hiddens} and top <= num_windows, "
-                         f"got {num_memories} and {top}")
-    X, Y = corpus.random_batch(num_windows, model.max_len, torch.Generator().manual_seed(seed), split="val")
-    captured = []
-    hook = ffn.register_forward_pre_hook(lambda module, args: captured.append(args[0].detach()))
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(X)
-    finally:
-        hook.remove()
-        model.train(was_training)
-    m = ffn_as_memories(ffn, captured[0]).coefficients.reshape(num_windows, model.max_len, -1)
-    return [dict(memory=i, rank=rank, coefficient=float(m[w, pos, i]),
-                 prefix=corpus.decode(X[w, max(0, pos + 1 - context): pos + 1]),
-                 next=corpus.decode(Y[w, pos: pos + 1]))
-            for i, rank, w, pos in strongest_triggers(m, num_memories, top)]
-
-
-def trigger_table(rows: list[dict]):
-    """:func:`memory_triggers`' rows as a styled ``pandas`` table for a notebook.
-
-    One row per (memory, rank) with the coefficient, the text read so far
-    (monospace, right-aligned so that the current character lines up, line breaks
-    shown as ``⏎``) and the next character (spaces shown as ``␣``).
-
-    Returns:
-        A ``pandas.io.formats.style.Styler``.
-    """
-    import pandas as pd
-
-    table = pd.DataFrame(rows).set_index(["memory", "rank"])
-    table["prefix"] = table["prefix"].str.replace("\n", "⏎")
-    table["next"] = table["next"].str.replace("\n", "⏎").str.replace(" ", "␣")
-    table = table.rename(columns={"prefix": "read so far"})
-    mono = {"font-family": "monospace", "white-space": "pre", "padding-left": "1.5em"}
-    return (table_style(table).format({"coefficient": "{:.2f}"})
-            .set_properties(subset=["read so far"], **{**mono, "text-align": "right"})
-            .set_properties(subset=["next"], **{**mono, "text-align": "center"}))
 
 
 # --------------------------------------------------------------------------------------
@@ -418,7 +298,6 @@ class EnsembleRun:
         return model.eval()
 
 
-@shown_in("ch09")
 def validation_batches(corpus: CharCorpus, batch_size: int, seq_len: int, num_batches: int,
                        seed: int = 1234) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed held-out batches every model is scored on (those of :func:`d2lmini.train.evaluate`).
@@ -431,7 +310,6 @@ def validation_batches(corpus: CharCorpus, batch_size: int, seq_len: int, num_ba
     return [corpus.random_batch(batch_size, seq_len, gen, split="val") for _ in range(num_batches)]
 
 
-@shown_in("ch09")
 def validation_losses(losses_of, num_models: int, val: list) -> list[float]:
     """Each model's validation loss: its mean next-token cross-entropy over the batches ``val``.
 
@@ -448,10 +326,10 @@ def validation_losses(losses_of, num_models: int, val: list) -> list[float]:
     return (total / len(val)).tolist()
 
 
-def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num_steps: int = 600,
-                   batch_size: int = 128, seq_len: int = 32, lr: float = 2e-2, warmup_steps: int = 30,
+def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num_steps: int = 100,
+                   batch_size: int = 16, seq_len: int = 32, lr: float = 1e-2, warmup_steps: int = 10,
                    schedule: str = "cosine", betas: tuple[float, float] = (0.9, 0.98),
-                   weight_decay: float = 0.0, eval_steps=(200, 400, 600), eval_batches: int = 8,
+                   weight_decay: float = 0.0, eval_steps=(50, 100), eval_batches: int = 8,
                    num_hiddens: int = 48, num_heads: int = 2, num_layers: int = 2, norm: str = "rms",
                    placement: str = "pre", bias: bool = False, ffn_num_hiddens: int | None = None,
                    vectorize: bool = False, device: str = "cpu") -> EnsembleRun:
@@ -500,7 +378,7 @@ def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num
     Raises:
         ValueError / TypeError: for invalid arguments (each names the argument).
 
-    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
     """
     check_choice("act", act, ACTS)
     seeds = _check_seeds(seeds)
@@ -588,7 +466,6 @@ class FFNComparison:
         """
         return [a - b for a, b in zip(self.val_loss(baseline, step), self.val_loss(other, step))]
 
-    @shown_in("ch09")
     def summary(self, step: int, baseline: str = "gelu", other: str = "swiglu") -> dict:
         """Mean, sample standard deviation (n - 1; 0 for one seed), minimum and maximum
         of :meth:`differences` over the seeds, and how many seeds favour ``other``."""
@@ -623,7 +500,7 @@ class FFNComparison:
 
 
 def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), seeds=(0, 1, 2),
-                   num_steps: int = 600, eval_steps=(200, 400, 600), workers: int = 1,
+                   num_steps: int = 100, eval_steps=(25, 50, 75, 100), workers: int = 1,
                    rates: dict | None = None, **overrides) -> FFNComparison:
     """Train the same small character LM with each FFN activation, over several seeds.
 
@@ -644,10 +521,9 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
         eval_steps: steps after which the validation loss is recorded.
         workers: how many activations train at the same time, each in its own Python
             thread with ``torch.get_num_threads() // workers`` torch threads (at least
-            one). The default, 1, trains them one after another; the chapter asks for
-            two workers on the one torch thread its setup cell fixes, so each worker runs
-            single-threaded. With one torch thread per worker the numbers are the same
-            for any ``workers``.
+            one). The default, 1, trains them one after another (the chapter's choice,
+            on the one torch thread its setup cell fixes). With one torch thread per
+            worker the numbers are the same for any ``workers``.
         rates: ``{act: peak learning rate}`` for activations that train at their own
             rate (e.g. each at its best rate of :func:`lr_sweep`); the others train at
             the configuration's ``lr``. ``config["rates"]`` of the result holds every
@@ -664,8 +540,8 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
             ``overrides``.
 
     Follows the comparison of Shazeer (2020), "GLU Variants Improve Transformer", at a
-    scale that runs on a laptop CPU. Introduced in the chapter "The feed-forward
-    network: from ReLU to SwiGLU".
+    scale that runs on a laptop CPU. Introduced in the chapter
+    "The feed-forward network: SwiGLU, then a mixture of experts".
     """
     from ..data import python_reference_corpus
 
@@ -758,7 +634,6 @@ class LRSweep:
         return frame
 
 
-@shown_in("ch09")
 def sweep_in_lockstep(corpus: CharCorpus, pairs: list[tuple[str, float]], seed: int, num_steps: int,
                       config: dict) -> tuple[TrainLog, list[float]]:
     """Train one model per ``(activation, peak rate)`` pair, all in one lockstep.
@@ -781,7 +656,7 @@ def sweep_in_lockstep(corpus: CharCorpus, pairs: list[tuple[str, float]], seed: 
 
 
 def lr_sweep(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), rates=SWEEP_RATES, seed: int = 0,
-             num_steps: int = 300, **overrides) -> LRSweep:
+             num_steps: int = 100, **overrides) -> LRSweep:
     """Train the comparison's model with every FFN at every peak learning rate, one seed.
 
     The models of all ``len(acts) * len(rates)`` pairs train in one lockstep
@@ -806,7 +681,7 @@ def lr_sweep(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), rates=SW
     Raises:
         ValueError / TypeError: for invalid arguments (each names the argument).
 
-    Introduced in the chapter "The feed-forward network: from ReLU to SwiGLU".
+    Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
     """
     from ..data import python_reference_corpus
 
@@ -835,114 +710,156 @@ def lr_sweep(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), rates=SW
                    time.perf_counter() - start, config)
 
 
-def plot_lr_sweep(sweep: LRSweep, width: float = 8.0, height: float = 3.0):
-    """Validation loss against peak learning rate, one curve per activation.
-
-    Left: the sweep (:func:`lr_sweep`), on a logarithmic rate axis. Right: the
-    difference of the first two activations (first minus second) at every rate.
-
-    Returns:
-        A pyplot-free ``matplotlib.figure.Figure``.
-
-    Raises:
-        ValueError: if the sweep has fewer than two activations.
-    """
-    if len(sweep.acts) < 2:
-        raise ValueError(f"sweep must have at least two activations, got {sweep.acts}")
-    a, b = sweep.acts[:2]
-    names = [ACT_LABELS.get(act, act) for act in sweep.acts]
-    ticks = [f"{r:g}" for r in sweep.rates]
-    with styled_figure(2, width=width, height=height) as (fig, (ax, ax_gap)):
-        for act, name in zip(sweep.acts, names):
-            ax.plot(sweep.rates, sweep.val_loss[act], marker="o", color=ACT_COLORS.get(act), label=name)
-        ax.set_xscale("log")
-        ax.set_xticks(sweep.rates, ticks)
-        ax.minorticks_off()
-        ax.set(xlabel="peak learning rate", ylabel="validation loss (nats / char)",
-               title=f"Sweep (seed {sweep.seed}, {sweep.config['num_steps']} steps)")
-        ax.legend(fontsize=9)
-        gap = [x - y for x, y in zip(sweep.val_loss[a], sweep.val_loss[b])]
-        ax_gap.bar(range(len(gap)), gap, color=[ACT_COLORS.get(b) if g > 0 else ACT_COLORS.get(a) for g in gap])
-        ax_gap.axhline(0.0, color="0.3", linewidth=1.0)
-        ax_gap.set_xticks(range(len(gap)), ticks)
-        ax_gap.set(xlabel="peak learning rate", ylabel=f"{names[0]} − {names[1]} (nats)",
-                   title=f"Gap (> 0: {names[1]} ahead)")
-    return fig
-
-
-#: Colours of the seeds in the gap panel of :func:`plot_ffn_comparison`: none of them is an
-#: activation's colour (:data:`d2lmini.plot.ACT_COLORS`), which the loss panel next to it uses.
-_SEED_COLORS = ("#7d3c98", "#b9770e", "#117a65", "#5d6d7e", "#a04000")
+#: Line styles of the seeds in :func:`plot_ffn_comparison`; the colour says which FFN.
+_SEED_STYLES = ("-", "--", ":", "-.")
 
 
 def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: str = "swiglu",
-                        window: int = 25, skip: int = 50, width: float = 8.0, height: float = 3.1):
-    """Training curves of both activations (left) and their per-seed gap (right).
+                        width: float = 9.0, height: float = 3.2):
+    """Validation losses of both activations (left) and their per-seed gap (right).
 
-    Left: every seed's training loss (moving average over ``window`` steps), one
-    colour per activation, with the validation losses as markers. Right: per seed,
-    the smoothed training loss of ``baseline`` minus that of ``other`` from step
-    ``skip`` on (above zero means ``other`` is ahead; both models of a seed saw the
-    same batches, so the difference is paired), the validation differences as
-    markers, and their mean over seeds as black bars.
+    Left: per activation, the mean validation loss over the seeds at each of
+    ``result.val_steps``, with a band from the lowest to the highest seed. Right: per
+    seed (one line style each),
+    ``baseline``'s validation loss minus ``other``'s (above zero: ``other`` is ahead; both
+    models of a seed read the same batches), and their mean over the seeds as black bars.
+    The legends sit below the panels, off the data.
 
     Args:
-        result: an :class:`FFNComparison`.
+        result: an :class:`FFNComparison` (at most four seeds).
         baseline, other: the two activations to contrast.
-        window: smoothing window in steps.
-        skip: first step of the gap curves (the first steps' large swings would
-            otherwise set the scale).
         width, height: figure size in inches.
 
     Returns:
         A pyplot-free ``matplotlib.figure.Figure``.
 
     Raises:
-        ValueError: if ``baseline`` or ``other`` was not part of the comparison, or
-            ``skip`` is not a step of the runs.
+        ValueError: if ``baseline`` or ``other`` was not part of the comparison, or there
+            are more seeds than line styles.
     """
     runs = (result._run(baseline), result._run(other))
-    num_steps = len(runs[0].train_loss[0])
-    check_int_in("skip", skip, 1, num_steps)
+    if len(result.seeds) > len(_SEED_STYLES):
+        raise ValueError(f"result must have at most {len(_SEED_STYLES)} seeds, got {len(result.seeds)}")
     names = [ACT_LABELS.get(run.act, run.act) for run in runs]
+    steps = result.val_steps
     with styled_figure(2, width=width, height=height) as (fig, (ax, ax_gap)):
-        lowest = min(min(losses) for run in runs for losses in run.val_loss)
         for run, label in zip(runs, names):
+            per_step = list(zip(*run.val_loss))                                 # [step][seed]
             color = ACT_COLORS.get(run.act)
-            for i, losses in enumerate(run.train_loss):
-                curve = moving_average(losses, window)
-                ax.plot(range(1, len(curve) + 1), curve, color=color, linewidth=1.0, alpha=0.8,
-                        label=f"{label} (train)" if i == 0 else None)
-                ax.plot(run.val_steps, run.val_loss[i], linestyle="none", marker="o", markersize=4,
-                        color=color, label=f"{label} (validation)" if i == 0 else None)
-        ax.set(xlabel="training step", ylabel="cross-entropy (nats / char)", title="Loss, every seed",
-               ylim=(lowest - 0.1, 3.0))
-        ax.legend(loc="upper right", fontsize=9)
-        largest = 0.02
+            ax.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step], color=color,
+                            alpha=0.2, linewidth=0)
+            ax.plot(steps, [statistics.fmean(v) for v in per_step], color=color, marker="o", markersize=3.5,
+                    linewidth=1.5, label=label)
+        ax.set(xlabel="training step", ylabel="validation loss (nats / char)", title="Loss, mean over seeds")
+        ax.set_xticks(steps)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=9, frameon=False)
+        gaps = [result.differences(step, baseline, other) for step in steps]    # [step][seed]
         for i, seed in enumerate(result.seeds):
-            gap = [a - b for a, b in zip(moving_average(runs[0].train_loss[i], window),
-                                         moving_average(runs[1].train_loss[i], window))][skip - 1:]
-            val_gap = [result.differences(s, baseline, other)[i] for s in result.val_steps]
-            largest = max(largest, max(abs(g) for g in gap), max(abs(g) for g in val_gap))
-            color = _SEED_COLORS[i % len(_SEED_COLORS)]
-            ax_gap.plot(range(skip, skip + len(gap)), gap, linewidth=1.0, color=color, label=f"seed {seed}")
-            ax_gap.plot(result.val_steps, val_gap, linestyle="none", marker="o", markersize=4, color=color)
-        means = [statistics.fmean(result.differences(s, baseline, other)) for s in result.val_steps]
-        ax_gap.plot(result.val_steps, means, linestyle="none", marker="_", markersize=18,
-                    markeredgewidth=2.5, color="black", label="mean (validation)")
-        ax_gap.axhline(0.0, color="0.3", linewidth=1.0)
-        ax_gap.set_ylim(-1.15 * largest, 1.15 * largest)
-        ax_gap.set_xlim(0, num_steps + 10)
-        ax_gap.set(xlabel="training step", ylabel=f"{names[0]} − {names[1]} (nats)",
-                   title=f"Gap (> 0: {names[1]} ahead)")
-        ax_gap.legend(loc="lower right", fontsize=8.5, ncol=2)
+            ax_gap.plot(steps, [g[i] for g in gaps], color="0.35", linestyle=_SEED_STYLES[i], marker="o",
+                        markersize=3.5, linewidth=1.2, label=f"seed {seed}")
+        ax_gap.plot(steps, [statistics.fmean(g) for g in gaps], linestyle="none", marker="_", markersize=18,
+                    markeredgewidth=2.5, color="black", label="mean")
+        ax_gap.axhline(0.0, color="0.6", linewidth=1.0)
+        values = [x for g in gaps for x in g]
+        pad = 0.1 * (max(values + [0.0]) - min(values + [0.0])) + 0.005
+        ax_gap.set_ylim(min(values + [0.0]) - pad, max(values + [0.0]) + pad)
+        ax_gap.set_xticks(steps)
+        ax_gap.set(xlabel="training step", ylabel="difference (nats / char)",
+                   title=f"{names[0]} − {names[1]} (> 0: {names[1]} ahead)")
+        ax_gap.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(result.seeds) + 1,
+                      fontsize=9, frameon=False)
     return fig
 
 
+# --------------------------------------------------------------------------- mixture of experts, measured
+
+
+def dense_mixture(moe: MixtureOfExperts, tokens: torch.Tensor) -> torch.Tensor:
+    """A :class:`MixtureOfExperts` computed the slow way, to check its sparse forward pass.
+
+    Every expert runs on every token; an expert the router did not choose for a token
+    gets the weight 0 there. Takes ``tokens`` of shape ``(t, d)``, returns ``(t, d)``.
+    Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
+    """
+    weights, experts = moe.route(tokens)
+    full = torch.zeros(tokens.shape[0], moe.num_experts).scatter(1, experts, weights)
+    out = sum(full[:, e, None] * expert(tokens) for e, expert in enumerate(moe.experts))
+    return out + (moe.shared(tokens) if moe.shared is not None else 0)
+
+
+#: Two mixture-of-experts models as their papers describe them: routed experts per block,
+#: shared experts, routed experts a token uses, and parameters in all and used per token.
+#: Qwen3-235B-A22B: Yang et al. (2025), "Qwen3 Technical Report", Table 2 (no shared expert);
+#: DeepSeek-V3: DeepSeek-AI (2024), "DeepSeek-V3 Technical Report", Sections 2.1 and 4.2.
+MOE_MODELS = {
+    "Qwen3-235B-A22B": dict(routed=128, shared=0, per_token=8, total=235e9, active=22e9),
+    "DeepSeek-V3": dict(routed=256, shared=1, per_token=8, total=671e9, active=37e9),
+}
+
+
+@shown_in("ch07")
+def balance_by_bias(moe: MixtureOfExperts, tokens: torch.Tensor, num_updates: int, gamma: float) -> list:
+    """DeepSeek-V3's balancing without an auxiliary loss, on fixed ``tokens`` ``(T, d)``.
+
+    After each round of routing, every overloaded expert's ``expert_bias`` drops by
+    ``gamma`` and every underloaded one's rises by ``gamma``. The bias only changes which
+    experts are chosen, not their weights. Returns each round's load per expert, as a
+    multiple of the fair share ``top_k T / E`` (``num_updates + 1`` tensors ``(E,)``).
+    """
+    loads = []
+    with torch.no_grad():
+        for update in range(num_updates + 1):
+            _, experts = moe.route(tokens)                                   # (T, top_k) chosen experts
+            load = torch.bincount(experts.flatten(), minlength=moe.num_experts).float()
+            loads.append(load / load.mean())                                 # 1.0: the fair share
+            if update < num_updates:
+                moe.expert_bias += gamma * torch.sign(load.mean() - load)    # up if underloaded, down if over
+    return loads
+
+
+def router_loads(num_hiddens: int = 64, num_experts: int = 8, top_k: int = 2, num_tokens: int = 4096,
+                 offset: float = 1.0, num_updates: int = 100, gamma: float = 0.01, seed: int = 0) -> dict:
+    """How evenly an untrained router spreads tokens, and what DeepSeek-V3's bias does to it.
+
+    A sigmoid router (DeepSeek-V3's, :class:`~d2lmini.moe.MixtureOfExperts` with
+    ``router='sigmoid'``) with seeded random weights routes ``num_tokens`` standard normal
+    tokens, then the same tokens plus one shared vector of length ``offset * sqrt(d)``
+    (a component every token of a text has in common), first as they are and then after
+    ``num_updates`` rounds of :func:`balance_by_bias`.
+
+    Returns:
+        ``{"random tokens": loads, "with a shared component": loads, "with a shared
+        component, balanced": loads}``, each the ``(E,)`` load per expert as a multiple of the fair share, and
+        ``"chance_std"``: the standard deviation of that multiple if each token chose its
+        ``top_k`` experts at random, ``sqrt((1 - k/E) / (T k/E))``.
+
+    Raises:
+        ValueError / TypeError: for sizes out of range or a bad ``offset``, ``gamma`` or seed.
+
+    Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
+    """
+    num_tokens = check_positive_int("num_tokens", num_tokens)
+    num_updates = check_int_at_least("num_updates", num_updates, 0)
+    gamma = check_positive_float("gamma", gamma)
+    if not isinstance(offset, (int, float)) or isinstance(offset, bool) or not 0 <= offset < math.inf:
+        raise ValueError(f"offset must be a finite number >= 0, got {offset!r}")
+    with seeded(check_seed(seed)):
+        moe = MixtureOfExperts(num_hiddens, num_experts, top_k=top_k, router="sigmoid")
+        tokens = torch.randn(num_tokens, num_hiddens)
+        shared = torch.randn(num_hiddens)
+    shifted = tokens + offset * math.sqrt(num_hiddens) * shared / shared.norm()
+    centred = balance_by_bias(moe, tokens, 0, gamma)[0]
+    loads = balance_by_bias(moe, shifted, num_updates, gamma)
+    share = top_k / num_experts
+    return {"random tokens": centred.tolist(), "with a shared component": loads[0].tolist(),
+            "with a shared component, balanced": loads[-1].tolist(),
+            "chance_std": math.sqrt((1 - share) / (num_tokens * share))}
+
+
 __all__ = [
-    "COMPARISON_CONFIG", "SHAZEER_2020_LOG_PERPLEXITY", "SWEEP_RATES",
+    "COMPARISON_CONFIG", "MOE_MODELS", "SHAZEER_2020_LOG_PERPLEXITY", "SWEEP_RATES",
     "EnsembleRun", "FFNComparison", "LRSweep", "MemoryReading",
-    "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "lr_sweep", "memory_reading", "memory_triggers",
-    "plot_activations", "plot_ffn_comparison", "plot_lr_sweep", "sweep_in_lockstep", "train_ensemble",
-    "trigger_table", "validation_batches",
+    "balance_by_bias", "dense_mixture", "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "lr_sweep",
+    "memory_reading", "plot_activations", "plot_ffn_comparison", "router_loads", "sum_of_memories",
+    "sweep_in_lockstep", "train_ensemble", "validation_batches", "validation_losses",
 ]
