@@ -10,11 +10,11 @@ from matplotlib.figure import Figure
 
 from d2lmini import QK_NORMS, MultiHeadAttention, TransformerBlock
 from d2lmini.data import python_reference_corpus
-from d2lmini.chapters.ch07_qk_norm import (LogitRecorder, attention_entropy, attention_logits, log_spaced_scales,
-                            logit_scale_sweep, make_attention, plot_logit_scale_sweep, plot_qk_norm_training,
-                            probed_training, qk_norm_training, qk_norm_variants,
-                            queries_and_keys_after_rope, rope_order_check, scale_qk_, train_with_logit_probe)
-from d2lmini.chapters.ch07_qk_norm import LogitTrainResult
+from d2lmini.chapters.ch06_qk_norm import (LogitRecorder, attention_entropy, attention_logits, log_spaced_scales,
+                            logit_scale_sweep, make_attention, plot_logit_scale_sweep,
+                            plot_qk_norm_regimes, probed_training, qk_norm_regimes, qk_norm_training,
+                            queries_and_keys_after_rope, regime_rows, rope_order_check, scale_qk_, train_with_logit_probe)
+from d2lmini.chapters.ch06_qk_norm import LogitTrainResult
 from d2lmini.train import seeded_tiny_lm
 from d2lmini.train import train_lm
 
@@ -159,12 +159,12 @@ def test_sweep_saturates_without_qk_norm_and_not_with_it(sweep):
     assert plain[-1]["grad_k"] < 1e-6 * plain[1]["grad_k"]
     assert plain[-1]["grad_v"] > plain[1]["grad_v"]  # values still receive gradient
     # With QK-norm: nothing at the dot product depends on s ...
-    for key in ("entropy", "max_logit", "grad_q", "grad_k", "total_q", "grad_v"):
+    for key in ("entropy", "max_logit", "rms_logit", "grad_q", "grad_k", "grad_v"):
         values = [row[key] for row in normed]
         assert max(values) - min(values) <= 1e-4 * max(abs(v) for v in values), key
     assert normed[-1]["entropy"] > 0.5 * sweep.max_entropy
-    # ... and the gradient reaching X W_q, behind the norm, falls like 1/s.
-    assert math.isclose(normed[0]["grad_q_proj"] / normed[-1]["grad_q_proj"], 256.0, rel_tol=1e-3)
+    # ... and the gradient reaching W_q, behind the norm, falls like 1/s.
+    assert math.isclose(normed[0]["grad_W_q"] / normed[-1]["grad_W_q"], 256.0, rel_tol=1e-3)
 
 
 def test_float32_sweep_rounds_most_saturated_gradients_to_exactly_zero():
@@ -240,17 +240,6 @@ def test_rope_order_check_arguments():
 
 
 # --------------------------------------------------------------------------- the variants
-
-
-def test_variant_shapes_come_from_the_modules():
-    rows = {row["variant"]: row for row in qk_norm_variants(64, 4, num_kv_heads=2)}
-    assert list(rows) == list(QK_NORMS)
-    assert (rows["per_head"]["q_norm"], rows["per_head"]["k_norm"]) == ((16,), (16,))
-    assert (rows["projection"]["q_norm"], rows["projection"]["k_norm"]) == ((64,), (32,))
-    assert (rows["per_head_distinct"]["q_norm"], rows["per_head_distinct"]["k_norm"]) == ((4, 16), (2, 16))
-    assert [rows[v]["parameters"] for v in QK_NORMS] == [32, 96, 96]
-    with pytest.raises(ValueError, match="num_kv_heads"):
-        qk_norm_variants(64, 4, num_kv_heads=3)
 
 
 def test_minimax_m2_normalizes_the_whole_projection_like_olmo2():
@@ -367,16 +356,36 @@ def test_training_is_deterministic_and_checks_arguments(corpus, runs):
         train_with_logit_probe(corpus, "rms")
 
 
-def test_the_figures_draw(sweep, runs):
+def test_regimes_train_every_rate_seed_and_setting_and_draw(corpus, runs):
+    small = dict(TINY_RUN, num_steps=20)
+    small.pop("seed")
+    regimes = qk_norm_regimes(corpus, rates=(3e-2, 3e-3), seeds=(0, 1), **small)
+    assert list(regimes) == [(lr, qk, seed) for lr in (3e-2, 3e-3) for seed in (0, 1) for qk in (None, "per_head")]
+    alone = train_with_logit_probe(corpus, "per_head", lr=3e-3, seed=1, **small)
+    assert regimes[(3e-3, "per_head", 1)].train_loss == alone.train_loss  # each run is the run alone
+    rows = regime_rows(regimes)
+    assert len(rows) == 8 and rows[0]["qk_norm"] == "no QK-norm" and rows[1]["qk_norm"] == "QK-norm (per head)"
+    assert rows[0]["peak_logit"] == max(regimes[(3e-2, None, 0)].max_logit)
+    assert isinstance(plot_qk_norm_regimes(regimes, seed=1), Figure)
+    with pytest.raises(ValueError, match="seed"):
+        plot_qk_norm_regimes(regimes, seed=5)
+    with pytest.raises(ValueError, match="rates"):
+        qk_norm_regimes(corpus, rates=(), **small)
+    with pytest.raises(ValueError, match="seeds"):
+        qk_norm_regimes(corpus, seeds=(0, 0), **small)
+    with pytest.raises(TypeError, match="runs"):
+        regime_rows(runs)
+
+
+def test_the_figures_draw(sweep):
     assert isinstance(plot_logit_scale_sweep(sweep, mark=64.0), Figure)
-    assert isinstance(plot_qk_norm_training(runs), Figure)
 
 
 # --- the measuring cores the chapter prints ------------------------------------------
 
 
 def test_saturation_probe_sees_the_softmax_saturate_without_qk_norm_only():
-    from d2lmini.chapters.ch07_qk_norm import LogitScaleSweep, make_attention, saturation_probe
+    from d2lmini.chapters.ch06_qk_norm import LogitScaleSweep, make_attention, saturation_probe
 
     X = torch.randn(1, 16, 32, dtype=torch.float64)
     R = torch.randn(1, 16, 32, dtype=torch.float64)
@@ -386,10 +395,19 @@ def test_saturation_probe_sees_the_softmax_saturate_without_qk_norm_only():
     assert probe[None, 64.0]["entropy"] < 0.1 < probe[None, 1.0]["entropy"]
     assert probe[None, 64.0]["grad_q"] < 1e-6 * probe[None, 1.0]["grad_q"]
     assert math.isclose(probe["per_head", 1.0]["entropy"], probe["per_head", 64.0]["entropy"], rel_tol=1e-6)
+    # the probe's gradients are those of backward() through the module's own forward
+    layer = make_attention(None, 32, 2, seed=0).double()
+    ((layer(X, X, X) * R).sum() / math.sqrt(R.numel())).backward()
+    assert math.isclose(probe[None, 1.0]["grad_W_q"], float(layer.W_q.weight.grad.norm()), rel_tol=1e-9)
+    for bad in (dict(causal=True), dict(num_kv_heads=1), dict(scale=0.5)):
+        with pytest.raises(ValueError, match="saturation_probe needs"):
+            saturation_probe(make_attention(None, 32, 2, seed=0, **bad).double(), X, R)
+    with pytest.raises(TypeError, match="MultiHeadAttention"):
+        saturation_probe(torch.nn.Linear(32, 32), X, R)
 
 
 def test_rope_order_gaps_separates_the_orders_once_gains_differ():
-    from d2lmini.chapters.ch07_qk_norm import make_attention, rope_order_gaps
+    from d2lmini.chapters.ch06_qk_norm import make_attention, rope_order_gaps
 
     layer = make_attention("per_head", 32, 2, seed=0, rope_theta=10000.0).double()
     X = torch.randn(1, 3 + 10, 32, dtype=torch.float64)
@@ -403,7 +421,7 @@ def test_rope_order_gaps_separates_the_orders_once_gains_differ():
 
 
 def test_logit_statistics_masks_the_future_of_a_causal_layer():
-    from d2lmini.chapters.ch07_qk_norm import logit_statistics, make_attention
+    from d2lmini.chapters.ch06_qk_norm import logit_statistics, make_attention
 
     X = torch.randn(1, 8, 32)
     layer = make_attention(None, 32, 2, seed=0)

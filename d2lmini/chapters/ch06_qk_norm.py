@@ -4,7 +4,7 @@ Introduced in the chapter "QK-norm: the same discipline inside attention". The
 pre-LN block normalizes what enters each sublayer, but nothing bounds the
 attention logits ``q . k / sqrt(d_h)``: if training makes ``W_q`` and ``W_k``
 large, the softmax saturates and the gradient reaching queries and keys dies.
-Four experiments, each deterministic for a given seed:
+Three experiments, each deterministic for a given seed:
 
 * :func:`logit_scale_sweep` -- multiply ``W_q`` and ``W_k`` of one attention layer
   by a scale ``s``: attention entropy and the gradient reaching ``q`` and ``k``,
@@ -12,9 +12,10 @@ Four experiments, each deterministic for a given seed:
 * :func:`rope_order_check` -- QK-norm before RoPE versus after it: equal while the
   norm's gains are all equal, different (and no longer relative-position
   attention) once they are not;
-* :func:`qk_norm_variants` -- the parameter shapes of the three variants;
-* :func:`qk_norm_training` -- a tiny language model trained at a high learning
-  rate with and without QK-norm, recording the largest attention logit.
+* :func:`qk_norm_training` / :func:`qk_norm_regimes` -- a tiny language model
+  trained with and without QK-norm, at a high learning rate (where QK-norm
+  matters) and a modest one (where it does not), recording the largest attention
+  logit.
 
 Shapes use the legend b = batch, h = heads, n = num_steps, d = num_hiddens,
 d_h = head_dim.
@@ -32,24 +33,15 @@ import torch
 from torch import nn
 
 from .._checks import check_seed as _check_seed
+from .._checks import check_seeds
 from .._checks import (check_bool, check_choice, check_float_dtype, check_float_tensor, check_instance,
                        check_int_at_least, check_optional_choice, check_positive_float, check_positive_floats,
                        check_positive_int, check_sequence, check_sequence_tensor)
 from ..attention import QK_NORMS, MultiHeadAttention, apply_rotary, rotary_cos_sin
-from ..parameters import num_parameters
 from ..plot import QK_COLORS, QK_LABELS, styled_figure
 from .._shown import shown_in
 from ..seeding import seeded
 from ..widgets import FrameExplorer, round_frame_values
-
-#: The models whose code in Hugging Face ``transformers`` uses each variant. The
-#: book's tests check it numerically: Qwen3, OLMo 2 and Gemma 3 layers in
-#: ``tests/test_reference.py``, MiniMax-M2's attention in ``tests/test_qknorm.py``.
-#: MiniMax-M2 normalizes the whole projection (like OLMo 2), not each head; the
-#: book knows no released model with a per-head statistic *and* per-head gains.
-QK_NORM_MODELS = {"per_head": "Qwen3, Gemma 3", "projection": "OLMo 2, MiniMax-M2",
-                  "per_head_distinct": "(d2lmini option)"}
-
 
 # The two checks of this module's arguments, bound once: a QK-norm setting (None or a
 # variant) and an attention module.
@@ -61,7 +53,6 @@ _check_attention = functools.partial(check_instance, "attention", kind=MultiHead
 # --------------------------------------------------------------------------- logits from a module
 
 
-@shown_in("ch07")
 def queries_and_keys_after_rope(attention: MultiHeadAttention, queries: torch.Tensor, keys: torch.Tensor):
     """The wrong order, spelled out: project, split into heads, rotate by RoPE, *then* QK-normalize.
 
@@ -215,14 +206,14 @@ class LogitScaleSweep:
         scales: the factors ``s`` that multiplied ``W_q`` and ``W_k``.
         entropy: attention entropy in nats, averaged over heads and queries.
         max_logit: the largest scaled logit ``q . k / sqrt(d_h)``.
+        rms_logit: the root mean square of all scaled logits: their typical size.
         grad_q, grad_k: the median per-token gradient over all heads and queries
             (keys): what a typical query (key) receives.
-        zero_q, zero_k: the fraction of queries (keys) whose gradient is exactly
-            zero in the run's dtype.
-        total_q: Frobenius norm of the gradient at all queries together.
-        grad_q_proj: Frobenius norm of the gradient at the projection ``X W_q``
-            (before any QK-norm): what reaches ``W_q``.
-        grad_v: Frobenius norm of the gradient at ``X W_v``.
+        zero_q: the fraction of queries whose gradient is exactly zero in the
+            run's dtype.
+        grad_W_q: Frobenius norm of the gradient reaching the weight of ``W_q``
+            (behind any QK-norm).
+        grad_v: Frobenius norm of the gradient at the values ``X W_v``.
         max_entropy: ``log n``, the entropy of uniform attention over ``n`` keys.
         config: the arguments of the run.
     """
@@ -234,16 +225,14 @@ class LogitScaleSweep:
     grad_q: dict = field(default_factory=dict)
     grad_k: dict = field(default_factory=dict)
     zero_q: dict = field(default_factory=dict)
-    zero_k: dict = field(default_factory=dict)
-    total_q: dict = field(default_factory=dict)
-    grad_q_proj: dict = field(default_factory=dict)
+    rms_logit: dict = field(default_factory=dict)
+    grad_W_q: dict = field(default_factory=dict)
     grad_v: dict = field(default_factory=dict)
     max_entropy: float = 0.0
     config: dict = field(default_factory=dict)
 
     #: The per-scale series, in the order :meth:`at` returns them.
-    SERIES = ("entropy", "max_logit", "grad_q", "grad_k", "zero_q", "zero_k", "total_q", "grad_q_proj",
-              "grad_v")
+    SERIES = ("entropy", "max_logit", "rms_logit", "grad_q", "grad_k", "zero_q", "grad_W_q", "grad_v")
 
     def at(self, scale: float, qk_norm: str | None) -> dict:
         """All measurements at ``scale`` (one of :attr:`scales`) for one setting, as a dict.
@@ -288,7 +277,8 @@ def logit_scale_sweep(scales=None, qk_norms=(None, "per_head"), num_hiddens: int
 
     .. math:: \ell = \frac{1}{\sqrt{n d}} \sum_{i,j} Y_{ij} R_{ij},
 
-    a fixed random read-out ``R`` of the layer's output ``Y``. Every setting in
+    a fixed random read-out of the layer's output ``Y``: ``Y`` projected on a fixed
+    random tensor ``R`` and summed, so that there is a gradient to measure. Every setting in
     ``qk_norms`` starts from the same projections. Without QK-norm the logits
     grow like ``s**2``, the softmax saturates (entropy -> 0), and the typical
     query and key receive no gradient; with QK-norm the logits, and every
@@ -335,36 +325,39 @@ def logit_scale_sweep(scales=None, qk_norms=(None, "per_head"), num_hiddens: int
     return result
 
 
-@shown_in("ch07")
-def saturation_probe(layer: MultiHeadAttention, X: torch.Tensor, R: torch.Tensor) -> dict:
-    """One layer's softmax saturation: entropy, largest logit, gradients at q, k, XW_q, XW_v.
+def _check_probe_layer(layer) -> None:
+    """Raise ValueError unless ``layer`` is what :func:`saturation_probe` computes by hand."""
+    _check_attention(layer)
+    if layer.causal or layer.num_kv_heads != layer.num_heads or layer.scale is not None \
+            or layer.query_scaling is not None:
+        raise ValueError("saturation_probe needs a bidirectional layer with one key head per query head, "
+                         "the scale 1/sqrt(d_h) and no query scaling (make_attention's defaults)")
 
-    Runs ``layer`` on ``X`` ``(b, n, d)`` as its ``forward`` does, backpropagates the
-    read-out loss ``sum(Y * R) / sqrt(Y.numel())`` (``R`` like ``X``) and returns the
-    keys of :attr:`LogitScaleSweep.SERIES` (Dehghani et al., 2023). Chapter "QK-norm".
-    Any error of the layer on bad shapes propagates.
+
+@shown_in("ch06")
+def saturation_probe(layer: MultiHeadAttention, X: torch.Tensor, R: torch.Tensor) -> dict:
+    """One layer's softmax saturation: entropy, logits, gradients at q, k, v and W_q.
+
+    Runs ``layer`` (bidirectional, one key head per query head: :func:`make_attention`)
+    on ``X`` ``(b, n, d)`` as its ``forward`` does, and differentiates the read-out loss
+    ``sum(Y * R) / sqrt(Y.numel())`` (``R`` a fixed random tensor like ``X``). Returns
+    the keys of :attr:`LogitScaleSweep.SERIES` (Dehghani et al., 2023). Chapter "QK-norm".
+    Raises ValueError for another kind of layer; errors on bad shapes propagate.
     """
-    projections = []  # X W_q as queries_and_keys computes it, to read the gradient reaching it
-    hook = layer.W_q.register_forward_hook(lambda module, args, output: projections.append(output))
-    q, k = layer.queries_and_keys(X, X)
-    hook.remove()
-    q_proj, v_proj = projections[0], layer.W_v(X)
-    for t in (q_proj, v_proj, q, k):
-        t.retain_grad()
-    group = layer.num_heads // layer.num_kv_heads
-    logits = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) * layer.logit_scale
+    _check_probe_layer(layer)  # bidirectional, one key head per query head, scale 1/sqrt(d_h)
+    q, k = layer.queries_and_keys(X, X)  # (b, h, n, d_h), QK-normalized if the layer has it
+    v = layer.W_v(X).unflatten(-1, (layer.num_heads, layer.head_dim)).transpose(1, 2)
+    logits = q @ k.transpose(-1, -2) / layer.head_dim ** 0.5  # no mask
     weights = torch.softmax(logits, dim=-1)
-    v = v_proj.unflatten(-1, (layer.num_kv_heads, layer.head_dim)).transpose(1, 2)
-    Y = layer.W_o((weights @ v.repeat_interleave(group, dim=1)).transpose(1, 2).flatten(-2))
-    ((Y * R).sum() / math.sqrt(Y.numel())).backward()
-    # one gradient norm per head and token
-    per_q, per_k = q.grad.norm(dim=-1).flatten(), k.grad.norm(dim=-1).flatten()
+    Y = layer.W_o((weights @ v).transpose(1, 2).flatten(-2))  # (b, n, d)
+    loss = (Y * R).sum() / math.sqrt(Y.numel())  # the fixed random read-out
+    g_q, g_k, g_v, g_W_q = torch.autograd.grad(loss, (q, k, v, layer.W_q.weight))
+    per_q, per_k = g_q.norm(dim=-1).flatten(), g_k.norm(dim=-1).flatten()  # one per head and token
     return {"entropy": float(attention_entropy(weights.detach()).mean()),
-            "max_logit": float(logits.detach().max()),
+            "max_logit": float(logits.detach().max()), "rms_logit": float(logits.detach().pow(2).mean().sqrt()),
             "grad_q": float(per_q.median()), "grad_k": float(per_k.median()),
-            "zero_q": float((per_q == 0).double().mean()), "zero_k": float((per_k == 0).double().mean()),
-            "total_q": float(q.grad.norm()), "grad_q_proj": float(q_proj.grad.norm()),
-            "grad_v": float(v_proj.grad.norm())}
+            "zero_q": float((per_q == 0).double().mean()),
+            "grad_W_q": float(g_W_q.norm()), "grad_v": float(g_v.norm())}
 
 
 def plot_logit_scale_sweep(result: LogitScaleSweep, floor: float = 1e-20, mark: float | None = None,
@@ -498,7 +491,6 @@ def rope_order_check(qk_norm: str = "per_head", num_hiddens: int = 64, num_heads
     return RopeOrderCheck(equal_gains=equal, unequal_gains=gaps["weights"], shift_change=change, config=config)
 
 
-@shown_in("ch07")
 def rope_order_gaps(layer: MultiHeadAttention, X: torch.Tensor, shift: int) -> dict:
     """QK-norm before RoPE against after RoPE, on ``layer`` (with QK-norm and RoPE).
 
@@ -520,42 +512,9 @@ def rope_order_gaps(layer: MultiHeadAttention, X: torch.Tensor, shift: int) -> d
     return gaps
 
 
-# --------------------------------------------------------------------------- the three variants
-
-
-@shown_in("ch07")
-def qk_norm_variants(num_hiddens: int = 64, num_heads: int = 4, num_kv_heads: int = 2) -> list[dict]:
-    """The parameters each QK-norm variant adds, read off the modules themselves.
-
-    Builds one :class:`~d2lmini.attention.MultiHeadAttention` per variant in
-    :data:`QK_NORMS` (with grouped-query attention, so query and key shapes can
-    differ) and reports the shapes of ``q_norm.weight`` and ``k_norm.weight``.
-
-    Args:
-        num_hiddens, num_heads, num_kv_heads: the attention's sizes.
-
-    Returns:
-        One dict per variant: ``variant``, ``models`` (see :data:`QK_NORM_MODELS`),
-        ``q_norm`` and ``k_norm`` (weight shapes as tuples), ``parameters`` (their
-        total size) and ``statistic`` (what one RMS is computed over).
-
-    Raises:
-        ValueError / TypeError: sizes ``MultiHeadAttention`` rejects.
-    """
-    rows = []
-    for variant in QK_NORMS:
-        layer = MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=num_kv_heads, qk_norm=variant)
-        q_shape, k_shape = tuple(layer.q_norm.weight.shape), tuple(layer.k_norm.weight.shape)
-        rows.append({"variant": variant, "models": QK_NORM_MODELS[variant], "q_norm": q_shape,
-                     "k_norm": k_shape, "parameters": num_parameters(layer.q_norm) + num_parameters(layer.k_norm),
-                     "statistic": "all heads" if variant == "projection" else "one head"})
-    return rows
-
-
 # --------------------------------------------------------------------------- training at a high learning rate
 
 
-@shown_in("ch07")
 def logit_statistics(attention: MultiHeadAttention, X: torch.Tensor) -> tuple[float, float]:
     """The largest attention logit of ``attention`` on ``X`` and its mean attention entropy.
 
@@ -708,7 +667,7 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
     return result
 
 
-@shown_in("ch07")
+@shown_in("ch06")
 def probed_training(model, corpus, result, seed, num_steps, batch_size, seq_len, lr, betas, weight_decay,
                     eval_batches):
     """The measuring core of :func:`train_with_logit_probe`: train ``model``, filling ``result``.
@@ -769,46 +728,96 @@ def qk_norm_training(corpus=None, qk_norms=(None, "per_head"), lr: float = 3e-2,
             for qk_norm in qk_norms}
 
 
-def plot_qk_norm_training(results: dict, window: int = 20, width: float = 8.0, height: float = 3.0):
-    """Largest attention logit (left, log scale) and training loss (right) against the step.
+def qk_norm_regimes(corpus=None, rates=(3e-2, 3e-3), seeds=(0, 1), qk_norms=(None, "per_head"),
+                    **kwargs) -> dict:
+    """The tiny language model with and without QK-norm, at several learning rates and seeds.
+
+    One :func:`qk_norm_training` call per rate and seed: at a high constant rate the
+    unnormalized model's attention logits grow and its loss falls behind, at a modest
+    one the two settings train alike (Wortsman et al., 2023). Every setting of one
+    seed starts from the same projections and sees the same batches.
 
     Args:
-        results: ``{qk_norm: LogitTrainResult}`` from :func:`qk_norm_training`.
+        corpus: a :class:`~d2lmini.data.CharCorpus` (default
+            :func:`d2lmini.data.python_reference_corpus`).
+        rates: constant learning rates, each > 0.
+        seeds: distinct ints >= 0; each seeds the weights and the batches of its runs.
+        qk_norms: settings to train: ``None`` and/or names in :data:`QK_NORMS`.
+        **kwargs: passed to :func:`train_with_logit_probe` (``num_steps``, model size, ...).
+
+    Returns:
+        ``{(lr, qk_norm, seed): LogitTrainResult}``, rates outermost, then seeds, then settings.
+
+    Raises:
+        ValueError / TypeError: for invalid rates, seeds or other arguments.
+    """
+    from ..data import python_reference_corpus
+
+    rates, seeds = check_positive_floats("rates", rates), check_seeds(seeds)
+    corpus = python_reference_corpus() if corpus is None else corpus
+    return {(lr, qk_norm, seed): run for lr in rates for seed in seeds
+            for qk_norm, run in qk_norm_training(corpus, qk_norms, lr=lr, seed=seed, **kwargs).items()}
+
+
+def regime_rows(runs: dict) -> list[dict]:
+    """One row per run of :func:`qk_norm_regimes`: ``lr``, ``qk_norm`` (its label), ``seed``,
+    ``val_loss`` and ``peak_logit`` (the largest attention logit over all steps).
+
+    Raises:
+        TypeError: if ``runs`` is not a dict of :class:`LogitTrainResult` keyed by ``(lr, qk_norm, seed)``.
+    """
+    if not isinstance(runs, dict) or not all(isinstance(key, tuple) and len(key) == 3 and
+                                             isinstance(run, LogitTrainResult) for key, run in runs.items()):
+        raise TypeError("runs must be the dict qk_norm_regimes returns")
+    return [{"lr": lr, "qk_norm": QK_LABELS.get(qk_norm, str(qk_norm)), "seed": seed, "val_loss": run.val_loss,
+             "peak_logit": max(run.max_logit)} for (lr, qk_norm, seed), run in runs.items()]
+
+
+def plot_qk_norm_regimes(runs: dict, seed: int = 0, window: int = 20, width: float = 8.0, height: float = 3.2):
+    """Largest attention logit (left, log scale) and training loss (right) against the step, for one seed.
+
+    Colour: the QK-norm setting; solid line: the highest rate in ``runs``, dashed: the others.
+
+    Args:
+        runs: ``{(lr, qk_norm, seed): LogitTrainResult}`` from :func:`qk_norm_regimes`.
+        seed: which seed's runs to draw.
         window: moving-average window of the loss, in steps.
         width, height: figure size in inches.
 
     Returns:
-        A pyplot-free ``matplotlib.figure.Figure``; each run's validation loss after
-        the last step is a marker on the right panel.
+        A pyplot-free ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: if ``runs`` holds no run of ``seed``.
     """
+    chosen = {(lr, qk): run for (lr, qk, s), run in runs.items() if s == seed}
+    if not chosen:
+        raise ValueError(f"runs holds no run with seed {seed!r}")
+    top = max(lr for lr, _ in chosen)
     with styled_figure(2, width=width, height=height) as (fig, (ax_l, ax_loss)):
-        for qk_norm, run in results.items():
-            color, label = QK_COLORS.get(qk_norm), QK_LABELS.get(qk_norm, str(qk_norm))
+        for (lr, qk_norm), run in chosen.items():
+            style = dict(color=QK_COLORS.get(qk_norm), linestyle="-" if lr == top else "--",
+                         label=f"{QK_LABELS.get(qk_norm, str(qk_norm))}, lr {lr:g}")
             steps = range(1, len(run.train_loss) + 1)
-            ax_l.semilogy(steps, run.max_logit, color=color, label=label)
-            ax_loss.plot(steps, run.smoothed(window), color=color, label=f"{label} (train)")
-            if math.isfinite(run.val_loss):
-                ax_loss.plot([len(run.train_loss)], [run.val_loss], marker="o", color=color,
-                             markerfacecolor="white", linestyle="none", label=f"{label} (validation)")
-        ax_l.set(xlabel="training step", ylabel=r"max $q\cdot k/\sqrt{d_h}$", title="Largest attention logit")
-        curves = [run.smoothed(window) for run in results.values() if run.train_loss]
-        finite = [v for c in curves for v in c[len(c) // 10:] if math.isfinite(v)]
-        if finite:  # leave out the first tenth of the run (the steep start) so the gap is visible
-            vals = [run.val_loss for run in results.values() if math.isfinite(run.val_loss)]
-            low, high = min(finite + vals), max(finite)
+            ax_l.semilogy(steps, run.max_logit, **style)
+            ax_loss.plot(steps, run.smoothed(window), **style)
+        finite = [v for run in chosen.values() for v in run.smoothed(window)[len(run.train_loss) // 10:]
+                  if math.isfinite(v)]
+        if finite:  # leave out the steep start so the gaps are visible
+            low, high = min(finite), max(finite)
             ax_loss.set_ylim(low - 0.05 * (high - low), high + 0.05 * (high - low))
+        ax_l.set(xlabel="training step", ylabel=r"max $q\cdot k/\sqrt{d_h}$", title="Largest attention logit")
         ax_loss.set(xlabel="training step", ylabel=f"loss (nats/char, {window}-step mean)",
                     title="Training loss")
-        ax_l.legend(loc="lower right")
-        ax_loss.legend(loc="upper right", fontsize=9)
+        ax_loss.legend(loc="upper right", fontsize=8.5)  # the loss panel's upper right is empty
     return fig
 
 
 __all__ = [
-    "QK_NORM_MODELS", "LogitRecorder", "LogitScaleSweep", "LogitTrainResult",
+    "LogitRecorder", "LogitScaleSweep", "LogitTrainResult",
     "RopeOrderCheck", "attention_entropy", "attention_logits", "log_spaced_scales", "logit_scale_sweep",
-    "logit_statistics", "make_attention", "plot_logit_scale_sweep", "plot_qk_norm_training", "qk_norm_training",
-    "qk_norm_variants", "rope_order_check", "rope_order_gaps", "saturation_probe", "scale_qk_",
+    "logit_statistics", "make_attention", "plot_logit_scale_sweep", "plot_qk_norm_regimes", "qk_norm_training",
+    "qk_norm_regimes", "regime_rows", "rope_order_check", "rope_order_gaps", "saturation_probe", "scale_qk_",
     "train_with_logit_probe",
 ]
 
@@ -817,12 +826,12 @@ def qk_scale_explorer(scales=None, qk_norms=(None, "per_head"), scale: float = 1
                       num_heads: int = 4, num_steps: int = 64, seed: int = 0) -> FrameExplorer:
     """Explorer for the chapter "QK-norm": the logit scale ``s`` on ``W_q, W_k``, with or without QK-norm.
 
-    Uses :func:`d2lmini.chapters.ch07_qk_norm.logit_scale_sweep` for the entropy and the gradient
+    Uses :func:`d2lmini.chapters.ch06_qk_norm.logit_scale_sweep` for the entropy and the gradient
     reaching the queries at every ``s``, and shows, for the chosen ``s``, how one
     query (head 1) spreads its attention over the keys of a random sequence.
 
     Args:
-        scales: the slider's stops (default :func:`d2lmini.chapters.ch07_qk_norm.log_spaced_scales`,
+        scales: the slider's stops (default :func:`d2lmini.chapters.ch06_qk_norm.log_spaced_scales`,
             0.25 to 64, two per octave).
         qk_norms: the settings in the dropdown (``None`` = no QK-norm).
         scale: initial ``s`` (the nearest stop is used).
