@@ -12,8 +12,9 @@ with ``H^pre`` (``1 x n``) collapsing the streams into the sublayer's input, ``H
 the streams among themselves. The manifold-constrained version (mHC; Xie et al., 2025,
 "mHC: Manifold-Constrained Hyper-Connections") computes the three mappings from the
 streams themselves and projects ``H^res`` onto the doubly-stochastic matrices (every row
-and column sums to 1) with the Sinkhorn-Knopp algorithm, so that the residual mixing
-neither grows nor shrinks the streams' mean however many layers are stacked. DeepSeek-V4
+and column sums to 1) with the Sinkhorn-Knopp algorithm, so that the mixing cannot stretch
+the streams however many layers are stacked, and the mixing itself keeps the streams' mean
+(up to the Sinkhorn rounds' approximation; the sublayers still add to it). DeepSeek-V4
 uses it in every layer with ``n = 4`` streams.
 
 This module follows Hugging Face ``transformers`` 5.24,
@@ -50,7 +51,7 @@ INIT_STD = 0.02
 DEFAULT_NUM_STREAMS, DEFAULT_SINKHORN_ITERS, DEFAULT_HC_EPS = 4, 20, 1e-6
 
 
-@shown_in("ch05")
+@shown_in("ch10")
 def sinkhorn_knopp(logits: torch.Tensor, *, iters: int = DEFAULT_SINKHORN_ITERS,
                    eps: float = DEFAULT_HC_EPS) -> torch.Tensor:
     r"""Project square matrices of logits onto (approximately) doubly-stochastic matrices.
@@ -207,7 +208,7 @@ class HyperConnection(nn.Module):
         self.bias = nn.Parameter(torch.zeros((2 + n) * n))
         self.alpha = nn.Parameter(torch.ones(3))
 
-    @shown_in("ch05")
+    @shown_in("ch10")
     def mappings(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(H^pre, H^post, H^res)`` of ``streams`` ``(b, n_steps, n, d)``, in float32 (see the class)."""
         _check_streams(streams, self.num_streams, self.num_hiddens)
@@ -221,7 +222,7 @@ class HyperConnection(nn.Module):
         comb = sinkhorn_knopp((a_res * res + b_res).unflatten(-1, (n, n)), iters=self.sinkhorn_iters, eps=self.eps)
         return h_pre, h_post, comb.transpose(-1, -2)
 
-    @shown_in("ch05")
+    @shown_in("ch10")
     def forward(self, streams: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """``H^res x + H^post F(H^pre x)``: collapse ``streams`` (b, n_steps, n, d), apply ``sublayer``, expand, mix."""
         check_callable("sublayer", sublayer)

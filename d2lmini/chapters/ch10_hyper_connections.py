@@ -1,15 +1,17 @@
 r"""Beyond one residual stream: the experiments of the chapter "Beyond one residual stream".
 
+* :func:`mixing_matrices`, :func:`product_gains`, :func:`mixing_sweep`, :func:`mixing_table`
+  and :func:`plot_mixing_products` -- what a stack of residual mixings ``H^res`` does to
+  the streams: doubly stochastic (Sinkhorn-Knopp, mHC) or unconstrained near the
+  identity (hyper-connections' starting point);
+* :func:`first_block`, :func:`regime_table` and :func:`v4_logit_std` -- one fresh mHC block
+  at a small width and at DeepSeek-V4-Flash's: how far its mappings are from their centres;
 * :func:`probe_streams` -- chapter 4's depth experiment at initialization for pre-LN and
   for manifold-constrained hyper-connections (mHC) with several numbers of streams
   (the measurement itself is :func:`d2lmini.probes.probe_depth` with ``placement='mhc'``);
 * :func:`stream_divergence` -- how far the streams of that mHC stack drift apart;
-* :func:`mixing_matrices`, :func:`product_gains`, :func:`mixing_sweep` and
-  :func:`plot_mixing_products` -- what a stack of residual mixing matrices ``H^res`` does
-  to the streams: doubly stochastic (Sinkhorn-Knopp, mHC), rows only (a row softmax), or
-  not normalized at all;
 * :func:`compare_with_deepseek_v4` -- :mod:`d2lmini.hyper` against DeepSeek-V4's layers
-  in the installed Hugging Face ``transformers``;
+  in the installed Hugging Face ``transformers`` (used by the tests);
 * :func:`hyper_depth_explorer` and :func:`hyper_depth_explorer_static` -- chapter 4's depth
   explorer with pre-LN, mHC and a streams slider, live and pre-computed.
 
@@ -20,10 +22,11 @@ Manifold-Constrained Hyper-Connections"; DeepSeek-AI (2026), DeepSeek-V4.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
-from .._checks import check_choice, check_int_sequence, check_positive_float, check_positive_int, check_seed
+from .._checks import check_choice, check_int_at_least, check_int_sequence, check_positive_float, check_positive_int, check_seed
 from .._shown import shown_in
 from ..hyper import INIT_STD, HyperConnectedBlock, HyperConnection, HyperHead, expand_streams, sinkhorn_knopp
 from ..plot import styled_figure
@@ -33,14 +36,13 @@ from ..seeding import seeded
 from .ch04_norm_placement import EXPLORED_STREAMS, DepthExplorer, depth_explorer_static
 
 #: The residual mixings compared by :func:`mixing_matrices`, in the order shown.
-MIXINGS = ("sinkhorn", "softmax", "unnormalized")
+MIXINGS = ("sinkhorn", "hc")
 #: Their names in legends and tables.
-MIXING_LABELS = {"sinkhorn": "Sinkhorn-Knopp (mHC)", "softmax": "rows only (softmax)",
-                 "unnormalized": "not normalized, exp(logits)/n"}
-MIXING_COLORS = {"sinkhorn": "#17a589", "softmax": "#2471a3", "unnormalized": "#c0392b"}
+MIXING_LABELS = {"sinkhorn": "mHC (Sinkhorn-Knopp)", "hc": "HC-style (I + s Z)"}
+MIXING_COLORS = {"sinkhorn": "#17a589", "hc": "#c0392b"}
 
 
-@shown_in("ch05")
+@shown_in("ch10")
 def probe_streams(depth: int = 32, streams=(1, 2, 4, 8), **kwargs) -> dict:
     """Chapter 4's depth experiment for pre-LN and for mHC stacks of several widths.
 
@@ -61,7 +63,7 @@ def probe_streams(depth: int = 32, streams=(1, 2, 4, 8), **kwargs) -> dict:
     return probes
 
 
-@shown_in("ch05")
+@shown_in("ch10")
 def stream_divergence(depth: int = 32, num_streams: int = 4, num_hiddens: int = 128, num_heads: int = 4,
                       num_steps: int = 64, act: str = "relu", init: str = "xavier_uniform",
                       dtype: torch.dtype = torch.float64, seed: int = 0) -> list[float]:
@@ -69,7 +71,10 @@ def stream_divergence(depth: int = 32, num_streams: int = 4, num_hiddens: int = 
 
     Rebuilds the stack of ``probe_depth('mhc', ...)`` with the same arguments (the same draws:
     the unused head is drawn only to keep them aligned) and returns, for blocks ``1..depth``,
-    ``RMS(X - mean over streams) / RMS(X)`` over all tokens (0: equal streams). Chapter 5.
+    ``RMS(X - mean over streams) / RMS(X)`` over all tokens (0: equal streams).
+
+    Raises:
+        ValueError / TypeError: bad sizes, ``init`` or seed (as :func:`~d2lmini.probes.probe_depth`).
     """
     with seeded(check_seed(seed)):  # the draws of probe_depth, in its order
         blocks = [init_linear_weights_(HyperConnectedBlock(num_hiddens, num_heads, num_streams=num_streams,
@@ -105,16 +110,65 @@ def streams_table(probes: dict, ks=(8, 16, 32)):
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["stack", "k"])
 
 
-@shown_in("ch05")
-def mixing_matrices(kind: str, depth: int, num_streams: int = 4, logit_std: float = 1.0,
-                    seed: int = 0) -> torch.Tensor:
-    """``depth`` random residual mixing matrices ``H^res``, ``(depth, n, n)``, float64.
+@shown_in("ch10")
+def first_block(num_hiddens: int, num_heads: int, num_streams: int = 4, num_steps: int = 16,
+                seed: int = 0) -> dict:
+    """One fresh :class:`~d2lmini.hyper.HyperConnectedBlock` of width ``num_hiddens`` on equal streams.
 
-    Logits ``logit_std * N(0, 1)``, one ``n x n`` matrix per layer, made into a mixing by
-    ``kind``: ``'sinkhorn'``, mHC's :func:`~d2lmini.hyper.sinkhorn_knopp` (rows and
-    columns sum to 1, transposed as :class:`~d2lmini.hyper.HyperConnection` uses it);
-    ``'softmax'``, a softmax over each row (rows sum to 1, columns do not); ``'unnormalized'``,
-    ``exp(logits) / n`` (the softmax without its division: positive, ``J / n`` at zero logits).
+    Attention and FFN (ReLU) drawn by Xavier-uniform, the mappings as ``transformers``'
+    DeepSeek-V4 code draws them; the input is ``num_steps`` standard normal tokens copied
+    into ``num_streams`` streams. Returns the logits' standard deviation (predicted,
+    :func:`v4_logit_std`, and measured), the ranges ``(min, max)`` of the first
+    connection's ``H^pre``, ``H^post`` and ``H^res`` entries over the tokens, and
+    ``"apart"``: ``RMS(Y - mean over streams) / RMS(Y)`` of the block's output ``Y``.
+
+    Raises:
+        ValueError / TypeError: sizes that are not ints >= 1 (``num_steps`` >= 2), a bad seed.
+    """
+    with seeded(check_seed(seed)):
+        block = init_linear_weights_(HyperConnectedBlock(num_hiddens, num_heads, num_streams=num_streams,
+                                                         act="relu"), "xavier_uniform")
+        X = expand_streams(torch.randn(1, check_int_at_least("num_steps", num_steps, 2), num_hiddens), num_streams)
+    with torch.no_grad():
+        flat = X.flatten(2) / X.flatten(2).pow(2).mean(dim=-1, keepdim=True).sqrt()  # RMS-normalized, n d numbers
+        logits = flat @ block.hc1.phi.T  # before alpha and bias (1 and 0 here)
+        mappings = dict(zip(("H^pre", "H^post", "H^res"), block.hc1.mappings(X)))
+        Y = block(X)
+    apart = (Y - Y.mean(dim=2, keepdim=True)).pow(2).mean().sqrt() / Y.pow(2).mean().sqrt()
+    return {"d": num_hiddens, "logit std, predicted": v4_logit_std(num_hiddens, num_streams),
+            "logit std, measured": float(logits.std()),
+            **{name: (float(h.min()), float(h.max())) for name, h in mappings.items()}, "apart": float(apart)}
+
+
+def regime_table(results):
+    """The dicts of :func:`first_block` as a table: one row per width, ranges as ``"min to max"``.
+
+    Returns:
+        ``pandas.DataFrame`` indexed by ``"d = ..."`` (one row per width: give distinct widths).
+    """
+    import pandas as pd
+
+    rows = {}
+    for r in results:
+        rows[f"d = {r['d']}"] = {"logit std (0.02 sqrt(n d))": f"{r['logit std, predicted']:.2f}",
+                                 "logit std, measured": f"{r['logit std, measured']:.2f}",
+                                 **{name: f"{r[name][0]:.2f} to {r[name][1]:.2f}" for name in ("H^pre", "H^post", "H^res")},
+                                 "streams apart after 1 block": f"{r['apart']:.1%}"}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+@shown_in("ch10")
+def mixing_matrices(kind: str, depth: int, num_streams: int = 4, logit_std: float = 1.0, num_stacks: int = 1,
+                    seed: int = 0) -> torch.Tensor:
+    """Random residual mixings ``H^res`` for ``num_stacks`` stacks of ``depth`` layers, ``(stacks, depth, n, n)``, float64.
+
+    One standard normal ``n x n`` draw ``Z`` per layer. ``'sinkhorn'``: mHC's mixing of the
+    logits ``logit_std * Z``, :func:`~d2lmini.hyper.sinkhorn_knopp` transposed as
+    :class:`~d2lmini.hyper.HyperConnection` uses it (rows and columns sum to 1).
+    ``'hc'``: an unconstrained mixing near the identity, as hyper-connections (Zhu et al.,
+    2024) start theirs, ``I + s Z`` with the same draws, ``s`` the standard deviation of
+    the Sinkhorn mixings' entries around their centre ``1/n``: on average (the same RMS per
+    entry) each HC-style mixing is as far from the identity as the mHC mixings are from ``J / n``.
 
     Raises:
         ValueError / TypeError: ``kind`` not in :data:`MIXINGS`; bad sizes, ``logit_std`` or seed.
@@ -122,42 +176,81 @@ def mixing_matrices(kind: str, depth: int, num_streams: int = 4, logit_std: floa
     check_choice("kind", kind, MIXINGS)
     depth, n = check_positive_int("depth", depth), check_positive_int("num_streams", num_streams)
     with seeded(check_seed(seed)):
-        logits = check_positive_float("logit_std", logit_std) * torch.randn(depth, n, n, dtype=torch.float64)
+        Z = torch.randn(check_positive_int("num_stacks", num_stacks), depth, n, n, dtype=torch.float64)
+    mhc = sinkhorn_knopp(check_positive_float("logit_std", logit_std) * Z).transpose(-1, -2)  # H^res = comb^T
     if kind == "sinkhorn":
-        return sinkhorn_knopp(logits).transpose(-1, -2)  # H^res = comb^T, as in HyperConnection.mappings
-    if kind == "softmax":
-        return torch.softmax(logits, dim=-1)
-    return logits.exp() / n
+        return mhc
+    spread = (mhc - 1 / n).std()  # how far the mHC mixings are from their centre J / n
+    return torch.eye(n, dtype=torch.float64) + spread * Z  # HC-style: as far from the identity
 
 
-@shown_in("ch05")
-def product_gains(matrices: torch.Tensor) -> dict[str, list[float]]:
-    """What the first ``k`` mixings do together, for ``k = 1 .. depth``: ``P_k = H_k ... H_2 H_1``.
+@shown_in("ch10")
+def product_gains(matrices: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What the first ``k`` mixings of every stack do together: ``P_k = H_k ... H_2 H_1``, ``k = 1 .. depth``.
 
-    ``x_k = P_k x_0`` when the sublayers add nothing. Returns ``{"spectral": ||P_k||_2``, the
-    most that ``P_k`` can stretch the streams ``x_0`` (its largest singular value);
-    ``"mean_drift": max_j |sum_i (P_k)_ij - 1|``, how far ``P_k`` is from keeping the
-    streams' mean (0 when every column sums to 1)``}``.
+    ``matrices``: ``(stacks, depth, n, n)`` (or ``(depth, n, n)``, one stack). ``x_k = P_k x_0``
+    when the sublayers add nothing. Returns ``{"spectral": ||P_k||_2``, the most that
+    ``P_k`` can stretch the streams (its largest singular value); ``"mean_drift":
+    max_j |sum_i (P_k)_ij - 1|``, how far ``P_k`` is from keeping the streams' mean (0 when
+    every column sums to 1)``}``, each ``(stacks, depth)``.
+
+    Raises:
+        TypeError / ValueError: ``matrices`` not a floating tensor of square matrices, 3-D or 4-D.
     """
-    P = torch.eye(matrices.shape[-1], dtype=matrices.dtype)
-    gains = {"spectral": [], "mean_drift": []}
-    for H in matrices:
-        P = H @ P
-        gains["spectral"].append(float(torch.linalg.matrix_norm(P, ord=2)))
-        gains["mean_drift"].append(float((P.sum(dim=0) - 1).abs().max()))
-    return gains
+    _check_matrices(matrices)
+    H = matrices if matrices.dim() == 4 else matrices.unsqueeze(0)
+    P = torch.eye(H.shape[-1], dtype=H.dtype).expand(H.shape[0], -1, -1)  # (stacks, n, n)
+    spectral, drift = [], []
+    for k in range(H.shape[1]):
+        P = H[:, k] @ P
+        spectral.append(torch.linalg.matrix_norm(P, ord=2))
+        drift.append((P.sum(dim=-2) - 1).abs().amax(dim=-1))
+    return {"spectral": torch.stack(spectral, dim=1), "mean_drift": torch.stack(drift, dim=1)}
 
 
-def mixing_sweep(logit_stds=(0.45, 2.6, 8.0), kinds=MIXINGS, depth: int = 64, num_streams: int = 4,
-                 seed: int = 0) -> dict:
+def _check_matrices(matrices) -> None:
+    if not isinstance(matrices, torch.Tensor) or not matrices.is_floating_point():
+        raise TypeError(f"matrices must be a floating-point torch.Tensor, got "
+                        f"{getattr(matrices, 'dtype', type(matrices).__name__)}")
+    if matrices.dim() not in (3, 4) or matrices.shape[-1] != matrices.shape[-2]:
+        raise ValueError(f"matrices must be (depth, n, n) or (stacks, depth, n, n), got shape {tuple(matrices.shape)}")
+
+
+def mixing_sweep(logit_stds=(0.45, 2.56), kinds=MIXINGS, depth: int = 64, num_streams: int = 4,
+                 num_stacks: int = 200, seed: int = 0) -> dict:
     """:func:`product_gains` of :func:`mixing_matrices` for every kind and logit scale.
 
     Returns:
-        ``{(logit_std, kind): {"spectral": [...], "mean_drift": [...]}}``, ``depth`` values each;
-        the same logits (same seed) for every kind at one scale.
+        ``{(logit_std, kind): {"spectral": (stacks, depth), "mean_drift": (stacks, depth)}}``;
+        the same draws (same seed) for every kind and scale.
     """
-    return {(std, kind): product_gains(mixing_matrices(kind, depth, num_streams, std, seed))
+    return {(std, kind): product_gains(mixing_matrices(kind, depth, num_streams, std, num_stacks, seed))
             for std in logit_stds for kind in kinds}
+
+
+def mixing_table(sweep: dict, ks=(1, 8, 64), names: dict | None = None):
+    """The medians over the stacks of :func:`mixing_sweep`'s ``||P_k||_2`` at ``ks``, as a pandas DataFrame.
+
+    Args:
+        sweep: the dict of :func:`mixing_sweep`.
+        ks: depths (1-based) of the columns.
+        names: optional ``{logit_std: name}`` for the rows' first level.
+
+    Returns:
+        Indexed by (logit scale, mixing); columns ``||P_k||_2`` (the median over the stacks)
+        for each ``k``, the largest ``||P_k||_2`` over every stack and depth, and the median
+        column-sum error (``mean_drift``) of the deepest product.
+    """
+    import pandas as pd
+
+    rows = {}
+    for (std, kind), gains in sweep.items():
+        spectral = gains["spectral"]
+        row = {f"||P_{k}||": float(spectral[:, k - 1].median()) for k in ks}
+        row["largest ||P_k||"] = float(spectral.max())
+        row[f"column-sum error, k = {spectral.shape[1]}"] = float(gains["mean_drift"][:, -1].median())
+        rows[((names or {}).get(std, f"logit std {std:.2f}"), MIXING_LABELS[kind])] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["logits", "mixing"])
 
 
 def v4_logit_std(num_hiddens: int, num_streams: int = 4) -> float:
@@ -174,31 +267,32 @@ def v4_logit_std(num_hiddens: int, num_streams: int = 4) -> float:
 
 
 def plot_mixing_products(sweep: dict, titles: dict | None = None, ymax: float = 1e4):
-    """Spectral norm of the product of the mixings against the depth: one panel per logit scale.
+    """``||P_k||_2`` against the depth ``k``: one panel per logit scale, the median over the stacks and a 10-90% band.
 
     Args:
         sweep: the dict of :func:`mixing_sweep`.
         titles: optional ``{logit_std: panel title}``.
-        ymax: top of the (log) y axis; larger values leave the panel at the top.
+        ymax: top of the (log) y axis.
 
     Returns:
         A ``matplotlib.figure.Figure`` (log scale, a dotted line at 1).
     """
     stds = list(dict.fromkeys(std for std, _ in sweep))
-    with styled_figure(len(stds), width=3.6 * len(stds), height=3.2) as (fig, axes):
+    with styled_figure(len(stds), width=4.2 * len(stds), height=3.3) as (fig, axes):
         axes = axes if len(stds) > 1 else [axes]
         for ax, std in zip(axes, stds):
             for (s, kind), gains in sweep.items():
                 if s == std:
-                    ks = range(1, len(gains["spectral"]) + 1)
-                    clipped = [min(g, 10 * ymax) for g in gains["spectral"]]  # off the panel, not overflowing it
-                    ax.semilogy(ks, clipped, color=MIXING_COLORS[kind], label=MIXING_LABELS[kind],
-                                linewidth=2.4 if kind == "sinkhorn" else 1.5, zorder=3 if kind == "sinkhorn" else 2)
+                    spectral = gains["spectral"]
+                    ks = range(1, spectral.shape[1] + 1)
+                    low, mid, high = (spectral.quantile(q, dim=0).tolist() for q in (0.1, 0.5, 0.9))
+                    ax.fill_between(ks, low, high, color=MIXING_COLORS[kind], alpha=0.2, linewidth=0)
+                    ax.semilogy(ks, mid, color=MIXING_COLORS[kind], label=MIXING_LABELS[kind], linewidth=2)
             ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
             ax.set_ylim(0.5, ymax)
             ax.set(xlabel="layers k", title=(titles or {}).get(std, f"logits of std {std:g}"))
             ax.grid(True, alpha=0.3)
-        axes[0].set_ylabel(r"$\|H_k \cdots H_1\|_2$")
+        axes[0].set_ylabel(r"$\|H_k \cdots H_1\|_2$ (median, 10-90%)")
         axes[0].legend(loc="upper left", fontsize=8)
     return fig
 
@@ -231,7 +325,6 @@ def _max_diff(run_a, run_b, X: torch.Tensor) -> tuple[float, float]:
     return float((ya - yb).abs().max()), float((ga - gb).abs().max())
 
 
-@shown_in("ch05")
 def compare_with_deepseek_v4(num_hiddens: int = 32, num_streams: int = 4, seed: int = 0) -> dict | None:
     """d2lmini's mHC against DeepSeek-V4's layers in the installed Hugging Face ``transformers``.
 
@@ -278,12 +371,23 @@ def hyper_depth_explorer_static(depths=(1, 2, 4, 8, 16, 32, 64), streams=EXPLORE
 
     ``kwargs``: ``depth``, ``placement``, ``num_streams`` (initial values) and
     :func:`~d2lmini.probes.probe_depth`'s sizes, ``seed``, ``dtype``. Returns a
-    :class:`~d2lmini.widgets.StaticTwin`.
+    :class:`~d2lmini.widgets.StaticTwin` whose titles name RMSNorm once (in "pre-LN (RMSNorm)")
+    and whose mHC stacks are labelled ``"mHC, n = 4"``, as in :func:`streams_table`.
     """
-    return depth_explorer_static(depths=depths, placements=("pre", HYPER_PLACEMENT), norms=("rms",),
+    twin = depth_explorer_static(depths=depths, placements=("pre", HYPER_PLACEMENT), norms=("rms",),
                                  streams=streams, **{"placement": HYPER_PLACEMENT, "norm": "rms", **kwargs})
+    for frame in twin.spec["frames"].values():  # every stack uses RMSNorm: say it once
+        frame["title"] = _streams_label(frame["title"].replace(", RMSNorm, L = ", ", L = "))
+        for series in (s for panel in frame["panels"] for s in panel if "label" in s):
+            series["label"] = _streams_label(series["label"])
+    return twin
 
 
-__all__ = ["MIXINGS", "compare_with_deepseek_v4", "hyper_depth_explorer",
-           "hyper_depth_explorer_static", "mixing_matrices", "mixing_sweep", "plot_mixing_products",
-           "probe_streams", "product_gains", "streams_table", "v4_logit_std"]
+def _streams_label(text: str) -> str:
+    """``text`` with chapter 4's ``"mHC, 4 streams"`` written ``"mHC, n = 4"``, as in :func:`streams_table`."""
+    return re.sub(r"mHC, (\d+) streams", r"mHC, n = \1", text)
+
+
+__all__ = ["MIXINGS", "compare_with_deepseek_v4", "first_block", "hyper_depth_explorer",
+           "hyper_depth_explorer_static", "mixing_matrices", "mixing_sweep", "mixing_table", "plot_mixing_products",
+           "probe_streams", "product_gains", "regime_table", "stream_divergence", "streams_table", "v4_logit_std"]
