@@ -828,10 +828,11 @@ def router_loads(num_hiddens: int = 64, num_experts: int = 8, top_k: int = 2, nu
     ``num_updates`` rounds of :func:`balance_by_bias`.
 
     Returns:
-        ``{"random tokens": loads, "with a shared component": loads, "with a shared
-        component, balanced": loads}``, each the ``(E,)`` load per expert as a multiple of the fair share, and
-        ``"chance_std"``: the standard deviation of that multiple if each token chose its
-        ``top_k`` experts at random, ``sqrt((1 - k/E) / (T k/E))``.
+        A dict with three ``(E,)`` tensors of the load per expert as a multiple of the fair
+        share, under the keys ``"random tokens"``, ``"with a shared component"`` and
+        ``"with a shared component, balanced"``, and ``"chance_std"``: the standard
+        deviation of that multiple if each token chose its ``top_k`` experts at random,
+        ``sqrt((1 - k/E) / (T k/E))``.
 
     Raises:
         ValueError / TypeError: for sizes out of range or a bad ``offset``, ``gamma`` or seed.
