@@ -87,7 +87,7 @@ def test_train_placements_rejects_bad_runs(corpus, runs, error):
         train_placements(corpus, num_layers=1, lr=1e-2, runs=runs, **_TINY)
 
 
-def test_training_table_names_each_run_within_its_depth():
+def test_training_table_puts_post_ln_beside_pre_ln_per_configuration():
     from d2lmini.chapters.ch04_norm_placement import plot_training, training_table
     from d2lmini.train import TrainResult
 
@@ -96,16 +96,22 @@ def test_training_table_names_each_run_within_its_depth():
         return TrainResult(config, train_loss=[4.0, loss], val_steps=[2], val_loss=[loss])
 
     results = [result("post", 8, 0.02, 0, 3.2), result("pre", 8, 0.02, 0, 2.5), result("post", 8, 0.005, 0, 2.4),
-               result("post", 8, 0.02, 75, 3.3), result("post", 2, 0.003, 0, 2.41)]
+               result("post", 8, 0.02, 75, 3.3), result("post", 2, 0.02 / 4, 0, 2.41), result("pre", 2, 0.005, 0, 2.4)]
     table = training_table(results)
-    assert list(table.index) == [(8, "post-LN"), (8, "pre-LN"), (8, "post-LN, rate / 4"),
-                                 (8, "post-LN, warm-up 75"), (2, "post-LN")]
-    assert table.loc[(8, "post-LN, warm-up 75"), "warm-up steps"] == 75
-    assert table["validation loss"].tolist() == [3.2, 2.5, 2.4, 3.3, 2.41]
+    assert list(table.index) == [(8, 0.02, 0), (8, 0.02, 75), (8, 0.005, 0), (2, 0.005, 0)]
+    assert list(table.columns) == ["post-LN", "pre-LN"]
+    assert table["post-LN"].tolist() == [3.2, 3.3, 2.4, 2.41]
+    assert table.loc[(2, 0.005, 0), "pre-LN"] == 2.4
+    assert math.isnan(table.loc[(8, 0.02, 75), "pre-LN"])  # not trained: left empty
     fig = plot_training(results, reference=3.0)
-    assert [ax.get_title() for ax in fig.axes] == ["8 blocks, peak rate 0.02", "2 blocks, peak rate 0.003"]
+    assert [ax.get_title() for ax in fig.axes] == ["8 blocks, peak rates 0.02 and 0.005", "2 blocks, peak rate 0.005"]
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == [
+        "post-LN, high rate", "pre-LN, high rate", "post-LN, lower rate", "post-LN, high rate, warm-up 75",
+        "frequencies alone"]
     with pytest.raises(TypeError, match="results"):
         training_table({"post": results[0]})
+    with pytest.raises(ValueError, match="two post-LN runs"):
+        training_table(results + [result("post", 8, 0.02, 0, 3.0)])
 
 
 def test_frequency_loss_is_the_cross_entropy_of_the_training_frequencies():

@@ -230,17 +230,6 @@ def frequency_loss(corpus: CharCorpus) -> float:
     return float(-(counts / counts.sum()).log()[corpus.val].mean())
 
 
-def _run_label(result: TrainResult, lr: float | None = None) -> str:
-    """``'post-LN'``, ``'post-LN, warm-up 100'``, ``'post-LN, rate / 4'``: a run among others of its depth."""
-    config = result.config
-    label = PLACEMENT_SHORT[config["placement"]]
-    if config["warmup_steps"]:
-        label += f", warm-up {config['warmup_steps']}"
-    if lr is not None and not math.isclose(config["lr"], lr):
-        label += f", rate / {lr / config['lr']:g}" if config["lr"] < lr else f", rate x {config['lr'] / lr:g}"
-    return label
-
-
 #: Short names of the two placements the training experiment compares.
 PLACEMENT_SHORT = {"post": "post-LN", "pre": "pre-LN"}
 
@@ -256,36 +245,44 @@ def _by_depth(results) -> dict[int, list[TrainResult]]:
 
 
 def training_table(results):
-    """The final validation losses of :func:`train_placements` runs as a pandas DataFrame.
+    """The final validation losses of :func:`train_placements` runs, post-LN beside pre-LN.
 
     Args:
         results: a list of :class:`~d2lmini.train.TrainResult` from :func:`train_placements`.
 
     Returns:
-        ``pandas.DataFrame`` indexed by (blocks, run) -- the run named by placement, warm-up and
-        rate multiple (relative to the first run of its depth) -- with columns ``peak rate``,
-        ``warm-up steps`` and ``validation loss`` (nats per character).
+        ``pandas.DataFrame`` indexed by (blocks, peak rate, warm-up steps), deepest and highest
+        rate first, then the shortest warm-up, with columns ``'post-LN'`` and ``'pre-LN'``: the validation
+        loss (nats per character), NaN where that placement was not trained in that configuration.
 
     Raises:
         TypeError: if ``results`` is not such a list.
+        ValueError: if two results share a placement and a configuration.
     """
     import pandas as pd
 
-    rows, index = [], []
+    losses = {}  # (blocks, peak rate, warm-up steps) -> {column: loss}
     for depth, group in _by_depth(results).items():
         for result in group:
-            index.append((depth, _run_label(result, group[0].config["lr"])))
-            rows.append({"peak rate": result.config["lr"], "warm-up steps": result.config["warmup_steps"],
-                         "validation loss": result.val_loss[-1]})
-    return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["blocks", "run"]))
+            config = result.config
+            row = losses.setdefault((depth, config["lr"], config["warmup_steps"]), {})
+            column = PLACEMENT_SHORT[config["placement"]]
+            if column in row:
+                raise ValueError(f"results holds two {column} runs of {depth} blocks at peak rate {config['lr']:g} "
+                                 f"with {config['warmup_steps']} warm-up steps")
+            row[column] = result.val_loss[-1]
+    keys = sorted(losses, key=lambda key: (-key[0], -key[1], key[2]))
+    index = pd.MultiIndex.from_tuples(keys, names=["blocks", "peak rate", "warm-up steps"])
+    return pd.DataFrame([losses[key] for key in keys], index=index, columns=list(PLACEMENT_SHORT.values()))
 
 
 def plot_training(results, reference: float | None = None, window: int = 20):
     """Training-loss curves of :func:`train_placements` runs, one panel per depth.
 
-    Colours are the placements'; a warmed-up run is dash-dotted (its warm-up's end marked by a
-    grey vertical line) and a run at a lower rate dotted. Post-LN is drawn wide and pale under
-    pre-LN, so curves that coincide stay visible.
+    Colours are the placements'; in each panel the runs at the panel's highest peak rate are
+    solid, those at a lower rate dotted, and a warmed-up run dash-dotted (its warm-up's end
+    marked by a grey vertical line). Post-LN is drawn wide and pale under pre-LN, so curves that
+    coincide stay visible. The panels share one legend above them.
 
     Args:
         results: a list of :class:`~d2lmini.train.TrainResult` from :func:`train_placements`.
@@ -300,30 +297,37 @@ def plot_training(results, reference: float | None = None, window: int = 20):
     """
     window = check_positive_int("window", window)
     groups = _by_depth(results)
-    with styled_figure(len(groups), width=4.3 * len(groups), height=3.3) as (fig, axes):
+    handles = {}  # legend label -> line, over all panels
+    with styled_figure(len(groups), width=4.3 * len(groups), height=3.6) as (fig, axes):
         axes = axes if len(groups) > 1 else [axes]
         for ax, (depth, group) in zip(axes, groups.items()):
-            lr = group[0].config["lr"]
+            top_rate = max(result.config["lr"] for result in group)
             for result in group:
                 config = result.config
-                style = "-." if config["warmup_steps"] else ":" if config["lr"] < lr else "-"
+                style = "-." if config["warmup_steps"] else ":" if config["lr"] < top_rate else "-"
                 wide = config["placement"] == "post"
                 curve = result.smoothed(window)
-                ax.plot(range(1, len(curve) + 1), curve, color=PLACEMENT_COLORS[config["placement"]],
-                        linestyle=style, linewidth=2.6 if wide else 1.3, alpha=0.55 if wide else 1.0,
-                        label=_run_label(result, lr))
+                label = (f"{PLACEMENT_SHORT[config['placement']]}, {'lower' if config['lr'] < top_rate else 'high'} rate"
+                         + (f", warm-up {config['warmup_steps']}" if config["warmup_steps"] else ""))
+                (line,) = ax.plot(range(1, len(curve) + 1), curve, color=PLACEMENT_COLORS[config["placement"]],
+                                  linestyle=style, linewidth=2.6 if wide else 1.3, alpha=0.55 if wide else 1.0,
+                                  label=label)
+                handles.setdefault(label, line)
                 if config["warmup_steps"]:
                     ax.axvline(config["warmup_steps"], color="0.6", linewidth=0.8)
             if reference is not None:
-                ax.axhline(reference, color="0.3", linestyle=":", linewidth=1.0, label="frequencies alone")
-            ax.set(xlabel="training step", title=f"{depth} blocks, peak rate {lr:g}")
+                handles["frequencies alone"] = ax.axhline(reference, color="0.3", linestyle=":", linewidth=1.0)
+            rates = sorted({result.config["lr"] for result in group}, reverse=True)
+            ax.set(xlabel="training step",
+                   title=f"{depth} blocks, peak rate{'s' * (len(rates) > 1)} " + " and ".join(f"{r:g}" for r in rates))
             ax.grid(True, alpha=0.3)
-            ax.legend(loc="upper right", fontsize=8)
         low = min(ax.get_ylim()[0] for ax in axes)
         high = max(ax.get_ylim()[1] for ax in axes)
         for ax in axes:
             ax.set_ylim(low, high)  # one scale for both panels
         axes[0].set_ylabel(f"training loss (nats/char, {window}-step mean)")
+        fig.legend(list(handles.values()), list(handles), loc="outside upper center", ncol=3, frameon=False,
+                   fontsize=8.5)
     return fig
 
 
