@@ -371,3 +371,12 @@ def test_a_styled_table_is_the_same_html_on_every_run():
     assert other.split("T_")[1][:11] != html.split("T_")[1][:11], "two tables, two ids"
     with pytest.raises(TypeError, match="DataFrame"):
         plot.table_style([1, 2])
+
+
+@pytest.mark.parametrize("path", code_notebooks(), ids=lambda p: p.stem)
+def test_every_styled_table_takes_its_id_from_its_content(path):
+    """A chapter styles a table with ``plot.table_style(df)``, never ``df.style`` (pandas' own id
+    is random, so the page would change on every run)."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert not re.search(r"\.style\b(?!_)", cell.source), f"{path.name}: use plot.table_style(df)"

@@ -194,3 +194,10 @@ def test_static_twin_text_form_is_the_same_on_every_run():
     explorer = d2lmini.qk_scale_explorer(scales=(0.5, 8.0), num_hiddens=16, num_heads=2, num_steps=8)
     text = repr(explorer.static())
     assert text == "<StaticTwin: 4 frames over scale, qk_norm>", text
+
+
+def test_the_depth_twin_with_one_norm_has_no_norm_control():
+    twin = d2lmini.depth_explorer_static(depths=(1, 2), norms=("layer",), dtype=torch.float64,
+                                         num_steps=8, num_hiddens=16, num_heads=2)
+    assert [c["name"] for c in twin.spec["controls"]] == ["placement", "depth"]  # nothing that cannot move
+    assert all(key.count("|") == 1 for key in twin.spec["frames"])

@@ -637,7 +637,7 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
 
     Args:
         depths: the depth slider's stops.
-        placements, norms: the dropdowns' options.
+        placements, norms: the dropdowns' options (with a single norm there is no norm control).
         depth, placement, norm: the initial values.
         streams, num_streams: the streams slider's stops and initial value (with ``'mhc'`` only).
         known: :class:`~d2lmini.probes.DepthProbe` results already measured (e.g. a chapter's
@@ -689,7 +689,7 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
                             panel.append(dict(y=round_frame_values(values), x0=0, color=PLACEMENT_COLORS[other],
                                               dash=True, label=_config_label(other, s_other)))
                     name = _config_label(p, s) if hyper else PLACEMENT_LABELS[p]
-                    key = f"{p}|{L}|{s}" if hyper else f"{p}|{L}|{n}"
+                    key = f"{p}|{L}|{s}" if hyper else f"{p}|{L}|{n}" if len(norms) > 1 else f"{p}|{L}"
                     frames[key] = dict(
                         title=(f"{name}, {NORM_LABELS[n]}, L = {L}: "
                                f"RMS {result.stream_rms[-1]:.2f}, spread {result.token_spread[-1]:.1e}, "
@@ -703,6 +703,8 @@ def depth_explorer_static(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), placement
         dict(name="streams", label="streams n", type="range", values=list(streams), value=num_streams) if hyper else
         dict(name="norm", label="norm", type="select", options=[[n, NORM_LABELS[n]] for n in norms], value=norm),
     ]
+    if not hyper and len(norms) == 1:  # one norm: no control that cannot move
+        controls.pop()
     panels = [dict(title="Size of the stream", xlabel="depth k", ylabel="stream RMS", log=False,
                    xmin=0, xmax=max(depths), ymin=0),
               dict(title="Token spread", xlabel="depth k", ylabel="token spread", log=True,
