@@ -68,7 +68,7 @@ def test_static_twin_embeds_every_frame_and_its_script():
     twin = d2lmini.depth_explorer_static(depths=(1, 2), placements=("post", "pre"), norms=("layer",),
                                          depth=2, **SMALL)
     html = twin.to_html()
-    assert set(twin.spec["frames"]) == {"post|1|layer", "post|2|layer", "pre|1|layer", "pre|2|layer"}
+    assert set(twin.spec["frames"]) == {"post|1", "post|2", "pre|1", "pre|2"}  # one norm: no norm control
     assert '<script type="application/json">' in html and "d2l-twin" in html
     script = html.split("<script>", 1)[1]
     assert not any(call in script for call in ("fetch(", "XMLHttpRequest", "import(", "src="))  # loads nothing
