@@ -157,7 +157,7 @@ def test_chapter_4_explorer_keeps_its_pre_ln_label():
     twin = d2lmini.depth_explorer_static(depths=(1,), placements=("post", "pre"), norms=("layer",), depth=1,
                                          placement="pre", **SMALL)
     assert ["pre", "pre-LN (GPT-2)"] in twin.spec["controls"][0]["options"]
-    assert twin.spec["frames"]["pre|1|layer"]["title"].startswith("pre-LN (GPT-2), ")
+    assert twin.spec["frames"]["pre|1"]["title"].startswith("pre-LN (GPT-2), ")  # one norm: no norm in the key
 
 
 def test_hyper_explorer_live_has_streams_and_caches():
