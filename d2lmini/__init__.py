@@ -13,7 +13,9 @@ DeepSeek-V2/V3 and the key/value cache per token), :mod:`d2lmini.deltanet`
 :mod:`d2lmini.moe` (a mixture of experts), :mod:`d2lmini.hyper` (DeepSeek-V4's manifold-constrained
 hyper-connections: ``n`` residual streams), :mod:`d2lmini.deepseek_v4` (DeepSeek-V4's compressed
 attention and hash-routed experts) and :mod:`d2lmini.block`
-(:class:`~d2lmini.block.TransformerBlock` and the decoder block with cross-attention).
+(:class:`~d2lmini.block.TransformerBlock` and the decoder block with cross-attention), :mod:`d2lmini.cache`
+(the key/value cache) and :mod:`d2lmini.lm` (:class:`~d2lmini.lm.LanguageModel`, a stack of blocks, and
+:func:`~d2lmini.lm.generate`).
 
 **The shared machinery**: :mod:`d2lmini.parameters` (counting a module's parameters,
 in total or part by part), :mod:`d2lmini.seeding` (seeded draws that leave the global
@@ -46,8 +48,10 @@ Errors and their messages                                     :mod:`d2lmini.chap
 
 from .attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin, valid_lens_mask
 from .block import PLACEMENTS, AddNorm, TransformerBlock, TransformerDecoderBlock
+from .cache import KVCache
 from .deltanet import GatedDeltaNet, gated_delta_rule, inference_state_bytes
 from .ffn import ACTS, FeedForward, default_ffn_num_hiddens
+from .lm import POSITIONS, LanguageModel, generate
 from .hyper import HyperConnectedBlock, HyperConnection, HyperHead, expand_streams, sinkhorn_knopp
 from .mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
 from .moe import MixtureOfExperts
@@ -71,12 +75,12 @@ from .chapters.ch06_qk_norm import qk_scale_explorer  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "ACTS", "NORMS", "PLACEMENTS", "PROBED_PLACEMENTS", "QK_NORMS",
+    "ACTS", "NORMS", "PLACEMENTS", "POSITIONS", "PROBED_PLACEMENTS", "QK_NORMS",
     "AddNorm", "copy_parameters", "DepthExplorer", "DepthProbe", "FeedForward", "FrameExplorer", "GatedAttention", "GatedDeltaNet",
-    "HyperConnectedBlock", "HyperConnection", "HyperHead",
+    "HyperConnectedBlock", "HyperConnection", "HyperHead", "KVCache", "LanguageModel",
     "MixtureOfExperts", "MultiHeadAttention", "MultiHeadLatentAttention", "RMSNorm", "StaticTwin", "TransformerBlock",
     "TransformerDecoderBlock", "apply_rotary", "default_ffn_num_hiddens", "depth_explorer",
-    "depth_explorer_static", "depth_table", "expand_streams", "gated_delta_rule", "inference_state_bytes",
+    "depth_explorer_static", "depth_table", "expand_streams", "gated_delta_rule", "generate", "inference_state_bytes",
     "init_linear_weights_", "kv_cache_bytes_per_token",
     "make_norm", "num_parameters", "probe_depth", "probe_placements", "qk_scale_explorer", "residual_explorer",
     "rotary_cos_sin", "show_code", "sinkhorn_knopp", "stream_rms", "token_spread", "valid_lens_mask",

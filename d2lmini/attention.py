@@ -16,6 +16,7 @@ from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtyp
                       check_nonnegative_int, check_positive_float, check_positive_int, check_probability,
                       check_sequence_tensor)
 from ._shown import shown_in
+from .cache import LayerCache
 from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 
 #: QK-norm variants with gains accepted by ``MultiHeadAttention(qk_norm=...)`` (the chapter
@@ -550,18 +551,27 @@ class MultiHeadAttention(nn.Module):
         self.qk_norm_eps = eps
         self._rotary_cache: dict = {}
 
-    def _rotary(self, num_steps: int, like: torch.Tensor):
+    def _rotary(self, num_steps: int, like: torch.Tensor, offset: int = 0):
+        """RoPE's ``(cos, sin)`` for positions ``offset .. offset + num_steps - 1``.
+
+        One table is kept and grown as needed (doubling, so decoding token by token rebuilds it
+        rarely); a row depends only on its position, so slicing a longer table gives the same values.
+        """
         # Everything the table depends on is in the key, so changing rope_theta, rotary_dim or rope_scaling on a
         # built module takes effect (never a stale table).
-        key = (num_steps, like.device, like.dtype, self.rope_theta, self.rotary_dim, self.head_dim,
-               repr(self.rope_scaling))
-        if key not in self._rotary_cache:
-            self._rotary_cache = {key: rotary_cos_sin(num_steps, self.rotary_dim or self.head_dim, self.rope_theta,
-                                                      like.device, like.dtype, scaling=self.rope_scaling)}
-        return self._rotary_cache[key]
+        key = (like.device, like.dtype, self.rope_theta, self.rotary_dim, self.head_dim, repr(self.rope_scaling))
+        end = offset + num_steps
+        cached = self._rotary_cache.get(key)
+        if cached is None or cached[0].shape[0] < end:
+            length = end if cached is None else max(end, 2 * cached[0].shape[0])
+            cached = rotary_cos_sin(length, self.rotary_dim or self.head_dim, self.rope_theta,
+                                    like.device, like.dtype, scaling=self.rope_scaling)
+            self._rotary_cache = {key: cached}
+        cos, sin = cached
+        return cos[offset:end], sin[offset:end]
 
-    def _query_scales(self, num_steps: int, like: torch.Tensor) -> torch.Tensor:
-        """The query factors ``1 + beta * log(1 + floor((p + offset) / period))`` for ``p = 0 .. n-1``.
+    def _query_scales(self, num_steps: int, like: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """The query factors ``1 + beta * log(1 + floor((p + offset) / period))`` for ``p = start .. start + n-1``.
 
         Ministral 3 (``offset`` 0) and Llama 4's temperature tuning (``offset`` 1).
         Computed in float32, cast to ``like``'s dtype; shape ``(num_steps, 1)`` (broadcasts
@@ -570,7 +580,7 @@ class MultiHeadAttention(nn.Module):
         if self.query_scaling is None:
             raise ValueError("_query_scales needs query_scaling=(beta, period) or (beta, period, offset)")
         beta, period, offset = (*self.query_scaling, 0)[:3]
-        positions = torch.arange(num_steps, dtype=torch.float32, device=like.device) + offset
+        positions = torch.arange(start, start + num_steps, dtype=torch.float32, device=like.device) + offset
         return (1 + beta * torch.log(1 + torch.floor(positions / period)))[:, None].to(like.dtype)
 
     @property
@@ -579,7 +589,8 @@ class MultiHeadAttention(nn.Module):
         return self.scale if self.scale is not None else self.head_dim ** -0.5
 
     @shown_in("ch06")
-    def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor,
+                         start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys exactly as they enter the attention kernel.
 
         Project, QK-normalize (if ``qk_norm``: the whole projection, or each head),
@@ -591,6 +602,8 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             queries: ``(b, n_q, d)``; keys: ``(b, n_k, d)``.
+            start: the position of the first query and key (RoPE and ``query_scaling``): 0, or
+                the number of positions already in a key/value cache.
 
         Returns:
             ``(q, k)``, shapes ``(b, h, n_q, head_dim)`` and ``(b, h_kv, n_k, head_dim)``;
@@ -610,12 +623,12 @@ class MultiHeadAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # heads first
         if self.rope_theta is not None:
-            cos, sin = self._rotary(q.shape[2], q)
+            cos, sin = self._rotary(q.shape[2], q, start)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.qk_norm == QK_NORM_L2:  # Llama 4: per head, no gain, after RoPE
             q, k = _rms_normalize(q, self.qk_norm_eps), _rms_normalize(k, self.qk_norm_eps)
         if self.query_scaling is not None:  # q * (1 + beta log(1 + floor((p + offset) / period)))
-            q = q * self._query_scales(q.shape[2], q)
+            q = q * self._query_scales(q.shape[2], q, start)
         return q, k
 
     def _check_inputs(self, queries: torch.Tensor, keys: torch.Tensor) -> None:
@@ -635,10 +648,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("RoPE needs as many queries as keys (self-attention), "
                              f"got {queries.shape[1]} queries and {keys.shape[1]} keys")
 
-    def _mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device) -> torch.Tensor | None:
+    def _mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device,
+              start: int = 0) -> torch.Tensor | None:
         """The boolean ``attn_mask``, (b, 1, 1 or q, k), of ``valid_lens``, ``causal``, ``window`` and ``chunk``;
-        ``None`` if none."""
-        if self.causal and num_queries != num_keys:
+        ``None`` if none. With a cache, the queries are the last ``num_queries`` of ``num_keys = start +
+        num_queries`` positions (query ``i`` is at position ``start + i``)."""
+        if self.causal and num_queries + start != num_keys:
             raise ValueError("causal attention needs as many queries as keys (self-attention), "
                              f"got {num_queries} queries and {num_keys} keys")
         mask = valid_lens_mask(valid_lens, num_keys, min_len=1)  # (b, k) or (b, q, k)
@@ -650,36 +665,50 @@ class MultiHeadAttention(nn.Module):
             mask = mask[:, None, None] if valid_lens.dim() == 1 else mask[:, None]
         if self.causal:
             # An explicit mask, not SDPA's is_causal: on CPU its masked kernel is the faster one.
-            causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()
-            if self.window is not None:  # and j > i - window: the band of the last `window` keys
-                causal = causal.triu(1 - self.window)
             chunk = getattr(self, "chunk", None)  # (modules without chunks, e.g. mla.py's, borrow this method)
+            if num_queries == 1 and mask is None and self.window is None and chunk is None:
+                return None  # one new query at the end of a cache sees every key
+            causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(start)
+            if self.window is not None:  # and j > i - window: the band of the last `window` keys
+                causal = causal.triu(start + 1 - self.window)
             if chunk is not None:  # and floor(j / C) == floor(i / C): the query's own chunk
-                chunks = torch.arange(max(num_queries, num_keys), device=device) // chunk
-                causal = causal & (chunks[:num_queries, None] == chunks[None, :num_keys])
+                chunks = torch.arange(num_keys, device=device) // chunk
+                causal = causal & (chunks[start:, None] == chunks[None, :])
             if mask is None:
                 return causal
             mask = mask & causal
             if self.window is not None or chunk is not None:  # a padded query may see no real key: itself
-                diagonal = torch.eye(num_queries, num_keys, dtype=torch.bool, device=device)
+                diagonal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(start).triu(start)
                 mask = mask | (diagonal & ~mask.any(dim=-1, keepdim=True))
         return mask
 
-    def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:
+    def forward(self, queries, keys, values, valid_lens=None, cache: LayerCache | None = None) -> torch.Tensor:
         """Attend from ``queries`` (b, q, d) to ``keys``/``values`` (b, k, d); returns (b, q, d).
 
         ``valid_lens``: ``None``, ``(b,)`` or ``(b, q)`` integer lengths in ``[1, k]``;
-        keys at positions >= the length are masked. See the class docstring for errors.
+        keys at positions >= the length are masked. ``cache``: a :class:`~d2lmini.cache.LayerCache`
+        for causal self-attention during generation; the inputs are then the new positions only, they
+        attend to every cached key as well, and their keys and values are appended to the cache
+        (``ValueError`` without ``causal=True`` or with ``valid_lens``). See the class docstring for
+        the other errors.
         """
-        q, k = self.queries_and_keys(queries, keys)
+        start = 0
+        if cache is not None:
+            if not self.causal or valid_lens is not None:
+                raise ValueError("a key/value cache is for causal self-attention without padding: "
+                                 f"causal must be True (got {self.causal}) and valid_lens None")
+            start = len(cache)
+        q, k = self.queries_and_keys(queries, keys, start)
         check_sequence_tensor("values", values, self.num_hiddens)
         if keys.shape != values.shape:
             raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} and {tuple(values.shape)}")
-        mask = self._mask(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1], queries.device)
         v = (self.W_k if self.k_eq_v else self.W_v)(values)  # k_eq_v: the raw key projection (Gemma 4)
         v = v.unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
         if self.value_norm:  # Gemma 4: each value head over its root mean square, no gain
             v = _rms_normalize(v, self.qk_norm_eps)
+        if cache is not None:  # attend to every position so far; remember this step's keys and values
+            k, v = cache.update(k, v)
+        mask = self._mask(valid_lens, queries.shape[0], queries.shape[1], k.shape[2], queries.device, start)
         extra = {}
         if self.num_kv_heads != self.num_heads:
             if _SDPA_HAS_GQA:  # SDPA reads the shared heads in place: no copies saved for backward

@@ -306,15 +306,20 @@ class TransformerBlock(nn.Module):
         if placement == "parallel":  # one norm feeds both sublayers (GPT-J's ln_1)
             self.addnorm2.norm_in = self.addnorm1.norm_in
 
-    def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None, cache=None) -> torch.Tensor:
         """Apply the block to ``X`` (b, n, d); ``valid_lens`` ``None``, (b,) or (b, n). Returns (b, n, d).
+
+        ``cache``: ``None``, or the :class:`~d2lmini.cache.LayerCache` of this block during generation,
+        handed to the attention (``X`` then holds the new positions only; see
+        :meth:`MultiHeadAttention.forward`).
 
         Raises ``ValueError``/``TypeError`` for an input that is not a floating
         (b, n, d) tensor of the block's dtype, or bad ``valid_lens``.
         """
         check_sequence_tensor("X", X, self.num_hiddens)
         check_dtype_matches("X", X, self)
-        attended = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens))
+        extra = {} if cache is None else {"cache": cache}  # (an attention from a factory may take no cache)
+        attended = self.addnorm1(X, lambda Y: self.attention(Y, Y, Y, valid_lens, **extra))
         if self.placement in PARALLEL_PLACEMENTS:  # x + Attn(N1(x)) + FFN(N2(x)); addnorm2 adds no skip
             out = attended + self.addnorm2(X, self.ffn)
         else:

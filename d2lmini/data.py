@@ -107,6 +107,21 @@ class CharCorpus:
         return windows[:, :-1], windows[:, 1:]
 
 
+def frequency_loss(corpus: CharCorpus) -> float:
+    """The validation loss of predicting every character from its frequency alone (nats per character).
+
+    The cross-entropy on the validation split of the training split's character
+    frequencies (each count plus one, so that no character has probability 0): what a
+    model that ignores the context can reach at best.
+
+    Raises:
+        TypeError: if ``corpus`` is not a :class:`~d2lmini.data.CharCorpus`.
+    """
+    check_instance("corpus", corpus, CharCorpus, "a CharCorpus")
+    counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double() + 1
+    return float(-(counts / counts.sum()).log()[corpus.val].mean())
+
+
 def python_reference_corpus(val_fraction: float = 0.1) -> CharCorpus:
     """:class:`CharCorpus` of :func:`python_reference_text` (the book's training data)."""
     return CharCorpus.from_text(python_reference_text(), val_fraction)

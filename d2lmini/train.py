@@ -26,23 +26,19 @@ from torch.nn import functional as F
 from ._checks import (check_bool, check_callable, check_choice, check_nonnegative_int, check_positive_float,
                       check_positive_floats, check_positive_int, check_seed)
 from ._shown import shown_in
-from .block import TransformerBlock
 from .data import CharCorpus
-from .norms import make_norm
+from .lm import LanguageModel
 from .seeding import seeded
 
 
-class TinyLM(nn.Module):
-    """Decoder-only character language model built from :class:`TransformerBlock`.
-
-    Token embedding (plus learned position embeddings, unless the blocks use
-    RoPE), ``num_layers`` causal blocks, one final norm (except for post-LN, whose
-    stream is already normalized) and a linear head to next-character logits.
+class TinyLM(LanguageModel):
+    """The character language model of the early chapters: a :class:`~d2lmini.lm.LanguageModel`
+    whose head has a bias and whose positions are learned unless the blocks use RoPE.
 
     Args:
         vocab_size: number of distinct tokens.
         num_hiddens, num_heads, num_layers: width ``d``, heads, depth ``L``.
-        max_len: longest sequence the learned positions cover.
+        max_len: the context length (the longest sequence the learned positions cover).
         **block_kwargs: passed to every :class:`TransformerBlock` (``norm``, ``act``,
             ``placement``, ``rope_theta``, ``residual``, ...); ``causal`` is always True.
 
@@ -51,40 +47,21 @@ class TinyLM(nn.Module):
         logits ``(b, n, vocab_size)``.
 
     Raises:
-        ValueError / TypeError: for invalid sizes or block arguments; at call time
-            for sequences longer than ``max_len``.
+        ValueError / TypeError: as :class:`~d2lmini.lm.LanguageModel`.
     """
+
+    head_bias = True
 
     def __init__(self, vocab_size: int, num_hiddens: int = 64, *, num_heads: int = 4, num_layers: int = 4,
                  max_len: int = 256, **block_kwargs):
-        super().__init__()
-        self.vocab_size = check_positive_int("vocab_size", vocab_size)
-        self.max_len = check_positive_int("max_len", max_len)
-        check_positive_int("num_layers", num_layers)
-        if "causal" in block_kwargs:
-            raise TypeError("TinyLM's blocks are always causal; do not pass causal")
-        self.embedding = nn.Embedding(vocab_size, num_hiddens)
-        self.pos_embedding = (None if block_kwargs.get("rope_theta") is not None
-                              else nn.Parameter(torch.randn(max_len, num_hiddens) * 0.02))
-        self.blocks = nn.ModuleList(TransformerBlock(num_hiddens, num_heads, causal=True, **block_kwargs)
-                                    for _ in range(num_layers))
-        placement = self.blocks[0].placement
-        self.final_norm = None if placement == "post" else make_norm(self.blocks[0].norm, num_hiddens,
-                                                                      block_kwargs.get("eps"))
-        self.head = nn.Linear(num_hiddens, vocab_size)
+        positions = "learned" if block_kwargs.get("rope_theta") is None else "rope"
+        super().__init__(vocab_size, num_layers, max_len, positions=positions, num_hiddens=num_hiddens,
+                         num_heads=num_heads, **block_kwargs)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Next-token logits ``(b, n, vocab_size)`` for token ids ``(b, n)``."""
-        if tokens.dim() != 2 or tokens.shape[1] > self.max_len:
-            raise ValueError(f"tokens must have shape (batch, num_steps <= {self.max_len}), got {tuple(tokens.shape)}")
-        X = self.embedding(tokens)
-        if self.pos_embedding is not None:
-            X = X + self.pos_embedding[: tokens.shape[1]]
-        for block in self.blocks:
-            X = block(X)
-        if self.final_norm is not None:
-            X = self.final_norm(X)
-        return self.head(X)
+    @property
+    def max_len(self) -> int:
+        """The context length."""
+        return self.context_len
 
 
 def moving_average(values, window: int = 20) -> list[float]:

@@ -191,3 +191,114 @@ class FrameExplorer:
         display(self.widget)
 
 
+
+
+# --------------------------------------------------------------------------- text explorers
+
+
+class TextTwin:
+    """A kernel-free explorer of pre-computed texts: drop-down controls pick which text is shown.
+
+    HTML with one ``<select>`` per control, a ``<pre>`` and the texts as embedded JSON; a few
+    lines of inline script swap the text when a control changes (no library, nothing from the
+    network). Works in the built HTML book and as a cell output in Jupyter and Colab.
+
+    Args:
+        controls: list of dicts ``{"name", "label", "options": [[value, label], ...], "value"}``
+            (values are strings).
+        texts: ``{key: str}`` where ``key`` joins the controls' values with ``"|"`` in control order.
+        description: accessible description of the text.
+
+    Raises:
+        ValueError: if a combination of control values has no text, or an initial value is not
+            among its control's options.
+    """
+
+    def __init__(self, controls, texts: dict, *, description: str = ""):
+        import itertools
+
+        for c in controls:
+            if c["value"] not in [o[0] for o in c["options"]]:
+                raise ValueError(f"control {c['name']!r}: initial value {c['value']!r} is not among its options")
+        missing = ["|".join(combo) for combo in itertools.product(*[[o[0] for o in c["options"]] for c in controls])
+                   if "|".join(combo) not in texts]
+        if missing:
+            raise ValueError(f"texts are missing for {len(missing)} combinations, e.g. {missing[:3]}")
+        self.controls, self.texts, self.description = controls, texts, description
+
+    def key(self, **values) -> str:
+        """The text key for control values given by name (missing ones take their initial value)."""
+        return "|".join(str(values.get(c["name"], c["value"])) for c in self.controls)
+
+    def to_html(self) -> str:
+        """The twin as one self-contained HTML fragment."""
+        import html
+        import json
+
+        selects = "".join(
+            f'<label style="margin-right: 1em;">{html.escape(c["label"])} <select data-control="{html.escape(c["name"])}">'
+            + "".join(f'<option value="{html.escape(v)}"{" selected" if v == c["value"] else ""}>{html.escape(label)}</option>'
+                      for v, label in c["options"]) + "</select></label>" for c in self.controls)
+        data = json.dumps(self.texts, separators=(",", ":")).replace("</", "<\\/")
+        return (f'<div class="d2l-text-twin" role="group" aria-label="{html.escape(self.description)}" '
+                f'style="font-family: sans-serif; margin: 0.5em 0;">{selects}'
+                f'<pre style="white-space: pre-wrap; margin-top: 0.4em;">{html.escape(self.texts[self.key()])}</pre>'
+                f'<script type="application/json">{data}</script></div>\n'
+                "<script>(function () { var twins = document.querySelectorAll('.d2l-text-twin');"
+                " var twin = twins[twins.length - 1]; var texts = JSON.parse(twin.querySelector('script').textContent);"
+                " var selects = twin.querySelectorAll('select'); function show() {"
+                " twin.querySelector('pre').textContent = texts[Array.prototype.map.call(selects,"
+                " function (s) { return s.value; }).join('|')]; }"
+                " Array.prototype.forEach.call(selects, function (s) { s.addEventListener('change', show); }); })();"
+                "</script>")
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def __repr__(self) -> str:
+        return f"TextTwin({', '.join(c['name'] for c in self.controls)}; {len(self.texts)} texts)"
+
+
+class TextExplorer:
+    """A live ipywidgets explorer over pre-computed texts, with a static twin of the same texts.
+
+    Args:
+        controls, texts, description: as for :class:`TextTwin`.
+
+    Raises:
+        ValueError: as :class:`TextTwin`.
+    """
+
+    def __init__(self, controls, texts: dict, *, description: str = ""):
+        self.twin = TextTwin(controls, texts, description=description)  # checks completeness
+        self._widget = None
+
+    def static(self) -> TextTwin:
+        """The kernel-free twin of this explorer."""
+        return self.twin
+
+    @property
+    def widget(self):
+        """The live explorer (an ``ipywidgets.VBox``), built on first use."""
+        if self._widget is None:
+            import ipywidgets as widgets
+
+            inputs = {c["name"]: widgets.Dropdown(options=[(label, value) for value, label in c["options"]],
+                                                  value=c["value"], description=c["label"])
+                      for c in self.twin.controls}
+            out = widgets.Textarea(layout=widgets.Layout(width="100%", height="6em"), disabled=True)
+
+            def update(change=None):
+                out.value = self.twin.texts[self.twin.key(**{name: w.value for name, w in inputs.items()})]
+
+            for w in inputs.values():
+                w.observe(update, names="value")
+            update()
+            self.inputs, self.output = inputs, out
+            self._widget = widgets.VBox([widgets.HBox(list(inputs.values())), out])
+        return self._widget
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)

@@ -115,7 +115,7 @@ def test_training_table_puts_post_ln_beside_pre_ln_per_configuration():
 
 
 def test_frequency_loss_is_the_cross_entropy_of_the_training_frequencies():
-    from d2lmini.chapters.ch04_norm_placement import frequency_loss
+    from d2lmini.data import frequency_loss
     from d2lmini.data import CharCorpus
 
     corpus = CharCorpus.from_text("aab" * 400 + "abc", val_fraction=0.1)

@@ -31,7 +31,7 @@ from conftest import OFFLINE_LOG, ROOT, build_command, code_notebooks, network_a
 SETUP_THREADS = "torch.set_num_threads(1)"
 
 # The chapters whose experiments train models (their modules call d2lmini.train; checked below).
-TRAINING_CHAPTERS = ("02_residual", "04_norm_placement", "05_rmsnorm", "06_qk_norm", "07_ffn")
+TRAINING_CHAPTERS = ("02_residual", "04_norm_placement", "05_rmsnorm", "06_qk_norm", "07_ffn", "09_the_2026_block")
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 

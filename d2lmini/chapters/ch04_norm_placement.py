@@ -6,7 +6,7 @@
   placements at once;
 * :func:`draw_placement_diagrams` -- one drawn block diagram per placement;
 * :func:`train_placements`, :func:`training_table`, :func:`plot_training` and
-  :func:`frequency_loss` -- post-LN against pre-LN in training: small character language
+  :func:`d2lmini.data.frequency_loss` -- post-LN against pre-LN in training: small character language
   models of one depth and peak learning rate, trained in lockstep from the same weights
   and batches, with or without learning-rate warm-up (Xiong et al., 2020);
 * :class:`DepthExplorer`, :func:`depth_explorer` and :func:`depth_explorer_static` --
@@ -211,23 +211,6 @@ def _check_runs(runs) -> None:
             raise TypeError(f"every entry of runs must be a (placement, rate multiple) pair, got {run!r}")
         check_choice("runs placement", run[0], ("post", "pre"))
         check_positive_float("runs rate multiple", run[1])
-
-
-def frequency_loss(corpus: CharCorpus) -> float:
-    """The validation loss of predicting every character from its frequency alone (nats per character).
-
-    The cross-entropy on the validation split of the training split's character
-    frequencies (each count plus one, so that no character has probability 0): what a
-    model that ignores the context can reach at best.
-
-    Raises:
-        TypeError: if ``corpus`` is not a :class:`~d2lmini.data.CharCorpus`.
-    """
-    import torch
-
-    check_instance("corpus", corpus, CharCorpus, "a CharCorpus")
-    counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double() + 1
-    return float(-(counts / counts.sum()).log()[corpus.val].mean())
 
 
 #: Short names of the two placements the training experiment compares.

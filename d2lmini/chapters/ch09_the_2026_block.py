@@ -1,4 +1,4 @@
-"""The 2026 block: the 2017 block in five substitutions, and the catalogue the zoo shows.
+"""The 2026 block: the 2017 block in five substitutions, both trained, and the catalogue the zoo shows.
 
 Introduced in the chapter "The 2026 block". It holds what that chapter shows:
 
@@ -6,9 +6,13 @@ Introduced in the chapter "The 2026 block". It holds what that chapter shows:
   grouped as sizes, flags the chapters teach, factories, and the options only the
   converters of released models need;
 * :func:`substitution_steps` -- the 2017 block turned into the 2026 block, one
-  constructor argument at a time (:func:`step_table`),
-  :func:`model_parameter_count` for a whole model of such blocks, and
-  :func:`rope_relative_check` for the exercises.
+  constructor argument at a time (:func:`step_table`), and :func:`rope_relative_check`
+  for the exercises;
+* :func:`train_capstone` -- the 2017 and the 2026 block trained as character language
+  models of one size (:class:`~d2lmini.lm.LanguageModel`), at two rates, with warm-up, one
+  substitution at a time (:func:`lm_walk`) and with a second seed (:func:`capstone_table`,
+  :func:`walk_table`, :func:`plot_capstone`); :func:`sample_explorer`, their samples;
+  :func:`cache_measurements`, decoding with and without the key/value cache.
 
 It also holds the catalogue of the appendix "The block zoo" (``chapters/zoo.ipynb``):
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import time
 from dataclasses import KW_ONLY, dataclass, field
 
 import torch
@@ -42,10 +47,17 @@ from .._shown import shown_in
 from ..attention import GatedAttention, apply_rotary, rotary_cos_sin
 from ..moe import ROUTERS, MixtureOfExperts
 from ..block import TransformerBlock
+from ..cache import KVCache
+from ..lm import LanguageModel, generate
+from ..widgets import TextExplorer
+from ..data import frequency_loss
+from ..train import evaluate, moving_average, train_models
+from ..lm import sinusoidal_positions  # re-exported: the exercises use it
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..reference import TOLERANCE as _TOLERANCE
 from ..reference import from_afmoe_layer  # Trinity's converter (global and local layers); re-exported here
-from ..plot import ACT_SHORT_LABELS, NORM_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS, table_style
+from ..plot import (ACT_SHORT_LABELS, NORM_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS, plot_loss_curves,
+                    styled_figure, table_style)
 from ..seeding import seeded
 
 # --------------------------------------------------------------------------- the constructor
@@ -87,32 +99,6 @@ def constructor_groups() -> dict[str, list[str]]:
 
 
 # --------------------------------------------------------------------------- 2017 -> 2026
-
-
-def sinusoidal_positions(num_steps: int, num_hiddens: int) -> torch.Tensor:
-    r"""The 2017 Transformer's sinusoidal position encodings (Vaswani et al., 2017, Section 3.5).
-
-    ``P[p, 2i] = sin(p / 10000^{2i/d})``, ``P[p, 2i+1] = cos(p / 10000^{2i/d})``; they are
-    added once to the token embeddings, before the first block.
-
-    Args:
-        num_steps: positions ``n``; num_hiddens: width ``d`` (even).
-
-    Returns:
-        float32 tensor ``(num_steps, num_hiddens)``.
-
-    Raises:
-        ValueError / TypeError: for non-positive sizes or an odd ``num_hiddens``.
-
-    Introduced in the chapter "The 2026 block".
-    """
-    n, d = check_positive_int("num_steps", num_steps), check_positive_int("num_hiddens", num_hiddens)
-    if d % 2:
-        raise ValueError(f"num_hiddens must be even, got {d}")
-    angles = torch.arange(n, dtype=torch.float32)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)
-    P = torch.zeros(n, d)
-    P[:, 0::2], P[:, 1::2] = torch.sin(angles), torch.cos(angles)
-    return P
 
 
 #: The 2017 block, as ``TransformerBlock`` arguments (Vaswani et al., 2017), built causal
@@ -266,6 +252,232 @@ def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: i
             diffs[key] = max(diffs[key], float((L[..., s:s + n, s:s + n] - L[..., :n, :n]).abs().max()))
     return {"rope_max_abs_diff": diffs["rope"], "sinusoidal_max_abs_diff": diffs["sinusoidal"],
             "max_abs_logit": float(torch.cat([rope.flatten(), absolute.flatten()]).abs().max())}
+
+
+# --------------------------------------------------------------------------- the capstone: both blocks trained
+
+#: The capstone's character language models (:class:`~d2lmini.lm.LanguageModel`): 12 blocks of
+#: width 32 with 4 heads, a context of 32 characters.
+CAPSTONE_MODEL = dict(num_blocks=12, num_hiddens=32, num_heads=4, context_len=32)
+
+#: Their training (:func:`~d2lmini.train.train_models`): batches of 16 windows of 32 characters,
+#: 100 AdamW steps at a constant peak rate.
+CAPSTONE_TRAINING = dict(batch_size=16, seq_len=32, num_steps=100)
+
+#: The peak learning rates swept for each block, the warm-up tried for the 2017 block, and the rate
+#: of the substitution walk.
+RATES = (3e-3, 1e-2)
+WARMUP_STEPS = 30
+WALK_RATE = 1e-2
+
+#: The 2017 block in a language model (Vaswani et al., 2017): post-LN, LayerNorm, a ReLU FFN of
+#: width 4d, multi-head attention, biases, and learned positions (which the paper found as good as
+#: its sinusoids, Table 3 row E).
+LM_2017 = dict(positions="learned", norm="layer", act="relu", placement="post", bias=True)
+
+
+def lm_walk(num_kv_heads: int = 2) -> list[tuple[str, dict]]:
+    """The language models from the 2017 block to the 2026 block, one substitution of
+    :data:`SUBSTITUTIONS` at a time: ``(name, LanguageModel kwargs)``, the 2017 block first.
+
+    The GQA step keeps ``num_kv_heads`` key/value heads; the RoPE step replaces the learned
+    positions (``positions='rope'``).
+    """
+    kwargs, walk = dict(LM_2017), [("2017 block", dict(LM_2017))]
+    for name, _, change, _ in SUBSTITUTIONS:
+        for key, value in change.items():
+            if key == "rope_theta":
+                kwargs["positions"] = "rope"
+            else:
+                kwargs[key] = num_kv_heads if value == "h/4" else value
+        walk.append((name.replace("sinusoidal", "learned positions"), dict(kwargs)))
+    return walk
+
+
+def matched_ffn_num_hiddens(vocab_size: int, kwargs: dict, target: int) -> int:
+    """The FFN width at which a :class:`~d2lmini.lm.LanguageModel` of :data:`CAPSTONE_MODEL` and
+    ``kwargs`` holds closest to ``target`` parameters (counted on the ``meta`` device: the count is
+    linear in the width)."""
+    def count(width):
+        with torch.device("meta"):
+            return num_parameters(LanguageModel(vocab_size, **CAPSTONE_MODEL, ffn_num_hiddens=width, **kwargs))
+    base, per_unit = count(64), count(65) - count(64)
+    return max(1, round(64 + (target - base) / per_unit))
+
+
+@dataclass
+class Run:
+    """One trained language model of the capstone.
+
+    Attributes:
+        name: the block (``'2017 block'``, ``'2026 block'`` or a step of :func:`lm_walk`).
+        rate, warmup_steps, seed: its peak learning rate, warm-up and seed (weights and batches).
+        parameters: its parameter count.
+        train_loss: the training loss of every step (nats per character).
+        val_loss: the validation loss after training.
+        model: the trained model.
+    """
+
+    name: str
+    rate: float
+    warmup_steps: int
+    seed: int
+    parameters: int
+    train_loss: list
+    val_loss: float
+    model: LanguageModel = field(repr=False)
+
+    @property
+    def final_loss(self) -> float:
+        """Mean training loss of the last 20 steps."""
+        return sum(self.train_loss[-20:]) / len(self.train_loss[-20:])
+
+    def smoothed(self, window: int = 20) -> list[float]:
+        """Training loss averaged over the last ``window`` steps at every step."""
+        return moving_average(self.train_loss, window)
+
+
+#: Colours of the capstone's rates (the warm-up run shares its rate's hue, darker).
+RATE_COLORS = {"rate 0.003": "#2471a3", "rate 0.01": "#c0392b", "rate 0.01, 30-step warm-up": "#6e2c00"}
+
+
+def plot_capstone(runs: list[Run], corpus):
+    """Training loss of the 2017 block (left) and the 2026 block (right) at each rate (seed 0),
+    with the loss of predicting each character from its frequency alone (dotted)."""
+    with styled_figure(2, width=10, height=3.4, sharey=True) as (fig, axes):
+        for ax, name in zip(axes, ("2017 block", "2026 block")):
+            ax.axhline(frequency_loss(corpus), ls=":", color="#7f8c8d", label="character frequencies alone")
+            curves = {f"rate {r.rate:g}" + (f", {r.warmup_steps}-step warm-up" if r.warmup_steps else ""): r
+                      for r in runs if r.name == name and r.seed == 0}
+            plot_loss_curves(curves, fig=fig, ax=ax, title=name, colors=RATE_COLORS)
+    return fig
+
+
+def _train_group(corpus, runs: list[tuple[str, dict, float, int]], warmup_steps: int, target: int,
+                 vectorize: bool) -> list[Run]:
+    """Train ``(name, kwargs, rate, seed)`` models in one lockstep (one architecture when ``vectorize``)."""
+    models = []
+    for name, kwargs, rate, seed in runs:
+        width = matched_ffn_num_hiddens(corpus.vocab_size, kwargs, target)
+        with seeded(seed):
+            models.append(LanguageModel(corpus.vocab_size, **CAPSTONE_MODEL, ffn_num_hiddens=width, **kwargs))
+    base = runs[0][2]
+    log = train_models(models, corpus, [seed for *_, seed in runs], lr=base, warmup_steps=warmup_steps,
+                       lr_scales=[rate / base for _, _, rate, _ in runs], vectorize=vectorize,
+                       stop_on_divergence=False, **CAPSTONE_TRAINING)
+    batch = CAPSTONE_TRAINING["batch_size"], CAPSTONE_TRAINING["seq_len"]
+    return [Run(name, rate, warmup_steps, seed, num_parameters(model), losses,
+                evaluate(model, corpus, *batch, num_batches=8), model)
+            for (name, _, rate, seed), model, losses in zip(runs, models, log.losses)]
+
+
+@shown_in("ch09")
+def train_capstone(corpus, seeds=(0, 1)) -> list[Run]:
+    """Train the 2017 and the 2026 block as character LMs at one parameter count, on equal tokens:
+    each at every rate of :data:`RATES` (the 2017 block also with warm-up), the walk of
+    :func:`lm_walk` between them at :data:`WALK_RATE`, and a second seed of each at its best rate."""
+    walk = lm_walk()
+    (old, old_kw), (new, new_kw) = ("2017 block", walk[0][1]), ("2026 block", walk[-1][1])
+    with torch.device("meta"):
+        target = num_parameters(LanguageModel(corpus.vocab_size, **CAPSTONE_MODEL, **old_kw))
+    seed, other = seeds
+    runs = _train_group(corpus, [(old, old_kw, r, seed) for r in RATES], 0, target, True)
+    runs += _train_group(corpus, [(old, old_kw, WALK_RATE, seed)], WARMUP_STEPS, target, False)
+    runs += _train_group(corpus, [(new, new_kw, r, seed) for r in RATES], 0, target, True)
+    runs += _train_group(corpus, [(name, kw, WALK_RATE, seed) for name, kw in walk[1:-1]], 0, target, False)
+    best = {name: min((r for r in runs if r.name == name and not r.warmup_steps), key=lambda r: r.val_loss)
+            for name in (old, new)}
+    runs += _train_group(corpus, [(name, kw, best[name].rate, other) for name, kw in ((old, old_kw), (new, new_kw))],
+                         0, target, False)
+    return runs
+
+
+def best_runs(runs: list[Run], seed: int = 0) -> dict[str, Run]:
+    """Each block's run at its best rate (lowest validation loss, no warm-up, ``seed``)."""
+    names = ("2017 block", "2026 block")
+    return {name: min((r for r in runs if r.name == name and r.seed == seed and not r.warmup_steps),
+                      key=lambda r: r.val_loss) for name in names}
+
+
+def capstone_table(runs: list[Run]):
+    """A pandas DataFrame of the rate sweep: one row per run of either block (the walk left out),
+    with its rate, warm-up, seed, parameters, and training and validation loss."""
+    import pandas as pd
+
+    rows = [{"block": r.name, "peak rate": r.rate, "warm-up steps": r.warmup_steps, "seed": r.seed,
+             "parameters": r.parameters, "training loss": r.final_loss, "validation loss": r.val_loss}
+            for r in runs if r.name in ("2017 block", "2026 block")]
+    return pd.DataFrame(rows).sort_values(["block", "seed", "peak rate", "warm-up steps"]).reset_index(drop=True)
+
+
+def walk_table(runs: list[Run]):
+    """A pandas DataFrame of the walk at :data:`WALK_RATE` (seed 0): each model's validation loss
+    and its change from the model before it."""
+    import pandas as pd
+
+    by_name = {r.name: r for r in runs if r.rate == WALK_RATE and r.seed == 0 and not r.warmup_steps}
+    names = ["2017 block"] + [name for name, _ in lm_walk()[1:-1]] + ["2026 block"]
+    losses = [by_name[name].val_loss for name in names]
+    labels = names[:-1] + [f"{SUBSTITUTIONS[-1][0]} (the 2026 block)"]
+    return pd.DataFrame({"validation loss": losses,
+                         "change": [float("nan")] + [b - a for a, b in zip(losses, losses[1:])]},
+                        index=pd.Index(labels, name="after"))
+
+
+#: The prompt of the capstone's samples and the settings the sample explorer offers
+#: (``'greedy'``: ``do_sample=False``; ``'all'``: no top-k).
+SAMPLE_PROMPT = "The value of "
+TEMPERATURES = ("greedy", "0.5", "1.0", "1.5")
+TOP_KS = ("all", "5")
+
+
+def sample_explorer(runs: list[Run], corpus, prompt: str = SAMPLE_PROMPT, seed: int = 0) -> TextExplorer:
+    """Samples from both trained blocks (:func:`best_runs`) for every temperature and top-k of
+    :data:`TEMPERATURES` and :data:`TOP_KS`, each continuing ``prompt`` to the models' context,
+    as a :class:`~d2lmini.widgets.TextExplorer` (live) with its static twin. Every sample uses the
+    generator seeded with ``seed``."""
+    ids = torch.tensor([corpus.vocab.index(ch) for ch in prompt])
+    texts = {}
+    for name, run in best_runs(runs).items():
+        num_new = run.model.context_len - len(prompt)
+        greedy = corpus.decode(generate(run.model, ids, num_new))  # top-k does not change the most likely token
+        for temperature in TEMPERATURES:
+            for top_k in TOP_KS:
+                texts[f"{name}|{temperature}|{top_k}"] = greedy if temperature == "greedy" else corpus.decode(generate(
+                    run.model, ids, num_new, do_sample=True, temperature=float(temperature),
+                    top_k=None if top_k == "all" else int(top_k), seed=seed))
+    controls = [{"name": "block", "label": "block", "options": [[n, n] for n in ("2017 block", "2026 block")],
+                 "value": "2026 block"},
+                {"name": "temperature", "label": "temperature", "options": [[t, t] for t in TEMPERATURES],
+                 "value": "1.0"},
+                {"name": "top_k", "label": "top-k", "options": [[k, k] for k in TOP_KS], "value": "all"}]
+    return TextExplorer(controls, texts, description="Samples of both trained language models")
+
+
+@shown_in("ch09")
+def cache_measurements(vocab_size: int, prompt_len: int = 16, max_new_tokens: int = 96, seed: int = 0) -> dict:
+    """Decode ``max_new_tokens`` greedily with and without the key/value cache on the 2026 block's
+    model (untrained: speed does not depend on the weights), and measure the cache of MHA and GQA."""
+    kwargs = dict(lm_walk()[-1][1], **{**CAPSTONE_MODEL, "context_len": prompt_len + max_new_tokens})
+    heads = kwargs["num_heads"]
+    out = {}
+    for name, num_kv_heads in (("MHA", heads), ("GQA", kwargs["num_kv_heads"])):
+        with seeded(seed):
+            model = LanguageModel(vocab_size, **{**kwargs, "num_kv_heads": num_kv_heads}).eval()
+            prompt = torch.randint(0, vocab_size, (1, prompt_len))
+        cache = KVCache(len(model.blocks))
+        with torch.no_grad():
+            model(torch.randint(0, vocab_size, (1, kwargs["context_len"])), cache)  # a full context's keys and values
+        out[f"{name} cache bytes"] = cache.num_bytes()
+    positions = []  # how many positions each call of the model computes
+    model.embedding.register_forward_hook(lambda module, inputs, output: positions.append(inputs[0].shape[1]))
+    for use_cache, label in ((True, "with cache"), (False, "without cache")):
+        positions.clear()
+        start = time.thread_time()
+        out[f"tokens {label}"] = generate(model, prompt, max_new_tokens, use_cache=use_cache)
+        out[f"tokens/s {label}"] = max_new_tokens / (time.thread_time() - start)
+        out[f"positions computed {label}"] = sum(positions)
+    return out
 
 
 # --------------------------------------------------------------------------- Arcee Trinity (AFMoE)
@@ -1180,54 +1392,15 @@ def zoo_switches(names=ZOO_DECADE, seed: int = 0):
     return pd.DataFrame(columns).rename_axis("argument"), rows
 
 
-# --------------------------------------------------------------------------- what you can build
-
-#: Llama 3 8B's shape (Grattafiori et al., 2024, Table 3): 32 layers, d = 4096, FFN width
-#: 14,336, 32 query heads sharing 8 key/value heads, vocabulary 128,256, RoPE base 500,000.
-LLAMA3_8B = dict(vocab_size=128256, num_hiddens=4096, num_heads=32, num_layers=32, num_kv_heads=8,
-                 ffn_num_hiddens=14336, rope_theta=500000.0)
-
-
-@shown_in("ch09")
-def model_parameter_count(shape: dict | None = None) -> dict:
-    """Build a whole decoder-only model from 2026 blocks on the ``meta`` device and count it.
-
-    Uses :class:`d2lmini.train.TinyLM` (token embedding, ``num_layers`` causal blocks
-    with :class:`~d2lmini.block.TransformerBlock`'s defaults -- RMSNorm, pre-norm,
-    SwiGLU, no biases -- a final norm and a linear head). On ``meta`` no memory is
-    allocated, so an 8-billion-parameter shape costs nothing.
-
-    Args:
-        shape: ``TinyLM`` arguments; default :data:`LLAMA3_8B`.
-
-    Returns:
-        dict with ``total``, ``blocks`` (all blocks), ``per_block``, ``embedding``,
-        ``head`` (weight and bias), ``final_norm`` and ``head_bias`` (TinyLM's head has
-        a bias; Llama's does not).
-
-    Raises:
-        ValueError / TypeError: for arguments TinyLM rejects.
-
-    Introduced in the chapter "The 2026 block".
-    """
-    from ..train import TinyLM
-
-    shape = dict(LLAMA3_8B if shape is None else shape)
-    with torch.device("meta"):
-        model = TinyLM(max_len=8, **shape)
-    return {"total": num_parameters(model), "blocks": num_parameters(model.blocks),
-            "per_block": num_parameters(model.blocks[0]), "embedding": num_parameters(model.embedding),
-            "head": num_parameters(model.head),
-            "final_norm": num_parameters(model.final_norm) if model.final_norm is not None else 0,
-            "head_bias": model.head.bias.numel() if model.head.bias is not None else 0}
-
-
 __all__ = [
-    "BLOCK_2017", "CONSTRUCTOR_GROUPS", "LLAMA3_8B", "MODELS", "ROUTERS", "SUBSTITUTIONS", "TOLERANCE",
-    "TRINITY_TINY",
+    "BLOCK_2017", "CAPSTONE_MODEL", "CAPSTONE_TRAINING", "CONSTRUCTOR_GROUPS", "LM_2017", "MODELS", "RATES",
+    "ROUTERS", "SAMPLE_PROMPT", "SUBSTITUTIONS", "TEMPERATURES", "TOLERANCE", "TOP_KS", "TRINITY_TINY",
+    "WALK_RATE", "WARMUP_STEPS", "Run",
+    "best_runs", "cache_measurements", "capstone_table", "lm_walk", "matched_ffn_num_hiddens", "plot_capstone",
+    "sample_explorer", "train_capstone", "walk_table",
     "GatedAttention", "MixtureOfExperts", "Step",
     "catalog_table", "compare_with_trinity", "constructor_groups", "describe_block",
     "fit_to_page", "from_afmoe_layer", "make_trinity_layer",
-    "model_parameter_count", "rope_relative_check", "sinusoidal_positions",
+    "rope_relative_check", "sinusoidal_positions",
     "step_table", "substitution_steps", "verification_table", "who_uses_what",
 ]
