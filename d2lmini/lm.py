@@ -3,13 +3,17 @@
 Introduced in the chapter "The 2026 block", which trains the 2017 block and the 2026 block as
 character language models and generates text from both. :class:`LanguageModel` is the
 decoder-only stack every chapter's block goes into (GPT, Radford et al., 2018): token
-embedding, positions, ``num_blocks`` causal blocks, a final norm and an output head.
-:func:`generate` decodes from it greedily or by sampling, with Hugging Face ``transformers``'
-argument names (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``).
+embedding, positions, ``num_blocks`` causal blocks, a final norm (GPT-2's, Radford et al.,
+2019; GPT-1 has none) and an output head. :func:`generate` decodes from it greedily or by
+sampling, with Hugging Face ``transformers``' argument names (``max_new_tokens``,
+``do_sample``, ``temperature``, ``top_k``) but its own defaults: ``top_k=None`` keeps every
+token (Hugging Face's default is 50), and a ``top_k`` above the vocabulary is an error
+(Hugging Face clamps it).
 """
 
 from __future__ import annotations
 
+import inspect
 
 import torch
 from torch import nn
@@ -64,7 +68,8 @@ class LanguageModel(nn.Module):
             unless given), ``'learned'`` (a trained vector per position, GPT-2; initialized
             N(0, 0.02^2)) or ``'sinusoidal'`` (the 2017 encoding, fixed).
         **block_kwargs: :class:`~d2lmini.block.TransformerBlock`'s arguments, ``num_hiddens`` and
-            ``num_heads`` included (both required); ``causal`` is always True.
+            ``num_heads`` included (both required); ``causal`` is always True (an ``attn_factory``
+            must return a causal module).
 
     Attributes:
         embedding, blocks, final_norm (``None`` with post-LN), head; ``pos_embedding`` (learned)
@@ -114,8 +119,12 @@ class LanguageModel(nn.Module):
             self.register_buffer("pos_encoding", sinusoidal_positions(context_len, num_hiddens), persistent=False)
         else:
             self.pos_encoding = None
-        self.blocks = nn.ModuleList(TransformerBlock(num_hiddens, num_heads, causal=True, **block_kwargs)
+        causal = {} if block_kwargs.get("attn_factory") is not None else {"causal": True}  # a factory's own
+        self.blocks = nn.ModuleList(TransformerBlock(num_hiddens, num_heads, **causal, **block_kwargs)
                                     for _ in range(num_blocks))
+        if any(getattr(block.attention, "causal", True) is not True for block in self.blocks):
+            raise ValueError("a language model's attention must be causal: the module attn_factory returns "
+                             "has causal=False")
         self.final_norm = (None if self.blocks[0].placement == "post"
                            else make_norm(self.blocks[0].norm, num_hiddens, block_kwargs.get("eps")))
         self.head = nn.Linear(num_hiddens, vocab_size, bias=self.head_bias)
@@ -157,12 +166,11 @@ def next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k:
     from ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely; returns (b,)."""
     if not do_sample:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k is not None:  # keep the k largest logits, as transformers' TopKLogitsWarper
+    logits = logits.float() / temperature  # in float32, as transformers' logits warpers
+    if top_k is not None:  # keep the k largest logits (ties with the k-th too), as TopKLogitsWarper
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits.float(), dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]
 
 
 @shown_in("ch09")
@@ -200,7 +208,8 @@ def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, *,
             tensor, or arguments of the wrong type.
         ValueError: a prompt that is empty, not 1-D or 2-D, longer than the context (with the new
             tokens), or holding ids outside the vocabulary; ``max_new_tokens < 0``; ``top_k``
-            outside ``1 .. vocab_size``; ``temperature <= 0``.
+            outside ``1 .. vocab_size``; ``temperature <= 0``; ``use_cache=True`` with a block whose
+            attention takes no cache (e.g. from an ``attn_factory``).
     """
     ids, generator = _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k, seed, use_cache)
     was_training = model.training
@@ -234,6 +243,11 @@ def _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k
     if prompt.shape[-1] + max_new_tokens > model.context_len:
         raise ValueError(f"the prompt ({prompt.shape[-1]} tokens) and max_new_tokens={max_new_tokens} exceed the "
                          f"model's context_len={model.context_len}")
+    if use_cache:
+        for i, block in enumerate(model.blocks):
+            if "cache" not in inspect.signature(block.attention.forward).parameters:
+                raise ValueError(f"use_cache=True needs attention that takes a key/value cache; block {i}'s "
+                                 f"{type(block.attention).__name__} does not: pass use_cache=False")
     device = next(model.parameters()).device
     ids = (prompt[None] if prompt.dim() == 1 else prompt).to(device=device, dtype=torch.long)
     model._check_tokens(ids)

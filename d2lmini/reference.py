@@ -2589,7 +2589,8 @@ def _hf_causal_lm_config(lm) -> tuple[str, dict]:
                   num_key_value_heads=attention.num_kv_heads, head_dim=attention.head_dim,
                   max_position_embeddings=lm.context_len, rms_norm_eps=eps, hidden_act="silu",
                   rope_parameters={"rope_type": "default", "rope_theta": attention.rope_theta},
-                  tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0)
+                  tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None)  # no token ends generation
     return ("qwen3" if attention.qk_norm == "per_head" else "llama"), config
 
 
@@ -2601,7 +2602,8 @@ def to_hf(lm):
     ``LlamaForCausalLM``: the config is derived from ``lm`` (nothing is downloaded), the weights
     are copied (not shared), and the model is in eval mode, on ``lm``'s device and dtype. Its
     logits agree with ``lm``'s to rounding, and its ``generate(do_sample=False)`` gives
-    :func:`d2lmini.generate`'s tokens.
+    :func:`d2lmini.generate`'s tokens: the config names no end-of-sequence token (``LlamaConfig``'s
+    default ``eos_token_id=2`` would stop generation at token 2), so neither stops early.
 
     Raises:
         TypeError: if ``lm`` is not a :class:`~d2lmini.lm.LanguageModel`.

@@ -105,7 +105,8 @@ def _twin_pages():
 
 def test_every_page_with_a_static_twin_has_its_controls_tested(html):
     """The pages the control test below visits are all the pages the build put a twin on."""
-    built = [name for name in toc_files() if 'class="d2l-twin"' in (html / f"{name}.html").read_text(encoding="utf-8")]
+    built = [name for name in toc_files()
+             if re.search(r'class="d2l-(?:text-)?twin"', (html / f"{name}.html").read_text(encoding="utf-8"))]
     assert built, "no page of the built book holds a static twin"
     assert built == _twin_pages()
 
@@ -115,7 +116,22 @@ def test_every_static_control_changes_the_drawing(server, browser, name):
     problems = []
     page = open_page(browser, f"{server}/{name}.html", problems)
     twins = page.locator(".d2l-twin")
-    assert twins.count() >= 1
+    texts = page.locator(".d2l-text-twin")  # a text explorer's twin: each control changes the text shown
+    assert twins.count() + texts.count() >= 1
+    for t in range(texts.count()):
+        twin = texts.nth(t)
+        twin.scroll_into_view_if_needed()
+        controls = twin.locator("select[data-control]")
+        assert controls.count() >= 1
+        for c in range(controls.count()):  # from the initial choice, another option of each control shows other text
+            control, before = controls.nth(c), twin.locator("pre").inner_text()
+            initial = control.input_value()
+            shown = set()
+            for option in control.locator("option").evaluate_all("os => os.map(o => o.value)"):
+                control.select_option(option)
+                shown.add(twin.locator("pre").inner_text())
+            control.select_option(initial)
+            assert twin.locator("pre").inner_text() == before and len(shown) > 1, (name, "text twin", t, c)
     for t in range(twins.count()):
         twin = twins.nth(t)
         twin.scroll_into_view_if_needed()

@@ -152,7 +152,7 @@ def test_substitution_steps_keep_the_skeleton_and_change_what_they_should():
     assert final["norm"] == "rms" and final["placement"] == "pre" and final["act"] == "swiglu"
     assert final["rope_theta"] and final["qk_norm"] == "per_head" and final["bias"] is False
     table = step_table(steps, formatted=True)
-    assert list(table.columns) == ["flag", "parameters", "Δ parameters", "K/V per token"]
+    assert list(table.columns) == ["flag", "parameters", "Δ parameters", "of which FFN", "K/V numbers per token and block"]
     assert table["Δ parameters"].iloc[1] == f"{-2 * d:+,}"
 
 

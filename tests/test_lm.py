@@ -211,6 +211,33 @@ def test_to_hf_gives_transformers_model_with_the_same_logits_and_tokens(name, cl
         assert not torch.allclose(hf(ids).logits, model(ids))
 
 
+def test_to_hf_generate_does_not_stop_at_any_token():
+    """LlamaConfig's default eos_token_id is 2: a converted model must not stop there."""
+    from d2lmini.reference import to_hf
+
+    for seed in range(20):  # a model of 4 tokens whose greedy text holds token 2 after the prompt
+        with seeded(seed):
+            model = LanguageModel(4, 1, 32, **CONFIGS["MQA"]).eval()
+        prompt = torch.tensor([[0, 1, 3]])
+        ours = generate(model, prompt, 12)
+        if 2 in ours[0, 3:-1].tolist():
+            break
+    else:
+        pytest.fail("no seed gave a text with token 2")
+    theirs = to_hf(model).generate(prompt, max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(prompt))
+    assert torch.equal(theirs, ours)
+
+
+def test_generate_with_an_attention_that_takes_no_cache_says_so():
+    model = LanguageModel(VOCAB, 1, 16, num_hiddens=32, num_heads=4, positions="learned",
+                          attn_factory=lambda: d2lmini.MultiHeadLatentAttention(
+                              32, 4, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                              v_head_dim=8, rope_theta=1e4))
+    with pytest.raises(ValueError, match="use_cache=False"):
+        generate(model, torch.tensor([1, 2]), 3)
+    assert generate(model, torch.tensor([1, 2]), 3, use_cache=False).shape == (5,)
+
+
 @pytest.mark.parametrize("change, match", [
     (dict(positions="learned"), "positions='rope'"),
     (dict(window=4), "window=4"),

@@ -193,7 +193,7 @@ def step_table(steps: list[Step], formatted: bool = False):
 
     Returns:
         DataFrame indexed by step name with columns ``flag``, ``parameters``,
-        ``Δ parameters`` (against the previous row) and ``K/V per token`` (integers,
+        ``Δ parameters`` (against the previous row), ``of which FFN`` and ``K/V numbers per token and block`` (integers,
         or strings when ``formatted``).
 
     Raises:
@@ -209,7 +209,8 @@ def step_table(steps: list[Step], formatted: bool = False):
         records.append({"step": step.name, "flag": step.flag or "(start)",
                         "parameters": f"{total:,}" if formatted else total,
                         "Δ parameters": (f"{delta:+,}" if delta else "0") if formatted else delta,
-                        "K/V per token": f"{step.kv_cache_per_token:,}" if formatted else step.kv_cache_per_token})
+                        "of which FFN": f"{step.parameters['ffn']:,}" if formatted else step.parameters["ffn"],
+                        "K/V numbers per token and block": f"{step.kv_cache_per_token:,}" if formatted else step.kv_cache_per_token})
         previous = total
     return pd.DataFrame(records).set_index("step")
 
@@ -261,8 +262,8 @@ def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: i
 CAPSTONE_MODEL = dict(num_blocks=12, num_hiddens=32, num_heads=4, context_len=32)
 
 #: Their training (:func:`~d2lmini.train.train_models`): batches of 16 windows of 32 characters,
-#: 100 AdamW steps at a constant peak rate.
-CAPSTONE_TRAINING = dict(batch_size=16, seq_len=32, num_steps=100)
+#: 90 AdamW steps at a constant peak rate.
+CAPSTONE_TRAINING = dict(batch_size=16, seq_len=32, num_steps=90)
 
 #: The peak learning rates swept for each block, the warm-up tried for the 2017 block, and the rate
 #: of the substitution walk.
@@ -353,14 +354,29 @@ def plot_capstone(runs: list[Run], corpus):
     return fig
 
 
-def _train_group(corpus, runs: list[tuple[str, dict, float, int]], warmup_steps: int, target: int,
-                 vectorize: bool) -> list[Run]:
-    """Train ``(name, kwargs, rate, seed)`` models in one lockstep (one architecture when ``vectorize``)."""
+def train_group(corpus, runs: list[tuple[str, dict, float, int]], warmup_steps: int = 0, target: int | None = None,
+                vectorize: bool = False, num_blocks: int | None = None) -> list[Run]:
+    """Train language models of :data:`CAPSTONE_MODEL` on ``corpus`` in one lockstep, as :func:`train_capstone` does.
+
+    Args:
+        runs: ``(name, LanguageModel kwargs, peak rate, seed)`` per model (e.g. from :func:`lm_walk`).
+        warmup_steps: linear warm-up steps of every model (then a constant rate).
+        target: a parameter count every model's FFN width is matched to
+            (:func:`matched_ffn_num_hiddens`), or ``None`` for the default widths.
+        vectorize: train under ``torch.vmap`` (all models of one architecture).
+        num_blocks: the depth, if not :data:`CAPSTONE_MODEL`'s (then ``target`` must be ``None``).
+
+    Returns:
+        One :class:`Run` per model, trained for :data:`CAPSTONE_TRAINING`'s steps.
+    """
+    if num_blocks is not None and target is not None:
+        raise ValueError("target matches widths at CAPSTONE_MODEL's depth; pass target=None with num_blocks")
+    shape = dict(CAPSTONE_MODEL, **({} if num_blocks is None else {"num_blocks": num_blocks}))
     models = []
     for name, kwargs, rate, seed in runs:
-        width = matched_ffn_num_hiddens(corpus.vocab_size, kwargs, target)
+        width = None if target is None else matched_ffn_num_hiddens(corpus.vocab_size, kwargs, target)
         with seeded(seed):
-            models.append(LanguageModel(corpus.vocab_size, **CAPSTONE_MODEL, ffn_num_hiddens=width, **kwargs))
+            models.append(LanguageModel(corpus.vocab_size, **shape, ffn_num_hiddens=width, **kwargs))
     base = runs[0][2]
     log = train_models(models, corpus, [seed for *_, seed in runs], lr=base, warmup_steps=warmup_steps,
                        lr_scales=[rate / base for _, _, rate, _ in runs], vectorize=vectorize,
@@ -381,13 +397,13 @@ def train_capstone(corpus, seeds=(0, 1)) -> list[Run]:
     with torch.device("meta"):
         target = num_parameters(LanguageModel(corpus.vocab_size, **CAPSTONE_MODEL, **old_kw))
     seed, other = seeds
-    runs = _train_group(corpus, [(old, old_kw, r, seed) for r in RATES], 0, target, True)
-    runs += _train_group(corpus, [(old, old_kw, WALK_RATE, seed)], WARMUP_STEPS, target, False)
-    runs += _train_group(corpus, [(new, new_kw, r, seed) for r in RATES], 0, target, True)
-    runs += _train_group(corpus, [(name, kw, WALK_RATE, seed) for name, kw in walk[1:-1]], 0, target, False)
+    runs = train_group(corpus, [(old, old_kw, r, seed) for r in RATES], 0, target, True)
+    runs += train_group(corpus, [(old, old_kw, WALK_RATE, seed)], WARMUP_STEPS, target, False)
+    runs += train_group(corpus, [(new, new_kw, r, seed) for r in RATES], 0, target, True)
+    runs += train_group(corpus, [(name, kw, WALK_RATE, seed) for name, kw in walk[1:-1]], 0, target, False)
     best = {name: min((r for r in runs if r.name == name and not r.warmup_steps), key=lambda r: r.val_loss)
             for name in (old, new)}
-    runs += _train_group(corpus, [(name, kw, best[name].rate, other) for name, kw in ((old, old_kw), (new, new_kw))],
+    runs += train_group(corpus, [(name, kw, best[name].rate, other) for name, kw in ((old, old_kw), (new, new_kw))],
                          0, target, False)
     return runs
 
@@ -405,7 +421,8 @@ def capstone_table(runs: list[Run]):
     import pandas as pd
 
     rows = [{"block": r.name, "peak rate": r.rate, "warm-up steps": r.warmup_steps, "seed": r.seed,
-             "parameters": r.parameters, "training loss": r.final_loss, "validation loss": r.val_loss}
+             "parameters": r.parameters, "FFN width": r.model.blocks[0].ffn.ffn_num_hiddens,
+             "training loss": r.final_loss, "validation loss": r.val_loss}
             for r in runs if r.name in ("2017 block", "2026 block")]
     return pd.DataFrame(rows).sort_values(["block", "seed", "peak rate", "warm-up steps"]).reset_index(drop=True)
 
@@ -419,7 +436,8 @@ def walk_table(runs: list[Run]):
     names = ["2017 block"] + [name for name, _ in lm_walk()[1:-1]] + ["2026 block"]
     losses = [by_name[name].val_loss for name in names]
     labels = names[:-1] + [f"{SUBSTITUTIONS[-1][0]} (the 2026 block)"]
-    return pd.DataFrame({"validation loss": losses,
+    return pd.DataFrame({"FFN width": [by_name[name].model.blocks[0].ffn.ffn_num_hiddens for name in names],
+                         "validation loss": losses,
                          "change": [float("nan")] + [b - a for a, b in zip(losses, losses[1:])]},
                         index=pd.Index(labels, name="after"))
 
