@@ -185,7 +185,7 @@ def queue_colab_env(jobs: "Jobs", tmp_path_factory) -> None:
     the last job that uses it has run, beside the other jobs rather than after them."""
     if COLAB_JOB not in jobs:
         where = tmp_path_factory.mktemp("colab")
-        jobs.add(COLAB_JOB, lambda: make_colab_env(where))
+        jobs.add(COLAB_JOB, lambda: make_colab_env(where), first=True)
         jobs.after_last_use(COLAB_JOB, lambda: shutil.rmtree(where, ignore_errors=True))
 
 
@@ -205,8 +205,8 @@ def colab_env(jobs) -> ColabEnv:
 
 
 class _Job:
-    def __init__(self, fn, group, uses):
-        self.fn, self.group, self.uses = fn, group, uses
+    def __init__(self, fn, group, uses, first):
+        self.fn, self.group, self.uses, self.first = fn, group, uses, first
         self.state, self.value, self.error, self.seconds = "queued", None, None, None
 
 
@@ -219,7 +219,9 @@ class Jobs:
     A test asks for a job's result with :meth:`result`: if no thread has started the job, the
     asking thread runs it; while another thread runs it, the asking thread runs other queued
     jobs, or waits. An exception raised by a job (a failed assert, ``pytest.skip``) is raised
-    again in each test that asks for its result. Jobs of one ``group`` never run at once.
+    again in each test that asks for its result. Jobs of one ``group`` never run at once. Jobs
+    queued with ``first=True`` start before the others (the longest chain: the Colab-like
+    environment, then each chapter in it, one at a time).
 
     A test module queues its jobs with a function ``queue_jobs(item, jobs, tmp_path_factory)``,
     called at the start of the session for each of its selected tests; nothing is queued for
@@ -238,12 +240,13 @@ class Jobs:
     def __contains__(self, key) -> bool:
         return key in self._jobs
 
-    def add(self, key, fn, group: str | None = None, uses=None) -> None:
+    def add(self, key, fn, group: str | None = None, uses=None, first: bool = False) -> None:
         """Queue ``fn()`` under ``key`` (once; a key already queued is kept). ``uses``: the key of
-        a job whose result this one needs (see :meth:`after_last_use`)."""
+        a job whose result this one needs (see :meth:`after_last_use`); ``first``: start it before
+        the jobs queued without."""
         with self._changed:
             if key not in self._jobs:
-                self._jobs[key] = _Job(fn, group, uses)
+                self._jobs[key] = _Job(fn, group, uses, first)
                 if uses is not None:
                     self._users[uses] = self._users.get(uses, 0) + 1
 
@@ -262,7 +265,7 @@ class Jobs:
             self._thread.start()
 
     def _claim(self, *jobs):  # with self._changed held: the first of jobs (default: all) free to start
-        for job in jobs or self._jobs.values():
+        for job in jobs or sorted(self._jobs.values(), key=lambda job: not job.first):  # stable: queue order
             if job.state == "queued" and job.group not in self._busy_groups:
                 job.state = "running"
                 if job.group is not None:

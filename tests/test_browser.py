@@ -82,15 +82,28 @@ def open_page(browser, url, problems):
     return page
 
 
-def test_every_page_loads_offline_without_script_errors_and_images_have_a_size(server, browser):
+@pytest.fixture(scope="module")
+def loaded(server, browser):
+    """Every page of the book, opened once: what went wrong while it loaded, its images' sizes, its
+    number of top headings and its Colab launch links."""
+    pages = {}
     for name in toc_files():
         problems = []
         page = open_page(browser, f"{server}/{name}.html", problems)
-        sizes = page.evaluate("Array.from(document.images).map(i => [i.src, i.naturalWidth, i.naturalHeight])")
-        assert all(w > 0 and h > 0 for _, w, h in sizes), (name, [s for s in sizes if not s[1]])
-        assert page.locator("h1").count() >= 1
+        pages[name] = dict(
+            problems=problems,
+            sizes=page.evaluate("Array.from(document.images).map(i => [i.src, i.naturalWidth, i.naturalHeight])"),
+            headings=page.locator("h1").count(),
+            launch=page.eval_on_selector_all("a[href*='colab.research.google.com']", "as => as.map(a => a.href)"))
         page.close()
-        assert not problems, (name, problems)
+    return pages
+
+
+def test_every_page_loads_offline_without_script_errors_and_images_have_a_size(loaded):
+    for name, page in loaded.items():
+        assert all(w > 0 and h > 0 for _, w, h in page["sizes"]), (name, [s for s in page["sizes"] if not s[1]])
+        assert page["headings"] >= 1
+        assert not page["problems"], (name, page["problems"])
 
 
 # A static twin is made by one of d2lmini's ``*_static(...)`` functions or an explorer's ``.static()``.
@@ -154,7 +167,7 @@ def test_every_static_control_changes_the_drawing(server, browser, name):
     assert not problems, problems
 
 
-def test_launch_links_open_notebooks_that_exist(server, browser):
+def test_launch_links_open_notebooks_that_exist(loaded):
     """Each launch link opens the chapter from the branch of executed notebooks, at the path the chapter
     has in this repository (test_publish.py checks that the published notebook is there)."""
     import yaml
@@ -164,9 +177,7 @@ def test_launch_links_open_notebooks_that_exist(server, browser):
     for name in toc_files():
         if not (ROOT / f"{name}.ipynb").exists():
             continue
-        page = open_page(browser, f"{server}/{name}.html", [])
-        links = page.eval_on_selector_all("a[href*='colab.research.google.com']", "as => as.map(a => a.href)")
-        page.close()
+        links = loaded[name]["launch"]
         assert links, f"{name}: no Colab launch link"
         for link in links:
             assert f"/blob/{branch}/" in link, link

@@ -89,7 +89,7 @@ def queue_jobs(item, jobs, tmp_path_factory):
     if item.originalname == "test_notebook_runs_alone_in_a_colab_like_environment":
         path, folder = item.callspec.params["path"], tmp_path_factory.mktemp(item.callspec.id)
         jobs.add(("alone", path.name), lambda: run_alone(path, jobs.result(COLAB_JOB), folder),
-                 group="installs into the Colab-like environment", uses=COLAB_JOB)
+                 group="installs into the Colab-like environment", uses=COLAB_JOB, first=True)
 
 
 @pytest.mark.parametrize("path", CODE_NOTEBOOKS, ids=lambda p: p.stem)

@@ -33,12 +33,12 @@ SETUP_THREADS = "torch.set_num_threads(1)"
 # The chapters whose experiments train models (their modules call d2lmini.train; checked below).
 TRAINING_CHAPTERS = ("02_residual", "04_norm_placement", "05_rmsnorm", "06_qk_norm", "07_ffn", "09_the_2026_block")
 
-# The training chapters run again on another thread environment: one for each way the one training
-# loop trains (d2lmini.train.train_models): models one after another in lockstep (chapter 2), and
-# seed ensembles under torch.vmap in worker threads (chapter 7). Every chapter fixes its threads in the
-# same setup cell and no module reads the machine's core count (both checked below for every
-# chapter), so rerunning the others as well would repeat these two at the cost of minutes.
-RERUN_CHAPTERS = ("02_residual", "07_ffn")
+# The training chapter that runs again on another thread environment: every chapter fixes its threads
+# in the same setup cell and no module reads the machine's core count (both checked below for every
+# chapter), and the one training loop gives each model of a lockstep, a vmap ensemble or a worker
+# thread what it gets alone (tests/test_train.py, tests/test_ffn_experiments.py); so one chapter shows
+# the mechanism, where rerunning every training chapter would cost minutes.
+RERUN_CHAPTERS = ("02_residual",)
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
