@@ -13,13 +13,14 @@ Prints ``NAME ratio=R target>=T`` lines, each measured against a peer in the sam
 * ``train_mfu``: model FLOP/s of the capstone's training loop (``ch09.train_capstone``: 13 character
   models of 12 blocks) divided by the FLOP/s of one single-threaded fp32 ``torch.mm`` of the size
   the models multiply (the FFN's up-projection of one batch: ``(b n, d) @ (d, 4d)``), both per
-  second of this process's CPU time. Model FLOPs per training token are ``6 N + 12 L n d``
-  (Kaplan et al. 2020), as in ``bench_train.py``.
+  second of this process's CPU time, validation included. Model FLOPs per training token are
+  ``6 N + 12 L n d`` (Kaplan et al. 2020) with ``N`` every parameter, the embeddings included (as
+  ``bench_train.py``'s reported ratio counts them).
 
 Times are CPU time of this process (``time.process_time``), which other programs on the machine
 do not inflate; the header names the machine and its load.
 
-Run: ``python benchmarks/bench_generate.py`` (``--quick``: 20 training steps instead of 100).
+Run: ``python benchmarks/bench_generate.py`` (``--quick``: 20 training steps instead of the chapter's 90).
 """
 
 from __future__ import annotations
@@ -99,5 +100,5 @@ def main(quick: bool = False) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 training steps instead of 100")
+    parser.add_argument("--quick", action="store_true", help="20 training steps instead of the chapter's 90")
     main(parser.parse_args().quick)

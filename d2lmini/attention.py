@@ -613,7 +613,7 @@ class MultiHeadAttention(nn.Module):
             TypeError / ValueError: inputs that are not floating ``(b, n, d)`` tensors of
                 the weights' dtype and one batch size (with RoPE, also one length).
         """
-        self._check_inputs(queries, keys)
+        self._check_inputs(queries, keys, start)
         q, k = self.W_q(queries), self.W_k(keys)  # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
         if self.qk_norm == "projection":  # one statistic over all heads (OLMo 2)
             q, k = self.q_norm(q), self.k_norm(k)
@@ -631,14 +631,15 @@ class MultiHeadAttention(nn.Module):
             q = q * self._query_scales(q.shape[2], q, start)
         return q, k
 
-    def _check_inputs(self, queries: torch.Tensor, keys: torch.Tensor) -> None:
-        """Raise for inputs :meth:`queries_and_keys` cannot take.
+    def _check_inputs(self, queries: torch.Tensor, keys: torch.Tensor, start: int = 0) -> None:
+        """Raise for inputs :meth:`queries_and_keys` cannot take (``start``: an int >= 0).
 
         Raises:
             TypeError: inputs that are not floating tensors, or not of the weights' dtype.
             ValueError: inputs that are not ``(b, n, d)``, different batch sizes, or RoPE
                 with different query and key lengths.
         """
+        check_nonnegative_int("start", start)
         check_sequence_tensor("queries", queries, self.num_hiddens)
         check_dtype_matches("queries", queries, self)
         check_sequence_tensor("keys", keys, self.num_hiddens)

@@ -37,10 +37,18 @@ class LayerCache:
     def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new ``keys`` and ``values`` (b, h_kv, n_new, head_dim); return all of them so far.
 
+        Args:
+            keys, values: the new positions' keys and values, ``(b, h_kv, n_new, head_dim)`` each.
+
         Raises:
-            ValueError: if the new tensors' shapes differ from each other or, except in the
-                length, from what is cached.
+            TypeError: if either is not a tensor.
+            ValueError: if they are not 4-D, their shapes differ from each other or, except in
+                the length, from what is cached.
         """
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise TypeError(f"keys and values must be torch.Tensors, got {type(keys).__name__} and {type(values).__name__}")
+        if keys.dim() != 4:
+            raise ValueError(f"keys and values must be (batch, num_kv_heads, num_steps, head_dim), got {tuple(keys.shape)}")
         if keys.shape != values.shape:
             raise ValueError(f"keys and values must have one shape, got {tuple(keys.shape)} and {tuple(values.shape)}")
         if self.keys is None:

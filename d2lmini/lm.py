@@ -18,7 +18,8 @@ import inspect
 import torch
 from torch import nn
 
-from ._checks import (check_bool, check_choice, check_instance, check_nonnegative_int, check_positive_float,
+from ._checks import (check_bool, check_choice, check_instance, check_int_tensor, check_nonnegative_int,
+                      check_positive_float,
                       check_positive_int, check_seed)
 from ._shown import shown_in
 from .block import TransformerBlock
@@ -74,6 +75,8 @@ class LanguageModel(nn.Module):
     Attributes:
         embedding, blocks, final_norm (``None`` with post-LN), head; ``pos_embedding`` (learned)
         or the buffer ``pos_encoding`` (sinusoidal), else ``None``.
+        block_kwargs: the blocks' arguments (``num_hiddens`` and ``num_heads`` included): with
+            ``vocab_size``, ``num_blocks``, ``context_len`` and ``positions``, what builds the same model.
 
     Shape:
         ``forward(tokens, cache=None)``: integer ids ``(b, n)``; returns logits
@@ -105,7 +108,7 @@ class LanguageModel(nn.Module):
             raise TypeError(f"LanguageModel needs the blocks' {' and '.join(missing)} (keyword arguments)")
         if "causal" in block_kwargs:
             raise TypeError("a language model's blocks are always causal; do not pass causal")
-        if positions == "rope":
+        if positions == "rope" and block_kwargs.get("attn_factory") is None:  # a factory's module has its own
             block_kwargs.setdefault("rope_theta", 10000.0)
         elif block_kwargs.get("rope_theta") is not None:
             raise ValueError(f"rope_theta={block_kwargs['rope_theta']!r} needs positions='rope', got {positions!r}")
@@ -122,9 +125,9 @@ class LanguageModel(nn.Module):
         causal = {} if block_kwargs.get("attn_factory") is not None else {"causal": True}  # a factory's own
         self.blocks = nn.ModuleList(TransformerBlock(num_hiddens, num_heads, **causal, **block_kwargs)
                                     for _ in range(num_blocks))
-        if any(getattr(block.attention, "causal", True) is not True for block in self.blocks):
+        if any(_causal(block.attention) is not True for block in self.blocks):
             raise ValueError("a language model's attention must be causal: the module attn_factory returns "
-                             "has causal=False")
+                             "has causal=False, or no causal attribute")
         self.final_norm = (None if self.blocks[0].placement == "post"
                            else make_norm(self.blocks[0].norm, num_hiddens, block_kwargs.get("eps")))
         self.head = nn.Linear(num_hiddens, vocab_size, bias=self.head_bias)
@@ -132,7 +135,7 @@ class LanguageModel(nn.Module):
     @shown_in("ch09")
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Next-token logits ``(b, n, vocab_size)`` for ids ``(b, n)`` (see the class docstring)."""
-        start = 0 if cache is None else len(cache)  # positions already in the cache
+        start = 0 if cache is None else self._check_cache(cache)  # positions already in the cache
         self._check_tokens(tokens, start)
         X = self.embedding(tokens)
         if self.pos_embedding is not None:  # learned: one trained vector per position
@@ -145,10 +148,20 @@ class LanguageModel(nn.Module):
             X = self.final_norm(X)
         return self.head(X)
 
+    def _check_cache(self, cache) -> int:
+        """The number of positions in ``cache``; raise unless it is a KVCache of one layer per block
+        whose blocks' attention takes a cache."""
+        check_instance("cache", cache, KVCache, "a d2lmini.KVCache (one LayerCache per block)")
+        if len(cache.layers) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache.layers)} layers; this model has {len(self.blocks)} blocks")
+        for i, block in enumerate(self.blocks):
+            if "cache" not in inspect.signature(block.attention.forward).parameters:
+                raise ValueError(f"block {i}'s {type(block.attention).__name__} takes no key/value cache: "
+                                 "call the model without one (generate: use_cache=False)")
+        return len(cache)
+
     def _check_tokens(self, tokens, start: int = 0) -> None:
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int32, torch.int64):
-            raise TypeError(f"tokens must be an integer torch.Tensor of token ids, got "
-                            f"{getattr(tokens, 'dtype', type(tokens).__name__)}")
+        check_int_tensor("tokens", tokens)
         if tokens.dim() != 2 or tokens.shape[1] < 1:
             raise ValueError(f"tokens must have shape (batch, num_steps) with num_steps >= 1, got {tuple(tokens.shape)}")
         if start + tokens.shape[1] > self.context_len:
@@ -163,7 +176,22 @@ class LanguageModel(nn.Module):
 def next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int | None,
                generator: torch.Generator | None) -> torch.Tensor:
     """The next token of each row of ``logits`` (b, vocab): the most likely one, or a sample
-    from ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely; returns (b,)."""
+    from ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely; returns (b,).
+
+    Args:
+        logits: ``(b, vocab)`` next-token logits.
+        do_sample: sample (else the argmax); temperature: ``> 0``; top_k: ``None`` or ``1 .. vocab``;
+        generator: the ``torch.Generator`` to sample with, or ``None`` (the global one).
+
+    Raises:
+        ValueError: logits that are not 2-D, ``temperature <= 0`` or ``top_k`` outside ``1 .. vocab``
+            when sampling (:func:`generate` checks its arguments before every step).
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (batch, vocab_size), got shape {tuple(logits.shape)}")
+    if do_sample and (temperature <= 0 or (top_k is not None and not 1 <= top_k <= logits.shape[-1])):
+        raise ValueError(f"sampling needs temperature > 0 and top_k in 1..{logits.shape[-1]}, "
+                         f"got temperature={temperature}, top_k={top_k}")
     if not do_sample:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature  # in float32, as transformers' logits warpers
@@ -229,11 +257,9 @@ def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, *,
 def _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k, seed, use_cache):
     """Check :func:`generate`'s arguments; return the prompt as (b, n) ids on the model's device, and the generator."""
     check_instance("model", model, LanguageModel, "a d2lmini.LanguageModel")
-    if not isinstance(prompt, torch.Tensor) or prompt.dtype not in (torch.long, torch.int32, torch.int64):
-        raise TypeError(f"prompt must be an integer torch.Tensor of token ids, got "
-                        f"{getattr(prompt, 'dtype', type(prompt).__name__)}")
-    if prompt.dim() not in (1, 2) or prompt.shape[-1] < 1:
-        raise ValueError(f"prompt must be (n,) or (batch, n) with n >= 1, got shape {tuple(prompt.shape)}")
+    check_int_tensor("prompt", prompt)
+    if prompt.dim() not in (1, 2) or prompt.shape[-1] < 1 or prompt.dim() == 2 and prompt.shape[0] < 1:
+        raise ValueError(f"prompt must be (n,) or (batch, n) with n >= 1 and batch >= 1, got shape {tuple(prompt.shape)}")
     max_new_tokens = check_nonnegative_int("max_new_tokens", max_new_tokens)
     check_bool("do_sample", do_sample)
     check_bool("use_cache", use_cache)
@@ -244,10 +270,7 @@ def _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k
         raise ValueError(f"the prompt ({prompt.shape[-1]} tokens) and max_new_tokens={max_new_tokens} exceed the "
                          f"model's context_len={model.context_len}")
     if use_cache:
-        for i, block in enumerate(model.blocks):
-            if "cache" not in inspect.signature(block.attention.forward).parameters:
-                raise ValueError(f"use_cache=True needs attention that takes a key/value cache; block {i}'s "
-                                 f"{type(block.attention).__name__} does not: pass use_cache=False")
+        model._check_cache(KVCache(len(model.blocks)))  # every block's attention must take a cache
     device = next(model.parameters()).device
     ids = (prompt[None] if prompt.dim() == 1 else prompt).to(device=device, dtype=torch.long)
     model._check_tokens(ids)
@@ -256,6 +279,13 @@ def _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k
                          f"[{int(ids.min())}, {int(ids.max())}]")
     generator = None if seed is None else torch.Generator(device=device).manual_seed(check_seed(seed))
     return ids, generator
+
+
+def _causal(attention) -> bool | None:
+    """An attention module's ``causal`` flag (a gated attention's inner one), or ``None`` if it has none."""
+    if hasattr(attention, "causal"):
+        return attention.causal
+    return getattr(getattr(attention, "attention", None), "causal", None)
 
 
 __all__ = ["POSITIONS", "LanguageModel", "generate", "next_token", "sinusoidal_positions"]

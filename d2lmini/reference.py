@@ -2559,6 +2559,8 @@ def _hf_causal_lm_config(lm) -> tuple[str, dict]:
         raise ValueError("to_hf needs an output head without a bias (lm_head has none); this model's head has one")
     first = lm.blocks[0]
     attention = first.attention
+    if type(first.ffn) is not FeedForward:
+        raise ValueError(f"to_hf supports d2lmini's FeedForward (SwiGLU), got {type(first.ffn).__name__}")
     wanted = {"placement": ("pre", first.placement), "norm": ("rms", first.norm), "act": ("swiglu", first.ffn.act),
               "swiglu_limit": (None, first.ffn.swiglu_limit)}
     if type(attention) is not MultiHeadAttention:

@@ -210,6 +210,8 @@ class TextTwin:
         description: accessible description of the text.
 
     Raises:
+        TypeError: option values or texts that are not strings, or a control without ``name``,
+            ``label``, ``options`` or ``value``.
         ValueError: if a combination of control values has no text, or an initial value is not
             among its control's options.
     """
@@ -217,6 +219,13 @@ class TextTwin:
     def __init__(self, controls, texts: dict, *, description: str = ""):
         import itertools
 
+        for c in controls:
+            if not isinstance(c, dict) or not {"name", "label", "options", "value"} <= set(c):
+                raise TypeError(f"every control must be a dict with name, label, options and value, got {c!r}")
+            if not all(isinstance(v, str) and isinstance(label, str) for v, label in c["options"]):
+                raise TypeError(f"control {c['name']!r}: option values and labels must be strings")
+        if not isinstance(texts, dict) or not all(isinstance(t, str) for t in texts.values()):
+            raise TypeError("texts must be a dict of str keys to str texts")
         for c in controls:
             if c["value"] not in [o[0] for o in c["options"]]:
                 raise ValueError(f"control {c['name']!r}: initial value {c['value']!r} is not among its options")
@@ -244,12 +253,13 @@ class TextTwin:
                 f'style="font-family: sans-serif; margin: 0.5em 0;">{selects}'
                 f'<pre style="white-space: pre-wrap; margin-top: 0.4em;">{html.escape(self.texts[self.key()])}</pre>'
                 f'<script type="application/json">{data}</script></div>\n'
-                "<script>(function () { var twins = document.querySelectorAll('.d2l-text-twin');"
-                " var twin = twins[twins.length - 1]; var texts = JSON.parse(twin.querySelector('script').textContent);"
+                "<script>(function () { Array.prototype.forEach.call("  # every twin not yet wired, once each
+                "document.querySelectorAll('.d2l-text-twin:not([data-ready])'), function (twin) {"
+                " twin.setAttribute('data-ready', '1'); var texts = JSON.parse(twin.querySelector('script').textContent);"
                 " var selects = twin.querySelectorAll('select'); function show() {"
                 " twin.querySelector('pre').textContent = texts[Array.prototype.map.call(selects,"
                 " function (s) { return s.value; }).join('|')]; }"
-                " Array.prototype.forEach.call(selects, function (s) { s.addEventListener('change', show); }); })();"
+                " Array.prototype.forEach.call(selects, function (s) { s.addEventListener('change', show); }); }); })();"
                 "</script>")
 
     def _repr_html_(self) -> str:

@@ -174,6 +174,10 @@ def make_colab_env(where: Path) -> ColabEnv:
                                str(where / "wheel"), str(ROOT)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     (wheel,) = (where / "wheel").glob("d2lmini-*.whl")
+    # Installed once here, by the command each chapter's setup cell runs, so that the chapters can
+    # run side by side: in each of them the same command then finds it installed and changes nothing.
+    proc = subprocess.run([str(venv_python), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return ColabEnv(venv_python, wheel, versions, fallback)
 
 
@@ -266,6 +270,9 @@ class Jobs:
 
     def _claim(self, *jobs):  # with self._changed held: the first of jobs (default: all) free to start
         for job in jobs or sorted(self._jobs.values(), key=lambda job: not job.first):  # stable: queue order
+            needed = self._jobs.get(job.uses) if jobs == () else None
+            if needed is not None and needed.state != "done":
+                continue  # what it needs is not ready: another job meanwhile
             if job.state == "queued" and job.group not in self._busy_groups:
                 job.state = "running"
                 if job.group is not None:

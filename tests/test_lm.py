@@ -104,6 +104,8 @@ def test_generate_leaves_the_global_random_state_and_the_training_mode_alone():
     (lambda m: generate(m, [1, 2], 2), TypeError, "prompt"),
     (lambda m: generate(m, torch.zeros(0, dtype=torch.long), 2), ValueError, "n >= 1"),
     (lambda m: generate(m, torch.zeros(1, 2, 3, dtype=torch.long), 2), ValueError, "prompt"),
+    (lambda m: generate(m, torch.zeros(0, 3, dtype=torch.long), 2), ValueError, "batch >= 1"),
+    (lambda m: generate(m, torch.tensor([True, False]), 2), TypeError, "integer"),
     (lambda m: generate(m, torch.arange(3), 2.0), TypeError, "max_new_tokens"),
     (lambda m: generate(m, torch.arange(3), 2, do_sample="yes"), TypeError, "do_sample"),
     (lambda m: generate(m, torch.arange(3), 2, seed=1.5), TypeError, "seed"),
@@ -120,15 +122,18 @@ def test_generate_rejects_bad_arguments_by_name(call, error, match):
     (dict(num_hiddens=32, num_heads=4, causal=True), TypeError, "causal"),
     (dict(num_hiddens=32, num_heads=4, positions="learned", rope_theta=1e4), ValueError, "rope_theta"),
     (dict(num_hiddens=32, num_heads=4, positions="alibi"), ValueError, "positions"),
-    (dict(num_hiddens=30, num_heads=2, positions="sinusoidal", head_dim=16), None, None),
     (dict(num_hiddens=31, num_heads=1, positions="sinusoidal"), ValueError, "even"),
+    (dict(num_hiddens=32, num_heads=4, attn_factory=lambda: d2lmini.MultiHeadAttention(32, 4)), ValueError, "causal"),
 ])
 def test_language_model_checks_its_arguments(kwargs, error, match):
-    if error is None:
+    with pytest.raises(error, match=match):
         LanguageModel(VOCAB, 1, 8, **kwargs)
-    else:
-        with pytest.raises(error, match=match):
-            LanguageModel(VOCAB, 1, 8, **kwargs)
+
+
+def test_language_model_takes_an_attention_factory_with_rope_positions():
+    model = LanguageModel(VOCAB, 1, 8, num_hiddens=32, num_heads=4,
+                          attn_factory=lambda: d2lmini.MultiHeadAttention(32, 4, causal=True, rope_theta=1e4))
+    assert model.positions == "rope" and model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, VOCAB)
 
 
 def test_language_model_forward_checks_its_input():
@@ -143,6 +148,27 @@ def test_language_model_forward_checks_its_input():
         model(torch.zeros(1, 3))
     with pytest.raises(ValueError, match="batch, num_steps"):
         model(torch.zeros(3, dtype=torch.long))
+
+
+def test_forward_checks_the_cache_it_is_given():
+    model = make(CONFIGS["MQA"])
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="2 layers; this model has 3 blocks"):
+        model(ids, KVCache(2))
+    with pytest.raises(TypeError, match="KVCache"):
+        model(ids, LayerCache())
+    with pytest.raises(ValueError, match="start"):
+        model.blocks[0].attention.queries_and_keys(torch.zeros(1, 4, 32), torch.zeros(1, 4, 32), start=-1)
+
+
+def test_next_token_checks_what_it_samples_with():
+    logits = torch.zeros(2, 5)
+    with pytest.raises(ValueError, match="top_k"):
+        d2lmini.lm.next_token(logits, True, 1.0, 6, None)
+    with pytest.raises(ValueError, match="temperature"):
+        d2lmini.lm.next_token(logits, True, 0.0, None, None)
+    with pytest.raises(ValueError, match="batch, vocab_size"):
+        d2lmini.lm.next_token(logits[0], False, 1.0, None, None)
 
 
 def test_the_cache_holds_one_key_and_value_per_key_value_head():
@@ -164,6 +190,8 @@ def test_layer_cache_and_attention_reject_what_they_cannot_hold():
         layer.update(torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 4))
     with pytest.raises(ValueError, match="num_layers"):
         KVCache(0)
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        LayerCache().update(torch.zeros(3, 4), torch.zeros(3, 4))
     X = torch.randn(1, 4, 16)
     with pytest.raises(ValueError, match="causal"):
         d2lmini.MultiHeadAttention(16, 2)(X, X, X, cache=LayerCache())
@@ -259,6 +287,9 @@ def test_to_hf_refuses_what_llama_and_qwen3_cannot_express(change, match):
 def test_to_hf_refuses_a_head_bias_other_kinds_and_unlike_blocks():
     from d2lmini.reference import to_hf
 
+    moe = LanguageModel(VOCAB, 1, 16, **CONFIGS["MQA"], ffn_factory=lambda: d2lmini.MixtureOfExperts(32, 4, top_k=2))
+    with pytest.raises(ValueError, match="FeedForward"):
+        to_hf(moe)
     with pytest.raises(ValueError, match="bias"):
         to_hf(d2lmini.train.TinyLM(VOCAB, 32, num_heads=4, num_layers=1, rope_theta=1e4))
     with pytest.raises(TypeError, match="LanguageModel"):

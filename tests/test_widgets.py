@@ -201,3 +201,23 @@ def test_the_depth_twin_with_one_norm_has_no_norm_control():
                                          num_steps=8, num_hiddens=16, num_heads=2)
     assert [c["name"] for c in twin.spec["controls"]] == ["placement", "depth"]  # nothing that cannot move
     assert all(key.count("|") == 1 for key in twin.spec["frames"])
+
+
+def test_text_twin_checks_its_controls_and_texts():
+    from d2lmini.widgets import TextExplorer, TextTwin
+
+    controls = [{"name": "t", "label": "temperature", "options": [["0.5", "0.5"], ["1.0", "1.0"]], "value": "1.0"}]
+    twin = TextTwin(controls, {"0.5": "cold", "1.0": "warm"}, description="samples")
+    html = twin.to_html()
+    assert "warm" in html and "<select data-control=\"t\">" in html and 'value="1.0" selected' in html
+    assert TextExplorer(controls, {"0.5": "cold", "1.0": "warm"}).static().key(t="0.5") == "0.5"
+    with pytest.raises(ValueError, match="missing"):
+        TextTwin(controls, {"0.5": "cold"})
+    with pytest.raises(ValueError, match="initial value"):
+        TextTwin([{**controls[0], "value": "2.0"}], {"0.5": "cold", "1.0": "warm"})
+    with pytest.raises(TypeError, match="strings"):
+        TextTwin([{**controls[0], "options": [[0.5, "0.5"]], "value": 0.5}], {"0.5": "cold"})
+    with pytest.raises(TypeError, match="str texts"):
+        TextTwin(controls, {"0.5": 1, "1.0": 2})
+    with pytest.raises(TypeError, match="name, label"):
+        TextTwin([{"name": "t"}], {})

@@ -3,7 +3,7 @@
 The experiments of the chapter "Attention for generation: the cache, GQA and MLA":
 
 * :func:`decode_step` -- one call of a plain :class:`~d2lmini.attention.MultiHeadAttention`
-  with a key/value cache (d2lmini's attention has none), and :func:`time_next_token`, the
+  with a key/value cache (its ``cache=``, a :class:`~d2lmini.cache.LayerCache`), and :func:`time_next_token`, the
   time one new token costs with the cache and by recomputing the whole prefix;
 * :func:`attention_variants` and :func:`kv_cache_rows` -- key/value cache bytes per token of
   multi-head, multi-query, grouped-query and multi-head latent attention, read from modules
@@ -21,12 +21,12 @@ import statistics
 import time
 
 import torch
-from torch.nn import functional as F
 
 from .._checks import (check_dtype_matches, check_instance, check_int_sequence, check_positive_int, check_seed,
                        check_sequence_tensor)
 from .._shown import shown_in
 from ..attention import MultiHeadAttention
+from ..cache import LayerCache
 from ..mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
 from ..parameters import num_parameters
 from ..plot import styled_figure
@@ -52,9 +52,9 @@ def decode_step(attention: MultiHeadAttention, X: torch.Tensor, cache: tuple | N
     """Attend from new tokens to the cached keys and values plus their own; return the output and the cache.
 
     What a decoder does with a plain causal :class:`~d2lmini.attention.MultiHeadAttention`
-    (with or without grouped key/value heads), which recomputes every key and value at each
-    call: here only the new tokens are projected, their keys and values are appended to
-    ``cache``, and new token ``i`` (at position ``past + i``) sees keys ``0 .. past + i``.
+    (with or without grouped key/value heads) and its key/value cache (``cache=``, a
+    :class:`~d2lmini.cache.LayerCache`): only the new tokens are projected, their keys and values
+    are appended to ``cache``, and new token ``i`` (at position ``past + i``) sees keys ``0 .. past + i``.
     Called with the whole sequence and no cache it equals ``attention(X, X, X)``. Dropout
     is never applied (decoding runs the model in evaluation mode). Introduced in the chapter
     "Attention for generation", whose reader writes the same computation as ``MyGQA``.
@@ -82,20 +82,12 @@ def decode_step(attention: MultiHeadAttention, X: torch.Tensor, cache: tuple | N
         raise ValueError(f"decode_step needs a plain causal MultiHeadAttention; this one has {options or 'causal=False'}")
     check_sequence_tensor("X", X, attention.num_hiddens)
     check_dtype_matches("X", X, attention)
-    b, n, _ = X.shape
-    h, g, hd = attention.num_heads, attention.num_kv_heads, attention.head_dim
-    q = attention.W_q(X).unflatten(-1, (h, hd)).transpose(1, 2)  # (b, h, n, head_dim)
-    k = attention.W_k(X).unflatten(-1, (g, hd)).transpose(1, 2)  # (b, g, n, head_dim)
-    v = attention.W_v(X).unflatten(-1, (g, hd)).transpose(1, 2)
+    layer = LayerCache()
     if cache is not None:
-        _check_cache(cache, b, g, hd)
-        k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
-    past = k.shape[2] - n
-    mask = torch.ones(n, past + n, dtype=torch.bool, device=X.device).tril(diagonal=past)
-    group = h // g  # query head i reads key/value head i // group
-    out = F.scaled_dot_product_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
-                                         attn_mask=mask, scale=attention.scale)
-    return attention.W_o(out.transpose(1, 2).flatten(-2)), (k, v)
+        _check_cache(cache, X.shape[0], attention.num_kv_heads, attention.head_dim)
+        layer.keys, layer.values = cache
+    out = attention(X, X, X, cache=layer)
+    return out, (layer.keys, layer.values)
 
 
 def _check_cache(cache, b: int, g: int, hd: int) -> None:

@@ -42,7 +42,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 
-from .._checks import check_bool, check_instance, check_positive_int
+from .._checks import check_bool, check_instance, check_positive_float, check_positive_int, check_seed
 from .._shown import shown_in
 from ..attention import GatedAttention, apply_rotary, rotary_cos_sin
 from ..moe import ROUTERS, MixtureOfExperts
@@ -298,12 +298,25 @@ def lm_walk(num_kv_heads: int = 2) -> list[tuple[str, dict]]:
 def matched_ffn_num_hiddens(vocab_size: int, kwargs: dict, target: int) -> int:
     """The FFN width at which a :class:`~d2lmini.lm.LanguageModel` of :data:`CAPSTONE_MODEL` and
     ``kwargs`` holds closest to ``target`` parameters (counted on the ``meta`` device: the count is
-    linear in the width)."""
+    linear in the width).
+
+    Raises:
+        ValueError / TypeError: sizes that are not positive ints, ``kwargs`` that set
+            ``ffn_num_hiddens`` themselves, or a ``target`` no width >= 1 reaches.
+    """
+    check_positive_int("vocab_size", vocab_size)
+    check_positive_int("target", target)
+    if "ffn_num_hiddens" in kwargs:
+        raise ValueError("kwargs must leave ffn_num_hiddens out: it is what this function chooses")
+
     def count(width):
         with torch.device("meta"):
             return num_parameters(LanguageModel(vocab_size, **CAPSTONE_MODEL, ffn_num_hiddens=width, **kwargs))
     base, per_unit = count(64), count(65) - count(64)
-    return max(1, round(64 + (target - base) / per_unit))
+    width = round(64 + (target - base) / per_unit)
+    if width < 1:
+        raise ValueError(f"no FFN width reaches target={target} parameters (width 1 holds {count(1)})")
+    return width
 
 
 @dataclass
@@ -366,9 +379,22 @@ def train_group(corpus, runs: list[tuple[str, dict, float, int]], warmup_steps: 
         vectorize: train under ``torch.vmap`` (all models of one architecture).
         num_blocks: the depth, if not :data:`CAPSTONE_MODEL`'s (then ``target`` must be ``None``).
 
+    Args:
+        corpus: a :class:`~d2lmini.data.CharCorpus` (the book's: ``python_reference_corpus()``).
+
     Returns:
         One :class:`Run` per model, trained for :data:`CAPSTONE_TRAINING`'s steps.
+
+    Raises:
+        ValueError / TypeError: empty ``runs``, a run that is not ``(name, kwargs, rate, seed)`` with a
+            rate > 0, ``num_blocks`` with ``target``, or arguments the model or the training loop rejects.
     """
+    if not isinstance(runs, (list, tuple)) or not runs:
+        raise ValueError("runs must be a non-empty list of (name, kwargs, rate, seed)")
+    for run in runs:
+        if not isinstance(run, (list, tuple)) or len(run) != 4 or not isinstance(run[1], dict):
+            raise TypeError(f"every run must be (name, LanguageModel kwargs, rate, seed), got {run!r}")
+        check_positive_float("rate", run[2])
     if num_blocks is not None and target is not None:
         raise ValueError("target matches widths at CAPSTONE_MODEL's depth; pass target=None with num_blocks")
     shape = dict(CAPSTONE_MODEL, **({} if num_blocks is None else {"num_blocks": num_blocks}))
@@ -453,7 +479,19 @@ def sample_explorer(runs: list[Run], corpus, prompt: str = SAMPLE_PROMPT, seed: 
     """Samples from both trained blocks (:func:`best_runs`) for every temperature and top-k of
     :data:`TEMPERATURES` and :data:`TOP_KS`, each continuing ``prompt`` to the models' context,
     as a :class:`~d2lmini.widgets.TextExplorer` (live) with its static twin. Every sample uses the
-    generator seeded with ``seed``."""
+    generator seeded with ``seed``.
+
+    Raises:
+        ValueError: a prompt with a character outside the corpus's vocabulary, or as long as the
+            models' context; TypeError: a seed that is not an int.
+    """
+    check_instance("prompt", prompt, str, "a str")
+    check_seed(seed)
+    unknown = sorted(set(prompt) - set(corpus.vocab))
+    if unknown:
+        raise ValueError(f"prompt holds characters the corpus does not: {unknown}")
+    if len(prompt) >= CAPSTONE_MODEL["context_len"]:
+        raise ValueError(f"prompt must be shorter than the context of {CAPSTONE_MODEL['context_len']} characters")
     ids = torch.tensor([corpus.vocab.index(ch) for ch in prompt])
     texts = {}
     for name, run in best_runs(runs).items():
@@ -475,7 +513,19 @@ def sample_explorer(runs: list[Run], corpus, prompt: str = SAMPLE_PROMPT, seed: 
 @shown_in("ch09")
 def cache_measurements(vocab_size: int, prompt_len: int = 16, max_new_tokens: int = 96, seed: int = 0) -> dict:
     """Decode ``max_new_tokens`` greedily with and without the key/value cache on the 2026 block's
-    model (untrained: speed does not depend on the weights), and measure the cache of MHA and GQA."""
+    model (untrained: speed does not depend on the weights), and measure the cache of MHA and GQA.
+
+    Returns:
+        dict: ``'MHA cache bytes'`` and ``'GQA cache bytes'`` (a full context's keys and values,
+        from the tensors), and for the GQA model ``'tokens with cache'`` / ``'tokens without cache'``
+        (the ids), ``'tokens/s ...'`` (CPU time of this thread) and ``'positions computed ...'``.
+
+    Raises:
+        ValueError / TypeError: sizes that are not positive ints, or a seed that is not an int.
+    """
+    for name, value in (("vocab_size", vocab_size), ("prompt_len", prompt_len), ("max_new_tokens", max_new_tokens)):
+        check_positive_int(name, value)
+    check_seed(seed)
     kwargs = dict(lm_walk()[-1][1], **{**CAPSTONE_MODEL, "context_len": prompt_len + max_new_tokens})
     heads = kwargs["num_heads"]
     out = {}
@@ -488,13 +538,14 @@ def cache_measurements(vocab_size: int, prompt_len: int = 16, max_new_tokens: in
             model(torch.randint(0, vocab_size, (1, kwargs["context_len"])), cache)  # a full context's keys and values
         out[f"{name} cache bytes"] = cache.num_bytes()
     positions = []  # how many positions each call of the model computes
-    model.embedding.register_forward_hook(lambda module, inputs, output: positions.append(inputs[0].shape[1]))
+    hook = model.embedding.register_forward_hook(lambda module, inputs, output: positions.append(inputs[0].shape[1]))
     for use_cache, label in ((True, "with cache"), (False, "without cache")):
         positions.clear()
         start = time.thread_time()
         out[f"tokens {label}"] = generate(model, prompt, max_new_tokens, use_cache=use_cache)
         out[f"tokens/s {label}"] = max_new_tokens / (time.thread_time() - start)
         out[f"positions computed {label}"] = sum(positions)
+    hook.remove()
     return out
 
 
