@@ -189,7 +189,7 @@ def queue_colab_env(jobs: "Jobs", tmp_path_factory) -> None:
     the last job that uses it has run, beside the other jobs rather than after them."""
     if COLAB_JOB not in jobs:
         where = tmp_path_factory.mktemp("colab")
-        jobs.add(COLAB_JOB, lambda: make_colab_env(where), first=True)
+        jobs.add(COLAB_JOB, lambda: make_colab_env(where), priority=2)
         jobs.after_last_use(COLAB_JOB, lambda: shutil.rmtree(where, ignore_errors=True))
 
 
@@ -209,8 +209,8 @@ def colab_env(jobs) -> ColabEnv:
 
 
 class _Job:
-    def __init__(self, fn, group, uses, first):
-        self.fn, self.group, self.uses, self.first = fn, group, uses, first
+    def __init__(self, fn, group, uses, priority):
+        self.fn, self.group, self.uses, self.priority = fn, group, uses, priority
         self.state, self.value, self.error, self.seconds = "queued", None, None, None
 
 
@@ -224,8 +224,10 @@ class Jobs:
     asking thread runs it; while another thread runs it, the asking thread runs other queued
     jobs, or waits. An exception raised by a job (a failed assert, ``pytest.skip``) is raised
     again in each test that asks for its result. Jobs of one ``group`` never run at once. Jobs
-    queued with ``first=True`` start before the others (the longest chain: the Colab-like
-    environment, then each chapter in it, one at a time).
+    of a higher ``priority`` start first: the long ones that nothing waits for (the Colab-like
+    environment, the oldest Python's environment and tests), then the chapters in the Colab-like
+    environment (two at a time once the build is done), then the rest; a job that ``uses``
+    another starts once that one is done.
 
     A test module queues its jobs with a function ``queue_jobs(item, jobs, tmp_path_factory)``,
     called at the start of the session for each of its selected tests; nothing is queued for
@@ -244,13 +246,13 @@ class Jobs:
     def __contains__(self, key) -> bool:
         return key in self._jobs
 
-    def add(self, key, fn, group: str | None = None, uses=None, first: bool = False) -> None:
+    def add(self, key, fn, group: str | None = None, uses=None, priority: int = 0) -> None:
         """Queue ``fn()`` under ``key`` (once; a key already queued is kept). ``uses``: the key of
-        a job whose result this one needs (see :meth:`after_last_use`); ``first``: start it before
-        the jobs queued without."""
+        a job whose result this one needs (see :meth:`after_last_use`); ``priority``: jobs of a
+        higher one start first."""
         with self._changed:
             if key not in self._jobs:
-                self._jobs[key] = _Job(fn, group, uses, first)
+                self._jobs[key] = _Job(fn, group, uses, priority)
                 if uses is not None:
                     self._users[uses] = self._users.get(uses, 0) + 1
 
@@ -269,7 +271,7 @@ class Jobs:
             self._thread.start()
 
     def _claim(self, *jobs):  # with self._changed held: the first of jobs (default: all) free to start
-        for job in jobs or sorted(self._jobs.values(), key=lambda job: not job.first):  # stable: queue order
+        for job in jobs or sorted(self._jobs.values(), key=lambda job: -job.priority):  # stable: queue order
             needed = self._jobs.get(job.uses) if jobs == () else None
             if needed is not None and needed.state != "done":
                 continue  # what it needs is not ready: another job meanwhile

@@ -89,7 +89,7 @@ def queue_jobs(item, jobs, tmp_path_factory):
     if item.originalname == "test_notebook_runs_alone_in_a_colab_like_environment":
         path, folder = item.callspec.params["path"], tmp_path_factory.mktemp(item.callspec.id)
         jobs.add(("alone", path.name), lambda: run_alone(path, jobs.result(COLAB_JOB), folder),
-                 uses=COLAB_JOB, first=True)
+                 uses=COLAB_JOB, priority=1)
 
 
 @pytest.mark.parametrize("path", CODE_NOTEBOOKS, ids=lambda p: p.stem)

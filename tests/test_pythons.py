@@ -67,7 +67,7 @@ def queue_jobs(item, jobs, tmp_path_factory):
         queue_colab_env(jobs, tmp_path_factory)
     where = tmp_path_factory.mktemp(f"py{version}")
     jobs.add(("Python", version), lambda: run_suites(version, jobs, where),
-             uses=COLAB_JOB if version == COLAB_PYTHON else None)
+             uses=COLAB_JOB if version == COLAB_PYTHON else None, priority=1 if version == COLAB_PYTHON else 2)
 
 
 @pytest.fixture
