@@ -95,6 +95,8 @@ class LanguageModel(nn.Module):
 
     #: Whether the output head has a bias (:class:`~d2lmini.train.TinyLM`, the early chapters' model, has one).
     head_bias = False
+    #: the constructor's name for the context length, as error messages quote it
+    context_arg = "context_len"
 
     def __init__(self, vocab_size: int, num_blocks: int, context_len: int, *, positions: str = "rope",
                  **block_kwargs):
@@ -165,7 +167,7 @@ class LanguageModel(nn.Module):
         if tokens.dim() != 2 or tokens.shape[1] < 1:
             raise ValueError(f"tokens must have shape (batch, num_steps) with num_steps >= 1, got {tuple(tokens.shape)}")
         if start + tokens.shape[1] > self.context_len:
-            raise ValueError(f"the model takes at most context_len={self.context_len} positions, got "
+            raise ValueError(f"the model takes at most {self.context_arg}={self.context_len} positions, got "
                              f"{start + tokens.shape[1]}" + (f" ({start} cached + {tokens.shape[1]} new)" if start else ""))
 
     def extra_repr(self) -> str:
@@ -268,7 +270,7 @@ def _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k
         raise ValueError(f"top_k must be in 1..vocab_size={model.vocab_size}, got {top_k}")
     if prompt.shape[-1] + max_new_tokens > model.context_len:
         raise ValueError(f"the prompt ({prompt.shape[-1]} tokens) and max_new_tokens={max_new_tokens} exceed the "
-                         f"model's context_len={model.context_len}")
+                         f"model's {model.context_arg}={model.context_len}")
     if use_cache:
         model._check_cache(KVCache(len(model.blocks)))  # every block's attention must take a cache
     device = next(model.parameters()).device

@@ -51,6 +51,7 @@ class TinyLM(LanguageModel):
     """
 
     head_bias = True
+    context_arg = "max_len"
 
     def __init__(self, vocab_size: int, num_hiddens: int = 64, *, num_heads: int = 4, num_layers: int = 4,
                  max_len: int = 256, **block_kwargs):

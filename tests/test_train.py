@@ -58,7 +58,7 @@ def test_tiny_lm_shapes_and_causality():
     changed = tokens.clone()
     changed[:, 7] = (changed[:, 7] + 1) % 20  # a later token cannot change earlier predictions
     torch.testing.assert_close(model(changed)[:, :7], logits[:, :7])
-    with pytest.raises(ValueError, match="context_len=16"):
+    with pytest.raises(ValueError, match="max_len=16"):
         model(torch.randint(0, 20, (1, 17)))
 
 
