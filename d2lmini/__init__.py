@@ -60,6 +60,7 @@ from .parameters import copy_parameters, num_parameters
 from .probes import PROBED_PLACEMENTS, DepthProbe, init_linear_weights_, probe_depth, stream_rms, token_spread
 from .widgets import FrameExplorer, StaticTwin
 from ._shown import show_code
+from . import exercises  # check("N.k", answer) and the prediction before each experiment
 
 # Each chapter's experiments (e.g. ``d2lmini.chapters.ch01_anatomy.position_mixing``); the
 # explorers and the depth experiment are public names too.
