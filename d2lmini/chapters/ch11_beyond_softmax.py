@@ -424,17 +424,26 @@ def verify_gated_deltanet(seed: int = 0) -> dict:
         tf.logging.set_verbosity(verbosity)
 
 
-#: Qwen3.5's mixers at the size of ``Qwen3_5TextConfig``'s defaults (``transformers`` 5.24): width 4,096;
-#: Gated DeltaNet with 16 key heads and 32 value heads of 128; gated attention with 16 query heads,
-#: 4 key/value heads of 256; plus, for comparison, the same attention with a 4,096-token window.
-def qwen3_5_mixers() -> dict:
-    """``{"linear_attention", "full_attention", "sliding_attention": module}``, built on the meta device."""
+def qwen3_5_mixers(window: int = 4096) -> dict:
+    """Qwen3.5's two mixers at the size of ``Qwen3_5TextConfig``'s defaults, and a windowed attention, on the meta device.
+
+    Width 4,096 (``transformers`` 5.24): Gated DeltaNet with 16 key heads and 32 value heads
+    of 128; gated attention with 16 query heads and 4 key/value heads of 256; plus, for
+    comparison, the same attention with a sliding window of ``window`` tokens.
+
+    Returns:
+        ``{"linear_attention", "full_attention", "sliding_attention": module}``.
+
+    Raises:
+        ValueError / TypeError: ``window`` not an int >= 1.
+    """
+    window = check_positive_int("window", window)
     with torch.device("meta"):
         return {"linear_attention": GatedDeltaNet(4096, num_k_heads=16, num_v_heads=32, head_k_dim=128,
                                                   head_v_dim=128),
                 "full_attention": GatedAttention(4096, 16, num_kv_heads=4, head_dim=256, causal=True),
                 "sliding_attention": GatedAttention(4096, 16, num_kv_heads=4, head_dim=256, causal=True,
-                                                    window=4096)}
+                                                    window=window)}
 
 
 @shown_in("ch11")

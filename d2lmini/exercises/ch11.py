@@ -1,0 +1,170 @@
+"""Self-checks of chapter 11's exercises (Beyond softmax attention).
+
+Every expected answer is computed here with the chapter's own functions and settings
+(:mod:`d2lmini.chapters.ch11_beyond_softmax`): the receptive field measured from a gradient's
+exact zeros, the sink's share through the attention's forward pass, RoPE's frequencies from
+:func:`~d2lmini.attention.rope_frequencies`, and the bytes a stack keeps between decoding steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import Exercise
+
+# --------------------------------------------------------------------------- 11.1
+
+
+def _field_after(window: int, depth: int = 4, num_steps: int = 64) -> int:
+    """How many of ``num_steps`` positions reach the last token after ``depth`` local blocks of ``window``."""
+    from ..chapters import ch11_beyond_softmax as attn26
+
+    return attn26.receptive_field_by_depth({"local": "L"}, window=window, num_steps=num_steps,
+                                           max_depth=depth, seed=0)["local"][-1]
+
+
+def _smallest_window(depth: int = 4, num_steps: int = 64) -> int:
+    """The smallest window for which ``depth`` local blocks let the last of ``num_steps`` tokens see the first,
+    found by bisection on the measured receptive field (it grows with the window)."""
+    low, high = 1, num_steps  # a window of num_steps reaches everything in one block
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if _field_after(middle, depth, num_steps) == num_steps else (middle, high)
+    return high
+
+
+# --------------------------------------------------------------------------- 11.2
+
+
+def _sink_shares(position: int = -1, reduce: bool = False) -> dict:
+    """The sink's share at query ``position`` (or averaged over all queries) with the sink logit at log n."""
+    from ..chapters import ch11_beyond_softmax as attn26
+
+    out = {}
+    for n in (16, 64):
+        share = attn26.sink_sweep([math.log(n)], num_steps=n, seed=0)["share"][0]
+        out[f"n_{n}"] = float(share.mean() if reduce else share[position])
+    return out
+
+
+# --------------------------------------------------------------------------- 11.3
+
+#: Llama 3.1's RoPE (base 500,000, heads of 128) and its "llama3" scaling, as Meta's reference code sets it.
+LLAMA3_1 = dict(theta=5e5, head_dim=128, rotary_dim=None,
+                scaling={"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0})
+
+
+def _llama3_1_pairs(theta: float = 5e5) -> dict:
+    """How many of the 64 pairs the scaling keeps, divides by 8 and ramps, and its attention factor."""
+    from ..attention import rope_frequencies
+    from ..chapters import ch11_beyond_softmax as attn26
+
+    setting = dict(LLAMA3_1, theta=theta)
+    ratio = attn26.rope_wavelengths(setting) / attn26.rope_wavelengths(dict(setting, scaling=None))
+    factor = setting["scaling"]["factor"]
+    kept, divided = int((ratio < 1 + 1e-4).sum()), int((ratio > factor * (1 - 1e-4)).sum())
+    _, attention_factor = rope_frequencies(setting["head_dim"], setting["theta"], setting["scaling"])
+    return {"kept": kept, "divided": divided, "ramp": len(ratio) - kept - divided,
+            "attention_factor": float(attention_factor)}
+
+
+# --------------------------------------------------------------------------- 11.4
+
+
+def _stacks(window: int):
+    from ..chapters import ch11_beyond_softmax as attn26
+
+    mixers = attn26.qwen3_5_mixers(window=window)
+    local_global = (["sliding_attention"] * 5 + ["full_attention"]) * 5 + ["sliding_attention"] * 2
+    hybrid = ["linear_attention"] * 3 + ["full_attention"]
+    return attn26.stack_state_bytes, mixers, local_global, hybrid * 8
+
+
+def _hybrid_range(window: int = 1024, strict: bool = True) -> dict:
+    """The shortest and the longest context (in tokens) at which Qwen3.5's 3:1 stack keeps strictly less
+    (``strict=False``: at most as much) than the 5:1 local:global stack with ``window``.
+
+    The difference (hybrid minus 5:1) falls until the window fills and rises after it, so the lengths
+    where it is negative form one range; each end is found by bisection on ``stack_state_bytes``.
+    """
+    state_bytes, mixers, local_global, hybrid = _stacks(window)
+
+    def less(n: int) -> bool:
+        [a], [b] = state_bytes(hybrid, mixers, [n]), state_bytes(local_global, mixers, [n])
+        return a < b if strict else a <= b
+
+    if not less(window):
+        raise ValueError(f"the hybrid never holds less than the window stack with window {window}")
+    low, high = 1, window  # less(window) holds: find the first length where it does
+    if less(low):
+        high = low
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if less(middle) else (middle, high)
+    first = high
+    low, high = window, 2 * window
+    while less(high):  # past the window the hybrid's eight growing caches overtake: bracket the last length
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if less(middle) else (low, middle)
+    return {"first": first, "last": low}
+
+
+EXERCISES = [
+    Exercise(
+        "11.1", "the smallest window (an integer number of tokens)", expected=_smallest_window, rel=0, abs=0,
+        hints=[(lambda a, e: a != int(a), "A window is a whole number of tokens: round the bound up."),
+               (lambda a, e: a == e - 1,
+                "A window of w tokens is the token itself and the w - 1 before it: L layers reach L(w - 1) + 1 "
+                "positions. Does the first token reach the last with this window?"),
+               (lambda a, e: a > e, "A smaller window already lets the last token see the first.")],
+        hint="Call receptive_field_by_depth with four local blocks on 64 tokens and look for the smallest window "
+             "whose field after four blocks is all 64 positions.",
+        wrong=[lambda e: e - 1, lambda e: e + 1, lambda e: 63 / 4 + 1]),
+    Exercise(
+        "11.2", "(n_16, n_64): the sink's share at the last query with the sink logit at log n, for n = 16 and 64",
+        kind="numbers", names=("n_16", "n_64"), expected=_sink_shares, rel=2e-3,
+        hints=[(lambda a, e: min(a.values()) > 0.9,
+                "That is the first query's share: it sees a single key. The last query (index -1) sees all n."),
+               (lambda a, e: all(abs(a[k] - (1 - e[k])) < 2e-3 * e[k] for k in e),
+                "sink_sweep's share is the sink's weight; you handed in what is left for the real keys."),
+               (lambda a, e: all(a[k] == 0.5 for k in a),
+                "Measure it rather than assume it: the real logits are near zero, not exactly zero."),
+               (lambda a, e: all(abs(a[k] - e[k]) < 0.25 for k in e),
+                "Take the share at the last query, not an average over the queries; num_steps=n, seed 0.")],
+        hint="Run sink_sweep([math.log(n)], num_steps=n, seed=0) for each n and read share[0, -1].",
+        wrong=[lambda e: {k: 1 - v for k, v in e.items()}, lambda e: _sink_shares(position=0),
+               lambda e: _sink_shares(reduce=True)]),
+    Exercise(
+        "11.3", "(kept, divided, ramp, attention_factor) for Llama 3.1's 64 pairs",
+        kind="numbers", names=("kept", "divided", "ramp", "attention_factor"), expected=_llama3_1_pairs,
+        rel=0, abs=1e-6,
+        hints=[(lambda a, e: a["kept"] + a["divided"] + a["ramp"] == 32,
+                "A head of 128 features has 64 rotated pairs, not 32."),
+               (lambda a, e: a["kept"] + a["divided"] + a["ramp"] != 64,
+                "Every one of the 64 pairs is kept, divided by 8 or on the ramp: the three counts add up to 64."),
+               (lambda a, e: a["attention_factor"] != e["attention_factor"],
+                "rope_frequencies returns the attention factor beside the frequencies: hand in the one it returns "
+                "for Llama 3.1's scaling, not YaRN's."),
+               (lambda a, e: a["kept"] != e["kept"],
+                "Compare each pair's wavelength with and without the scaling, at Llama 3.1's base of 500,000.")],
+        hint="Compute the ratio of the scaled to the unscaled wavelengths: 1 means kept, 8 divided, in between "
+             "the ramp.",
+        wrong=[lambda e: {**e, "attention_factor": 0.1 * math.log(8) + 1}, lambda e: _llama3_1_pairs(theta=1e4),
+               lambda e: {**e, "kept": e["kept"] - 1, "ramp": e["ramp"] + 1}]),
+    Exercise(
+        "11.4", "(first, last): the shortest and the longest context, in tokens, at which the 3:1 hybrid "
+                "keeps strictly less than the 5:1 stack with a window of 1,024",
+        kind="numbers", names=("first", "last"), expected=_hybrid_range, rel=0, abs=0,
+        hints=[(lambda a, e: a["first"] == e["first"] - 1 or a["last"] == e["last"] + 1,
+                "At that length the two stacks keep exactly the same: hand in where the hybrid keeps strictly less."),
+               (lambda a, e: a["last"] > 2 * e["last"],
+                "qwen3_5_mixers() has a window of 4,096: pass window=1024."),
+               (lambda a, e: all(math.log2(v).is_integer() for v in a.values()),
+                "The powers of two only bracket the ends of the range: search between them, one token at a time.")],
+        hint="Compare stack_state_bytes of both stacks at every length (a grid of step 1 around each crossing).",
+        wrong=[lambda e: _hybrid_range(strict=False), lambda e: _hybrid_range(window=4096),
+               lambda e: {"first": 512, "last": 4096}]),
+]
