@@ -21,8 +21,8 @@ from torch.nn import functional as F
 
 from ._checks import (check_bool, check_dtype_matches, check_positive_float, check_positive_int, check_probability,
                       check_sequence_tensor)
-from .attention import (GatedAttention, MultiHeadAttention, _check_rope_scaling, _yarn_mscale, apply_rotary,
-                        interleaved_to_half_order, rotary_cos_sin)
+from .attention import (GatedAttention, MultiHeadAttention, apply_rotary, attention_mask, check_rope_scaling,
+                        interleaved_to_half_order, rotary_cos_sin, yarn_mscale)
 from .block import TransformerBlock
 from .norms import DEFAULT_EPS, RMSNorm
 
@@ -211,7 +211,8 @@ class MultiHeadLatentAttention(nn.Module):
         num_hiddens, rope_theta, rope_scaling, causal, dropout: the arguments.
         qk_head_dim: ``qk_nope_head_dim + qk_rope_head_dim``.
         scale: the logit scale (above).
-        window: always ``None`` (read by the mask shared with MultiHeadAttention).
+        window: always ``None``: MLA has no sliding window (the readers of any attention module, such as
+            :func:`~d2lmini.deltanet.inference_state_bytes` and the block zoo's table, ask for one).
 
     Shape:
         ``forward(queries, keys, values, valid_lens=None)`` as
@@ -228,7 +229,7 @@ class MultiHeadLatentAttention(nn.Module):
         TypeError: arguments or inputs of the wrong type or dtype.
     """
 
-    window = None  # MLA has no sliding window (read by the shared mask of MultiHeadAttention)
+    window = None  # no sliding window (read by inference_state_bytes and the zoo's description of a block)
 
     def __init__(self, num_hiddens: int, num_heads: int, *, q_lora_rank: int | None, kv_lora_rank: int,
                  qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, rope_theta: float,
@@ -246,7 +247,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.v_head_dim = check_positive_int("v_head_dim", v_head_dim)
         self.qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
         self.rope_theta = check_positive_float("rope_theta", rope_theta)
-        self.rope_scaling = None if rope_scaling is None else _check_rope_scaling(rope_scaling)
+        self.rope_scaling = None if rope_scaling is None else check_rope_scaling(rope_scaling)
         self.causal = check_bool("causal", causal)
         check_bool("bias", bias)
         self.dropout = check_probability("dropout", dropout)
@@ -268,7 +269,7 @@ class MultiHeadLatentAttention(nn.Module):
 
         scale = self.qk_head_dim ** -0.5
         if self.rope_scaling is not None and self.rope_scaling.get("mscale_all_dim"):  # DeepSeek's YaRN
-            scale *= _yarn_mscale(self.rope_scaling["factor"], self.rope_scaling["mscale_all_dim"]) ** 2
+            scale *= yarn_mscale(self.rope_scaling["factor"], self.rope_scaling["mscale_all_dim"]) ** 2
         self.scale = scale
         if indexer is not None:
             if not isinstance(indexer, DSAIndexer):
@@ -325,8 +326,8 @@ class MultiHeadLatentAttention(nn.Module):
         k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)  # (b, h, n, nope), (b, h, n, v)
         k = torch.cat((k_nope, k_rope[:, None].expand(-1, h, -1, -1)), dim=-1)  # one rotary key for all heads
 
-        # The mask of MultiHeadAttention (valid_lens, causal; window is None), one code path for both.
-        mask = MultiHeadAttention._mask(self, valid_lens, b, n, n, X.device)
+        # The mask of MultiHeadAttention (valid_lens, causal; no window), one code path for both.
+        mask = attention_mask(valid_lens, b, n, n, X.device, causal=self.causal)
         if self.indexer is not None:  # DSA: only the keys the indexer selects, (b, 1, n, n)
             selected = self.indexer(X, c_q, cos, sin, mask)[:, None]
             mask = selected if mask is None else mask & selected
