@@ -62,16 +62,44 @@ from .widgets import FrameExplorer, StaticTwin
 from ._shown import show_code
 from . import exercises  # check("N.k", answer) and the prediction before each experiment
 
-# Each chapter's experiments (e.g. ``d2lmini.chapters.ch01_anatomy.position_mixing``); the
-# explorers and the depth experiment are public names too.
-from . import chapters  # noqa: E402
-from .chapters import (ch01_anatomy, ch02_residual, ch03_normalization, ch04_norm_placement,  # noqa: E402
-                       ch05_rmsnorm, ch06_qk_norm, ch07_ffn, ch08_attention_generation, ch09_the_2026_block,
-                       ch10_hyper_connections, ch11_beyond_softmax, errors)
-from .chapters.ch02_residual import residual_explorer  # noqa: E402
-from .chapters.ch04_norm_placement import (DepthExplorer, depth_explorer, depth_explorer_static,  # noqa: E402
-                                           depth_table, probe_placements)
-from .chapters.ch06_qk_norm import qk_scale_explorer  # noqa: E402
+# Each chapter's experiments (e.g. ``d2lmini.chapters.ch01_anatomy.position_mixing``) and the explorers and
+# depth experiment re-exported from them load on first use (PEP 562), so that ``import d2lmini`` and
+# ``import d2lmini.norms`` cost the model parts only: no chapter module, no ``transformers``.
+_CHAPTER_MODULES = ("ch01_anatomy", "ch02_residual", "ch03_normalization", "ch04_norm_placement", "ch05_rmsnorm",
+                    "ch06_qk_norm", "ch07_ffn", "ch08_attention_generation", "ch09_the_2026_block",
+                    "ch10_hyper_connections", "ch11_beyond_softmax", "errors")
+#: The names re-exported from chapter modules -> the module that defines them.
+_FROM_CHAPTERS = {"residual_explorer": "ch02_residual", "DepthExplorer": "ch04_norm_placement",
+                  "depth_explorer": "ch04_norm_placement", "depth_explorer_static": "ch04_norm_placement",
+                  "depth_table": "ch04_norm_placement", "probe_placements": "ch04_norm_placement",
+                  "qk_scale_explorer": "ch06_qk_norm"}
+#: The package's other modules, loaded on first use as attributes (``d2lmini.train.train_step``).
+_SUBMODULES = ("chapters", "data", "plot", "reference", "timing", "train", "zoo")
+
+
+def __getattr__(name: str):
+    """Load a chapter module, a name re-exported from one, or a submodule on first use (PEP 562).
+
+    Raises:
+        AttributeError: for any other name, as a module does.
+    """
+    import importlib
+
+    if name in _CHAPTER_MODULES:
+        value = importlib.import_module(f".chapters.{name}", __name__)
+    elif name in _FROM_CHAPTERS:
+        value = getattr(importlib.import_module(f".chapters.{_FROM_CHAPTERS[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # loaded once: later lookups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_CHAPTER_MODULES) | set(_FROM_CHAPTERS) | set(_SUBMODULES))
+
 
 __version__ = "0.1.0"
 

@@ -59,8 +59,26 @@ ROPE_SCALINGS = {
 }
 
 
-def _check_rope_scaling(scaling) -> dict:
-    """Return ``scaling`` with its numbers checked (see :func:`rope_frequencies`), else raise naming the key."""
+def check_rope_scaling(scaling) -> dict:
+    """Check a RoPE scaling dict (the format of :data:`ROPE_SCALINGS`) and return a clean copy.
+
+    The one check of ``rope_scaling`` that :func:`rope_frequencies`, :class:`MultiHeadAttention`,
+    :class:`~d2lmini.mla.MultiHeadLatentAttention` and DeepSeek-V4's compressed attention share.
+
+    Args:
+        scaling: ``{"rope_type": t, ...}`` with ``t`` a key of :data:`ROPE_SCALINGS` and that
+            type's required keys (optional ones may be ``None``, meaning absent).
+
+    Returns:
+        A new dict with ``rope_type`` and every key whose value is not ``None``, each number checked:
+        ``original_max_position_embeddings`` a positive int, ``truncate`` a bool, the others positive floats.
+
+    Raises:
+        TypeError: ``scaling`` not a dict, or a value of the wrong type (the message names the key).
+        ValueError: an unknown ``rope_type`` or key, a missing required key, ``factor < 1``,
+            ``partial_rotary_factor > 1``, ``beta_fast < beta_slow``, ``mscale`` without
+            ``mscale_all_dim`` (or the reverse), or Llama 3's ``high_freq_factor <= low_freq_factor``.
+    """
     if not isinstance(scaling, dict):
         raise TypeError(f"rope_scaling must be None or a dict, got {type(scaling).__name__} {scaling!r}")
     rope_type = scaling.get("rope_type")
@@ -105,8 +123,19 @@ def _check_rope_scaling(scaling) -> dict:
     return out
 
 
-def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's ``sqrt(1/t) = 0.1 * mscale * ln(s) + 1`` for a context stretched ``s`` times (1 for ``s <= 1``)."""
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature ``sqrt(1/t) = 0.1 * mscale * ln(s) + 1`` (Peng et al., 2023, arXiv 2309.00071).
+
+    For a context stretched ``s = factor`` times; 1 for ``s <= 1``. As ``get_mscale`` of Hugging Face
+    ``transformers`` 5.24 ``modeling_rope_utils``; DeepSeek-V3's MLA squares it into its softmax scale.
+
+    Args:
+        factor: the YaRN stretch ``s`` (a float; no check, the callers pass checked scalings).
+        mscale: the multiplier of ``ln(s)`` (``rope_scaling['mscale']``; default 1).
+
+    Returns:
+        The float multiplier.
+    """
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
@@ -167,7 +196,7 @@ def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = No
     inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
     if scaling is None:
         return inv_freq, 1.0
-    scaling = _check_rope_scaling(scaling)
+    scaling = check_rope_scaling(scaling)
     kind, factor = scaling["rope_type"], scaling.get("factor", 1.0)
     if kind == "proportional":  # Gemma 4: the first int(p * dim // 2) pairs turn, the others stand still
         turning = int(scaling.get("partial_rotary_factor", 1.0) * dim // 2)
@@ -194,9 +223,9 @@ def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = No
     if "attention_factor" in scaling:
         attention_factor = scaling["attention_factor"]
     elif "mscale" in scaling:
-        attention_factor = _yarn_mscale(factor, scaling["mscale"]) / _yarn_mscale(factor, scaling["mscale_all_dim"])
+        attention_factor = yarn_mscale(factor, scaling["mscale"]) / yarn_mscale(factor, scaling["mscale_all_dim"])
     else:
-        attention_factor = _yarn_mscale(factor)
+        attention_factor = yarn_mscale(factor)
     return inv_freq, attention_factor
 
 
@@ -321,6 +350,65 @@ def valid_lens_mask(valid_lens: torch.Tensor | None, num_steps: int, min_len: in
             f"got min {int(valid_lens.min())} and max {int(valid_lens.max())}"
         )
     return torch.arange(num_steps, device=valid_lens.device) < valid_lens[..., None]
+
+
+def attention_mask(valid_lens: torch.Tensor | None, batch_size: int, num_queries: int, num_keys: int, device=None,
+                   *, causal: bool = False, window: int | None = None, chunk: int | None = None,
+                   start: int = 0) -> torch.Tensor | None:
+    """The boolean ``attn_mask`` of ``scaled_dot_product_attention`` (``True``: the query may see the key).
+
+    The one mask of d2lmini's softmax attention (:class:`MultiHeadAttention`,
+    :class:`~d2lmini.mla.MultiHeadLatentAttention`): the keys at positions >= ``valid_lens``
+    are masked (:func:`valid_lens_mask`, at least one key per query); with ``causal`` query ``i``
+    sees keys ``j <= i`` only, with ``window`` also only ``j > i - window`` (Mistral's sliding
+    window), with ``chunk`` only keys of its own chunk, ``floor(j / chunk) == floor(i / chunk)``
+    (Llama 4's chunked attention). With a window or chunks a padded query that would see no real
+    key sees itself. With a cache the queries are the last ``num_queries`` of ``num_keys = start +
+    num_queries`` positions (query ``i`` at position ``start + i``).
+
+    Args:
+        valid_lens: ``None``, ``(batch_size,)`` or ``(batch_size, num_queries)`` integer lengths.
+        batch_size, num_queries, num_keys: the attention's sizes ``b``, ``q``, ``k``.
+        device: where the mask is made.
+        causal, window, chunk: as :class:`MultiHeadAttention`'s arguments (``window``/``chunk`` are
+            read only with ``causal``; ``None``: none).
+        start: the number of cached positions before the queries.
+
+    Returns:
+        ``None`` where nothing is masked (e.g. one new query at the end of a cache), else a bool
+        tensor ``(b, 1, 1 or q, k)``, or ``(q, k)`` for a causal mask without padding.
+
+    Raises:
+        ValueError: ``causal`` with ``num_queries + start != num_keys``, or ``valid_lens`` of another shape.
+        TypeError / ValueError: bad ``valid_lens`` values (see :func:`valid_lens_mask`).
+    """
+    if causal and num_queries + start != num_keys:
+        raise ValueError("causal attention needs as many queries as keys (self-attention), "
+                         f"got {num_queries} queries and {num_keys} keys")
+    mask = valid_lens_mask(valid_lens, num_keys, min_len=1)  # (b, k) or (b, q, k)
+    if mask is not None:
+        if tuple(valid_lens.shape) not in ((batch_size,), (batch_size, num_queries)):
+            raise ValueError(f"valid_lens must have shape ({batch_size},) or ({batch_size}, {num_queries}), "
+                             f"got {tuple(valid_lens.shape)}")
+        mask = mask.to(device)
+        mask = mask[:, None, None] if valid_lens.dim() == 1 else mask[:, None]
+    if causal:
+        # An explicit mask, not SDPA's is_causal: on CPU its masked kernel is the faster one.
+        if num_queries == 1 and mask is None and window is None and chunk is None:
+            return None  # one new query at the end of a cache sees every key
+        allowed = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(start)
+        if window is not None:  # and j > i - window: the band of the last `window` keys
+            allowed = allowed.triu(start + 1 - window)
+        if chunk is not None:  # and floor(j / C) == floor(i / C): the query's own chunk
+            chunks = torch.arange(num_keys, device=device) // chunk
+            allowed = allowed & (chunks[start:, None] == chunks[None, :])
+        if mask is None:
+            return allowed
+        mask = mask & allowed
+        if window is not None or chunk is not None:  # a padded query may see no real key: itself
+            diagonal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(start).triu(start)
+            mask = mask | (diagonal & ~mask.any(dim=-1, keepdim=True))
+    return mask
 
 
 class MultiHeadAttention(nn.Module):
@@ -522,7 +610,7 @@ class MultiHeadAttention(nn.Module):
         self.rotary_dim = None if rotary_dim is None else check_int_in("rotary_dim", rotary_dim, 2, self.head_dim)
         if self.rotary_dim is not None and self.rotary_dim % 2:
             raise ValueError(f"rotary_dim must be even (RoPE rotates pairs), got {rotary_dim}")
-        self.rope_scaling = None if rope_scaling is None else _check_rope_scaling(rope_scaling)
+        self.rope_scaling = None if rope_scaling is None else check_rope_scaling(rope_scaling)
         if self.rotary_dim is not None and (self.rope_scaling or {}).get("rope_type") == "proportional":
             raise ValueError("rope_scaling 'proportional' sets which pairs turn with its partial_rotary_factor "
                              f"over the whole head; it excludes rotary_dim={rotary_dim} (pass rotary_dim=None)")
@@ -651,37 +739,9 @@ class MultiHeadAttention(nn.Module):
 
     def _mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device,
               start: int = 0) -> torch.Tensor | None:
-        """The boolean ``attn_mask``, (b, 1, 1 or q, k), of ``valid_lens``, ``causal``, ``window`` and ``chunk``;
-        ``None`` if none. With a cache, the queries are the last ``num_queries`` of ``num_keys = start +
-        num_queries`` positions (query ``i`` is at position ``start + i``)."""
-        if self.causal and num_queries + start != num_keys:
-            raise ValueError("causal attention needs as many queries as keys (self-attention), "
-                             f"got {num_queries} queries and {num_keys} keys")
-        mask = valid_lens_mask(valid_lens, num_keys, min_len=1)  # (b, k) or (b, q, k)
-        if mask is not None:
-            if tuple(valid_lens.shape) not in ((batch_size,), (batch_size, num_queries)):
-                raise ValueError(f"valid_lens must have shape ({batch_size},) or ({batch_size}, {num_queries}), "
-                                 f"got {tuple(valid_lens.shape)}")
-            mask = mask.to(device)
-            mask = mask[:, None, None] if valid_lens.dim() == 1 else mask[:, None]
-        if self.causal:
-            # An explicit mask, not SDPA's is_causal: on CPU its masked kernel is the faster one.
-            chunk = getattr(self, "chunk", None)  # (modules without chunks, e.g. mla.py's, borrow this method)
-            if num_queries == 1 and mask is None and self.window is None and chunk is None:
-                return None  # one new query at the end of a cache sees every key
-            causal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(start)
-            if self.window is not None:  # and j > i - window: the band of the last `window` keys
-                causal = causal.triu(start + 1 - self.window)
-            if chunk is not None:  # and floor(j / C) == floor(i / C): the query's own chunk
-                chunks = torch.arange(num_keys, device=device) // chunk
-                causal = causal & (chunks[start:, None] == chunks[None, :])
-            if mask is None:
-                return causal
-            mask = mask & causal
-            if self.window is not None or chunk is not None:  # a padded query may see no real key: itself
-                diagonal = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(start).triu(start)
-                mask = mask | (diagonal & ~mask.any(dim=-1, keepdim=True))
-        return mask
+        """:func:`attention_mask` with this module's ``causal``, ``window`` and ``chunk``."""
+        return attention_mask(valid_lens, batch_size, num_queries, num_keys, device, causal=self.causal,
+                              window=self.window, chunk=self.chunk, start=start)
 
     def forward(self, queries, keys, values, valid_lens=None, cache: LayerCache | None = None) -> torch.Tensor:
         """Attend from ``queries`` (b, q, d) to ``keys``/``values`` (b, k, d); returns (b, q, d).

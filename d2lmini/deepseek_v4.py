@@ -43,10 +43,9 @@ from ._checks import (
     check_positive_int,
     check_sequence_tensor,
 )
-from .attention import _check_rope_scaling, rope_frequencies, valid_lens_mask
-from .hyper import _unweighted_rms_norm
+from .attention import check_rope_scaling, rope_frequencies, valid_lens_mask
 from .moe import MixtureOfExperts
-from .norms import RMSNorm
+from .norms import RMSNorm, unweighted_rms_norm
 
 #: The compressed layer kinds of :class:`CompressedAttention`: heavily compressed (HCA,
 #: non-overlapping windows, every complete one visible) and compressed sparse (CSA,
@@ -144,7 +143,7 @@ class KVCompressor(nn.Module):
         self.overlap = bool(overlap)
         self.rope_dim = _check_rope_dim(rope_dim, self.head_dim)
         self.rope_theta = check_positive_float("rope_theta", rope_theta)
-        self.rope_scaling = None if rope_scaling is None else _check_rope_scaling(rope_scaling)
+        self.rope_scaling = None if rope_scaling is None else check_rope_scaling(rope_scaling)
         width = (2 if self.overlap else 1) * self.head_dim
         self.W_kv = nn.Linear(self.num_hiddens, width, bias=False)
         self.W_z = nn.Linear(self.num_hiddens, width, bias=False)
@@ -355,7 +354,7 @@ class CompressedAttention(nn.Module):
             self.rope_theta, self.rope_scaling = check_positive_float("rope_theta", rope_theta), None
         else:
             self.rope_theta = check_positive_float("compress_rope_theta", compress_rope_theta)
-            self.rope_scaling = None if compress_rope_scaling is None else _check_rope_scaling(compress_rope_scaling)
+            self.rope_scaling = None if compress_rope_scaling is None else check_rope_scaling(compress_rope_scaling)
             if compress_ratio is None:
                 raise ValueError(f"compress={compress!r} needs compress_ratio, the tokens per compressed entry")
             check_int_at_least("compress_ratio", compress_ratio, 1)
@@ -390,7 +389,7 @@ class CompressedAttention(nn.Module):
         cos, sin = interleaved_rope_tables(torch.arange(n, device=X.device), self.rope_dim, self.rope_theta,
                                            self.rope_scaling)
         c_q = self.q_norm(self.W_qa(X))
-        q = _unweighted_rms_norm(self.W_qb(c_q).unflatten(-1, (h, D)).transpose(1, 2), self.eps)  # (b, h, n, D)
+        q = unweighted_rms_norm(self.W_qb(c_q).unflatten(-1, (h, D)).transpose(1, 2), self.eps)  # (b, h, n, D)
         q = rotate_interleaved(q, cos, sin)
         kv = rotate_interleaved(self.kv_norm(self.W_kv(X))[:, None], cos, sin)  # (b, 1, n, D): keys = values
         steps = torch.arange(n, device=X.device)

@@ -44,7 +44,7 @@ from .mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
 from .norms import RMSNorm
 from ._shown import shown_in
 
-__all__ = ["GatedDeltaNet", "from_qwen3_5_gated_deltanet", "gated_delta_rule", "inference_state_bytes", "l2_normalize"]
+__all__ = ["GatedDeltaNet", "gated_delta_rule", "inference_state_bytes", "l2_normalize"]
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -135,7 +135,7 @@ class GatedDeltaNet(nn.Module):
        and project back to ``d`` (``out_proj``).
 
     The parameters carry Hugging Face's names, so ``load_state_dict`` of a
-    ``Qwen3_5GatedDeltaNet``'s state dict works as is (:func:`from_qwen3_5_gated_deltanet`).
+    ``Qwen3_5GatedDeltaNet``'s state dict works as is (:func:`~d2lmini.reference.qwen3_5.from_qwen3_5_gated_deltanet`).
     Qwen3-Next stores the same weights interleaved per key head (``in_proj_qkvz``,
     ``in_proj_ba``); the math is the same.
 
@@ -271,31 +271,6 @@ class GatedDeltaNet(nn.Module):
             if tuple(x.shape) != shape:
                 raise ValueError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
         return conv_state.to(X.dtype), S
-
-
-def from_qwen3_5_gated_deltanet(layer) -> GatedDeltaNet:
-    """A :class:`GatedDeltaNet` with the sizes and weights of a HF ``Qwen3_5GatedDeltaNet``.
-
-    Args:
-        layer: a ``Qwen3_5GatedDeltaNet`` (``transformers`` 5.24, ``models/qwen3_5``), e.g.
-            ``model.model.layers[0].linear_attn`` of a Qwen3.5 model; any module with its
-            attributes and parameter names works (Qwen3-Next's interleaved ``in_proj_qkvz`` does not).
-
-    Returns:
-        the converted module in ``layer``'s dtype and device, in eval mode.
-
-    Raises:
-        TypeError: if ``layer`` is not an ``nn.Module`` or lacks the separate projections.
-    """
-    check_instance("layer", layer, nn.Module, "an nn.Module (a Qwen3_5GatedDeltaNet)")
-    if not hasattr(layer, "in_proj_qkv"):
-        raise TypeError(f"layer must be a Qwen3_5GatedDeltaNet (with in_proj_qkv), got {type(layer).__name__}")
-    ours = GatedDeltaNet(layer.hidden_size, num_k_heads=layer.num_k_heads, num_v_heads=layer.num_v_heads,
-                         head_k_dim=layer.head_k_dim, head_v_dim=layer.head_v_dim,
-                         conv_kernel_size=layer.conv_kernel_size, eps=layer.layer_norm_epsilon)
-    ref = layer.in_proj_qkv.weight
-    ours.to(dtype=ref.dtype, device=ref.device).load_state_dict(layer.state_dict())
-    return ours.eval()
 
 
 def inference_state_bytes(module: nn.Module, num_steps: int, *, batch_size: int = 1,

@@ -72,7 +72,7 @@ class FeedForward(nn.Module):
     ``W_2(SiLU(min(W_g x, L)) * clamp(W_1 x, -L, L))``, the same clamps without the
     slope and without the ``+ 1``. (gpt-oss stores
     ``W_g`` and ``W_1`` fused and interleaved, gate in the even columns; see
-    ``d2lmini.reference._copy_gptoss_experts``.)
+    :func:`d2lmini.reference.gpt_oss.copy_gptoss_experts`.)
 
     Args:
         num_hiddens: model width ``d``.

@@ -39,7 +39,7 @@ from ._checks import check_callable, check_int_at_least, check_positive_float, c
 from ._shown import shown_in
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
-from .norms import DEFAULT_EPS, RMSNorm
+from .norms import DEFAULT_EPS, RMSNorm, unweighted_rms_norm
 
 #: Standard deviation of the normal initialization of the projections ``phi`` of
 #: :class:`HyperConnection` and :class:`HyperHead`: ``DeepseekV4Config.initializer_range``
@@ -106,11 +106,6 @@ def _check_streams(streams, num_streams: int, num_hiddens: int) -> torch.Tensor:
         raise ValueError(f"streams must have shape (batch, num_steps, num_streams={num_streams}, "
                          f"num_hiddens={num_hiddens}), got shape {tuple(streams.shape)}")
     return streams
-
-
-def _unweighted_rms_norm(X: torch.Tensor, eps: float) -> torch.Tensor:
-    """``X / sqrt(mean(X**2) + eps)`` over the last dimension, the statistic in float32 (``DeepseekV4UnweightedRMSNorm``)."""
-    return X * torch.rsqrt(X.float().pow(2).mean(dim=-1, keepdim=True) + eps).to(X.dtype)
 
 
 def expand_streams(X: torch.Tensor, num_streams: int = DEFAULT_NUM_STREAMS) -> torch.Tensor:
@@ -213,7 +208,7 @@ class HyperConnection(nn.Module):
         """``(H^pre, H^post, H^res)`` of ``streams`` ``(b, n_steps, n, d)``, in float32 (see the class)."""
         _check_streams(streams, self.num_streams, self.num_hiddens)
         n = self.num_streams
-        x = _unweighted_rms_norm(streams.flatten(2).float(), self.norm_eps)  # (b, n_steps, n d)
+        x = unweighted_rms_norm(streams.flatten(2).float(), self.norm_eps)  # (b, n_steps, n d)
         pre, post, res = (x @ self.phi.float().T).split([n, n, n * n], dim=-1)
         b_pre, b_post, b_res = self.bias.float().split([n, n, n * n])
         a_pre, a_post, a_res = self.alpha.float()
@@ -279,7 +274,7 @@ class HyperHead(nn.Module):
     def forward(self, streams: torch.Tensor) -> torch.Tensor:
         """Collapse ``streams`` ``(b, n_steps, n, d)`` into ``(b, n_steps, d)``."""
         _check_streams(streams, self.num_streams, self.num_hiddens)
-        x = _unweighted_rms_norm(streams.flatten(2).float(), self.norm_eps)
+        x = unweighted_rms_norm(streams.flatten(2).float(), self.norm_eps)
         h = torch.sigmoid(self.alpha.float() * (x @ self.phi.float().T) + self.bias.float()) + self.eps
         return (h.unsqueeze(-1) * streams).sum(dim=2).to(streams.dtype)
 

@@ -4,13 +4,11 @@
 arXiv 2405.04434, section 2.1) and DeepSeek-V3 (arXiv 2412.19437): keys and values are
 rebuilt from one small latent vector per token, so a decoder caches that latent (and one
 shared rotary key) instead of every head's key and value. :func:`kv_cache_bytes_per_token`
-measures the cache of any d2lmini attention module, and :func:`from_deepseek_v3_attention`
-and :func:`from_deepseek_v3_layer` turn Hugging Face ``transformers`` 5.24 DeepSeek-V3 layers
-into d2lmini modules with the same weights. :class:`DSAIndexer` adds DeepSeek Sparse Attention
-(DeepSeek-V3.2, GLM-5: each query attends to the keys a small indexer selects) to MLA, and
-:func:`from_glm_moe_dsa_attention` converts GLM-5's attention (the whole layer:
-:func:`d2lmini.reference.from_glm_moe_dsa_layer`). Shapes use d2l's names:
-``(batch, num_steps, num_hiddens)``.
+measures the cache of any d2lmini attention module. :class:`DSAIndexer` adds DeepSeek Sparse
+Attention (DeepSeek-V3.2, GLM-5: each query attends to the keys a small indexer selects) to MLA.
+The converters of Hugging Face's DeepSeek-V3 and GLM-5 layers into these modules live with the
+real models' layers (:mod:`d2lmini.reference.deepseek`, :mod:`d2lmini.reference.glm`). Shapes use
+d2l's names: ``(batch, num_steps, num_hiddens)``.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ from torch.nn import functional as F
 
 from ._checks import (check_bool, check_dtype_matches, check_positive_float, check_positive_int, check_probability,
                       check_sequence_tensor)
-from .attention import (GatedAttention, MultiHeadAttention, _check_rope_scaling, _yarn_mscale, apply_rotary,
-                        interleaved_to_half_order, rotary_cos_sin)
-from .block import TransformerBlock
+from .attention import (GatedAttention, MultiHeadAttention, apply_rotary, attention_mask, check_rope_scaling,
+                        rotary_cos_sin, yarn_mscale)
 from .norms import DEFAULT_EPS, RMSNorm
 
 
@@ -55,7 +52,7 @@ class DSAIndexer(nn.Module):
     Checked against Hugging Face ``transformers`` 5.24 ``GlmMoeDsaIndexer``
     (``models/glm_moe_dsa/modeling_glm_moe_dsa.py``); the names map as ``W_q`` = ``wq_b``,
     ``W_k`` = ``wk``, ``k_norm`` = ``k_norm``, ``W_w`` = ``weights_proj``. GLM-5 stores
-    the rotary features interleaved; :func:`from_glm_moe_dsa_attention` reorders the rows
+    the rotary features interleaved; :func:`~d2lmini.reference.glm.from_glm_moe_dsa_attention` reorders the rows
     (and the LayerNorm's gain and bias) into the half-split layout.
 
     Args:
@@ -168,7 +165,7 @@ class MultiHeadLatentAttention(nn.Module):
     features interleaved (pairs ``(0, 1), (2, 3), ...``; ``config.rope_interleave=True``,
     ``apply_rotary_pos_emb_interleave``); that layout is the half-split one after
     reordering the rows of the projections that produce those features (evens first,
-    then odds), which :func:`from_deepseek_v3_attention` does, so no option is needed here.
+    then odds), which :func:`~d2lmini.reference.deepseek.from_deepseek_v3_attention` does, so no option is needed here.
 
     Checked against Hugging Face ``transformers`` 5.24 ``DeepseekV3Attention``
     (``models/deepseek_v3/modeling_deepseek_v3.py``); the names map as ``W_q`` =
@@ -211,7 +208,8 @@ class MultiHeadLatentAttention(nn.Module):
         num_hiddens, rope_theta, rope_scaling, causal, dropout: the arguments.
         qk_head_dim: ``qk_nope_head_dim + qk_rope_head_dim``.
         scale: the logit scale (above).
-        window: always ``None`` (read by the mask shared with MultiHeadAttention).
+        window: always ``None``: MLA has no sliding window (the readers of any attention module, such as
+            :func:`~d2lmini.deltanet.inference_state_bytes` and the block zoo's table, ask for one).
 
     Shape:
         ``forward(queries, keys, values, valid_lens=None)`` as
@@ -228,7 +226,7 @@ class MultiHeadLatentAttention(nn.Module):
         TypeError: arguments or inputs of the wrong type or dtype.
     """
 
-    window = None  # MLA has no sliding window (read by the shared mask of MultiHeadAttention)
+    window = None  # no sliding window (read by inference_state_bytes and the zoo's description of a block)
 
     def __init__(self, num_hiddens: int, num_heads: int, *, q_lora_rank: int | None, kv_lora_rank: int,
                  qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, rope_theta: float,
@@ -246,7 +244,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.v_head_dim = check_positive_int("v_head_dim", v_head_dim)
         self.qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
         self.rope_theta = check_positive_float("rope_theta", rope_theta)
-        self.rope_scaling = None if rope_scaling is None else _check_rope_scaling(rope_scaling)
+        self.rope_scaling = None if rope_scaling is None else check_rope_scaling(rope_scaling)
         self.causal = check_bool("causal", causal)
         check_bool("bias", bias)
         self.dropout = check_probability("dropout", dropout)
@@ -268,7 +266,7 @@ class MultiHeadLatentAttention(nn.Module):
 
         scale = self.qk_head_dim ** -0.5
         if self.rope_scaling is not None and self.rope_scaling.get("mscale_all_dim"):  # DeepSeek's YaRN
-            scale *= _yarn_mscale(self.rope_scaling["factor"], self.rope_scaling["mscale_all_dim"]) ** 2
+            scale *= yarn_mscale(self.rope_scaling["factor"], self.rope_scaling["mscale_all_dim"]) ** 2
         self.scale = scale
         if indexer is not None:
             if not isinstance(indexer, DSAIndexer):
@@ -325,8 +323,8 @@ class MultiHeadLatentAttention(nn.Module):
         k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)  # (b, h, n, nope), (b, h, n, v)
         k = torch.cat((k_nope, k_rope[:, None].expand(-1, h, -1, -1)), dim=-1)  # one rotary key for all heads
 
-        # The mask of MultiHeadAttention (valid_lens, causal; window is None), one code path for both.
-        mask = MultiHeadAttention._mask(self, valid_lens, b, n, n, X.device)
+        # The mask of MultiHeadAttention (valid_lens, causal; no window), one code path for both.
+        mask = attention_mask(valid_lens, b, n, n, X.device, causal=self.causal)
         if self.indexer is not None:  # DSA: only the keys the indexer selects, (b, 1, n, n)
             selected = self.indexer(X, c_q, cos, sin, mask)[:, None]
             mask = selected if mask is None else mask & selected
@@ -377,188 +375,3 @@ def kv_cache_bytes_per_token(module: nn.Module, dtype_bytes: int = 2) -> int:
         raise TypeError("module must be a MultiHeadAttention, GatedAttention, MultiHeadLatentAttention or a block "
                         f"holding one as .attention, got {type(module).__name__}")
     return numbers * dtype_bytes
-
-
-# --------------------------------------------------------------------------- from Hugging Face DeepSeek-V3
-
-
-def from_deepseek_v3_attention(attn, config) -> MultiHeadLatentAttention:
-    """A :class:`MultiHeadLatentAttention` equal to Hugging Face ``DeepseekV3Attention``.
-
-    Copies every weight of ``transformers`` 5.24 ``DeepseekV3Attention``
-    (``models/deepseek_v3/modeling_deepseek_v3.py``; DeepSeek-V2 and V3, Kimi K2 use the
-    same layer). With ``config.rope_interleave`` (the default, DeepSeek's checkpoints) the
-    rows producing the rotary query and key features (``q_proj``/``q_b_proj`` per head,
-    ``kv_a_proj_with_mqa``) are reordered evens-then-odds, which turns the interleaved
-    RoPE of ``apply_rotary_pos_emb_interleave`` into d2lmini's half-split RoPE with
-    identical attention. The RoPE base and scaling are read by
-    :func:`d2lmini.reference._rope_kwargs`.
-
-    Args:
-        attn: a ``DeepseekV3Attention``; its weights are copied, not shared.
-        config: its ``DeepseekV3Config``.
-
-    Returns:
-        The module, on ``attn``'s device and dtype, in its train/eval mode.
-
-    Raises:
-        ValueError: grouped key/value heads (``num_key_value_heads != num_attention_heads``,
-            which the layer ignores but we refuse rather than guess), a RoPE type d2lmini does
-            not reproduce, or YaRN with ``mscale_all_dim`` but no ``mscale`` (the softmax
-            scale would need the one and the rotary table ignores it).
-    """
-    return _mla_from_hf(attn, config, interleaved=bool(getattr(config, "rope_interleave", False)))
-
-
-def _mla_from_hf(attn, config, *, interleaved: bool, indexer: DSAIndexer | None = None) -> MultiHeadLatentAttention:
-    """:func:`from_deepseek_v3_attention`'s work, with the RoPE layout given (``interleaved``) and an optional
-    ``indexer`` handed to the module; the checks and errors are those documented there."""
-    # reference imports the model parts, so it is imported here
-    from .reference import _copy_linear, _copy_norm, _rope_kwargs
-
-    if config.num_key_value_heads != config.num_attention_heads:
-        raise ValueError(f"DeepSeek-V3's MLA has one key and value per head; got num_key_value_heads="
-                         f"{config.num_key_value_heads} != num_attention_heads={config.num_attention_heads}")
-    params = getattr(config, "rope_parameters", None) or {}
-    if params.get("mscale_all_dim") and not params.get("mscale"):
-        raise ValueError("rope_parameters with mscale_all_dim but no mscale are not supported: set both (DeepSeek-V3 "
-                         "uses mscale = mscale_all_dim = 1)")
-    rope = _rope_kwargs(config)
-    nope, r, h = config.qk_nope_head_dim, config.qk_rope_head_dim, config.num_attention_heads
-    ours = MultiHeadLatentAttention(config.hidden_size, h, q_lora_rank=config.q_lora_rank,
-                                    kv_lora_rank=config.kv_lora_rank, qk_nope_head_dim=nope, qk_rope_head_dim=r,
-                                    v_head_dim=config.v_head_dim, rope_theta=rope["rope_theta"],
-                                    rope_scaling=rope["rope_scaling"], bias=bool(config.attention_bias),
-                                    dropout=float(config.attention_dropout), eps=attn.kv_a_layernorm.variance_epsilon,
-                                    indexer=indexer)
-    q_rows = torch.arange(h * (nope + r)).view(h, nope + r)  # each head: nope rows, then rope rows
-    kv_rows = torch.arange(config.kv_lora_rank + r)  # the latent, then the shared rope key
-    if interleaved:
-        q_rows[:, nope:] = q_rows[:, nope:][:, interleaved_to_half_order(r)]
-        kv_rows[config.kv_lora_rank:] = kv_rows[config.kv_lora_rank:][interleaved_to_half_order(r)]
-    q_rows = q_rows.flatten()
-
-    def rows(linear, order):
-        return linear.weight[order], None if linear.bias is None else linear.bias[order]
-
-    if config.q_lora_rank is None:
-        _copy_linear(ours.W_q, *rows(attn.q_proj, q_rows))
-    else:
-        _copy_linear(ours.W_dq, attn.q_a_proj.weight, attn.q_a_proj.bias)
-        _copy_norm(ours.q_latent_norm, attn.q_a_layernorm)
-        _copy_linear(ours.W_uq, *rows(attn.q_b_proj, q_rows))
-        ours.q_latent_norm.eps = attn.q_a_layernorm.variance_epsilon
-    _copy_linear(ours.W_dkv, *rows(attn.kv_a_proj_with_mqa, kv_rows))
-    _copy_norm(ours.kv_latent_norm, attn.kv_a_layernorm)
-    _copy_linear(ours.W_ukv, attn.kv_b_proj.weight, attn.kv_b_proj.bias)
-    _copy_linear(ours.W_o, attn.o_proj.weight, attn.o_proj.bias)
-    return ours.to(attn.o_proj.weight).train(attn.training)
-
-
-def from_deepseek_v3_layer(layer, config) -> TransformerBlock:
-    """A :class:`~d2lmini.block.TransformerBlock` equal to a Hugging Face ``DeepseekV3DecoderLayer``.
-
-    Pre-norm RMSNorm (``input_layernorm``, ``post_attention_layernorm``, epsilon
-    ``config.rms_norm_eps``), :class:`MultiHeadLatentAttention`
-    (:func:`from_deepseek_v3_attention`) and a SwiGLU MLP (``gate_proj``, ``up_proj``,
-    ``down_proj``) in the first ``config.first_k_dense_replace`` layers of DeepSeek-V3
-    (3 of 61), and in the later ones a mixture of experts with group-limited sigmoid
-    routing, a selection bias and a shared expert (``DeepseekV3MoE``, through
-    ``ffn_factory``: :func:`d2lmini.reference.from_deepseek_v3_moe`).
-
-    Args:
-        layer: a ``DeepseekV3DecoderLayer``, dense or MoE; its weights are copied.
-        config: its ``DeepseekV3Config``.
-
-    Returns:
-        The block, on the layer's device and dtype, in its train/eval mode.
-
-    Raises:
-        ValueError: an activation other than SiLU, or as :func:`from_deepseek_v3_attention`
-            and :func:`d2lmini.reference.from_deepseek_v3_moe`.
-    """
-    return mla_decoder_block(layer, config, from_deepseek_v3_attention(layer.self_attn, config))
-
-
-def mla_decoder_block(layer, config, attention: MultiHeadLatentAttention) -> TransformerBlock:
-    """The block of a DeepSeek-V3-style layer around a converted ``attention`` (DeepSeek-V3, Kimi K2, GLM-5).
-
-    Pre-norm RMSNorm (``input_layernorm``, ``post_attention_layernorm``, ``config.rms_norm_eps``)
-    and, by ``layer.mlp``, a SwiGLU MLP (``gate_proj``, ``up_proj``, ``down_proj``) or the
-    DeepSeek-V3 mixture of experts (:func:`d2lmini.reference.from_deepseek_v3_moe`, which
-    ``GlmMoeDsaMoE`` equals: same router, experts and shared experts); weights copied.
-
-    Args:
-        layer: a ``DeepseekV3DecoderLayer`` or ``GlmMoeDsaDecoderLayer``.
-        config: its configuration.
-        attention: the layer's attention, already converted (:func:`from_deepseek_v3_attention`,
-            :func:`from_glm_moe_dsa_attention`).
-
-    Returns:
-        The block, on the layer's device and dtype, in its train/eval mode.
-
-    Raises:
-        ValueError: an activation other than SiLU, or as :func:`d2lmini.reference.from_deepseek_v3_moe`.
-    """
-    from .reference import _copy_gated_mlp, _copy_norm, from_deepseek_v3_moe
-
-    mlp = layer.mlp
-    if config.hidden_act != "silu":
-        raise ValueError(f"the MLP of {type(layer).__name__} is supported with hidden_act='silu' only, got "
-                         f"{config.hidden_act!r}")
-    dense = hasattr(mlp, "gate_proj")
-    moe = None if dense else from_deepseek_v3_moe(mlp, config)
-    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm="rms", placement="pre",
-                             eps=config.rms_norm_eps, attn_factory=lambda: attention,
-                             **({"act": "swiglu", "ffn_num_hiddens": mlp.intermediate_size} if dense
-                                else {"ffn_factory": lambda: moe}))
-    if dense:
-        _copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-    _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
-    _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
-    return block.to(layer.input_layernorm.weight).train(layer.training)
-
-
-# --------------------------------------------------------------------------- from Hugging Face GLM-5
-
-
-def from_glm_moe_dsa_attention(attn, config) -> MultiHeadLatentAttention:
-    """A :class:`MultiHeadLatentAttention` with a :class:`DSAIndexer` equal to Hugging Face ``GlmMoeDsaAttention``.
-
-    GLM-5's attention (``transformers`` 5.24, ``models/glm_moe_dsa/modeling_glm_moe_dsa.py``)
-    is DeepSeek-V3's MLA with always-interleaved RoPE (no ``rope_interleave`` switch), plus
-    DeepSeek Sparse Attention: ``GlmMoeDsaIndexer`` (``wq_b``, ``wk``, ``k_norm``,
-    ``weights_proj``; interleaved RoPE on the first ``qk_rope_head_dim`` features, which are
-    reordered here into the half-split layout, the LayerNorm's gain and bias with them)
-    selects ``index_topk`` keys per query and ``GlmMoeDsaAttention`` masks the others (the
-    SDPA and eager paths; the flash-mla kernel consumes the same indices).
-
-    Args:
-        attn: a ``GlmMoeDsaAttention`` that runs its own indexer (``config.indexer_types[i]
-            == 'full'``); its weights are copied.
-        config: its ``GlmMoeDsaConfig``.
-
-    Returns:
-        The module, on ``attn``'s device and dtype, in its train/eval mode.
-
-    Raises:
-        ValueError: a ``'shared'`` layer (``attn.indexer is None``: it reuses the top-k of an
-            earlier layer, which one block cannot see), or as :func:`from_deepseek_v3_attention`.
-    """
-    from .reference import _copy, _copy_linear
-
-    source = attn.indexer
-    if source is None:
-        raise ValueError(f"layer {attn.layer_idx} is a 'shared' DSA layer (config.indexer_types): it reuses an "
-                         "earlier layer's top-k selection, which a single d2lmini block cannot reproduce")
-    r, D, H = config.qk_rope_head_dim, source.head_dim, source.n_heads
-    indexer = DSAIndexer(config.hidden_size, config.q_lora_rank, num_heads=H, head_dim=D, rope_dim=r,
-                         topk=source.index_topk, eps=source.k_norm.eps)
-    order = torch.cat((interleaved_to_half_order(r), torch.arange(r, D)))  # per head: the rotary features, then the rest
-    q_rows = (torch.arange(H)[:, None] * D + order).flatten()
-    _copy_linear(indexer.W_q, source.wq_b.weight[q_rows])
-    _copy_linear(indexer.W_k, source.wk.weight[order])
-    _copy_linear(indexer.W_w, source.weights_proj.weight)
-    _copy(indexer.k_norm.weight, source.k_norm.weight[order])
-    _copy(indexer.k_norm.bias, source.k_norm.bias[order])
-    return _mla_from_hf(attn, config, interleaved=True, indexer=indexer.to(attn.o_proj.weight))

@@ -165,6 +165,24 @@ def make_norm(norm: str, num_hiddens: int, eps: float | None = None, gain: float
     return layer
 
 
+def unweighted_rms_norm(X: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMS normalization without a gain: ``X / sqrt(mean(X**2) + eps)`` over the last dimension.
+
+    The statistic is computed in float32 and cast back to ``X``'s dtype before it multiplies
+    ``X``, as DeepSeek-V4's ``DeepseekV4UnweightedRMSNorm`` (Hugging Face ``transformers`` 5.24,
+    ``models/deepseek_v4``) rounds it; used by the hyper-connections of :mod:`d2lmini.hyper`
+    (the chapter "Beyond one residual stream") and DeepSeek-V4's compressed attention.
+
+    Args:
+        X: a floating tensor ``(..., features)``.
+        eps: added to the mean square (a float > 0; not checked here, the modules check theirs).
+
+    Returns:
+        A tensor shaped like ``X``, in its dtype.
+    """
+    return X * torch.rsqrt(X.float().pow(2).mean(dim=-1, keepdim=True) + eps).to(X.dtype)
+
+
 class HeadwiseRMSNorm(nn.Module):
     """RMSNorm over each head's features with a distinct gain vector per head (``qk_norm='per_head_distinct'``).
 

@@ -64,7 +64,7 @@ class ZooRow:
         layer_idx: the layer's position in the tiny stack; it selects the layer type
             of models that alternate them.
         make: ``seed -> (layer, config)``: a tiny layer in eval mode, every parameter
-            seeded-random (:func:`d2lmini.reference._randomize_`), and its config.
+            seeded-random (:func:`d2lmini.reference.randomize_`), and its config.
         call: ``(layer, config, X, valid_lens) -> output``: the layer run with its model's
             own masks, rotary tables and position ids ``0 .. n-1``.
         causal: whether the layer's self-attention is causal.

@@ -49,7 +49,7 @@ def _additive_mask(valid_lens, n, window=None):
     return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
 
 
-def _copy_linear(dst, src_weight, src_bias=None):
+def copy_linear(dst, src_weight, src_bias=None):
     with torch.no_grad():
         dst.weight.copy_(src_weight)
         assert (src_bias is None) == (dst.bias is None)
@@ -59,7 +59,7 @@ def _copy_linear(dst, src_weight, src_bias=None):
 
 def _copy_qkvo(ours, theirs, o_name="o_proj"):
     for name, src in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"), ("W_o", o_name)):
-        _copy_linear(getattr(ours, name), getattr(theirs, src).weight, getattr(theirs, src).bias)
+        copy_linear(getattr(ours, name), getattr(theirs, src).weight, getattr(theirs, src).bias)
 
 
 def _compare(ours, hf, rotary, valid_lens, n=16, d=64, seed=0, window=None, rotary_kwargs=None):
@@ -171,7 +171,7 @@ def test_partial_rotary_leaves_the_tail_alone_and_full_rotary_dim_is_the_default
 def _phi(implementation, seed):
     config = _hf_config(tf.PhiConfig, implementation, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
                         intermediate_size=96, partial_rotary_factor=0.5, qk_layernorm=False)
-    hf = reference._randomize_(tf.models.phi.modeling_phi.PhiAttention(config, layer_idx=0), seed).eval()
+    hf = reference.randomize_(tf.models.phi.modeling_phi.PhiAttention(config, layer_idx=0), seed).eval()
     ours = MultiHeadAttention(64, 4, bias=True, causal=True, rope_theta=config.rope_parameters["rope_theta"],
                               rotary_dim=8).eval()
     _copy_qkvo(ours, hf, o_name="dense")
@@ -181,7 +181,7 @@ def _phi(implementation, seed):
 def _stablelm(implementation, seed):
     config = _hf_config(tf.StableLmConfig, implementation, hidden_size=64, num_attention_heads=4,
                         num_key_value_heads=2, intermediate_size=96, partial_rotary_factor=0.25, use_qkv_bias=True)
-    hf = reference._randomize_(tf.models.stablelm.modeling_stablelm.StableLmAttention(config, layer_idx=0), seed).eval()
+    hf = reference.randomize_(tf.models.stablelm.modeling_stablelm.StableLmAttention(config, layer_idx=0), seed).eval()
     ours = MultiHeadAttention(64, 4, num_kv_heads=2, bias="qkv", causal=True,
                               rope_theta=config.rope_parameters["rope_theta"], rotary_dim=4).eval()
     _copy_qkvo(ours, hf)
@@ -191,14 +191,14 @@ def _stablelm(implementation, seed):
 def _phi3(implementation, seed):
     config = _hf_config(tf.Phi3Config, implementation, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                         intermediate_size=96, partial_rotary_factor=0.75, pad_token_id=0)
-    hf = reference._randomize_(tf.models.phi3.modeling_phi3.Phi3Attention(config, layer_idx=0), seed).eval()
+    hf = reference.randomize_(tf.models.phi3.modeling_phi3.Phi3Attention(config, layer_idx=0), seed).eval()
     ours = MultiHeadAttention(64, 4, num_kv_heads=2, causal=True, rope_theta=config.rope_parameters["rope_theta"],
                               rotary_dim=12).eval()
     W = hf.qkv_proj.weight  # rows: q (h * hd) | k (h_kv * hd) | v (h_kv * hd)
-    _copy_linear(ours.W_q, W[:64])
-    _copy_linear(ours.W_k, W[64:96])
-    _copy_linear(ours.W_v, W[96:])
-    _copy_linear(ours.W_o, hf.o_proj.weight)
+    copy_linear(ours.W_q, W[:64])
+    copy_linear(ours.W_k, W[64:96])
+    copy_linear(ours.W_v, W[96:])
+    copy_linear(ours.W_o, hf.o_proj.weight)
     return ours, hf, tf.models.phi3.modeling_phi3.Phi3RotaryEmbedding(config)
 
 
@@ -224,7 +224,7 @@ def test_scaled_rope_llama_attention_matches_transformers(scaling, implementatio
     config = _hf_config(tf.LlamaConfig, implementation, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                         intermediate_size=96, max_position_embeddings=512,
                         rope_parameters={**scaling, "rope_theta": theta})
-    hf = reference._randomize_(tf.models.llama.modeling_llama.LlamaAttention(config, layer_idx=0), 2).eval()
+    hf = reference.randomize_(tf.models.llama.modeling_llama.LlamaAttention(config, layer_idx=0), 2).eval()
     ours = MultiHeadAttention(64, 4, num_kv_heads=2, causal=True, rope_theta=theta, rope_scaling=scaling).eval()
     _copy_qkvo(ours, hf)
     rotary = tf.models.llama.modeling_llama.LlamaRotaryEmbedding(config)
@@ -246,7 +246,7 @@ def _ministral3(implementation, beta=0.5, period=4, seed=4):
     config = _hf_config(tf.Ministral3Config, implementation, hidden_size=64, num_attention_heads=4,
                         num_key_value_heads=2, head_dim=16, intermediate_size=96, max_position_embeddings=64,
                         rope_parameters=rope)
-    hf = reference._randomize_(tf.models.ministral3.modeling_ministral3.Ministral3Attention(config, layer_idx=0),
+    hf = reference.randomize_(tf.models.ministral3.modeling_ministral3.Ministral3Attention(config, layer_idx=0),
                                seed).eval()
     scaling = {key: rope[key] for key in ("rope_type", "factor", "original_max_position_embeddings", "beta_fast",
                                           "beta_slow", "mscale", "mscale_all_dim")}

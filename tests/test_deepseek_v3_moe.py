@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from d2lmini import MixtureOfExperts
-from d2lmini.mla import from_deepseek_v3_layer
-from d2lmini.reference import (TOLERANCE, Reference, _randomize_, compare_with_reference, from_deepseek_v3_moe,
-                               hf_call, hf_make, output_and_grad_differences)
+from d2lmini.reference import (TOLERANCE, Reference, compare_with_reference, from_deepseek_v3_layer,
+                               from_deepseek_v3_moe, hf_call, hf_make, output_and_grad_differences, randomize_)
 
 #: 8 experts in 4 groups of 2, a token's 2 experts from the best 2 groups; layer 1 is a MoE layer.
 TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
@@ -34,7 +33,7 @@ def _make(layer_class: str, **overrides):
             torch.manual_seed(seed)
             config = DeepseekV3Config(**dict(TINY, **overrides))
             config._experts_implementation = "eager"
-            return _randomize_(DeepseekV3MoE(config), seed).eval(), config
+            return randomize_(DeepseekV3MoE(config), seed).eval(), config
     else:
         make = hf_make("deepseek_v3", layer_class, "DeepseekV3Config", dict(TINY, **overrides), layer_idx=1)
 

@@ -24,8 +24,8 @@ import torch
 from d2lmini import reference
 from d2lmini.attention import MultiHeadAttention
 from d2lmini.block import TransformerBlock
-from d2lmini.deltanet import (GatedDeltaNet, from_qwen3_5_gated_deltanet, gated_delta_rule,
-                              inference_state_bytes, l2_normalize)
+from d2lmini.deltanet import GatedDeltaNet, gated_delta_rule, inference_state_bytes, l2_normalize
+from d2lmini.reference import from_qwen3_5_gated_deltanet
 
 tf = pytest.importorskip("transformers")
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf_qwen35  # noqa: E402
@@ -44,7 +44,7 @@ def _hf_layer(seed=0, num_k_heads=2, num_v_heads=4, dtype=torch.float32):
                             vocab_size=16)
     torch.manual_seed(seed)
     layer = hf_qwen35.Qwen3_5GatedDeltaNet(cfg, 0)
-    reference._randomize_(layer, seed)
+    reference.randomize_(layer, seed)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():  # decays of every speed, and conv taps well away from 0
         layer.A_log.copy_(torch.rand(layer.A_log.shape, generator=gen) * 3 - 2)

@@ -12,8 +12,8 @@ import torch
 
 from d2lmini import TransformerBlock
 from d2lmini.attention import rotary_cos_sin, valid_lens_mask
-from d2lmini.mla import DSAIndexer, MultiHeadLatentAttention, from_glm_moe_dsa_attention, kv_cache_bytes_per_token
-from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, from_glm_moe_dsa_layer, from_hf, hf_glm_moe_dsa_call,
+from d2lmini.mla import DSAIndexer, MultiHeadLatentAttention, kv_cache_bytes_per_token
+from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, from_glm_moe_dsa_attention, from_glm_moe_dsa_layer, from_hf, hf_glm_moe_dsa_call,
                                hf_make, output_and_grad_differences)
 
 #: A tiny GLM-5: every width distinct; layer 0 dense, layer 1 MoE (8 experts in 4 groups, 2 of them chosen).

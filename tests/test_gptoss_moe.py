@@ -19,7 +19,8 @@ from d2lmini.ffn import (
     SWIGLU_CLAMPED_LIMIT,
     default_ffn_num_hiddens,
 )
-from d2lmini.reference import _copy_gptoss_experts, _copy_linear, _randomize_
+from d2lmini.reference import copy_gptoss_experts, randomize_
+from d2lmini.reference.base import copy_linear
 
 D, E, K, H_FFN = 64, 4, 2, 32
 
@@ -29,7 +30,7 @@ D, E, K, H_FFN = 64, 4, 2, 32
 
 def _clamped_ffn(limit=None, seed=0):
     torch.manual_seed(seed)
-    return _randomize_(FeedForward(16, 24, act="swiglu_clamped", bias=True, swiglu_limit=limit), seed)
+    return randomize_(FeedForward(16, 24, act="swiglu_clamped", bias=True, swiglu_limit=limit), seed)
 
 
 def test_swiglu_clamped_is_the_gpt_oss_formula():
@@ -143,13 +144,13 @@ def _gptoss(seed=0, limit=7.0):
                              head_dim=16)
     config._experts_implementation = "eager"
     torch.manual_seed(seed)
-    mlp = _randomize_(tf.models.gpt_oss.modeling_gpt_oss.GptOssMLP(config), seed).eval()
+    mlp = randomize_(tf.models.gpt_oss.modeling_gpt_oss.GptOssMLP(config), seed).eval()
     with torch.no_grad():  # clamped hidden units reach (7 + 1) * 7: keep the outputs O(1), so 1e-5 is tight
         mlp.experts.down_proj.mul_(0.1)
     moe = MixtureOfExperts(D, E, top_k=K, ffn_num_hiddens=H_FFN, act="swiglu_clamped", bias=True, router_bias=True,
                            swiglu_limit=limit).eval()
-    _copy_linear(moe.router, mlp.router.weight, mlp.router.bias)
-    _copy_gptoss_experts(moe.experts, mlp.experts)
+    copy_linear(moe.router, mlp.router.weight, mlp.router.bias)
+    copy_gptoss_experts(moe.experts, mlp.experts)
     return mlp, moe
 
 
@@ -213,12 +214,12 @@ def test_a_smaller_limit_on_both_sides_still_matches():
 def test_copy_gptoss_experts_rejects_mismatched_experts():
     mlp, _ = _gptoss(0)
     with pytest.raises(ValueError, match="experts"):
-        _copy_gptoss_experts(MixtureOfExperts(D, 3, act="swiglu_clamped", bias=True).experts, mlp.experts)
+        copy_gptoss_experts(MixtureOfExperts(D, 3, act="swiglu_clamped", bias=True).experts, mlp.experts)
     with pytest.raises(ValueError, match="swiglu_clamped"):
-        _copy_gptoss_experts(MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, bias=True).experts, mlp.experts)
+        copy_gptoss_experts(MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, bias=True).experts, mlp.experts)
     with pytest.raises(ValueError, match="swiglu_limit=7.0"):
         other = MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, act="swiglu_clamped", bias=True, swiglu_limit=3.0)
-        _copy_gptoss_experts(other.experts, mlp.experts)
+        copy_gptoss_experts(other.experts, mlp.experts)
     with pytest.raises(ValueError, match="bias mismatch"):
         unbiased = MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, act="swiglu_clamped")
-        _copy_gptoss_experts(unbiased.experts, mlp.experts)
+        copy_gptoss_experts(unbiased.experts, mlp.experts)

@@ -6,7 +6,7 @@ from torch import nn
 
 from d2lmini.hyper import (INIT_STD, HyperConnectedBlock, HyperConnection, HyperHead, expand_streams,
                            sinkhorn_knopp)
-from d2lmini.reference import _randomize_
+from d2lmini.reference import randomize_
 
 D, N_STREAMS, TOL = 32, 3, 1e-5
 
@@ -132,7 +132,7 @@ class _V4MLP(nn.Module):
 def test_block_matches_deepseek_v4_decoder_layer_wiring(valid_lens):
     m, config = _v4()
     block = HyperConnectedBlock(D, 4, num_streams=N_STREAMS, causal=True, num_kv_heads=2)
-    _randomize_(block, seed=5)  # attention, FFN and both norm gains
+    randomize_(block, seed=5)  # attention, FFN and both norm gains
     _randomize_hc_(block.hc1, seed=6)
     _randomize_hc_(block.hc2, seed=7)
     layer = m.DeepseekV4DecoderLayer(config, 0)

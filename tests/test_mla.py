@@ -6,10 +6,9 @@ import pytest
 import torch
 
 from d2lmini import GatedAttention, MultiHeadAttention, TransformerBlock
-from d2lmini.mla import (MultiHeadLatentAttention, from_deepseek_v3_attention, from_deepseek_v3_layer,
-                         kv_cache_bytes_per_token)
+from d2lmini.mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
 from d2lmini.chapters.ch11_beyond_softmax import compare_with_hf
-from d2lmini.reference import hf_call, hf_make
+from d2lmini.reference import from_deepseek_v3_attention, from_deepseek_v3_layer, hf_call, hf_make
 
 TOLERANCE = 1e-5  # max |Δ| in float32
 

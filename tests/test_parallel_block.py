@@ -16,7 +16,7 @@ from torch import nn
 
 from d2lmini import AddNorm, TransformerBlock, TransformerDecoderBlock
 from d2lmini.block import PARALLEL_PLACEMENTS, PLACEMENTS, SEQUENTIAL_PLACEMENTS
-from d2lmini.reference import _randomize_
+from d2lmini.reference import randomize_
 
 # --------------------------------------------------------------------------- structure
 
@@ -24,7 +24,7 @@ from d2lmini.reference import _randomize_
 def _block(placement, **kwargs):
     torch.manual_seed(0)
     block = TransformerBlock(32, 4, norm="layer", placement=placement, **kwargs).eval()
-    _randomize_(block, 0)
+    randomize_(block, 0)
     return block
 
 

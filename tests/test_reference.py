@@ -133,7 +133,7 @@ def test_decoder_block_matches_torch_transformer_decoder_layer(norm_first):
     # wrong settings (e.g. without biases, or sharing addnorm2's norms: copying norm3 into it
     # would overwrite norm2), or if the masks disagree with torch's padding masks.
     torch.manual_seed(0)
-    layer = reference._randomize_(nn.TransformerDecoderLayer(32, 4, dim_feedforward=64, dropout=0.0,
+    layer = reference.randomize_(nn.TransformerDecoderLayer(32, 4, dim_feedforward=64, dropout=0.0,
                                                              activation="gelu", batch_first=True,
                                                              norm_first=norm_first), seed=1).eval()
     block = reference.from_torch_decoder_layer(layer).eval()

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from d2lmini.block import AddNorm, TransformerBlock
-from d2lmini.reference import (Reference, _copy_norm, _gated_decoder, _randomize_, additive_mask,
-                               compare_with_reference)
+from d2lmini.reference import Reference, additive_mask, compare_with_reference, randomize_
+from d2lmini.reference.base import copy_norm
+from d2lmini.reference.llama import gated_decoder
 
 
 @pytest.mark.parametrize("value, error", [
@@ -63,13 +64,13 @@ def _granite_reference():
                                   attention_multiplier=0.0078, rms_norm_eps=1e-6)
         config._attn_implementation = "sdpa"
         layer = mg.GraniteDecoderLayer(config, layer_idx=0)
-        return _randomize_(layer, seed).eval(), config
+        return randomize_(layer, seed).eval(), config
 
     def convert(layer, config):
-        block = _gated_decoder(layer, config, "pre", None, attn_scale=config.attention_multiplier,
-                               residual_multiplier=config.residual_multiplier)
-        _copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
-        _copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+        block = gated_decoder(layer, config, "pre", None, attn_scale=config.attention_multiplier,
+                              residual_multiplier=config.residual_multiplier)
+        copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+        copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
         return block
 
     def call(layer, config, X, valid_lens):

@@ -18,7 +18,14 @@ import io
 import nbformat
 import pytest
 
-import d2lmini  # noqa: F401  (imports every module, so every marker is registered)
+import importlib
+import pkgutil
+
+import d2lmini
+
+# Every module, so every marker is registered (``import d2lmini`` loads the chapter modules lazily).
+for _module in pkgutil.walk_packages(d2lmini.__path__, "d2lmini."):
+    importlib.import_module(_module.name)
 from conftest import chapter_notebooks
 from d2lmini._shown import SHOWN, source_without_docstrings
 

@@ -151,7 +151,7 @@ def _gpt_oss(layer_idx, seed=0):
                                               "original_max_position_embeddings": 4096})
     config._attn_implementation = "eager"  # GptOssAttention does not support SDPA (_supports_sdpa = False)
     hf = tf.models.gpt_oss.modeling_gpt_oss.GptOssAttention(config, layer_idx=layer_idx)
-    reference._randomize_(hf, seed).eval()
+    reference.randomize_(hf, seed).eval()
     with torch.no_grad():
         hf.sinks.normal_(0, 1.5, generator=torch.Generator().manual_seed(seed + 1))
     scaling = {key: value for key, value in config.rope_parameters.items() if key != "rope_theta"}

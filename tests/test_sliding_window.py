@@ -107,7 +107,7 @@ def _mistral(sliding_window, seed=0):
                               rope_theta=10000.0)
     config._attn_implementation = "sdpa"
     layer = tf.models.mistral.modeling_mistral.MistralDecoderLayer(config, layer_idx=0)
-    return reference._randomize_(layer, seed).eval(), config  # every weight, norm gains too
+    return reference.randomize_(layer, seed).eval(), config  # every weight, norm gains too
 
 
 @pytest.mark.parametrize("sliding_window", [1, 3, 5])

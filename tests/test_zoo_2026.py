@@ -8,7 +8,8 @@ import pytest
 
 from conftest import mutated
 from d2lmini import TransformerBlock, reference, zoo
-from d2lmini.reference import _rope_kwargs, compare_with_reference, from_hf, hf_reference
+from d2lmini.reference import compare_with_reference, from_hf, hf_reference
+from d2lmini.reference.base import rope_kwargs
 
 pytest.importorskip("transformers")
 
@@ -175,21 +176,21 @@ def test_rope_kwargs_reads_every_form_of_the_config():
     import transformers as tf
 
     plain = tf.LlamaConfig(**reference.TINY, rope_theta=1234.0)
-    assert _rope_kwargs(plain) == {"rope_theta": 1234.0, "rope_scaling": None, "rotary_dim": None}
+    assert rope_kwargs(plain) == {"rope_theta": 1234.0, "rope_scaling": None, "rotary_dim": None}
     partial = tf.PhiConfig(hidden_size=64, num_attention_heads=4, partial_rotary_factor=0.5)
-    assert _rope_kwargs(partial, partial=True)["rotary_dim"] == 8
+    assert rope_kwargs(partial, partial=True)["rotary_dim"] == 8
     with pytest.raises(ValueError, match="partial_rotary_factor"):
-        _rope_kwargs(partial)
+        rope_kwargs(partial)
     yarn = tf.LlamaConfig(**reference.TINY, max_position_embeddings=64,
                           rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": None,
                                            "original_max_position_embeddings": 16})
-    assert _rope_kwargs(yarn)["rope_scaling"] == {"rope_type": "yarn", "factor": 4.0,
+    assert rope_kwargs(yarn)["rope_scaling"] == {"rope_type": "yarn", "factor": 4.0,
                                                   "original_max_position_embeddings": 16}
     for rope_type in ("dynamic", "longrope"):
         config = tf.LlamaConfig(**reference.TINY)
         config.rope_parameters = {"rope_type": rope_type, "rope_theta": 1e4, "factor": 2.0}
         with pytest.raises(ValueError, match="rope_type"):
-            _rope_kwargs(config)
+            rope_kwargs(config)
 
 
 # --------------------------------------------------------------------------- describe()

@@ -580,7 +580,7 @@ def make_trinity_layer(seed: int = 0):
         from transformers.models.afmoe.modeling_afmoe import AfmoeDecoderLayer
     except (ImportError, AttributeError) as error:  # older transformers: no Trinity layer
         raise ImportError(f"this transformers has no AfmoeDecoderLayer ({error})") from error
-    from ..reference import _randomize_
+    from ..reference import randomize_ as _randomize_  # the public randomizer
 
     with seeded(seed):
         config = AfmoeConfig(**TRINITY_TINY)
@@ -1050,7 +1050,7 @@ QWEN3_5_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2
 
 def _check_deepseek_v3(layer_indices=(0, 1), **overrides):
     def check(seed: int) -> list[dict]:
-        from ..mla import from_deepseek_v3_layer
+        from ..reference import from_deepseek_v3_layer
         from ..reference import Reference, compare_with_reference, hf_call, hf_make
 
         results = []
@@ -1172,7 +1172,7 @@ def deepseek_v4_wiring_check(seed: int = 0, num_streams: int = 4, num_steps: int
     from torch import nn
 
     from ..hyper import HyperConnectedBlock
-    from ..reference import _randomize_, output_and_grad_differences
+    from ..reference import output_and_grad_differences, randomize_ as _randomize_
 
     m = importlib.import_module("transformers.models.deepseek_v4.modeling_deepseek_v4")
     from transformers import DeepseekV4Config

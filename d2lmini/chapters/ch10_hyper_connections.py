@@ -31,7 +31,7 @@ from .._shown import shown_in
 from ..hyper import INIT_STD, HyperConnectedBlock, HyperConnection, HyperHead, expand_streams, sinkhorn_knopp
 from ..plot import styled_figure
 from ..probes import HYPER_PLACEMENT, init_linear_weights_, probe_depth
-from ..reference import _randomize_
+from ..reference import randomize_
 from ..seeding import seeded
 from .ch04_norm_placement import EXPLORED_STREAMS, DepthExplorer, depth_explorer_static
 
@@ -339,7 +339,7 @@ def compare_with_deepseek_v4(num_hiddens: int = 32, num_streams: int = 4, seed: 
     m, config = found
     hc, head = HyperConnection(num_hiddens, num_streams), HyperHead(num_hiddens, num_streams)
     for module, offset in ((hc, seed), (head, seed + 1)):
-        _randomize_(module, seed=offset)
+        randomize_(module, seed=offset)
     theirs_hc, theirs_head = m.DeepseekV4HyperConnection(config), m.DeepseekV4HyperHead(config)
     with torch.no_grad():
         for ours, fn, base, scale in ((hc, theirs_hc.fn, theirs_hc.base, theirs_hc.scale),

@@ -41,15 +41,16 @@ from ..attention import (
     valid_lens_mask,
 )
 from ..block import TransformerBlock
-from ..deltanet import GatedDeltaNet, from_qwen3_5_gated_deltanet, inference_state_bytes
-from ..mla import from_deepseek_v3_attention
+from ..deltanet import GatedDeltaNet, inference_state_bytes
 from ..plot import styled_figure
 from ..reference import (
-    _randomize_,
+    from_deepseek_v3_attention,
     from_qwen3_5_attention,
+    from_qwen3_5_gated_deltanet,
     hf_call,
     hf_make,
     output_and_grad_differences,
+    randomize_,
 )
 from ..seeding import seeded
 
@@ -99,7 +100,7 @@ def verify_mla(seed: int = 0) -> dict:
     """:class:`~d2lmini.mla.MultiHeadLatentAttention` against ``DeepseekV3Attention`` (tiny, random, padded batch).
 
     Builds the Hugging Face layer with every parameter randomized (``reference.hf_make``),
-    converts it (:func:`~d2lmini.mla.from_deepseek_v3_attention`, which also reorders
+    converts it (:func:`~d2lmini.reference.deepseek.from_deepseek_v3_attention`, which also reorders
     DeepSeek's interleaved rotary features) and compares with :func:`compare_with_hf` on a
     batch of lengths 16 and 11. Returns its dict, or :data:`NOT_AVAILABLE`.
     """
@@ -408,7 +409,7 @@ def verify_gated_deltanet(seed: int = 0) -> dict:
                                   vocab_size=16)
     with seeded(seed):
         layer = hf.Qwen3_5GatedDeltaNet(config, 0)
-    _randomize_(layer, seed)
+    randomize_(layer, seed)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         layer.A_log.copy_(torch.rand(layer.A_log.shape, generator=gen) * 3 - 2)

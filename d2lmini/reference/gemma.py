@@ -1,0 +1,163 @@
+"""Gemma 2, 3 and 4: the Llama block in a sandwich of RMSNorms, with gains stored as ``w`` in ``1 + w``.
+
+Relative to :func:`~d2lmini.reference.llama.from_llama_layer`: a norm before *and* after each
+sublayer (``placement='sandwich'``), RMSNorm gains applied as ``1 + w`` (Gemma 2, 3), the logit
+scale ``query_pre_attn_scalar ** -0.5``, GeGLU, local (sliding-window) and global layers with
+their own RoPE; Gemma 2 soft-caps the attention logits, Gemma 3 adds per-head QK-norm, and
+Gemma 4 applies its gains as ``w``, norms the values, scales the layer's output and gives its
+global layers their own head width and proportional RoPE.
+"""
+
+from __future__ import annotations
+
+from ..block import TransformerBlock
+from ..ffn import FeedForward
+from .base import (converter, copy_linear, copy_mlp, copy_norm, gated_act, layer_type_of, rope_kwargs,
+                   start_conversion, window_of)
+from .llama import gated_decoder
+
+
+def _sandwich_decoder(layer, config, qk_norm: str | None, layer_idx: int, **kwargs) -> TransformerBlock:
+    """The Gemma 2/3 mapping: sandwich RMSNorms with ``1 + w`` gains, scale ``query_pre_attn_scalar ** -0.5``."""
+    if getattr(config, "use_bidirectional_attention", False):
+        raise ValueError("bidirectional Gemma layers (use_bidirectional_attention) are not supported")
+    block = gated_decoder(layer, config, "sandwich", qk_norm, act=gated_act(config.hidden_activation),
+                          unit_offset=True, attn_scale=config.query_pre_attn_scalar ** -0.5,
+                          layer_type=layer_type_of(config, layer_idx), window=window_of(config, layer_idx), **kwargs)
+    copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
+    copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm, unit_offset=True)
+    copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm, unit_offset=True)
+    copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm, unit_offset=True)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+@converter("Gemma2DecoderLayer")
+def from_gemma2_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Gemma2DecoderLayer`` (Gemma 2, 2024).
+
+    Sandwich placement (RMSNorm before and after each sublayer) with gains applied as
+    ``1 + w``, GeGLU with tanh GELU, logit scale ``query_pre_attn_scalar ** -0.5``,
+    attention-logit soft-capping ``logit_softcap=config.attn_logit_softcapping``, one
+    RoPE base for all layers, and on ``'sliding_attention'`` layers (``config.layer_types``;
+    Gemma 2 alternates local and global) ``window=config.sliding_window``. The final-logit
+    soft-capping and the embedding scale ``sqrt(d)`` act outside the decoder layers.
+
+    Args:
+        layer, config: a ``Gemma2DecoderLayer`` and its ``Gemma2Config``.
+        layer_idx: the layer's position in the stack (selects local or global); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        The ``'sandwich'`` block.
+
+    Raises:
+        ValueError: for bidirectional attention, a RoPE type d2lmini does not reproduce, or a ``layer_idx`` outside
+            ``config.layer_types``.
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    return _sandwich_decoder(layer, config, None, layer_idx,
+                             logit_softcap=config.attn_logit_softcapping)
+
+
+@converter("Gemma3DecoderLayer")
+def from_gemma3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Gemma3DecoderLayer`` (Gemma 3, 2025).
+
+    Sandwich placement (RMSNorm before and after each sublayer), gains applied as
+    ``1 + w``, QK-norm per head (shared gain), logit scale
+    ``query_pre_attn_scalar ** -0.5``, GeGLU with tanh GELU. A global
+    (``'full_attention'``) layer uses ``rope_parameters['full_attention']``; a local
+    (``'sliding_attention'``) layer gets ``window=config.sliding_window`` and the local
+    RoPE base ``rope_parameters['sliding_attention']`` (``rope_local_base_freq`` in
+    older configs).
+
+    Args:
+        layer, config: a ``Gemma3DecoderLayer`` and its ``Gemma3TextConfig``.
+        layer_idx: the layer's position in the stack (selects local or global); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        The ``'sandwich'`` block with per-head QK-norm.
+
+    Raises:
+        ValueError: for logit soft-capping, bidirectional attention, a RoPE type d2lmini does not reproduce, or a
+            ``layer_idx`` outside ``config.layer_types``.
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        raise ValueError("attention logit soft-capping is not supported for Gemma 3")
+    return _sandwich_decoder(layer, config, "per_head", layer_idx)
+
+
+@converter("Gemma4TextDecoderLayer")
+def from_gemma4_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Gemma4TextDecoderLayer`` (Gemma 4, 2026).
+
+    ``transformers`` 5.24 ``models/gemma4/modeling_gemma4.py`` (``Gemma4TextDecoderLayer``,
+    ``Gemma4TextAttention``, ``Gemma4RMSNorm``): Gemma's sandwich placement (RMSNorm before and
+    after each sublayer), but with gains applied as ``w`` (``Gemma4RMSNorm``; Gemma 2/3 use
+    ``1 + w``); QK-norm per head (gains ``w``) and a gainless RMSNorm on each value head
+    (``value_norm=True``); logit scale ``attn.scaling`` (1.0: the QK-norms set the logits'
+    size); GeGLU with tanh GELU; the whole output times the layer's ``layer_scalar`` buffer
+    (``layer_scalar=``). A local (``'sliding_attention'``) layer gets
+    ``window=config.sliding_window`` and ``rope_parameters['sliding_attention']``; a global
+    (``'full_attention'``) layer has its own head width and key/value heads
+    (``config.per_layer_config``: ``global_head_dim``, ``num_global_key_value_heads``, read
+    from the layer's projections), ``rope_parameters['full_attention']`` -- proportional RoPE
+    (``rope_scaling={'rope_type': 'proportional', 'partial_rotary_factor': 0.25}`` by
+    default) -- and, with ``config.attention_k_eq_v``, no value projection
+    (``k_eq_v=True``). The MLP's width is read from the layer (``use_double_wide_mlp``
+    doubles it in key/value-sharing layers, which are refused anyway).
+
+    Args:
+        layer, config: a ``Gemma4TextDecoderLayer`` and its ``Gemma4TextConfig``.
+        layer_idx: ``None`` (the layer's own) or that index (:func:`start_conversion`).
+
+    Returns:
+        The ``'sandwich'`` causal block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: per-layer inputs (``config.hidden_size_per_layer_input`` set: the layer
+            takes a second input, ``per_layer_input``, which ``TransformerBlock(X, valid_lens)``
+            has no place for), the mixture-of-experts FFN (``config.enable_moe_block``), a layer
+            that reuses an earlier layer's keys and values (``config.num_kv_shared_layers``),
+            ``use_bidirectional_attention='all'``, a RoPE type d2lmini does not reproduce, or as
+            :func:`start_conversion`.
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    attn = layer.self_attn
+    if layer.hidden_size_per_layer_input:
+        raise ValueError(f"Gemma 4's per-layer inputs (hidden_size_per_layer_input="
+                         f"{layer.hidden_size_per_layer_input}) are a second input to the layer, which "
+                         "TransformerBlock(X, valid_lens) cannot take; set hidden_size_per_layer_input=0")
+    if layer.enable_moe_block:
+        raise ValueError("Gemma 4's mixture-of-experts block (enable_moe_block=True) is not reproduced")
+    if attn.is_kv_shared_layer:
+        raise ValueError(f"layer {layer_idx} reuses the keys and values of an earlier layer "
+                         f"(num_kv_shared_layers={config.num_kv_shared_layers}), an input from outside the block")
+    if getattr(config, "use_bidirectional_attention", None) == "all":
+        raise ValueError("bidirectional Gemma 4 layers (use_bidirectional_attention='all') are not supported")
+    d, head_dim = config.hidden_size, attn.head_dim
+    bias = bool(config.attention_bias)
+    act, width = gated_act(config.hidden_activation), layer.mlp.intermediate_size
+    ffn = ({"ffn_factory": lambda: FeedForward(d, width, act=act, bias=False)} if bias
+           else {"act": act, "ffn_num_hiddens": width})
+    block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="sandwich", bias=bias,
+                             num_kv_heads=attn.k_proj.out_features // head_dim, head_dim=head_dim,
+                             eps=config.rms_norm_eps, causal=True, qk_norm="per_head",
+                             qk_norm_eps=config.rms_norm_eps, attn_scale=float(attn.scaling),
+                             window=window_of(config, layer_idx), value_norm=True, k_eq_v=attn.v_proj is None,
+                             layer_scalar=float(layer.layer_scalar),
+                             **rope_kwargs(config.per_layer_config[layer_idx], layer_type_of(config, layer_idx)), **ffn)
+    ours = block.attention
+    for name, src in (("W_q", attn.q_proj), ("W_k", attn.k_proj), ("W_v", attn.v_proj), ("W_o", attn.o_proj)):
+        if src is not None:
+            copy_linear(getattr(ours, name), src.weight, src.bias, name=name)
+    copy_norm(ours.q_norm, attn.q_norm)
+    copy_norm(ours.k_norm, attn.k_norm)
+    copy_mlp(block, layer.mlp.up_proj, layer.mlp.down_proj, layer.mlp.gate_proj)
+    copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
+    copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm)
+    copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
+    return block.to(attn.q_proj.weight).train(layer.training)

@@ -1,0 +1,101 @@
+"""OpenAI gpt-oss: the Llama block with attention sinks, biases, YaRN and a mixture of clamped-SwiGLU experts.
+
+Relative to :func:`~d2lmini.reference.llama.from_llama_layer`: biases on q, k, v and o, a learned
+sink logit per head joining every softmax, alternating sliding and full layers, and a
+mixture of experts whose experts are stored fused and interleaved (:func:`copy_gptoss_experts`).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..block import TransformerBlock
+from ..ffn import SWIGLU_CLAMPED_ALPHA
+from ..moe import MixtureOfExperts
+from .base import (converter, copy_attention, copy_linear, copy_norm, copy_weight, rope_kwargs, start_conversion,
+                   window_of)
+
+
+@converter("GptOssDecoderLayer")
+def from_gpt_oss_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``GptOssDecoderLayer`` (OpenAI gpt-oss, 2025).
+
+    Pre-norm RMSNorm; grouped-query attention with biases on q, k, v and o, a learned
+    sink logit per head (``sinks=True``: ``GptOssAttention.sinks`` joins every softmax),
+    YaRN-scaled RoPE (:func:`rope_kwargs`; gpt-oss: factor 32, ``truncate=False``) and, on
+    the ``'sliding_attention'`` layers of ``config.layer_types`` (gpt-oss alternates
+    sliding and full layers), ``window=config.sliding_window``; and a mixture of experts
+    (:class:`~d2lmini.moe.MixtureOfExperts`): a router with a bias taking the top-k
+    logits and a softmax over them (``GptOssTopKRouter``; equal to the renormalized
+    softmax router), experts with biases and the clamped SwiGLU
+    (``act='swiglu_clamped'``, ``swiglu_limit=config.swiglu_limit``; ``GptOssExperts``,
+    weights copied by :func:`copy_gptoss_experts`), no shared expert.
+
+    Args:
+        layer, config: a ``GptOssDecoderLayer`` and its ``GptOssConfig`` (call it with
+            ``attn_implementation='eager'``: gpt-oss does not support SDPA).
+        layer_idx: the layer's position in the stack (selects sliding or full); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        The pre-norm causal block with sinks and the MoE FFN.
+
+    Raises:
+        ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
+            not reproduce, or a ``swiglu_alpha`` other than 1.702.
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    attn, mlp = layer.self_attn, layer.mlp
+    window = window_of(config, layer_idx)
+    d, num_experts = config.hidden_size, config.num_local_experts
+
+    def ffn():
+        return MixtureOfExperts(d, num_experts, top_k=config.num_experts_per_tok,
+                                ffn_num_hiddens=config.intermediate_size, act="swiglu_clamped", router="softmax",
+                                bias=True, router_bias=True, swiglu_limit=float(config.swiglu_limit))
+
+    block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="pre",
+                             bias=bool(config.attention_bias), num_kv_heads=config.num_key_value_heads,
+                             eps=config.rms_norm_eps, causal=True, head_dim=attn.head_dim, window=window,
+                             sinks=True, ffn_factory=ffn, **rope_kwargs(config))
+    copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+    copy_weight(block.attention.sinks, attn.sinks)
+    copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    copy_linear(block.ffn.router, mlp.router.weight, mlp.router.bias)
+    copy_gptoss_experts(block.ffn.experts, mlp.experts)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+def copy_gptoss_experts(experts: nn.ModuleList, src) -> None:
+    """Copy Hugging Face ``GptOssExperts``' fused weights into ``E`` d2lmini FeedForwards.
+
+    gpt-oss stores all experts in three tensors, laid out (in, out): ``gate_up_proj``
+    ``(E, d, 2h)`` with gate and up *interleaved* (gate in the even columns ``[..., ::2]``,
+    up in the odd ones ``[..., 1::2]``, as ``GptOssExperts._apply_gate`` splits them),
+    ``gate_up_proj_bias`` ``(E, 2h)``, ``down_proj`` ``(E, h, d)`` and ``down_proj_bias``
+    ``(E, d)``. Expert ``e`` becomes ``experts[e]``: ``W_g`` from the gate columns, ``W_1``
+    from the up columns, ``W_2`` from ``down_proj[e]``, each transposed into ``nn.Linear``'s
+    (out, in), biases included.
+
+    Args:
+        experts: ``E`` :class:`~d2lmini.ffn.FeedForward` modules with ``act='swiglu_clamped'``,
+            biases and the source's ``swiglu_limit`` (e.g. ``MixtureOfExperts.experts``).
+        src: a ``GptOssExperts`` (``GptOssMLP.experts``).
+
+    Raises:
+        ValueError: a different number of experts, an act other than ``'swiglu_clamped'``,
+            a limit unequal to ``src.limit``, ``src.alpha`` not 1.702, or mismatched shapes.
+    """
+    if len(experts) != src.num_experts:
+        raise ValueError(f"gpt-oss has {src.num_experts} experts, got {len(experts)} FeedForwards")
+    if float(src.alpha) != SWIGLU_CLAMPED_ALPHA:
+        raise ValueError(f"only gpt-oss's swiglu_alpha={SWIGLU_CLAMPED_ALPHA} is supported, got {src.alpha}")
+    for e, ffn in enumerate(experts):
+        if ffn.act != "swiglu_clamped" or ffn.swiglu_limit != float(src.limit):
+            raise ValueError(f"experts[{e}] must have act='swiglu_clamped' and swiglu_limit={float(src.limit)}, "
+                             f"got act={ffn.act!r}, swiglu_limit={ffn.swiglu_limit}")
+        gate_up, gate_up_bias = src.gate_up_proj[e], src.gate_up_proj_bias[e]  # (d, 2h), (2h,)
+        copy_linear(ffn.W_g, gate_up[:, ::2].t(), gate_up_bias[::2])
+        copy_linear(ffn.W_1, gate_up[:, 1::2].t(), gate_up_bias[1::2])
+        copy_linear(ffn.W_2, src.down_proj[e].t(), src.down_proj_bias[e])

@@ -1,0 +1,318 @@
+"""The Llama family: pre-norm RMSNorm, grouped-query attention, RoPE and a gated MLP, and the models that change one thing.
+
+The base is :func:`from_llama_layer` (Llama 3) on the shared mapping :func:`gated_decoder`
+(``q/k/v/o_proj``, ``gate/up/down_proj``, RoPE read by
+:func:`~d2lmini.reference.base.rope_kwargs`); relative to it Mistral adds a sliding window,
+Ministral sets it per layer type, Ministral 3 adds YaRN and Llama 4-style query scaling, Qwen2
+biases on q, k, v, Qwen3 per-head QK-norm and its own ``head_dim``, Granite two multipliers,
+SmolLM3 NoPE layers, and StarCoder2 LayerNorm with biases and a plain MLP. OLMo, Gemma, Arcee
+Trinity, gpt-oss and Llama 4 change more and have modules of their own.
+"""
+
+from __future__ import annotations
+
+from ..block import TransformerBlock
+from ..ffn import FeedForward
+from .base import (converter, copy_attention, copy_mlp, copy_norm, gated_act, hf_act, rope_kwargs, start_conversion,
+                   window_of)
+
+
+def gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str = "swiglu",
+                  unit_offset: bool = False, attn_scale: float | None = None,
+                  layer_type: str | None = None, window: int | None = None,
+                  residual_multiplier: float = 1.0, *, norm: str = "rms", eps: float | None = None,
+                  bias: bool | str | None = None, rope: bool = True,
+                  logit_softcap: float | None = None,
+                  query_scaling: bool = False) -> TransformerBlock:
+    """Shared mapping of the Llama family (q/k/v/o_proj; gate/up/down_proj or c_fc/c_proj; RoPE).
+
+    ``norm``/``eps`` are the block norms' type and epsilon (default RMSNorm with
+    ``config.rms_norm_eps``); ``bias`` is the attention's (q, k, v and o; ``'qkv'``: q, k, v),
+    default ``config.attention_bias``; the gated MLP has biases when ``config.mlp_bias`` (Llama,
+    Granite, SmolLM3), and where they differ from the attention's the FFN comes from
+    ``ffn_factory`` (any combination of ``attention_bias`` and ``mlp_bias`` is reproduced);
+    ``rope=False`` is a NoPE layer, else the layer's RoPE (base, scaling and, with
+    ``query_scaling``, Ministral 3's query scaling, as :func:`rope_kwargs` reads them); a plain
+    MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain
+    activation and the attention's biases (``use_bias``). The block norms are *not* copied (their
+    names differ by family: :func:`pre_norm_decoder`, OLMo's and Gemma's converters copy them).
+
+    Returns:
+        The causal :class:`~d2lmini.block.TransformerBlock` with the attention's, the MLP's and the
+        QK-norms' weights copied (still on the CPU in float32: callers move it to the layer).
+
+    Raises:
+        ValueError: a RoPE type d2lmini does not reproduce (:func:`~d2lmini.reference.base.rope_kwargs`),
+            or a weight whose shape or bias does not match (:func:`~d2lmini.reference.base.copy_linear`).
+    """
+    attn, mlp = layer.self_attn, layer.mlp
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    rms_eps = getattr(config, "rms_norm_eps", None)
+    bias = bool(getattr(config, "attention_bias", False)) if bias is None else bias
+    plain = hasattr(mlp, "c_fc")  # a plain two-matrix MLP (StarCoder2), biased as the attention
+    ffn_bias = bias is True if plain else bool(getattr(config, "mlp_bias", False))
+    ffn = {"act": act, "ffn_num_hiddens": config.intermediate_size}
+    if ffn_bias != (bias is True):
+        ffn = {"ffn_factory": lambda: FeedForward(config.hidden_size, config.intermediate_size, act=act, bias=ffn_bias)}
+    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm=norm,
+                             placement=placement, bias=bias, num_kv_heads=config.num_key_value_heads, **ffn,
+                             eps=rms_eps if eps is None else eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
+                             qk_norm_eps=rms_eps if qk_norm else None,
+                             attn_scale=attn_scale, window=window, logit_softcap=logit_softcap,
+                             residual_multiplier=residual_multiplier,
+                             **(rope_kwargs(config, layer_type, query_scaling=query_scaling) if rope else {}))
+    copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+    if plain:
+        copy_mlp(block, mlp.c_fc, mlp.c_proj)
+    else:
+        copy_mlp(block, mlp.up_proj, mlp.down_proj, gate=mlp.gate_proj)
+    if qk_norm is not None:
+        copy_norm(block.attention.q_norm, attn.q_norm, unit_offset)
+        copy_norm(block.attention.k_norm, attn.k_norm, unit_offset)
+    return block
+
+
+def pre_norm_decoder(layer, config, qk_norm: str | None = None, **kwargs) -> TransformerBlock:
+    """The pre-norm Llama-family block of ``layer``: :func:`gated_decoder` with ``placement='pre'``, the gated
+    activation of ``config.hidden_act``, and the norms ``input_layernorm`` and ``post_attention_layernorm``
+    copied; on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: an activation :func:`~d2lmini.reference.base.gated_act` does not know, or as
+            :func:`gated_decoder`.
+    """
+    block = gated_decoder(layer, config, "pre", qk_norm, act=gated_act(getattr(config, "hidden_act", "silu")),
+                          **kwargs)
+    copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    return block.to(layer.self_attn.q_proj.weight).train(layer.training)
+
+
+@converter("LlamaDecoderLayer")
+def from_llama_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``LlamaDecoderLayer`` (Llama 3).
+
+    Pre-LN with RMSNorm, grouped-query attention, RoPE (``rope_theta``), SwiGLU, no biases.
+
+    Args:
+        layer, config: a ``LlamaDecoderLayer`` and its ``LlamaConfig``.
+        layer_idx: ``None`` (the default: the index the layer was built with) or that index, as for every
+            converter (:func:`~d2lmini.reference.base.start_conversion`); this layer's type does not depend on it.
+
+    Returns:
+        The pre-norm causal block with grouped-query attention and RoPE.
+
+    Raises:
+        ValueError: for a RoPE type d2lmini does not reproduce, MLP biases or an activation other than SiLU.
+    """
+    start_conversion(layer, config, layer_idx)
+    return pre_norm_decoder(layer, config)
+
+
+@converter("MistralDecoderLayer")
+def from_mistral_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``MistralDecoderLayer`` (Mistral 7B).
+
+    The Llama block plus sliding-window attention: ``window=config.sliding_window``
+    (query ``i`` sees keys ``i - window < j <= i``, as ``transformers``'
+    ``create_sliding_window_causal_mask``), or no window if it is ``None``.
+
+    Args:
+        layer, config: a ``MistralDecoderLayer`` and its ``MistralConfig``.
+        layer_idx: ``None`` (the default: the index the layer was built with) or that index, as for every
+            converter (:func:`~d2lmini.reference.base.start_conversion`); this layer's type does not depend on it.
+
+    Returns:
+        The pre-norm causal block with grouped-query attention, RoPE and the window.
+    """
+    start_conversion(layer, config, layer_idx)
+    return pre_norm_decoder(layer, config, window=config.sliding_window)
+
+
+@converter("MinistralDecoderLayer")
+def from_ministral_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``MinistralDecoderLayer`` (Ministral 8B, 2024).
+
+    The Mistral block whose window is set per layer: ``config.layer_types[layer_idx]``
+    ``'sliding_attention'`` gives ``window=config.sliding_window``, ``'full_attention'``
+    no window (``MinistralAttention.sliding_window``; ``MinistralModel`` builds the
+    matching mask per layer type).
+
+    Args:
+        layer, config: a ``MinistralDecoderLayer`` and its ``MinistralConfig``.
+        layer_idx: the layer's position in the stack (selects its layer type); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        The pre-norm causal block, windowed on sliding layers.
+
+    Raises:
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    return pre_norm_decoder(layer, config, window=window_of(config, layer_idx))
+
+
+@converter("Ministral3DecoderLayer")
+def from_ministral3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Ministral3DecoderLayer`` (Ministral 3, 2025).
+
+    The Mistral block (pre-norm RMSNorm, grouped-query attention, SwiGLU, no biases) with
+    YaRN-scaled RoPE (``rope_scaling`` read from ``config.rope_parameters`` by
+    :func:`rope_kwargs`) and Llama 4-style position-dependent query scaling: after RoPE
+    the query at position ``p`` is multiplied by ``1 + beta * log(1 + floor(p / L))``,
+    ``query_scaling=(beta, L)`` with ``beta = rope_parameters['llama_4_scaling_beta']`` and
+    ``L = rope_parameters['original_max_position_embeddings']``
+    (``modeling_ministral3.get_llama_4_attn_scale``); ``window=config.sliding_window`` on
+    every layer when it is set (``Ministral3Attention`` passes it to every layer, and
+    ``Ministral3Model`` builds one sliding-window mask for all of them).
+
+    Args:
+        layer, config: a ``Ministral3DecoderLayer`` and its ``Ministral3Config``.
+        layer_idx: the layer's position in the stack (every layer is alike); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        The pre-norm causal block with scaled RoPE and query scaling.
+
+    Raises:
+        ValueError: for ``rope_parameters`` without ``llama_4_scaling_beta`` or
+            ``original_max_position_embeddings`` (the layer needs both), a RoPE type d2lmini
+            does not reproduce, or MLP biases.
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    return pre_norm_decoder(layer, config, window=config.sliding_window, query_scaling=True)
+
+
+@converter("Qwen2DecoderLayer")
+def from_qwen2_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Qwen2DecoderLayer`` (Qwen2, 2024).
+
+    The Llama block with biases on the query, key and value projections only
+    (``bias='qkv'``; ``Qwen2Attention``'s ``o_proj`` has none). With
+    ``use_sliding_window`` the layers from ``max_window_layers`` on are
+    ``'sliding_attention'`` in ``config.layer_types`` and get ``window=config.sliding_window``.
+
+    Args:
+        layer, config: a ``Qwen2DecoderLayer`` and its ``Qwen2Config``.
+        layer_idx: the layer's position in the stack (selects its layer type); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        The pre-norm causal block with q/k/v biases.
+
+    Raises:
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``.
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    return pre_norm_decoder(layer, config, bias="qkv", window=window_of(config, layer_idx))
+
+
+@converter("Qwen3DecoderLayer")
+def from_qwen3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Qwen3DecoderLayer`` (Qwen3, 2025).
+
+    As Llama, plus QK-norm per head with one gain shared by all heads, and a
+    ``head_dim`` set independently of ``hidden_size / num_attention_heads``.
+
+    Args:
+        layer, config: a ``Qwen3DecoderLayer`` and its ``Qwen3Config``.
+        layer_idx: ``None`` (the default: the index the layer was built with) or that index, as for every
+            converter (:func:`~d2lmini.reference.base.start_conversion`); this layer's type does not depend on it.
+
+    Returns:
+        The Llama-style block with per-head QK-norm.
+
+    Raises:
+        ValueError: for a sliding-window configuration (``use_sliding_window``), a RoPE type d2lmini does not reproduce.
+    """
+    start_conversion(layer, config, layer_idx)
+    if getattr(config, "use_sliding_window", False):
+        raise ValueError("Qwen3's use_sliding_window is not supported")
+    return pre_norm_decoder(layer, config, "per_head")
+
+
+@converter("GraniteDecoderLayer")
+def from_granite_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``GraniteDecoderLayer`` (IBM Granite 3.0, 2024).
+
+    The Llama block with ``residual_multiplier`` scaling both branches
+    (``x + m * F(Norm(x))``) and ``attention_multiplier`` as the logit scale
+    (``attn_scale``) instead of ``1/sqrt(head_dim)``. Granite's two other multipliers,
+    ``embedding_multiplier`` (on the token embeddings) and ``logits_scaling`` (dividing
+    the LM head's logits), act outside the decoder layers and are not part of the block.
+
+    Args:
+        layer, config: a ``GraniteDecoderLayer`` and its ``GraniteConfig``.
+        layer_idx: ``None`` (the default: the index the layer was built with) or that index, as for every
+            converter (:func:`~d2lmini.reference.base.start_conversion`); this layer's type does not depend on it.
+
+    Returns:
+        The pre-norm causal block with both multipliers.
+
+    Raises:
+        ValueError: for MLP biases or a RoPE type d2lmini does not reproduce.
+    """
+    start_conversion(layer, config, layer_idx)
+    return pre_norm_decoder(layer, config, attn_scale=config.attention_multiplier,
+                            residual_multiplier=config.residual_multiplier)
+
+
+@converter("SmolLM3DecoderLayer")
+def from_smollm3_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``SmolLM3DecoderLayer`` (SmolLM3, 2025).
+
+    The Llama block, except on the NoPE layers: ``config.no_rope_layers[layer_idx] == 0``
+    means the layer applies no rotary embedding (``SmolLM3Attention.use_rope``), so the
+    block gets ``rope_theta=None``. A ``'sliding_attention'`` layer of ``config.layer_types``
+    (by default, with ``use_sliding_window``, the RoPE layers) gets ``window=config.sliding_window``:
+    ``SmolLM3Model`` builds the sliding-window mask for those layers whatever
+    ``use_sliding_window`` says (``SmolLM3Attention.sliding_window``, read only by
+    flash-attention kernels, also requires it), and the block follows the mask (SDPA, eager).
+
+    Args:
+        layer, config: a ``SmolLM3DecoderLayer`` and its ``SmolLM3Config``.
+        layer_idx: the layer's position in the stack (selects RoPE or NoPE, and the window); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        The pre-norm causal block, with or without RoPE.
+
+    Raises:
+        ValueError: for a RoPE type d2lmini does not reproduce or a ``layer_idx`` outside ``config.layer_types``
+            or ``config.no_rope_layers``.
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    window = window_of(config, layer_idx)  # as SmolLM3Model's masks, whatever use_sliding_window says
+    if not 0 <= layer_idx < len(config.no_rope_layers):
+        raise ValueError(f"layer_idx={layer_idx} is outside config.no_rope_layers "
+                         f"(length {len(config.no_rope_layers)})")
+    return pre_norm_decoder(layer, config, rope=bool(config.no_rope_layers[layer_idx]), window=window)
+
+
+@converter("Starcoder2DecoderLayer")
+def from_starcoder2_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Starcoder2DecoderLayer`` (StarCoder2, 2024).
+
+    Pre-LN with LayerNorm (gain and bias, eps ``config.norm_epsilon``), grouped-query
+    attention with RoPE and ``window=config.sliding_window`` (``None``: none), a plain
+    two-matrix MLP ``c_proj(act(c_fc(x)))`` (tanh GELU in StarCoder2), biases on every
+    projection when ``config.use_bias``.
+
+    Args:
+        layer, config: a ``Starcoder2DecoderLayer`` and its ``Starcoder2Config``.
+        layer_idx: ``None`` (the default: the index the layer was built with) or that index, as for every
+            converter (:func:`~d2lmini.reference.base.start_conversion`); this layer's type does not depend on it.
+
+    Returns:
+        The pre-LN causal block.
+
+    Raises:
+        ValueError: for an unsupported activation or a RoPE type d2lmini does not reproduce.
+    """
+    start_conversion(layer, config, layer_idx)
+    block = gated_decoder(layer, config, "pre", None, act=hf_act(config.hidden_act), norm="layer",
+                          eps=config.norm_epsilon, bias=bool(config.use_bias), window=config.sliding_window)
+    copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    return block.to(layer.self_attn.q_proj.weight).train(layer.training)

@@ -1,0 +1,100 @@
+"""Llama 4: the Llama block with interleaved-RoPE chunked layers, NoPE full layers and a sigmoid-gated mixture.
+
+Relative to :func:`~d2lmini.reference.llama.from_llama_layer`: RoPE in the interleaved layout
+(rows of ``W_q`` and ``W_k`` permuted) with a gainless L2 QK-norm after it, chunked attention on
+the RoPE layers, NoPE layers with temperature-tuned queries, and on the MoE layers one routed
+expert whose input the router's sigmoid scales, plus a shared expert.
+"""
+
+from __future__ import annotations
+
+from ..block import TransformerBlock
+from ..ffn import FeedForward
+from ..moe import MixtureOfExperts
+from .base import (converter, copy_attention, copy_gated_mlp, copy_linear, copy_norm, gated_act, layer_type_of,
+                   rope_kwargs, start_conversion)
+
+
+@converter("Llama4TextDecoderLayer")
+def from_llama4_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``Llama4TextDecoderLayer`` (Llama 4, 2025), every kind.
+
+    Pre-norm RMSNorm (``rms_norm_eps``), grouped-query attention with ``attention_bias`` on
+    all four projections and the scale ``1/sqrt(head_dim)``, then a dense SwiGLU MLP of width
+    ``intermediate_size_mlp`` or, on the layers of ``config.moe_layers``, Llama 4's mixture
+    (``Llama4TextMoe``): ``num_local_experts`` SwiGLU experts of width ``intermediate_size``,
+    the top ``num_experts_per_tok`` logits (one) choose, the sigmoid of each chosen logit
+    scales that expert's *input* (``router='sigmoid_input'`` of
+    :class:`~d2lmini.moe.MixtureOfExperts`), plus one always-on shared expert of the same width.
+    The attention has two kinds, chosen by ``layer_idx``:
+
+    * RoPE layers (``config.no_rope_layers[layer_idx] == 1``): RoPE in Llama 4's *interleaved*
+      layout (``apply_rotary_emb`` multiplies the feature pairs ``(2l, 2l + 1)``, as complex
+      numbers, by ``freqs_cis``), reproduced by permuting the rows of ``W_q`` and ``W_k``
+      (:func:`rope_interleaved_to_half`), base and scaling read by :func:`rope_kwargs`; and,
+      with ``use_qk_norm``, the gainless ``Llama4TextL2Norm`` on each query and key head
+      *after* RoPE (``qk_norm='l2'``, eps ``rms_norm_eps``).
+    * NoPE layers (``no_rope_layers[layer_idx] == 0``): no positions, no QK-norm and, with
+      ``attn_temperature_tuning``, the query at position ``p`` times
+      ``1 + attn_scale * log(1 + floor((p + 1) / floor_scale))``
+      (``query_scaling=(attn_scale, floor_scale, 1)``).
+
+    The mask follows ``config.layer_types`` (by default chunked exactly on the RoPE layers):
+    ``'chunked_attention'`` is ``chunk=config.attention_chunk_size`` (query ``i`` sees keys
+    ``j <= i`` of its own chunk, ``masking_utils.create_chunked_causal_mask``), else full
+    causal attention.
+
+    Args:
+        layer, config: a ``Llama4TextDecoderLayer`` and its ``Llama4TextConfig``.
+        layer_idx: the layer's position in the stack (selects its kind); ``None`` (the
+            default): the index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        The pre-norm causal block, on the layer's device and dtype, in its train/eval mode.
+
+    Raises:
+        ValueError: a ``layer_idx`` outside ``config.no_rope_layers`` or ``config.layer_types``,
+            a ``floor_scale`` below 1 (``query_scaling``'s period), a RoPE type d2lmini does not reproduce,
+            an activation other than SiLU (or tanh GELU), or as :func:`start_conversion`.
+
+    Introduced in the chapter "The 2026 block".
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    attn, mlp = layer.self_attn, layer.feed_forward
+    if not 0 <= layer_idx < len(config.no_rope_layers):
+        raise ValueError(f"layer_idx={layer_idx} is outside config.no_rope_layers "
+                         f"(length {len(config.no_rope_layers)})")
+    use_rope = bool(config.no_rope_layers[layer_idx])
+    d, h, hd = config.hidden_size, config.num_attention_heads, attn.head_dim
+    act = gated_act(config.hidden_act)
+    chunk = config.attention_chunk_size if layer_type_of(config, layer_idx) == "chunked_attention" else None
+    attention = {"qk_norm": "l2" if use_rope and config.use_qk_norm else None, "qk_norm_eps": config.rms_norm_eps}
+    if use_rope:
+        attention.update(rope_kwargs(config))
+    elif config.attn_temperature_tuning and config.attn_scale:
+        attention["query_scaling"] = (float(config.attn_scale), config.floor_scale, 1)
+    if layer.is_moe_layer:
+        def ffn():
+            return MixtureOfExperts(d, config.num_local_experts, top_k=config.num_experts_per_tok,
+                                    ffn_num_hiddens=config.intermediate_size, act=act, router="sigmoid_input",
+                                    num_shared_experts=1)
+    else:
+        def ffn():
+            return FeedForward(d, config.intermediate_size_mlp, act=act, bias=False)
+    block = TransformerBlock(d, h, norm="rms", placement="pre", bias=bool(config.attention_bias),
+                             num_kv_heads=config.num_key_value_heads, eps=config.rms_norm_eps, causal=True,
+                             head_dim=hd, chunk=chunk, ffn_factory=ffn, **attention)
+    copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, interleaved=hd if use_rope else None)
+    copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
+    copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
+    if layer.is_moe_layer:
+        experts, width = mlp.experts, config.intermediate_size
+        copy_linear(block.ffn.router, mlp.router.weight, mlp.router.bias, name="the router")
+        for e, expert in enumerate(block.ffn.experts):
+            gate_up = experts.gate_up_proj[e]  # (d, 2 * width), laid out (in, out): gate columns, then up
+            copy_gated_mlp(expert, gate_up[:, :width].t(), gate_up[:, width:].t(), experts.down_proj[e].t())
+        shared = mlp.shared_expert
+        copy_gated_mlp(block.ffn.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    else:
+        copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    return block.to(layer.input_layernorm.weight).train(layer.training)

@@ -1,0 +1,96 @@
+"""Arcee Trinity (``AfmoeDecoderLayer``): the Gemma-style sandwich with gated attention, NoPE global layers and a mixture of experts.
+
+Relative to the sandwich of :mod:`d2lmini.reference.gemma`: gains stored as ``w``, the attention
+output gated per feature by ``sigmoid(W_gate x)`` (:class:`~d2lmini.attention.GatedAttention`),
+global layers without any position encoding, local layers with RoPE and a window, and after the
+first dense layers a sigmoid-routed mixture of SwiGLU experts with a shared expert.
+"""
+
+from __future__ import annotations
+
+from ..attention import GatedAttention
+from ..block import TransformerBlock
+from ..ffn import FeedForward
+from ..moe import MixtureOfExperts
+from .base import (converter, copy_attention, copy_gated_mlp, copy_linear, copy_norm, copy_weight, gated_act,
+                   layer_type_of, rope_kwargs, start_conversion, window_of)
+
+
+@converter("AfmoeDecoderLayer")
+def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> TransformerBlock:
+    """A :class:`TransformerBlock` equal to Hugging Face ``AfmoeDecoderLayer`` (Arcee Trinity, 2025).
+
+    ``AfmoeDecoderLayer`` is the ``transformers`` layer of Arcee's Trinity models
+    (Singh et al., 2026): sandwich placement with RMSNorm, QK-norm per head (one gain
+    shared by the heads), grouped-query attention gated by ``sigmoid(W_gate x)``
+    (:class:`~d2lmini.attention.GatedAttention`), and -- after the first
+    ``num_dense_layers`` layers -- a mixture of SwiGLU experts with sigmoid routing, an
+    expert bias used only for selection, and an always-on shared expert
+    (:class:`~d2lmini.moe.MixtureOfExperts`). Layers alternate by
+    ``config.layer_types``: a global (``'full_attention'``) layer applies no position
+    encoding at all, a local (``'sliding_attention'``) layer applies RoPE (the model's one
+    ``rope_parameters``, :func:`rope_kwargs`) and ``window=config.sliding_window``
+    (``AfmoeAttention.is_local_attention``; ``AfmoeModel`` builds the sliding-window mask
+    for those layers). ``mup_enabled`` scales the embeddings, outside the layers.
+
+    Args:
+        layer: an ``AfmoeDecoderLayer``; its weights are copied, not shared.
+        config: the layer's ``AfmoeConfig``.
+        layer_idx: the layer's position in the stack (selects global or local); ``None`` (the default): the
+            index the layer was built with; a given one must equal it (:func:`start_conversion`).
+
+    Returns:
+        A block on the layer's device and dtype, in the layer's train/eval mode.
+
+    Raises:
+        ValueError: for a ``layer_idx`` outside ``config.layer_types``, a RoPE type d2lmini does
+            not reproduce (local layers), or an activation other than SiLU.
+
+    Introduced in the appendix "The block zoo".
+    """
+    layer_idx = start_conversion(layer, config, layer_idx)
+    attn = layer.self_attn
+    local = layer_type_of(config, layer_idx) == "sliding_attention"  # RoPE, window: AfmoeAttention.is_local_attention
+    if gated_act(config.hidden_act) != "swiglu":
+        raise ValueError(f"AFMoE's MLPs are supported with hidden_act='silu' only, got {config.hidden_act!r}")
+    d, h, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    bias = bool(getattr(config, "attention_bias", False))
+    local_kwargs = dict(window=window_of(config, layer_idx), **rope_kwargs(config)) if local else {}
+
+    def attention():
+        return GatedAttention(d, h, num_kv_heads=kv, head_dim=attn.head_dim, causal=True, qk_norm="per_head",
+                              qk_norm_eps=config.rms_norm_eps, scale=attn.scaling, bias=bias, **local_kwargs)
+
+    if layer.moe_enabled:
+        def ffn():
+            return MixtureOfExperts(d, config.num_experts, top_k=config.num_experts_per_tok,
+                                    ffn_num_hiddens=config.moe_intermediate_size, act="swiglu", router="sigmoid",
+                                    num_shared_experts=config.num_shared_experts,
+                                    route_scale=float(config.route_scale))
+    else:
+        def ffn():
+            return FeedForward(d, config.intermediate_size, act="swiglu")
+    block = TransformerBlock(d, h, norm="rms", placement="sandwich", eps=config.rms_norm_eps,
+                             attn_factory=attention, ffn_factory=ffn)
+    ours = block.attention
+    copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+    copy_linear(ours.W_gate, attn.gate_proj.weight, attn.gate_proj.bias, name="W_gate")
+    copy_norm(ours.attention.q_norm, attn.q_norm)
+    copy_norm(ours.attention.k_norm, attn.k_norm)
+    for mine, theirs in ((block.addnorm1.norm_in, layer.input_layernorm),
+                         (block.addnorm1.norm_out, layer.post_attention_layernorm),
+                         (block.addnorm2.norm_in, layer.pre_mlp_layernorm),
+                         (block.addnorm2.norm_out, layer.post_mlp_layernorm)):
+        copy_norm(mine, theirs)
+    mlp = layer.mlp
+    if layer.moe_enabled:
+        copy_linear(block.ffn.router, mlp.router.gate.weight)
+        copy_weight(block.ffn.expert_bias, mlp.expert_bias)
+        for e, expert in enumerate(block.ffn.experts):
+            gate, up = mlp.experts.gate_up_proj[e].chunk(2, dim=0)  # (2 * hidden, d): gate rows, then up rows
+            copy_gated_mlp(expert, gate, up, mlp.experts.down_proj[e])
+        shared = mlp.shared_experts
+        copy_gated_mlp(block.ffn.shared, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight)
+    else:
+        copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    return block.to(layer.input_layernorm.weight).train(layer.training)
