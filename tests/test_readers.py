@@ -229,7 +229,8 @@ def test_no_sentence_is_chosen_by_the_numbers(path):
 
 
 #: The chapters of Parts I and II: each opens with its objectives and has the reader build its part.
-BUILD_CHAPTERS = [path for path in NOTEBOOKS if path.stem[:2].isdigit() and int(path.stem[:2]) <= 9]
+BUILD_CHAPTERS = [path for path in NOTEBOOKS
+                  if path.parent.name == "chapters" and path.stem[:2].isdigit() and int(path.stem[:2]) <= 9]
 
 
 def reader_parts(nb) -> list[tuple[str, str]]:
