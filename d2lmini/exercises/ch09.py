@@ -1,0 +1,273 @@
+"""Self-checks of chapter 9's exercises (The 2026 block: both blocks trained, Mistral's layer, the cache, a MoE).
+
+The two training exercises use 2-block models at the rate 0.01 (:data:`SHALLOW`); their runs are
+trained once per process and shared (a model trains to the same numbers alone or beside others).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import Exercise
+
+#: The shallow training of exercises 9.1 and 9.2: depth, peak rate, and the seeds of 9.2.
+SHALLOW = dict(num_blocks=2, rate=0.01)
+SEEDS = (0, 1, 2)
+
+_trained: dict[tuple[str, int], float] = {}  # (walk step, seed) -> validation loss
+
+
+def _val_losses(pairs) -> dict[tuple[str, int], float]:
+    """Validation losses of 2-block models of :func:`~d2lmini.chapters.ch09_the_2026_block.lm_walk`,
+    ``(step name, seed)`` each, trained as the chapter's ``train_group`` trains them."""
+    from d2lmini.chapters import ch09_the_2026_block as ch09
+    from d2lmini.data import python_reference_corpus
+
+    walk = dict(ch09.lm_walk())
+    missing = [p for p in pairs if p not in _trained]
+    for name in dict.fromkeys(name for name, _ in missing):  # the seeds of one model together
+        seeds = [seed for n, seed in missing if n == name]
+        runs = ch09.train_group(python_reference_corpus(), [(name, walk[name], SHALLOW["rate"], s) for s in seeds],
+                                num_blocks=SHALLOW["num_blocks"], vectorize=len(seeds) > 1)
+        _trained.update({(name, run.seed): run.val_loss for run in runs})
+    return {p: _trained[p] for p in pairs}
+
+
+def _walk_names() -> list[str]:
+    from d2lmini.chapters import ch09_the_2026_block as ch09
+
+    return [name for name, _ in ch09.lm_walk()]
+
+
+def _shallow_pair():
+    first, last = _walk_names()[0], _walk_names()[-1]  # the 2017 block and the 2026 block
+    losses = _val_losses([(first, 0), (last, 0)])
+    return {"2017 block": losses[first, 0], "2026 block": losses[last, 0]}
+
+
+def _qk_norm_step():
+    ends = _walk_names()[-2:]  # the walk's last step: QK-norm added to the block before it
+    losses = _val_losses([(name, s) for name in ends for s in SEEDS])
+    rows = [[losses[name, s] for s in SEEDS] for name in ends]
+    mean = [sum(row) / len(row) for row in rows]
+    return {"change": mean[1] - mean[0], "spread": max(max(row) - min(row) for row in rows)}
+
+
+# --------------------------------------------------------------------------- 9.3: Block2026 with a QK-norm flag
+
+_SIZES = (64, 4, 2, 160)  # num_hiddens, num_heads, num_kv_heads, ffn_num_hiddens, as in the chapter
+_MISTRAL_RENAME = {
+    "input_layernorm": "norm1", "post_attention_layernorm": "norm2",
+    "self_attn.q_proj": "attention.W_q", "self_attn.k_proj": "attention.W_k",
+    "self_attn.v_proj": "attention.W_v", "self_attn.o_proj": "attention.W_o",
+    "mlp.gate_proj": "ffn.W_g", "mlp.up_proj": "ffn.W_1", "mlp.down_proj": "ffn.W_2"}
+
+
+def _mistral(X, valid_lens):
+    """A tiny random ``MistralDecoderLayer`` and its output on ``X``, called as ``MistralModel`` calls it."""
+    from transformers import masking_utils
+    from transformers.models.mistral.modeling_mistral import MistralRotaryEmbedding
+
+    from d2lmini import reference
+
+    d, h, g, f = _SIZES
+    tiny = dict(hidden_size=d, num_attention_heads=h, num_key_value_heads=g, intermediate_size=f, head_dim=d // h,
+                num_hidden_layers=1, rope_theta=1e4, sliding_window=None)
+    layer, config = reference.hf_make("mistral", "MistralDecoderLayer", "MistralConfig", tiny)(seed=0)
+    position_ids = torch.arange(X.shape[1]).expand(X.shape[0], -1)
+    padding = (position_ids < valid_lens[:, None]).long()
+    mask = masking_utils.create_causal_mask(config=config, inputs_embeds=X, attention_mask=padding, cache=None,
+                                            position_ids=position_ids)
+    with torch.no_grad():
+        out = layer(X, attention_mask=mask, position_embeddings=MistralRotaryEmbedding(config)(X, position_ids),
+                    position_ids=position_ids)
+    return layer, out[0] if isinstance(out, tuple) else out
+
+
+def _judge_flagged_block(cls) -> str | None:
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ValueError(f"exercise 9.3: hand in the class itself (your changed Block2026, a subclass of nn.Module), "
+                         f"got {type(cls).__name__}")
+    with torch.random.fork_rng(devices=[]):  # the reader's random numbers stay as they were
+        return _compare_flagged_block(cls)
+
+
+def _compare_flagged_block(cls) -> str | None:
+    import d2lmini
+
+    d, h, g, f = _SIZES
+    X, valid_lens = torch.randn(2, 12, d, generator=torch.Generator().manual_seed(0)), torch.tensor([12, 7])
+    try:
+        plain = cls(d, h, g, f, rope_theta=1e4, qk_norm=False)
+        default = cls(d, h, g, f, rope_theta=1e4)
+    except TypeError as error:
+        return (f"building it as cls(d, h, g, f, rope_theta=1e4, qk_norm=False) failed ({error}): give __init__ "
+                f"an argument qk_norm, True by default")
+    layer, theirs = _mistral(X, valid_lens)
+    try:
+        d2lmini.copy_parameters(layer, plain, rename=_MISTRAL_RENAME)
+    except ValueError as error:
+        return (f"with qk_norm=False your block should hold exactly the tensors of Mistral's layer ({error}); "
+                f"what does MultiHeadAttention build when its qk_norm is None?")
+    with torch.no_grad():
+        if not torch.allclose(plain(X, valid_lens), theirs, atol=1e-5, rtol=1e-4):
+            return "with qk_norm=False, the weights fit but the outputs differ from MistralDecoderLayer's"
+    ref = d2lmini.TransformerBlock(d, h, num_kv_heads=g, ffn_num_hiddens=f, qk_norm="per_head", rope_theta=1e4,
+                                   causal=True)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    try:
+        d2lmini.copy_parameters(ref, default, rename={"addnorm1.norm_in": "norm1", "addnorm2.norm_in": "norm2"})
+    except ValueError as error:
+        return f"by default (qk_norm=True) the block must stay the chapter's Block2026, QK-norm included ({error})"
+    with torch.no_grad():
+        if not torch.allclose(default(X, valid_lens), ref(X, valid_lens), atol=1e-5, rtol=1e-4):
+            return "by default (qk_norm=True) the outputs differ from the chapter's Block2026 (TransformerBlock)"
+    return None
+
+
+def _block_class(qk_norm_of, flag: bool = True) -> type:
+    """A Block2026 whose MultiHeadAttention gets ``qk_norm_of(flag)``; without ``flag``, no qk_norm argument."""
+    import d2lmini
+
+    class Block(nn.Module):
+        def __init__(self, num_hiddens, num_heads, num_kv_heads, ffn_num_hiddens, rope_theta=1e4, **kw):
+            if not flag and kw:
+                raise TypeError(f"__init__() got an unexpected keyword argument {next(iter(kw))!r}")
+            super().__init__()
+            self.norm1 = d2lmini.RMSNorm(num_hiddens)
+            self.attention = d2lmini.MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=num_kv_heads,
+                                                        qk_norm=qk_norm_of(kw.get("qk_norm", True)),
+                                                        rope_theta=rope_theta, causal=True)
+            self.norm2 = d2lmini.RMSNorm(num_hiddens)
+            self.ffn = d2lmini.FeedForward(num_hiddens, ffn_num_hiddens, act="swiglu")
+
+        def forward(self, X, valid_lens=None):
+            X = X + self.attention(*[self.norm1(X)] * 3, valid_lens)
+            return X + self.ffn(self.norm2(X))
+
+    return Block
+
+
+# --------------------------------------------------------------------------- 9.4 and 9.5: counting
+
+_KV_HEADS = (4, 2, 1)
+_CONTEXT = 112
+
+
+def _cache_bytes():
+    with torch.random.fork_rng(devices=[]):
+        return _measure_cache_bytes()
+
+
+def _measure_cache_bytes():
+    import d2lmini
+    from d2lmini.chapters import ch09_the_2026_block as ch09
+    from d2lmini.data import python_reference_corpus
+
+    vocab_size, out = python_reference_corpus().vocab_size, []
+    for num_kv_heads in _KV_HEADS:
+        torch.manual_seed(0)
+        model = d2lmini.LanguageModel(vocab_size, **{**ch09.CAPSTONE_MODEL, "context_len": _CONTEXT},
+                                      **{**ch09.lm_walk()[-1][1], "num_kv_heads": num_kv_heads})
+        cache = d2lmini.KVCache(len(model.blocks))
+        with torch.no_grad():
+            model(torch.randint(0, vocab_size, (1, _CONTEXT)), cache)
+        out.append(cache.num_bytes())
+    return tuple(out)
+
+
+def _moe(k: int):
+    import d2lmini
+
+    return d2lmini.TransformerBlock(512, 8, ffn_factory=lambda: d2lmini.MixtureOfExperts(
+        512, 16, top_k=k, ffn_num_hiddens=256, num_shared_experts=1)).ffn
+
+
+def _closest_top_k():
+    from d2lmini.parameters import num_parameters
+    import d2lmini
+
+    with torch.device("meta"):
+        dense = num_parameters(d2lmini.TransformerBlock(512, 8).ffn)
+        active = {k: _moe(k).num_active_parameters() for k in range(1, 17)}
+    k = min(active, key=lambda k: abs(active[k] - dense))
+    return {"k": k, "active": active[k], "dense": dense}
+
+
+def _moe_total(k: int) -> int:
+    from d2lmini.parameters import num_parameters
+
+    with torch.device("meta"):
+        return num_parameters(_moe(k))
+
+
+def _relu_ffn_4d() -> int:
+    import d2lmini
+    from d2lmini.parameters import num_parameters
+
+    with torch.device("meta"):
+        return num_parameters(d2lmini.FeedForward(512, 4 * 512, act="relu", bias=True))
+
+
+def _near(a, b, rel=0.02):
+    return abs(a - b) <= rel * abs(b)
+
+
+EXERCISES = [
+    Exercise(
+        "9.1", "the validation losses of the 2-block models, (2017 block, 2026 block)", kind="numbers",
+        names=("2017 block", "2026 block"), expected=_shallow_pair, rel=0.01, slow=True,
+        hints=[(lambda a, e: a["2017 block"] > e["2017 block"] + 0.4,
+                "the 2017 block's loss is where a deep post-LN stack sticks: train 2 blocks (num_blocks=2)"),
+               (lambda a, e: _near(a["2017 block"], e["2026 block"]) and _near(a["2026 block"], e["2017 block"]),
+                "the order: the 2017 block first, then the 2026 block"),
+               (lambda a, e: min(a[n] - e[n] for n in e) > 0.05,
+                "hand in each run's val_loss, the loss on held-out text after training, not the training loss")],
+        hint="train both at the rate 0.01 and seed 0, as the exercise's call does",
+        wrong=[lambda e: {**e, "2017 block": e["2017 block"] + 0.87},
+               lambda e: {"2017 block": e["2026 block"], "2026 block": e["2017 block"]},
+               lambda e: {n: v + 0.2 for n, v in e.items()}]),
+    Exercise(
+        "9.2", "(change, spread): the 2026 block's mean loss over seeds 0-2 minus the step before's, and the "
+               "largest max - min of one row's three losses", kind="numbers",
+        names=("change", "spread"), expected=_qk_norm_step, rel=0, abs=0.006, slow=True,
+        hints=[(lambda a, e: _near(a["change"], -e["change"], 0.1),
+                "the sign: the change is the 2026 block's mean minus the mean of the step before it"),
+               (lambda a, e: 0 < a["spread"] < 0.75 * e["spread"],
+                "the spread is the largest value minus the smallest of one row's three losses, for the row where "
+                "it is larger"),
+],
+        hint="train both rows as 2-block models (num_blocks=2) at the rate 0.01, with seeds 0, 1 and 2",
+        wrong=[lambda e: {**e, "change": -e["change"]}, lambda e: {**e, "spread": e["spread"] / 2}]),
+    Exercise(
+        "9.3", "your changed Block2026 class, with an argument qk_norm (True by default)", kind="custom",
+        judge=_judge_flagged_block,
+        wrong=[lambda: _block_class(lambda flag: "per_head", flag=False),  # the chapter's class, no flag
+               lambda: _block_class(lambda flag: "per_head"),  # a flag that changes nothing
+               lambda: _block_class(lambda flag: None)]),  # QK-norm gone by default too
+    Exercise(
+        "9.4", "the three caches' num_bytes(), for num_kv_heads 4, 2 and 1 in that order", kind="numbers",
+        names=("num_kv_heads=4", "num_kv_heads=2", "num_kv_heads=1"), expected=_cache_bytes, rel=0, abs=0.5,
+        hints=[(lambda a, e: all(_near(a[n], e[n] / 2) for n in e), "the cache holds keys and values"),
+               (lambda a, e: all(_near(a[n], e[n] / 12) for n in e), "every block keeps a cache of its own"),
+               (lambda a, e: all(_near(a[n], e[n] / 4) for n in e), "bytes, not numbers: a float32 takes 4 bytes"),
+               (lambda a, e: all(_near(a[n], 4 * e[n]) for n in e),
+                "d_head is the width of one head, num_hiddens / num_heads"),
+               (lambda a, e: all(_near(a[n], e[n] * 32 / 112) for n in e), "the 112 tokens of the exercise"),
+               (lambda a, e: list(a.values()) == list(reversed(list(e.values()))), "the order: 4, 2, then 1")],
+        wrong=[lambda e: {n: v / 2 for n, v in e.items()}, lambda e: {n: v / 4 for n, v in e.items()},
+               lambda e: dict(zip(e, reversed(list(e.values()))))]),
+    Exercise(
+        "9.5", "(k, the mixture's num_active_parameters() at that k, the dense SwiGLU FFN's parameters)",
+        kind="numbers", names=("k", "active", "dense"), expected=_closest_top_k, rel=0, abs=0.5,
+        hints=[(lambda a, e: a["active"] > 1.5 * e["dense"] and a["k"] == e["k"],
+                "a token uses only its top-k experts, the shared expert and the router: num_active_parameters()"),
+               (lambda a, e: a["k"] == e["k"] + 1, "the shared expert runs for every token, beside the top-k"),
+               (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"],
+                "the dense FFN is TransformerBlock(512, 8)'s own: SwiGLU at width 8d/3, no biases")],
+        wrong=[lambda e: {**e, "k": e["k"] + 1}, lambda e: {**e, "active": _moe_total(int(e["k"]))},
+               lambda e: {**e, "dense": _relu_ffn_4d()}]),
+]
