@@ -1,0 +1,261 @@
+"""Self-checks of chapter 1's exercises (Anatomy: two sublayers on one residual stream).
+
+Every expected answer is computed here from the exercise's own settings with the chapter's
+module, :mod:`d2lmini.chapters.ch01_anatomy`, and :class:`d2lmini.block.TransformerBlock`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from . import Exercise
+
+#: The rename of the chapter's check of ``MiniBlock``: d2lmini's names -> the reader's.
+MINIBLOCK_RENAME = {"addnorm1.norm_in": "norm1", "addnorm2.norm_in": "norm2", "ffn.W_1": "ffn.0", "ffn.W_2": "ffn.2",
+                    **{f"attention.{W}": W for W in ("W_q", "W_k", "W_v", "W_o")}}
+
+
+# --------------------------------------------------------------------------- 1.1 parameter counts
+
+def _llama_counts() -> dict:
+    from ..chapters import ch01_anatomy as anatomy
+
+    shapes = {"GQA": anatomy.LLAMA3_8B_BLOCK, "MQA": {**anatomy.LLAMA3_8B_BLOCK, "num_kv_heads": 1}}
+    rows = {row["model"]: row for row in anatomy.parameter_counts(shapes)}
+    gqa, mqa = rows["GQA"]["counts"], rows["MQA"]["counts"]
+    d2 = rows["GQA"]["num_hiddens"] ** 2
+    return {"attention": gqa["attention"] / d2, "ffn": gqa["ffn"] / d2, "share": mqa["attention"] / mqa["total"]}
+
+
+# --------------------------------------------------------------------------- 1.2 a token alone
+
+def _alone_ratios() -> dict:
+    from ..chapters import ch01_anatomy as anatomy
+
+    return {f"n{n}": anatomy.position_mixing(num_hiddens=64, num_heads=4, num_steps=n, seed=0).attention_alone_relative
+            for n in (3, 48, 192)}
+
+
+# --------------------------------------------------------------------------- 1.3 causal, swapped tokens
+
+def changed_rows(block: nn.Module, X: torch.Tensor, order, threshold: float = 1e-4) -> int:
+    """How many output rows of ``block`` move by more than ``threshold`` when the tokens of
+    ``X`` (``(1, n, d)``) are put in ``order``."""
+    with torch.no_grad():
+        change = (block(X[:, order]) - block(X)).abs().amax(dim=-1)[0]  # (n,): largest change per row
+    return int((change > threshold).sum())
+
+
+def _swapped_first_two() -> dict:
+    from ..block import TransformerBlock
+    from ..seeding import seeded
+
+    counts = {}
+    for name, extra in (("causal", {}), ("rope", {"rope_theta": 10000.0})):
+        with seeded(0):
+            block = TransformerBlock(64, 4, causal=True, **extra).eval()
+            X = torch.randn(1, 8, 64)
+        counts[name] = changed_rows(block, X, [1, 0, 2, 3, 4, 5, 6, 7])
+    return counts
+
+
+# --------------------------------------------------------------------------- 1.4 norms on the branch
+
+def _branch_norms() -> dict:
+    from ..chapters import ch01_anatomy as anatomy
+
+    kwargs = dict(depth=6, num_hiddens=64, num_heads=4, num_steps=16, norm="layer", act="relu", seed=0)
+    post_sublayer = anatomy.residual_sum("post_sublayer", **kwargs)
+    sandwich = anatomy.residual_sum("sandwich", **kwargs)
+    rms = sandwich.contribution_rms
+    return {"post_sublayer": post_sublayer.sum_vs_output, "sandwich": sandwich.sum_vs_output,
+            "rms": sum(rms) / len(rms)}
+
+
+def _pre_ln_contribution_rms() -> float:
+    from ..chapters import ch01_anatomy as anatomy
+
+    rms = anatomy.residual_sum("pre", depth=6, num_hiddens=64, num_heads=4, num_steps=16, norm="layer", act="relu",
+                               seed=0).contribution_rms
+    return sum(rms) / len(rms)
+
+
+# --------------------------------------------------------------------------- 1.5 tied weights
+
+def _tied_stack() -> dict:
+    from ..block import TransformerBlock
+    from ..chapters import ch01_anatomy as anatomy
+    from ..parameters import num_parameters
+
+    block = TransformerBlock(64, 4, norm="layer", act="relu")
+    stack = nn.Sequential(*[block] * 6)
+    return {"parameters": num_parameters(stack), "shared": anatomy.shared_parameters(stack)}
+
+
+# --------------------------------------------------------------------------- 1.6 a causal MiniBlock
+
+class _MiniBlock(nn.Module):
+    """The chapter's ``MiniBlock`` with a ``causal`` flag; ``mask`` says how (for the wrong answers)."""
+
+    mask = "before softmax"  # or "ignored", "diagonal too", "after softmax"
+
+    def __init__(self, num_hiddens, num_heads, causal=False):
+        super().__init__()
+        self.num_heads, self.causal = num_heads, causal
+        self.norm1 = nn.LayerNorm(num_hiddens)
+        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.norm2 = nn.LayerNorm(num_hiddens)
+        self.ffn = nn.Sequential(nn.Linear(num_hiddens, 4 * num_hiddens, bias=False), nn.ReLU(),
+                                 nn.Linear(4 * num_hiddens, num_hiddens, bias=False))
+
+    def attention(self, X):
+        def split(T):
+            return T.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+        Q, K, V = split(self.W_q(X)), split(self.W_k(X)), split(self.W_v(X))
+        logits = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        n = X.shape[1]
+        future = torch.ones(n, n, dtype=torch.bool).triu(1 if self.mask != "diagonal too" else 0)
+        if self.causal and self.mask in ("before softmax", "diagonal too"):
+            logits = logits.masked_fill(future, float("-inf"))
+        A = torch.softmax(logits, dim=-1)
+        if self.causal and self.mask == "after softmax":
+            A = A.masked_fill(future, 0.0)
+        return self.W_o((A @ V).transpose(1, 2).flatten(-2))
+
+    def forward(self, X):
+        X = X + self.attention(self.norm1(X))
+        return X + self.ffn(self.norm2(X))
+
+
+def _wrong_miniblock(mask: str):
+    return type(f"MiniBlock_{mask.replace(' ', '_')}", (_MiniBlock,), {"mask": mask})
+
+
+def _judge_causal_miniblock(cls) -> str | None:
+    from ..block import TransformerBlock
+    from ..parameters import copy_parameters
+    from ..seeding import seeded
+
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ValueError(f"exercise 1.6: the answer must be your class MiniBlock itself (not an instance), "
+                         f"got {type(cls).__name__}")
+    refs = {}
+    with seeded(0):
+        for causal in (True, False):
+            refs[causal] = TransformerBlock(64, 4, norm="layer", act="relu", causal=causal)
+        for name, p in refs[True].named_parameters():
+            if "norm" in name:  # gains and biases away from 1 and 0, as in the chapter's check
+                nn.init.normal_(p)
+        refs[False].load_state_dict(refs[True].state_dict())
+        X = torch.randn(2, 10, 64)
+    outputs = {}
+    for causal, ref in refs.items():
+        try:
+            mine = cls(64, 4, causal=causal)
+        except TypeError as error:
+            return f"MiniBlock(64, 4, causal=True) must build a block; it raised TypeError: {error}"
+        try:
+            copy_parameters(ref, mine, rename=MINIBLOCK_RENAME)
+        except ValueError:
+            return "keep MiniBlock's names for its parameters (norm1, W_q, ..., ffn): the check copies weights by name"
+        with torch.no_grad():
+            outputs[causal] = (mine(X), ref(X))
+    got, want = outputs[True]
+    if not torch.isfinite(got).all():
+        return "some rows are NaN: a row whose logits are all -inf has no softmax; row i must keep j = i"
+    if torch.allclose(got, outputs[False][1], atol=1e-5):
+        return "with causal=True the block still reads later tokens: mask the logits of j > i before the softmax"
+    if not torch.allclose(got, want, atol=1e-5):
+        return ("row i must read rows j <= i only, with weights that sum to 1: set the logits of j > i to -inf "
+                "before the softmax")
+    if not torch.allclose(*outputs[False], atol=1e-5):
+        return "with causal=False (the default) the block must be the chapter's MiniBlock, unmasked"
+    return None
+
+
+# --------------------------------------------------------------------------- 1.7 no attention
+
+class ZeroAttention(nn.Module):
+    """An attention sublayer that returns zeros of its queries' shape, ``(b, n, d)``."""
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        return torch.zeros_like(queries)
+
+
+def _zero_attention_gap() -> float:
+    from ..block import TransformerBlock
+    from ..chapters import ch01_anatomy as anatomy
+    from ..seeding import seeded
+
+    with seeded(0):
+        block = TransformerBlock(64, 4, norm="layer", act="relu", attn_factory=ZeroAttention).eval()
+        X = torch.randn(1, 12, 64)
+    with torch.no_grad():
+        return anatomy.alone_vs_in_sequence(block, X)[0]
+
+
+EXERCISES = [
+    Exercise("1.1", "(attention, ffn, share): Llama 3 8B's attention and FFN in units of d², and attention's "
+             "share of the block with num_kv_heads=1, as a fraction", kind="numbers",
+             names=("attention", "ffn", "share"), expected=_llama_counts, rel=1e-3,
+             hints=[(lambda a, e: abs(a["attention"] - 4) < 0.01, "attention: W_k and W_v are narrower than W_q"),
+                    (lambda a, e: abs(a["ffn"] - 8) < 0.01 or abs(a["ffn"] - 7) < 0.01,
+                     "ffn: three matrices of d × 14,336 (or 14,336 × d), not two of d × 4d"),
+                    (lambda a, e: abs(a["share"] - 100 * e["share"]) < 0.01 * a["share"],
+                     "share: a fraction between 0 and 1, not a percentage"),
+                    (lambda a, e: abs(a["share"] - 2.5 / 13) < 0.005,
+                     "share: with num_kv_heads=1, W_k and W_v shrink to one head's width")],
+             wrong=[lambda e: {**e, "attention": 4.0}, lambda e: {**e, "ffn": 7.0},
+                    lambda e: {**e, "share": 100 * e["share"]}]),
+    Exercise("1.2", "(n3, n48, n192): attention_alone_relative of position_mixing at num_steps 3, 48 and 192",
+             kind="numbers", names=("n3", "n48", "n192"), expected=_alone_ratios, rel=2e-2,
+             hints=[(lambda a, e: a["n192"] < a["n3"],
+                     "the ratio divides by the row in the sequence: how does an average of n vectors shrink?"),
+                    (lambda a, e: all(abs(a[k] - 1 / e[k]) < 0.05 / e[k] for k in e),
+                     "you inverted the ratio: |Δ| / |row in the sequence|")],
+             wrong=[lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {**e, "n192": e["n48"]}]),
+    Exercise("1.3", "(causal, rope): how many of the 8 output rows move when the first two tokens are swapped, "
+             "in the causal block, then with rope_theta=10000.0", kind="numbers", names=("causal", "rope"),
+             expected=_swapped_first_two, rel=0, abs=0.1,
+             hints=[(lambda a, e: a["causal"] == 8,
+                     "causal: a later row sees the same tokens, in another order; does attention without positions "
+                     "see the order?"),
+                    (lambda a, e: a["causal"] < 2, "causal: row 0 sees token 0 only, and that token changed"),
+                    (lambda a, e: a["rope"] < 8, "rope: with RoPE a query scores a key by their distance")],
+             wrong=[lambda e: {"causal": 8, "rope": 8}, lambda e: {**e, "rope": e["causal"]}]),
+    Exercise("1.4", "(post_sublayer, sandwich, rms): sum_vs_output of both placements, and the mean of the "
+             "sandwich stack's contribution_rms", kind="numbers", names=("post_sublayer", "sandwich", "rms"),
+             expected=_branch_norms, rel=1e-2, abs=1e-4,
+             hints=[(lambda a, e: max(a["post_sublayer"], a["sandwich"]) > 0.01,
+                     "run residual_sum with the placement's name as its first argument and the chapter's kwargs; "
+                     "a norm on the branch leaves the stream's path alone"),
+                    (lambda a, e: abs(a["rms"] - _pre_ln_contribution_rms()) < 0.01,
+                     "rms: that is the pre-LN stack's; take the sandwich stack's contribution_rms")],
+             wrong=[lambda e: {**e, "sandwich": 1.5}, lambda e: {**e, "rms": _pre_ln_contribution_rms()}]),
+    Exercise("1.5", "(parameters, shared): num_parameters(stack) and anatomy.shared_parameters(stack) for six "
+             "copies of one block", kind="numbers", names=("parameters", "shared"), expected=_tied_stack, rel=0,
+             abs=0.5,
+             hints=[(lambda a, e: a["parameters"] == 6 * e["parameters"],
+                     "parameters: block.parameters() lists a tensor once, however often a module holds it"),
+                    (lambda a, e: a["shared"] == 6 / 5 * e["shared"],
+                     "shared: block 1 owns its tensors; only blocks 2 to 6 share them"),
+                    (lambda a, e: a["shared"] == 0, "shared: the six entries are one object")],
+             wrong=[lambda e: {**e, "parameters": 6 * e["parameters"]}, lambda e: {**e, "shared": 0},
+                    lambda e: {**e, "shared": 6 / 5 * e["shared"]}]),
+    Exercise("1.6", "your class MiniBlock(num_hiddens, num_heads, causal=False)", kind="custom",
+             judge=_judge_causal_miniblock,
+             wrong=[lambda: _wrong_miniblock("ignored"), lambda: _wrong_miniblock("diagonal too"),
+                    lambda: _wrong_miniblock("after softmax")]),
+    Exercise("1.7", "the largest difference alone_vs_in_sequence(block, X) returns (its first number)",
+             expected=_zero_attention_gap, rel=0, abs=1e-5,
+             hints=[(lambda a, e: a > 1e-3, "attention still reads other rows: does attn_factory return your module, "
+                                            "and does its forward return zeros of the queries' shape?")],
+             wrong=[lambda e: 1.0, lambda e: 0.05]),
+]

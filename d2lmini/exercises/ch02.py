@@ -1,0 +1,179 @@
+"""Self-checks of chapter 2's exercises (Residual connections: the gradient highway).
+
+Every expected answer is computed here from the exercise's own settings with the chapter's
+module, :mod:`d2lmini.chapters.ch02_residual`, and :mod:`d2lmini.train`. Exercise 2.4 trains
+a small model for 200 steps (a few seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from . import Exercise
+
+#: The chapter's language model and its training settings (its ``model`` and ``training``).
+MODEL = dict(num_layers=4, num_hiddens=32, num_heads=4, norm="layer", act="relu")
+TRAINING = dict(batch_size=16, seq_len=32, lr=3e-3)
+
+
+# --------------------------------------------------------------------------- 2.1 Xavier initialization
+
+@functools.cache
+def _xavier_probe():
+    from ..chapters import ch02_residual as residual
+
+    sweep = residual.depth_gradients(depths=(2, 4, 8, 16, 32, 64), configs=[("none", True)], init="xavier_uniform")
+    return sweep.probes[0]
+
+
+def _first_depth_over_100() -> int:
+    probe = _xavier_probe()
+    return next(L for L in probe.depths if probe.first_block_grad(L) > 100 * probe.first_block_grad(2))
+
+
+# --------------------------------------------------------------------------- 2.2 post-LN without skips
+
+def collapse_block(probe, threshold: float = 1e-14) -> int:
+    """The first block ``k`` after which the token spread of ``probe`` stays below ``threshold``
+    (every token the same vector up to rounding); ``len(probe.token_spread)`` if it never does."""
+    spread = probe.token_spread
+    return next((k for k in range(1, len(spread)) if max(spread[k:]) < threshold), len(spread))
+
+
+@functools.cache
+def _post_ln_sweep():
+    from ..chapters import ch02_residual as residual
+
+    return residual.depth_gradients(depths=(8, 16, 32, 64), configs=[("post", False), ("post", True)])
+
+
+def _post_ln_without_skips() -> dict:
+    probe = _post_ln_sweep().get("post", False)
+    return {"collapse_block": collapse_block(probe),
+            "gradient_fall": probe.first_block_grad(8) / probe.first_block_grad(64)}
+
+
+@functools.cache
+def _pre_ln_gradient_fall() -> float:
+    from ..chapters import ch02_residual as residual
+
+    probe = residual.depth_gradients(depths=(8, 16, 32, 64), configs=[("pre", False)]).probes[0]
+    return probe.first_block_grad(8) / probe.first_block_grad(64)
+
+
+# --------------------------------------------------------------------------- 2.3 scaled branches
+
+def scaled_stream_rms(scale: float, blocks=(8, 32, 64)) -> dict:
+    """The stream's RMS after each of ``blocks`` (keys ``"8"``, ...) of the chapter's 64-block stack
+    without norms, with skips (``make_skip_stack(64, "none", True, seed=1)``), every ``W_o`` and
+    ``W_2`` times ``scale``, on the input ``torch.randn(1, 32, 64)`` of a generator seeded with 0."""
+    from ..chapters import ch02_residual as residual
+    from ..probes import stream_rms
+
+    stack = residual.make_skip_stack(64, "none", True, seed=1)
+    with torch.no_grad():
+        for block in stack:
+            block.attention.W_o.weight.mul_(scale)
+            block.ffn.W_2.weight.mul_(scale)
+        X = torch.randn(1, 32, 64, generator=torch.Generator().manual_seed(0))
+        rms = {}
+        for k, block in enumerate(stack, 1):
+            X = block(X)
+            rms[k] = stream_rms(X)
+    return {str(k): rms[k] for k in blocks}
+
+
+_scaled = functools.cache(lambda scale: scaled_stream_rms(scale))
+
+
+def _rms_after_64() -> dict:
+    return {"without": _scaled(1.0)["64"], "with": _scaled(1 / math.sqrt(128))["64"]}
+
+
+# --------------------------------------------------------------------------- 2.4 longer training
+
+@functools.cache
+def _no_skip_run():
+    from ..data import python_reference_corpus
+    from ..train import train_lm
+
+    corpus = python_reference_corpus()
+    return train_lm(corpus, residual=False, num_steps=200, seed=0, **MODEL, **TRAINING)
+
+
+def _after(steps: int) -> float:
+    """The no-skip model's training loss, averaged over the 20 steps up to step ``steps`` (the
+    learning rate is constant, so a shorter run's curve is the start of this one)."""
+    return _no_skip_run().smoothed(20)[steps - 1]
+
+
+# --------------------------------------------------------------------------- 2.5 start as the identity
+
+def _first_step_gradients() -> dict:
+    """The gradient norms of block 1's ``W_o`` and ``W_q`` in the first training step of the chapter's
+    model (seed 0) with every block's output projections zeroed."""
+    from ..chapters import ch02_residual as residual
+    from ..data import python_reference_corpus
+    from ..train import seeded_tiny_lm, train_models
+
+    corpus = python_reference_corpus()
+    lm = seeded_tiny_lm(corpus.vocab_size, 0, max_len=32, **MODEL)
+    for block in lm.blocks:
+        residual.zero_output_projections_(block)
+    train_models([lm], corpus, [0], num_steps=1, **TRAINING)  # each .grad keeps that step's gradient
+    attention = lm.blocks[0].attention
+    return {"w_o": float(attention.W_o.weight.grad.norm()), "w_q": float(attention.W_q.weight.grad.norm())}
+
+
+EXERCISES = [
+    Exercise("2.1", "the depth L, one of 2, 4, 8, 16, 32, 64", expected=_first_depth_over_100, rel=0, abs=0.5,
+             hints=[(lambda a, e: a > e, "compare every depth's gradient with depth 2's, "
+                                         "probe.first_block_grad(L) / probe.first_block_grad(2)"),
+                    (lambda a, e: a < e, "more than 100 times depth 2's value: a factor of 3 or 4 is not yet")],
+             wrong=[lambda e: 2 * e, lambda e: e / 2]),
+    Exercise("2.2", "(collapse_block, gradient_fall) of post-LN without skips: the first block from which the token "
+             "spread stays below 1e-14, and block 1's gradient at L = 8 divided by that at L = 64",
+             kind="numbers", names=("collapse_block", "gradient_fall"), expected=_post_ln_without_skips, rel=2e-2,
+             hints=[(lambda a, e: abs(a["gradient_fall"] - _pre_ln_gradient_fall()) < 0.05 * a["gradient_fall"],
+                     "gradient_fall: that is the pre-LN stack's; use sweep.get('post', False)"),
+                    (lambda a, e: abs(a["gradient_fall"] * e["gradient_fall"] - 1) < 0.05,
+                     "gradient_fall: depth 8's gradient divided by depth 64's, not the other way round"),
+                    (lambda a, e: a["collapse_block"] != e["collapse_block"],
+                     "collapse_block: look at probe.token_spread[k] for k = 1, 2, 3, ...; from which block on "
+                     "is every value below 1e-14?")],
+             wrong=[lambda e: {**e, "gradient_fall": 1 / e["gradient_fall"]},
+                    lambda e: {**e, "collapse_block": e["collapse_block"] - 1},
+                    lambda e: {**e, "gradient_fall": _pre_ln_gradient_fall()}]),
+    Exercise("2.3", "(without, with): the stream's RMS after block 64, without and with the scaling",
+             kind="numbers", names=("without", "with"), expected=_rms_after_64, rel=3e-3,
+             hints=[(lambda a, e: abs(a["with"] - a["without"]) < 1e-3 * a["without"],
+                     "with: multiply the weights in place, under torch.no_grad(), before applying the blocks"),
+                    (lambda a, e: abs(a["with"] - _scaled(1 / 8)["64"]) < 3e-3 * a["with"],
+                     "with: 2L, since a block has two sublayers: L = 64 blocks add 128 branches"),
+                    (lambda a, e: abs(a["with"] - _scaled(1 / 128)["64"]) < 3e-3 * a["with"],
+                     "with: scale by the square root of 1/(2L)"),
+                    (lambda a, e: abs(a["with"] - e["without"]) < 3e-3 * e["without"],
+                     "the first number is the stack as built, the second the scaled one")],
+             wrong=[lambda e: {**e, "with": _scaled(1 / 8)["64"]},
+                    lambda e: {"without": e["with"], "with": e["without"]}, lambda e: {**e, "with": e["without"]}]),
+    Exercise("2.4", "run.smoothed(20)[-1]: the training loss of the model without skips after 200 steps, "
+             "averaged over the last 20", expected=lambda: _after(200), rel=0, abs=0.015, slow=True,
+             hints=[(lambda a, e: a < e - 0.3, "train with residual=False: the model without skips"),
+                    (lambda a, e: abs(a - _after(100)) < 0.005, "that is its loss after 100 steps: train for 200"),
+                    (lambda a, e: True, "run.smoothed(20)[-1] of train_lm with the chapter's model and training "
+                                        "settings, seed=0, residual=False and num_steps=200")],
+             wrong=[lambda e: _after(100), lambda e: e - 0.7]),
+    Exercise("2.5", "(w_o, w_q): the norms of the first step's gradients of block 1's attention.W_o.weight and "
+             "attention.W_q.weight, output projections zeroed", kind="numbers", names=("w_o", "w_q"),
+             expected=_first_step_gradients, rel=2e-2, abs=1e-6,
+             hints=[(lambda a, e: a["w_q"] > 1e-6, "w_q: the only path from W_q to the loss runs through W_o; "
+                                                  "zero the output projections before the step"),
+                    (lambda a, e: a["w_o"] < 1e-6, "w_o: its gradient multiplies the gradient at the sublayer's "
+                                                   "output by W_o's input; is either of them zero?"),
+                    (lambda a, e: True, "one step of train_models on the model of seed 0 with the batches of "
+                                        "seed 0, then the .grad of lm.blocks[0].attention.W_o.weight")],
+             wrong=[lambda e: {"w_o": 0.0, "w_q": 0.0}, lambda e: {**e, "w_q": e["w_o"]}]),
+]

@@ -1,0 +1,222 @@
+"""Exercises a reader can check: every exercise has a solution, every self-check accepts the right
+answer and rejects plausible wrong ones with a hint, and each chapter of Parts I and II asks for a
+prediction before its experiment and reveals it after."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import ROOT, chapter_notebooks, toc_files
+from d2lmini import exercises
+from d2lmini.exercises import Exercise, Prediction, check, exercise, exercise_ids
+
+CHAPTERS = [p for p in chapter_notebooks() if re.match(r"\d\d_", p.name) and p.parent.name == "chapters"]
+PREDICTED = [p for p in CHAPTERS if int(p.name[:2]) <= 9]  # Parts I and II
+
+
+def number_of(path: Path) -> int:
+    return int(path.name[:2])
+
+
+def exercises_cell(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "markdown" and re.search(r"^## Exercises", c.source, re.M)]
+    assert len(cells) == 1, f"{path.name}: one Markdown cell holds the exercises"
+    return cells[0].split("## Exercises", 1)[1]
+
+
+def exercise_items(text: str) -> list[str]:
+    """The numbered items of an exercises section, each with its continuation lines."""
+    items = re.split(r"^(?=\d+\. )", text, flags=re.M)
+    return [item for item in items if re.match(r"\d+\. ", item)]
+
+
+def solutions_path(path: Path) -> Path:
+    return path.parent / "solutions" / path.name
+
+
+def anchor(exercise_id: str) -> str:
+    return "exercise-" + exercise_id.replace(".", "-")
+
+
+# --------------------------------------------------------------------------- every exercise, its check and solution
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_exercise_is_registered_and_links_to_its_solution(path):
+    n = number_of(path)
+    items = exercise_items(exercises_cell(path))
+    ids = exercise_ids(n)
+    assert ids == [f"{n}.{k}" for k in range(1, len(items) + 1)], (path.name, ids, len(items))
+    for k, item in enumerate(items, 1):
+        link = f"solutions/{path.name}#{anchor(f'{n}.{k}')}"
+        assert f"]({link})" in item, f"{path.name}: exercise {k} must link to its solution, {link}"
+        if exercise(f"{n}.{k}").kind != "discussion":
+            assert f'check("{n}.{k}"' in item or "check(" in exercises_cell(path).split("1. ", 1)[0], \
+                f"{path.name}: exercise {k} has a check: the section says how to run it"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_solutions_notebook_answers_each_exercise_in_the_toc(path):
+    solutions = solutions_path(path)
+    assert solutions.exists(), f"{solutions.relative_to(ROOT)} is missing"
+    name = str(solutions.relative_to(ROOT).with_suffix(""))
+    toc = toc_files()
+    assert name in toc and toc.index(name) > max(toc.index(str(p.relative_to(ROOT).with_suffix(""))) for p in CHAPTERS)
+    nb = nbformat.read(solutions, as_version=4)
+    headings = [m for c in nb.cells if c.cell_type == "markdown" for m in re.findall(r"^## Exercise (\S+)", c.source, re.M)]
+    assert headings == exercise_ids(number_of(path))
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for exercise_id in exercise_ids(number_of(path)):
+        if exercise(exercise_id).kind != "discussion":
+            assert f'check("{exercise_id}"' in code, f"{solutions.name}: the solution of {exercise_id} runs its check"
+
+
+ALL_IDS = exercise_ids()
+CHECKED = [i for i in ALL_IDS if exercise(i).kind != "discussion"]
+
+
+def _param(exercise_id: str):
+    return pytest.param(exercise_id, id=exercise_id, marks=[pytest.mark.slow] if exercise(exercise_id).slow else [])
+
+
+@pytest.mark.parametrize("exercise_id", [_param(i) for i in CHECKED])
+def test_each_check_accepts_the_answer_and_rejects_plausible_wrong_ones(exercise_id):
+    ex = exercise(exercise_id)
+    assert ex.wrong, f"{exercise_id}: at least one plausible wrong answer is tested"
+    if ex.kind in ("number", "numbers"):
+        expected = ex.answer()
+        assert check(exercise_id, expected)
+        wrongs = [make(expected) for make in ex.wrong]
+        with pytest.raises(ValueError, match=exercise_id):
+            check(exercise_id, "a string")
+    else:
+        wrongs = [make() for make in ex.wrong]
+    for wrong in wrongs:
+        verdict = check(exercise_id, wrong)
+        assert not verdict, f"{exercise_id}: {wrong!r} was accepted"
+        assert "Hint:" in verdict.message and verdict.message.count("Hint:") == 1
+
+
+def test_a_function_check_runs_the_readers_function_on_fresh_inputs():
+    import torch
+
+    ex = Exercise("0.1", "a function of X", kind="function", reference=lambda X: X.relu(),
+                  inputs=lambda g: (torch.randn(3, 4, generator=g),), hints=[(lambda a, e: True, "clip at zero")],
+                  wrong=[lambda: torch.tanh])
+    assert ex.verdict(lambda X: X.clamp(min=0))
+    wrong = ex.verdict(torch.tanh)
+    assert not wrong and "clip at zero" in wrong.message
+    assert "shape" in ex.verdict(lambda X: X.sum(0)).message
+    assert "raised" in ex.verdict(lambda X: 1 / 0).message
+    with pytest.raises(ValueError, match="must be a function"):
+        ex.verdict(3.0)
+
+
+def test_numbers_answers_by_name_or_order_and_say_which_is_off():
+    ex = Exercise("0.2", "(a, b)", kind="numbers", names=("a", "b"), expected=lambda: (1.0, 2.0),
+                  hints=[(lambda a, e: a["b"] == 2 * e["b"], "b is counted twice")])
+    assert ex.verdict({"a": 1.0, "b": 2.0}) and ex.verdict((1.0, 2.0))
+    verdict = ex.verdict((1.0, 4.0))
+    assert not verdict and "b" in verdict.message and "counted twice" in verdict.message
+    for bad, match in (((1.0,), "2 numbers"), ({"a": 1.0}, "missing"), ((1.0, "x"), "number"), (3.0, "tuple")):
+        with pytest.raises(ValueError, match=match):
+            ex.verdict(bad)
+
+
+def test_unknown_exercises_and_discussions_raise_a_clear_error():
+    for bad, match in (("4", "look like"), (4.2, "string"), ("99.1", "no chapter 99"), ("1.99", "no exercise")):
+        with pytest.raises(ValueError, match=match):
+            check(bad, 1.0)
+    discussions = [i for i in ALL_IDS if exercise(i).kind == "discussion"]
+    if discussions:
+        with pytest.raises(ValueError, match="discussion"):
+            check(discussions[0], "my answer")
+    with pytest.raises(ValueError, match="kind"):
+        Exercise("0.3", "x", kind="essay")
+    with pytest.raises(ValueError, match="expected"):
+        Exercise("0.4", "x")
+    tensor = pytest.importorskip("torch").ones(2)
+    number = next((i for i in CHECKED if exercise(i).kind == "number" and not exercise(i).slow), None)
+    if number:
+        with pytest.raises(ValueError, match=r"shape \(2,\)"):
+            check(number, tensor)
+
+
+# --------------------------------------------------------------------------- predict, then run
+
+def test_a_prediction_shows_its_choices_and_reveals_folded_or_with_the_guess():
+    p = Prediction("Which grows?", ["the first", "the second", "neither"])
+    assert "**Predict.** Which grows?" in p._repr_markdown_() and "* (c) neither" in p._repr_markdown_()
+    folded = p.reveal(1, "it grew 3-fold")._repr_html_()
+    assert folded.startswith('<details class="d2l-prediction">') and "(b) the second" in folded
+    p.widget.value = 0  # the live guess
+    shown = p.reveal(1, "it grew 3-fold")
+    assert p.guess == 0 and "<details class=\"d2l-prediction\" open>" in shown._repr_html_()
+    assert "You chose (a): not this time." in repr(shown)
+    for bad, kind in (((["a"],), ValueError), ((["a"] * 3,), ValueError), ((["a", ""],), TypeError),
+                      (("a, b",), TypeError)):
+        with pytest.raises(kind):
+            Prediction("Q?", *bad)
+    for answer, why, kind in ((3, "x", ValueError), (True, "x", TypeError), (0, " ", TypeError)):
+        with pytest.raises(kind):
+            p.reveal(answer, why)
+
+
+def ends_in_reveal(source: str) -> bool:
+    """Whether a cell's last statement is ``prediction.reveal(...)``, whose value the cell shows."""
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(body) and isinstance(body[-1], ast.Expr) and isinstance(body[-1].value, ast.Call) \
+        and ast.unparse(body[-1].value.func) == "prediction.reveal"
+
+
+@pytest.mark.parametrize("path", PREDICTED, ids=lambda p: p.stem)
+def test_each_chapter_asks_for_a_prediction_before_its_experiment(path):
+    cells = nbformat.read(path, as_version=4).cells
+    asks = [i for i, c in enumerate(cells) if c.cell_type == "code" and "exercises.Prediction(" in c.source]
+    assert len(asks) == 1, f"{path.name}: one prediction"
+    ask = asks[0]
+    assert cells[ask].source.rstrip().splitlines()[-1].strip() == "prediction"
+    live = cells[ask + 1]
+    assert "skip-execution" in live.metadata.get("tags", []) and live.source.startswith("prediction.widget")
+    reveals = [i for i, c in enumerate(cells) if c.cell_type == "code" and ends_in_reveal(c.source)]
+    assert len(reveals) == 1 and reveals[0] > ask + 2, f"{path.name}: the reveal comes after the experiment"
+    between = cells[ask + 2:reveals[0]]
+    assert any(c.cell_type == "code" and "assert" in c.source for c in between), \
+        f"{path.name}: the experiment between the prediction and its reveal asserts its lesson"
+
+
+# --------------------------------------------------------------------------- in the built book
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_each_built_solution_shows_its_checks_correct(html, path):
+    from bs4 import BeautifulSoup
+
+    page = html / "chapters" / "solutions" / path.with_suffix(".html").name
+    text = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser").get_text(" ")
+    assert "not yet" not in text, f"{page.name}: a check said 'not yet'"
+    for exercise_id in exercise_ids(number_of(path)):
+        if exercise(exercise_id).kind != "discussion":
+            assert f"{exercise_id}: correct" in text, f"{page.name}: {exercise_id}'s check did not say correct"
+        assert page.with_suffix(".html").exists()
+        assert f'id="{anchor(exercise_id)}"' in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PREDICTED, ids=lambda p: p.stem)
+def test_each_built_chapter_folds_its_prediction_answer(html, path):
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup((html / "chapters" / path.with_suffix(".html").name).read_text(encoding="utf-8"), "html.parser")
+    details = soup.select("details.d2l-prediction")
+    assert len(details) == 1 and not details[0].has_attr("open")
+    assert "Predict." in soup.get_text(" ")
