@@ -1,0 +1,175 @@
+"""Self-checks of chapter 5's exercises (RMSNorm: keep the scale, drop the centring).
+
+Every expected value is computed here, with the package, from the settings the exercise names.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import Exercise
+
+
+def _scale_and_shift() -> dict:
+    """5.1: how much multiplying a token by 3, or adding 3 to it, moves each norm's output."""
+    from torch import nn
+
+    from ..norms import RMSNorm
+
+    torch.manual_seed(0)
+    X = torch.randn(8, 64)
+    rms, layer = RMSNorm(64), nn.LayerNorm(64)
+    with torch.no_grad():
+        return {"rms_times_3": float((rms(3 * X) - rms(X)).abs().max()),
+                "rms_plus_3": float((rms(X + 3) - rms(X)).abs().max()),
+                "ln_times_3": float((layer(3 * X) - layer(X)).abs().max()),
+                "ln_plus_3": float((layer(X + 3) - layer(X)).abs().max())}
+
+
+def _eps_difference(s: float, dtype=torch.float32) -> float:
+    """The relative difference between RMSNorm(eps=1e-5) and RMSNorm(eps=1e-6) on a token of RMS s."""
+    from ..norms import RMSNorm
+
+    x = torch.full((1, 64), s, dtype=dtype)
+    a, b = RMSNorm(64, eps=1e-5).to(dtype), RMSNorm(64, eps=1e-6).to(dtype)
+    with torch.no_grad():
+        return float((a(x) - b(x)).norm() / b(x).norm())
+
+
+def _eps_differences() -> dict:
+    """5.2: the measured differences at RMS 0.01 and 0.1, and the RMS where the difference is 1%."""
+    low, high = 1e-3, 1.0  # the difference falls with s: bisect on log s, in float64
+    for _ in range(60):
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if _eps_difference(mid, torch.float64) > 0.01 else (low, mid)
+    return {"diff_at_0.01": _eps_difference(0.01), "diff_at_0.1": _eps_difference(0.1),
+            "rms_at_1_percent": math.sqrt(low * high)}
+
+
+def _sequential_sum(X: torch.Tensor) -> torch.Tensor:
+    """The last dimension of X added one entry at a time, the running sum kept in X.dtype."""
+    total = X.new_zeros(*X.shape[:-1], 1)
+    for i in range(X.shape[-1]):
+        total = total + X[..., i:i + 1]
+    return total
+
+
+def _sequential_bfloat16() -> dict:
+    """5.3: RMSNorm with a sequential bfloat16 sum of squares, at RMS 1 and d = 4096."""
+    from ..chapters.ch05_rmsnorm import EPS, relative_error
+    from ..norms import RMSNorm
+
+    torch.manual_seed(0)
+    X = torch.randn(32, 4096).bfloat16()
+    sums = _sequential_sum(X * X)
+    Y = X * torch.rsqrt(sums / X.shape[-1] + EPS)
+    with torch.no_grad():
+        error = relative_error(Y, RMSNorm(4096)(X.float()))
+    return {"error": error, "sum_of_squares": float(sums[0])}
+
+
+def _gain_orders() -> float:
+    """5.4: how often Llama's order (round, then gain) and Gemma 3's (gain, then round) differ in bfloat16."""
+    from ..chapters.ch05_rmsnorm import EPS
+
+    torch.manual_seed(0)
+    X = torch.randn(64, 512).bfloat16()
+    g = torch.empty(512).uniform_(0.5, 1.5).bfloat16()
+    X32 = X.float()
+    normalized = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + EPS)
+    llama = normalized.bfloat16() * g
+    gemma = (normalized * g.float()).bfloat16()
+    return float((llama != gemma).float().mean())
+
+
+def _lower_rate() -> dict:
+    """5.5: the mean validation losses of both norms at a quarter of the chapter's rate."""
+    from ..chapters.ch05_rmsnorm import norm_comparison
+    from ..data import python_reference_corpus
+
+    run = norm_comparison(python_reference_corpus(), seeds=(0, 1), lr=0.005, batch_size=8)
+    return {"layer": run.mean("layer"), "rms": run.mean("rms")}
+
+
+def _partial_rms() -> dict:
+    """5.6: how far partial RMSNorm (the first 32 of 512 features) lands from RMSNorm."""
+    from ..chapters.ch05_rmsnorm import EPS
+
+    def distance(X, k=32):
+        y = X * torch.rsqrt(X.pow(2).mean(dim=-1, keepdim=True) + EPS)
+        y_p = X * torch.rsqrt(X[..., :k].pow(2).mean(dim=-1, keepdim=True) + EPS)
+        return float(((y_p - y).norm(dim=-1) / y.norm(dim=-1)).mean())
+
+    torch.manual_seed(0)
+    X = torch.randn(256, 512)
+    large = X.clone()
+    large[:, :32] *= 10
+    return {"random": distance(X), "large_first": distance(large)}
+
+
+EXERCISES = [
+    Exercise("5.1", "(rms_times_3, rms_plus_3, ln_times_3, ln_plus_3): four largest output differences",
+             kind="numbers", expected=_scale_and_shift,
+             names=("rms_times_3", "rms_plus_3", "ln_times_3", "ln_plus_3"), rel=0.01, abs=1e-4,
+             hints=[(lambda a, e: a["ln_plus_3"] > 0.1,
+                     "LayerNorm subtracts each token's mean, so adding 3 to every feature should move "
+                     "its output by rounding only"),
+                    (lambda a, e: a["rms_plus_3"] < 0.1,
+                     "RMSNorm subtracts no mean: add 3 to every feature (X + 3) and compare "
+                     "d2lmini.RMSNorm(64)'s outputs"),
+                    (lambda a, e: max(a["rms_times_3"], a["ln_times_3"]) > 1e-3,
+                     "multiply the whole token (3 * X): both norms divide the factor out again")],
+             wrong=[lambda e: {**e, "rms_plus_3": e["ln_plus_3"], "ln_plus_3": e["rms_plus_3"]},
+                    lambda e: {**e, "rms_plus_3": e["rms_plus_3"] / 3}]),
+    Exercise("5.2", "(diff_at_0.01, diff_at_0.1, rms_at_1_percent): two relative differences and an RMS",
+             kind="numbers", expected=_eps_differences,
+             names=("diff_at_0.01", "diff_at_0.1", "rms_at_1_percent"), rel=0.02,
+             hints=[(lambda a, e: abs(a["rms_at_1_percent"] - e["rms_at_1_percent"] ** 2) < 0.1 * e["rms_at_1_percent"] ** 2,
+                     "the difference falls like 1/s**2: solve for s**2, then take the square root"),
+                    (lambda a, e: abs(a["diff_at_0.01"] - (1e-5 - 1e-6) / (2 * 0.01**2)) < 1e-3,
+                     "that is the first-order formula; at RMS 0.01 the mean square is only ten times "
+                     "eps_a, so measure the two norms' outputs instead"),
+                    (lambda a, e: abs(a["diff_at_0.01"] - e["diff_at_0.01"] / (1 - e["diff_at_0.01"]))
+                     < 0.01 * e["diff_at_0.01"],
+                     "divide by the norm of the eps=1e-6 output, not of the eps=1e-5 one")],
+             wrong=[lambda e: {**e, "diff_at_0.01": 100 * e["diff_at_0.1"]},
+                    lambda e: {**e, "rms_at_1_percent": e["rms_at_1_percent"] ** 2}]),
+    Exercise("5.3", "(error, sum_of_squares): the relative error at RMS 1 and the first token's running sum",
+             kind="numbers", expected=_sequential_bfloat16, names=("error", "sum_of_squares"), rel=0.01,
+             hints=[(lambda a, e: a["error"] < 0.05 or a["sum_of_squares"] > 3000,
+                     "the running sum must be rounded to bfloat16 after every addition (torch.sum and "
+                     "torch.cumsum accumulate in float32): add one square at a time to a bfloat16 tensor"),
+                    (lambda a, e: a["sum_of_squares"] < 100,
+                     "hand in the sum of the first token's 4096 squares, before dividing by d")],
+             wrong=[lambda e: {"error": 0.004, "sum_of_squares": 4040.0},
+                    lambda e: {**e, "sum_of_squares": e["sum_of_squares"] / 4096}]),
+    Exercise("5.4", "the fraction of outputs in which the two orders differ, one number", expected=_gain_orders,
+             rel=0.05,
+             hints=[(lambda a, e: a < 0.01,
+                     "the orders must round at different places: Llama's rounds the normalized token to "
+                     "bfloat16 and then multiplies by g (rounding again), Gemma 3's multiplies in float32 "
+                     "and rounds once"),
+                    (lambda a, e: a > 0.5, "hand in the fraction of outputs that differ, not of those that agree")],
+             wrong=[lambda e: 0.0, lambda e: 1 - e]),
+    Exercise("5.5", "(layer, rms): the two norms' mean validation losses, nats per character",
+             kind="numbers", expected=_lower_rate, names=("layer", "rms"), rel=0, abs=0.01, slow=True,
+             hints=[(lambda a, e: abs(a["layer"] * math.log(2) - e["layer"]) < 0.02,
+                     "the losses are in nats per character, not bits"),
+                    (lambda a, e: abs(a["layer"] / 2 - e["layer"]) < 0.02,
+                     "hand in the mean over the two seeds (run.mean), not the sum")],
+             hint="Rerun norm_comparison with exactly seeds=(0, 1), lr=0.005 and batch_size=8, "
+                  "and hand in run.mean('layer') and run.mean('rms').",
+             wrong=[lambda e: {k: v / math.log(2) for k, v in e.items()},
+                    lambda e: {k: 2 * v for k, v in e.items()}]),
+    Exercise("5.6", "(random, large_first): the mean relative distance from RMSNorm, for both kinds of tokens",
+             kind="numbers", expected=_partial_rms, names=("random", "large_first"), rel=0.03,
+             hints=[(lambda a, e: abs(a["large_first"] - a["random"]) < 0.05,
+                     "multiply the first 32 features of every token by 10 before normalizing it "
+                     "with both norms"),
+                    (lambda a, e: a["large_first"] > 1,
+                     "divide by the norm of RMSNorm's output, not of the partial norm's")],
+             wrong=[lambda e: {**e, "large_first": 1 / (1 - e["large_first"]) - 1},
+                    lambda e: {**e, "large_first": e["random"]}]),
+]

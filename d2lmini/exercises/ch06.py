@@ -1,0 +1,209 @@
+"""Self-checks of chapter 6's exercises (QK-norm: the same discipline inside attention).
+
+Every expected value is computed here, with the package, from the settings the exercise names.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import nn
+
+from . import Exercise
+
+
+def _rotated_logits() -> dict:
+    """6.1: the chapter's query and key (seed 0) at positions (3, 1) and (1, 3)."""
+    from ..attention import apply_rotary, rotary_cos_sin
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 16), torch.randn(1, 16)
+    cos, sin = rotary_cos_sin(4, 16, 10000.0)
+
+    def logit(m, n):  # q at position m, k at position n
+        rotated_q = apply_rotary(q[None, None], cos[m:m + 1], sin[m:m + 1])
+        rotated_k = apply_rotary(k[None, None], cos[n:n + 1], sin[n:n + 1])
+        return float((rotated_q * rotated_k).sum())
+
+    return {"logit_3_1": logit(3, 1), "logit_1_3": logit(1, 3)}
+
+
+def _variant_entropies() -> dict:
+    """6.2: the attention entropy at s = 64 of the two other QK-norm variants."""
+    from ..chapters.ch06_qk_norm import logit_scale_sweep
+
+    sweep = logit_scale_sweep(qk_norms=(None, "projection", "per_head_distinct"))
+    return {name: sweep.at(64.0, name)["entropy"] for name in ("projection", "per_head_distinct")}
+
+
+# ------------------------------------------------------------------ 6.3: the norm before or after RoPE
+
+
+def _causal_output(attention, q, k, X):
+    """The output of d2lmini's ``attention`` on ``X`` from given (rotated, normalized) queries and keys."""
+    v = attention.W_v(X).unflatten(-1, (attention.num_heads, attention.head_dim)).transpose(1, 2)
+    n = X.shape[1]
+    logits = q @ k.transpose(-1, -2) / attention.head_dim ** 0.5
+    logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return attention.W_o((torch.softmax(logits, dim=-1) @ v).transpose(1, 2).flatten(-2))
+
+
+class _SwitchAttention(nn.Module):
+    """The chapter's attention with a ``norm_after_rope`` switch, done wrong in one of two ways.
+
+    ``mistake="ignore"``: the switch changes nothing; ``"keys"``: after RoPE only the queries are normalized.
+    """
+
+    def __init__(self, num_hiddens, num_heads, qk_norm=True, theta=10000.0, norm_after_rope=False, mistake="ignore"):
+        super().__init__()
+        self.num_heads, self.head_dim, self.theta = num_heads, num_hiddens // num_heads, theta
+        self.norm_after_rope, self.mistake = norm_after_rope, mistake
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            setattr(self, name, nn.Linear(num_hiddens, num_hiddens, bias=False))
+        self.q_norm, self.k_norm = nn.RMSNorm(self.head_dim, eps=1e-6), nn.RMSNorm(self.head_dim, eps=1e-6)
+
+    def forward(self, X):
+        from ..attention import apply_rotary, rotary_cos_sin
+
+        b, n, _ = X.shape
+        q, k, v = (W(X).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                   for W in (self.W_q, self.W_k, self.W_v))
+        after = self.norm_after_rope and self.mistake != "ignore"
+        if not after:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = rotary_cos_sin(n, self.head_dim, self.theta)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if after:
+            q = self.q_norm(q)
+            k = k if self.mistake == "keys" else self.k_norm(k)
+        logits = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        return self.W_o((torch.softmax(logits, dim=-1) @ v).transpose(1, 2).reshape(b, n, -1))
+
+
+def _judge_norm_switch(answer) -> str | None:
+    """6.3: build the reader's class both ways, with random gains, and compare it with d2lmini's two orders."""
+    from ..attention import MultiHeadAttention
+    from ..chapters.ch06_qk_norm import queries_and_keys_after_rope
+    from ..parameters import copy_parameters
+
+    if not callable(answer):
+        raise ValueError(f"exercise 6.3: hand in your attention class (MyAttention with a norm_after_rope "
+                         f"switch), got {type(answer).__name__}")
+    generator = torch.Generator().manual_seed(6)
+    X = torch.randn(2, 12, 64, generator=generator)
+    ref = MultiHeadAttention(64, 4, qk_norm="per_head", rope_theta=10000.0, causal=True)
+    with torch.no_grad():
+        for norm in (ref.q_norm, ref.k_norm):
+            norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=generator))
+        before = ref(X, X, X)
+        after = _causal_output(ref, *queries_and_keys_after_rope(ref, X, X), X)
+    outputs = {}
+    for flag in (False, True):
+        try:
+            mine = copy_parameters(ref, answer(64, 4, norm_after_rope=flag))
+            with torch.no_grad():
+                outputs[flag] = mine(X)
+        except Exception as error:  # the reader's class failed: say how
+            return (f"building or running YourClass(64, 4, norm_after_rope={flag}) raised "
+                    f"{type(error).__name__}: {error}. Keep MyAttention's arguments and layer names "
+                    f"(W_q, W_k, W_v, W_o, q_norm, k_norm) and add norm_after_rope as a keyword argument")
+    close = functools.partial(torch.allclose, rtol=1e-4, atol=1e-5)
+    if outputs[False].shape != before.shape or not close(outputs[False], before):
+        return "with norm_after_rope=False the class should still compute the chapter's attention (norm, then RoPE)"
+    if close(outputs[True], before):
+        return "with norm_after_rope=True the output did not change: apply the norms after the rotation"
+    if not close(outputs[True], after):
+        return ("with norm_after_rope=True, rotate the queries and keys first, then apply q_norm and k_norm "
+                "over each head's features")
+    return None
+
+
+# ------------------------------------------------------------------ 6.4 and 6.5: training at lr = 1e-2
+
+
+@functools.lru_cache(maxsize=1)
+def _middle_rate_runs():
+    """Both models of exercises 6.4 and 6.5, trained once per process."""
+    from ..chapters.ch06_qk_norm import qk_norm_training
+    from ..data import python_reference_corpus
+
+    return qk_norm_training(python_reference_corpus(), lr=1e-2, seed=2, num_layers=2, num_steps=150,
+                            batch_size=8, seq_len=32)
+
+
+def _middle_rate() -> dict:
+    """6.4: the largest logit without QK-norm, and how much QK-norm lowers the validation loss."""
+    runs = _middle_rate_runs()
+    return {"peak_logit": max(runs[None].max_logit),
+            "loss_gap": runs[None].val_loss - runs["per_head"].val_loss}
+
+
+def _logit_bound() -> dict:
+    """6.5: the bound sqrt(d_h) max|gamma_q| max|gamma_k| of the last layer and that layer's last largest logit."""
+    run = _middle_rate_runs()["per_head"]
+    gains = run.qk_gains[-32:]  # the last layer: 16 query gains, then 16 key gains
+    bound = math.sqrt(16) * max(abs(g) for g in gains[:16]) * max(abs(g) for g in gains[16:])
+    return {"bound": bound, "logit": run.max_logit_per_layer[-1][-1]}
+
+
+def _cap_derivative(z: torch.Tensor, c: float) -> torch.Tensor:
+    """6.6: d/dz of c * tanh(z / c)."""
+    return 1 - torch.tanh(z / c) ** 2
+
+
+EXERCISES = [
+    Exercise("6.1", "(logit_3_1, logit_1_3): the two logits", kind="numbers", expected=_rotated_logits,
+             names=("logit_3_1", "logit_1_3"), rel=1e-3, abs=1e-4,
+             hints=[(lambda a, e: abs(a["logit_3_1"] - a["logit_1_3"]) < 1e-3,
+                     "your two logits are equal: put q at position 3 and k at 1, then q at 1 and k at 3"),
+                    (lambda a, e: abs(a["logit_3_1"] + a["logit_1_3"]) < 1e-3,
+                     "the second logit is not the first with its sign flipped: recompute it with rotate")],
+             wrong=[lambda e: {**e, "logit_1_3": e["logit_3_1"]},
+                    lambda e: {**e, "logit_1_3": -e["logit_3_1"]}]),
+    Exercise("6.2", "(projection, per_head_distinct): the two variants' entropies at s = 64, in nats",
+             kind="numbers", expected=_variant_entropies, names=("projection", "per_head_distinct"), rel=1e-3,
+             hints=[(lambda a, e: max(abs(v - math.log(64)) for v in a.values()) < 1e-3,
+                     "log 64 is the entropy of uniform attention, not what the variants measure at s = 64"),
+                    (lambda a, e: max(a.values()) < 1,
+                     "an entropy near 0 is the layer without QK-norm: read the variants' rows"),
+                    (lambda a, e: abs(a["projection"] - a["per_head_distinct"]) < 1e-4,
+                     "the two variants do not compute the same statistic; read each one's entropy at s = 64")],
+             wrong=[lambda e: {**e, "projection": e["per_head_distinct"]},
+                    lambda e: {name: math.log(64) for name in e}]),
+    Exercise("6.3", "your attention class: MyAttention with a norm_after_rope switch", kind="custom",
+             judge=_judge_norm_switch,
+             wrong=[lambda: functools.partial(_SwitchAttention, mistake="ignore"),
+                    lambda: functools.partial(_SwitchAttention, mistake="keys")]),
+    Exercise("6.4", "(peak_logit, loss_gap): the largest logit without QK-norm, and the validation loss "
+             "without QK-norm minus with it", kind="numbers", expected=_middle_rate,
+             names=("peak_logit", "loss_gap"), rel=0.1, abs=0.01, slow=True,
+             hints=[(lambda a, e: a["loss_gap"] < 0 < e["loss_gap"],
+                     "subtract the QK-norm model's validation loss from the other's, not the reverse"),
+                    (lambda a, e: a["peak_logit"] > 2 * e["peak_logit"],
+                     "the recorded logits are already divided by sqrt(d_h): take max(run.max_logit)")],
+             hint="Train with exactly the settings named (lr=1e-2, seed=2 and the chapter's model and run); "
+                  "the peak is the largest entry of max_logit over all steps.",
+             wrong=[lambda e: {**e, "loss_gap": -e["loss_gap"]},
+                    lambda e: {**e, "peak_logit": 4 * e["peak_logit"]}]),
+    Exercise("6.5", "(bound, logit): the last layer's bound and its largest logit at the last step",
+             kind="numbers", expected=_logit_bound, names=("bound", "logit"), rel=0.05, slow=True,
+             hints=[(lambda a, e: abs(a["bound"] - e["bound"] / 4) < 0.1 * e["bound"],
+                     "the bound has a factor sqrt(d_h) = 4: a normalized query or key has length sqrt(d_h)"),
+                    (lambda a, e: abs(a["bound"] - 4 * e["bound"]) < 0.4 * e["bound"],
+                     "the factor is sqrt(d_h), not d_h: two lengths sqrt(d_h), divided by sqrt(d_h)")],
+             wrong=[lambda e: {**e, "bound": e["bound"] / 4}, lambda e: {**e, "bound": 4 * e["bound"]}]),
+    Exercise("6.6", "a function cap_grad(z, c): the derivative of c * tanh(z / c) for a tensor z", kind="function",
+             reference=_cap_derivative,
+             inputs=lambda g: (100 * torch.randn(64, generator=g), 50.0),
+             hints=[(lambda got, _: bool((got > 1 + 1e-6).any()), "the derivative of tanh is at most 1"),
+                    (lambda got, _: bool((got < -1e-6).any()), "the derivative of a rising function is never negative"),
+                    (lambda got, _: float(got.max()) < 0.5,
+                     "near z = 0 the cap is the identity, so its slope there is 1: the 1 / c of the inner z / c "
+                     "cancels the c in front")],
+             hint="Differentiate c * tanh(z / c) with the chain rule, and write tanh's derivative with tanh itself.",
+             wrong=[lambda: (lambda z, c: 1 / torch.cosh(z / c)),
+                    lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c)]),
+]
