@@ -1,0 +1,255 @@
+"""Self-checks of chapter 4's exercises (Where the norm goes: post-LN, pre-LN and after).
+
+Every expected answer is computed here from the settings each exercise names: the depth probes with
+:func:`d2lmini.chapters.ch04_norm_placement.probe_placements` (in float64 and from seed 0, as in the
+chapter, unless the exercise says otherwise) and the character models with
+:func:`d2lmini.chapters.ch04_norm_placement.train_placements` (6 blocks, peak rate 0.02, 120 steps).
+The two training exercises take the runs themselves: their checks compare each run's settings with
+the exercise's and train its first steps again.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+
+from . import Exercise
+
+DEPTH = 32
+RATE = 2e-2
+#: Exercise 4.3's sequence lengths and seeds, and the depth of its stacks.
+LENGTHS, SEEDS, SHORT_DEPTH = (16, 256), (0, 1, 2), 16
+#: Exercise 4.7's depths.
+SANDWICH_DEPTHS = (8, 32)
+
+
+def _ch04():
+    from ..chapters import ch04_norm_placement
+
+    return ch04_norm_placement
+
+
+@lru_cache(maxsize=None)
+def _probes(norm: str = "layer", init: str = "xavier_uniform", dtype: str = "float64", depth: int = DEPTH,
+            placements: tuple = ("post", "pre")):
+    return _ch04().probe_placements(depth, placements=placements, norm=norm, init=init,
+                                    dtype=getattr(torch, dtype), seed=0)
+
+
+def _close_all(answer: dict, other: dict, rel: float) -> bool:
+    return all(math.isclose(answer[k], other[k], rel_tol=rel) for k in answer)
+
+
+def _swapped(values: dict) -> dict:
+    first, second = values
+    return {first: values[second], second: values[first]}
+
+
+# ------------------------------------------------------------------------------------- 4.1 and 4.2
+
+SPREADS = ("post-LN spread", "pre-LN spread")
+
+
+def _spreads(norm: str = "rms") -> dict[str, float]:
+    probes = _probes(norm)
+    return {SPREADS[0]: probes["post"].token_spread[DEPTH], SPREADS[1]: probes["pre"].token_spread[DEPTH]}
+
+
+INIT_NAMES = ("pre-LN RMS", "post-LN spread")
+
+
+def _init_effect(init: str = "torch_default") -> dict[str, float]:
+    probes = _probes(init=init)
+    return {INIT_NAMES[0]: probes["pre"].stream_rms[DEPTH], INIT_NAMES[1]: probes["post"].token_spread[DEPTH]}
+
+
+# ------------------------------------------------------------------------------------- 4.3
+
+LENGTH_NAMES = tuple(f"n={n}" for n in LENGTHS)
+
+
+@lru_cache(maxsize=None)
+def _short_spread(num_steps: int, seed: int) -> float:
+    from ..probes import probe_depth
+
+    probe = probe_depth("post", norm="layer", depth=SHORT_DEPTH, num_steps=num_steps, seed=seed, dtype=torch.float64)
+    return probe.token_spread[SHORT_DEPTH]
+
+
+def _spread_by_length(seeds=SEEDS) -> dict[str, float]:
+    return {name: sum(_short_spread(n, seed) for seed in seeds) / len(seeds) for name, n in zip(LENGTH_NAMES, LENGTHS)}
+
+
+def _reversed(values: dict) -> dict:
+    return dict(zip(values, reversed(list(values.values()))))
+
+
+# ------------------------------------------------------------------------------------- 4.4
+
+RATIO_NAMES = ("float32", "float64")
+
+
+def _ratios() -> dict[str, float]:
+    return {dtype: _probes(dtype=dtype, placements=("post",))["post"].qk_vo_ratio(DEPTH) for dtype in RATIO_NAMES}
+
+
+# ------------------------------------------------------------------------------------- 4.5 and 4.6
+
+def _corpus():
+    from ..data import python_reference_corpus
+
+    return python_reference_corpus()
+
+
+#: Exercise 4.5's and 4.6's runs: ``(runs, warmup_steps)`` of :func:`train_placements`, 6 blocks, peak rate 0.02.
+RATE_RUNS = ((("post", 1 / 2), ("pre", 4)), 0)
+WARMUP_RUNS = ((("post", 1),), 120)
+NUM_LAYERS, NUM_STEPS = 6, 120
+#: The first training steps that the checks of 4.5 and 4.6 train again and compare, loss by loss.
+CHECKED_STEPS = 8
+
+
+def _describe(runs, warmup_steps: int) -> str:
+    shown = ", ".join(f"(\"{placement}\", {'1 / 2' if scale == 0.5 else f'{scale:g}'})" for placement, scale in runs)
+    shown = f"({shown},)" if len(runs) == 1 else f"({shown})"
+    return (f"train_placements(corpus, num_layers={NUM_LAYERS}, lr=RATE, runs={shown}"
+            + (f", warmup_steps={warmup_steps})" if warmup_steps else ")"))
+
+
+def _training_judge(exercise_id: str, runs, warmup_steps: int):
+    """A judge of the list of :class:`~d2lmini.train.TrainResult` that ``train_placements`` returned.
+
+    It checks every run's settings against the exercise's, then trains the same models for the first
+    :data:`CHECKED_STEPS` steps and compares their losses with the answer's: the same runs give the same
+    losses, step by step (training the full 120 steps again would double the exercise's time)."""
+    call = _describe(runs, warmup_steps)
+
+    def judge(answer):
+        from ..train import TrainResult
+
+        if isinstance(answer, TrainResult):
+            answer = [answer]
+        if not isinstance(answer, (list, tuple)) or not all(isinstance(r, TrainResult) for r in answer):
+            raise ValueError(f"exercise {exercise_id}: the answer must be the list of results that {call} returns, "
+                             f"got {type(answer).__name__}")
+        if len(answer) != len(runs):
+            return f"hand in the {len(runs)} result(s) of {call}, not {len(answer)}"
+        for result, (placement, scale) in zip(answer, runs):
+            config = result.config
+            if config.get("num_layers") != NUM_LAYERS:
+                return f"the exercise trains {NUM_LAYERS} blocks: num_layers={NUM_LAYERS}"
+            if config.get("placement") != placement or not math.isclose(config.get("lr", 0.0), RATE * scale,
+                                                                         rel_tol=1e-9):
+                return (f"run {placement}-LN at {RATE * scale:g}, in the order of the exercise: {call}, "
+                        f"with RATE = {RATE:g}")
+            if config.get("warmup_steps") != warmup_steps:
+                return f"this exercise's warm-up is warmup_steps={warmup_steps}"
+            if config.get("seed") != 0 or config.get("num_steps") != NUM_STEPS:
+                return f"keep the chapter's seed=0 and num_steps={NUM_STEPS}"
+        short = _ch04().train_placements(_corpus(), num_layers=NUM_LAYERS, lr=RATE, runs=runs,
+                                         warmup_steps=warmup_steps, num_steps=CHECKED_STEPS, eval_batches=1)
+        for result, again in zip(answer, short):
+            if len(result.train_loss) != NUM_STEPS or not all(
+                    math.isclose(a, b, rel_tol=1e-5) for a, b in zip(result.train_loss, again.train_loss)):
+                return (f"these runs did not train the chapter's models on the chapter's data: call {call} "
+                        f"with corpus = python_reference_corpus()")
+        return None
+
+    return judge
+
+
+def _fake_results(runs, warmup_steps: int, **change) -> list:
+    """Results of runs with other settings than the exercise's (what the checks must reject), without training."""
+    from ..train import TrainResult
+
+    results = []
+    for placement, scale in runs:
+        config = dict(placement=placement, num_layers=NUM_LAYERS, lr=RATE * scale, warmup_steps=warmup_steps,
+                      seed=0, num_steps=NUM_STEPS)
+        config.update(change)
+        results.append(TrainResult(config, [3.0] * NUM_STEPS, [NUM_STEPS], [3.0], [RATE * scale] * NUM_STEPS))
+    return results
+
+
+# ------------------------------------------------------------------------------------- 4.7
+
+SANDWICH_NAMES = tuple(f"{name} L={depth}" for depth in SANDWICH_DEPTHS for name in ("sandwich", "scaled"))
+
+
+def _sandwich_rms() -> dict[str, float]:
+    values = []
+    for depth in SANDWICH_DEPTHS:
+        probes = _probes(depth=depth, placements=("sandwich", "sandwich_scaled"))
+        values += [probes["sandwich"].stream_rms[depth], probes["sandwich_scaled"].stream_rms[depth]]
+    return dict(zip(SANDWICH_NAMES, values))
+
+
+def _pairs_swapped(values: dict) -> dict:
+    a, b, c, d = values.values()
+    return dict(zip(values, (b, a, d, c)))
+
+
+EXERCISES = [
+    Exercise(
+        "4.1", "post-LN's and pre-LN's token spread after block 32 with RMSNorm, as (post, pre)",
+        kind="numbers", names=SPREADS, expected=_spreads, rel=0.005,
+        hints=[(lambda a, e: _close_all(a, _spreads("layer"), 0.005),
+                "these are LayerNorm's spreads: pass norm=\"rms\" to probe_placements"),
+               (lambda a, e: _close_all(a, _swapped(e), 0.005), "post-LN first, then pre-LN"),
+               (lambda a, e: math.isclose(a[SPREADS[0]], 1.0, rel_tol=1e-3),
+                "1 is post-LN's stream RMS; hand in the token spread column")],
+        hint="probe 32 blocks as the chapter does (dtype=torch.float64, seed=0) with norm=\"rms\", and read "
+             "token_spread[32]",
+        wrong=[lambda e: _spreads("layer"), _swapped]),
+    Exercise(
+        "4.2", "pre-LN's stream RMS and post-LN's token spread after block 32 with init=\"torch_default\"",
+        kind="numbers", names=INIT_NAMES, expected=_init_effect, rel=0.01,
+        hints=[(lambda a, e: _close_all(a, _init_effect("xavier_uniform"), 0.01),
+                "these are the Xavier-uniform values: pass init=\"torch_default\" to probe_placements"),
+               (lambda a, e: math.isclose(a[INIT_NAMES[0]], 1.0, rel_tol=1e-3),
+                "post-LN's RMS is pinned at 1; hand in pre-LN's")],
+        hint="probe 32 blocks (norm=\"layer\", dtype=torch.float64, seed=0) with init=\"torch_default\", and read "
+             "stream_rms[32] of pre-LN and token_spread[32] of post-LN",
+        wrong=[lambda e: _init_effect("xavier_uniform"), lambda e: {**e, INIT_NAMES[0]: 1.0}]),
+    Exercise(
+        "4.3", "post-LN's token spread after block 16 of a 16-block stack, the mean over seeds 0, 1 and 2, for "
+               "16 and for 256 tokens",
+        kind="numbers", names=LENGTH_NAMES, expected=_spread_by_length, rel=0.01,
+        hints=[(lambda a, e: _close_all(a, _spread_by_length((0,)), 0.01), "average over the three seeds 0, 1 and 2"),
+               (lambda a, e: _close_all(a, _reversed(e), 0.01), "the order is 16 tokens, then 256")],
+        hint="probe 16-block stacks, d2lmini.probe_depth(\"post\", depth=16, num_steps=n, seed=seed, "
+             "dtype=torch.float64), and average token_spread[16] over the three seeds",
+        wrong=[lambda e: _spread_by_length((0,)), _reversed, lambda e: {k: 2 * v for k, v in e.items()}]),
+    Exercise(
+        "4.4", "post-LN's q,k : v,o ratio at block 32 in float32 and in float64, as (float32, float64)",
+        kind="numbers", names=RATIO_NAMES, expected=_ratios, rel=0.02,
+        hints=[(lambda a, e: _close_all(a, _swapped(e), 0.02), "float32's ratio first, then float64's"),
+               (lambda a, e: _close_all(a, {k: 1 / v for k, v in e.items()}, 0.02),
+                "the ratio puts queries and keys on top: qk_vo_ratio(32)")],
+        hint="probe the post-LN stack of 32 blocks (norm=\"layer\", seed=0) once with dtype=torch.float32 and once "
+             "with torch.float64, and read qk_vo_ratio(32)",
+        wrong=[_swapped, lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {k: e["float64"] for k in e}]),
+    Exercise(
+        "4.5", "the list of two results that train_placements returns for post-LN at 0.01 and pre-LN at 0.08",
+        kind="custom", judge=_training_judge("4.5", *RATE_RUNS),
+        wrong=[lambda: _fake_results(*RATE_RUNS)[::-1], lambda: _fake_results((("post", 1), ("pre", 1)), 0),
+               lambda: _fake_results(*RATE_RUNS, num_layers=2), lambda: _fake_results(*RATE_RUNS)]),
+    Exercise(
+        "4.6", "the list that train_placements returns for 6-block post-LN with a 120-step warm-up",
+        kind="custom", judge=_training_judge("4.6", *WARMUP_RUNS),
+        wrong=[lambda: _fake_results((("post", 1),), 60), lambda: _fake_results(*WARMUP_RUNS, seed=1),
+               lambda: _fake_results(*WARMUP_RUNS)]),
+    Exercise(
+        "4.7", "the stream RMS after the last block of the sandwich and the depth-scaled sandwich at depth 8, "
+               "then at depth 32",
+        kind="numbers", names=SANDWICH_NAMES, expected=_sandwich_rms, rel=0.01,
+        hints=[(lambda a, e: _close_all(a, _pairs_swapped(e), 0.01),
+                "at each depth the sandwich comes first, then the depth-scaled sandwich"),
+               (lambda a, e: _close_all(a, {k: v ** 2 for k, v in e.items()}, 0.01),
+                "that is the mean square; the RMS is its square root")],
+        hint="probe_placements(depth, placements=(\"sandwich\", \"sandwich_scaled\"), norm=\"layer\", "
+             "dtype=torch.float64) at depths 8 and 32, and read stream_rms[depth]",
+        wrong=[_pairs_swapped, lambda e: {k: v ** 2 for k, v in e.items()}]),
+]
