@@ -17,7 +17,7 @@ from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtyp
                       check_sequence_tensor)
 from ._shown import shown_in
 from .cache import LayerCache
-from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
+from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm, unweighted_rms_norm
 
 #: QK-norm variants with gains accepted by ``MultiHeadAttention(qk_norm=...)`` (the chapter
 #: "QK-norm" compares them); all are RMSNorms applied to queries and keys right before the
@@ -303,12 +303,6 @@ def _check_query_scaling(value) -> tuple:
     out = (check_positive_float("query_scaling beta", value[0]), check_positive_int("query_scaling period", value[1]))
     offset = check_nonnegative_int("query_scaling offset", value[2]) if len(value) == 3 else 0
     return out + (offset,) if offset else out
-
-
-def _rms_normalize(X: torch.Tensor, eps: float) -> torch.Tensor:
-    """``X / sqrt(mean(X**2, -1) + eps)`` in float32, cast back: Llama 4's gainless ``Llama4TextL2Norm``."""
-    Y = X.float()
-    return (Y * torch.rsqrt(Y.pow(2).mean(-1, keepdim=True) + eps)).to(X.dtype)
 
 
 def valid_lens_mask(valid_lens: torch.Tensor | None, num_steps: int, min_len: int = 0) -> torch.Tensor | None:
@@ -714,7 +708,7 @@ class MultiHeadAttention(nn.Module):
             cos, sin = self._rotary(q.shape[2], q, start)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.qk_norm == QK_NORM_L2:  # Llama 4: per head, no gain, after RoPE
-            q, k = _rms_normalize(q, self.qk_norm_eps), _rms_normalize(k, self.qk_norm_eps)
+            q, k = (unweighted_rms_norm(t, self.qk_norm_eps, rounding="float32") for t in (q, k))
         if self.query_scaling is not None:  # q * (1 + beta log(1 + floor((p + offset) / period)))
             q = q * self._query_scales(q.shape[2], q, start)
         return q, k
@@ -766,7 +760,7 @@ class MultiHeadAttention(nn.Module):
         v = (self.W_k if self.k_eq_v else self.W_v)(values)  # k_eq_v: the raw key projection (Gemma 4)
         v = v.unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
         if self.value_norm:  # Gemma 4: each value head over its root mean square, no gain
-            v = _rms_normalize(v, self.qk_norm_eps)
+            v = unweighted_rms_norm(v, self.qk_norm_eps, rounding="float32")
         if cache is not None:  # attend to every position so far; remember this step's keys and values
             k, v = cache.update(k, v)
         mask = self._mask(valid_lens, queries.shape[0], queries.shape[1], k.shape[2], queries.device, start)

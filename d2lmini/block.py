@@ -7,6 +7,7 @@ norm goes". Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Callable
 
 import torch
@@ -129,12 +130,86 @@ class AddNorm(nn.Module):
         return X if self.norm_post is None else self.norm_post(X)
 
 
-def _build(name: str, factory: Callable[[], nn.Module]) -> nn.Module:
-    """Call a sublayer factory (``name`` is its argument's name) and check that it returned a module."""
+def build_sublayer(name: str, factory: Callable[[], nn.Module]) -> nn.Module:
+    """Call a sublayer factory and check that it returned a module.
+
+    Args:
+        name: the factory's argument name (``'attn_factory'``, ``'ffn_factory'``), for the messages.
+        factory: a zero-argument callable returning an ``nn.Module``.
+
+    Returns:
+        The module ``factory()`` built.
+
+    Raises:
+        TypeError: ``factory`` is not callable, or returns something that is not an ``nn.Module``.
+
+    Used by :class:`TransformerBlock` and :class:`~d2lmini.hyper.HyperConnectedBlock`.
+    """
+    if not callable(factory):
+        raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
     module = factory()
     if not isinstance(module, nn.Module):
         raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
     return module
+
+
+#: The arguments :class:`~d2lmini.attention.MultiHeadAttention` takes after its first two,
+#: read from its signature: the ones a block's ``**attention_kwargs`` may name.
+ATTENTION_OPTIONS = tuple(name for name in inspect.signature(MultiHeadAttention.__init__).parameters
+                          if name not in ("self", "num_hiddens", "num_heads"))
+
+
+def make_attention(num_hiddens: int, num_heads: int, attn_factory: Callable[[], nn.Module] | None = None,
+                   **attention_kwargs) -> nn.Module:
+    """The self-attention of a block: built by ``attn_factory``, or a :class:`MultiHeadAttention`.
+
+    The one place where a block's attention options reach the attention: every block
+    (:class:`TransformerBlock`, :class:`TransformerDecoderBlock`,
+    :class:`~d2lmini.hyper.HyperConnectedBlock`) calls it with its ``**attention_kwargs``.
+
+    Args:
+        num_hiddens: model width ``d``.
+        num_heads: query heads ``h``; with ``attn_factory``, checked against the module's
+            ``num_heads`` where it has one.
+        attn_factory: ``None``, or a zero-argument callable returning the attention module
+            (called as ``attn(X, X, X, valid_lens)``); it then configures the module alone.
+        **attention_kwargs: options of :class:`MultiHeadAttention` (:data:`ATTENTION_OPTIONS`:
+            ``num_kv_heads``, ``causal``, ``qk_norm``, ``rope_theta``, ``window``, ``dropout``,
+            ``bias``, ...); only without ``attn_factory``.
+
+    Returns:
+        The attention module.
+
+    Raises:
+        TypeError: a name in ``attention_kwargs`` that :class:`MultiHeadAttention` does not take
+            (the message lists those it takes), or a bad ``attn_factory`` (see :func:`build_sublayer`).
+        ValueError: ``attention_kwargs`` given together with ``attn_factory``, or ``num_heads``
+            unequal to the factory's module's; and whatever :class:`MultiHeadAttention` rejects.
+    """
+    unknown = sorted(set(attention_kwargs) - set(ATTENTION_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown argument(s) {unknown}: a block passes its attention options to MultiHeadAttention, "
+                        f"which takes {list(ATTENTION_OPTIONS)}")
+    if attn_factory is None:
+        return MultiHeadAttention(num_hiddens, num_heads, **attention_kwargs)
+    if attention_kwargs:
+        given = ", ".join(f"{name}={value!r}" for name, value in attention_kwargs.items())
+        raise ValueError(f"{given} would be ignored: attn_factory builds the attention, so set these on the "
+                         f"module it returns")
+    attention = build_sublayer("attn_factory", attn_factory)
+    check_positive_int("num_heads", num_heads)
+    heads = getattr(attention, "num_heads", num_heads)  # checked where the module has one
+    if heads != num_heads:
+        raise ValueError(f"num_heads={num_heads} differs from the num_heads={heads} of the module "
+                         f"attn_factory returned; pass num_heads={heads}")
+    return attention
+
+
+#: Block arguments of earlier versions that now live elsewhere, with where: the message
+#: :class:`TransformerBlock` gives when one is passed.
+MOVED = {"attn_scale": "pass scale=... (the attention's own name for it)",
+         "residual_multiplier": "call block.set_scales(residual_multiplier=...) after building the block",
+         "layer_scalar": "call block.set_scales(layer_scalar=...) after building the block"}
 
 
 class TransformerBlock(nn.Module):
@@ -168,54 +243,32 @@ class TransformerBlock(nn.Module):
             ``addnorm2.norm_in`` *is* ``addnorm1.norm_in`` (one module, one set of weights).
         bias: whether the attention and FFN linear layers have biases; ``'qkv'``: biases on
             the attention's query, key and value projections only (Qwen2), none elsewhere.
-        num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
         ffn_num_hiddens: FFN hidden width (default ``4d``, or ``round(8d/3)`` gated).
         eps: epsilon of every norm (default: 1e-5 for LayerNorm, 1e-6 for RMSNorm).
-        causal: whether self-attention is causal (decoder-only language models).
-        head_dim, qk_norm, qk_norm_eps, rope_theta: passed to :class:`MultiHeadAttention`
-            (features per head; QK-norm variant; its epsilon; RoPE base or ``None``).
-        attn_scale: attention logit scale (default ``1/sqrt(head_dim)``).
-        window: ``None`` or an int >= 1: sliding-window self-attention, query ``i``
-            sees keys ``i - window < j <= i`` (needs ``causal=True``); see
-            :class:`MultiHeadAttention`.
-        chunk: ``None`` or an int ``C >= 1``: chunked self-attention (Llama 4), query ``i``
-            sees keys ``j <= i`` with ``floor(j / C) == floor(i / C)`` (needs ``causal=True``);
-            see :class:`MultiHeadAttention`.
-        logit_softcap: ``None`` or a float ``c > 0``: attention logits become
-            ``tanh(logits / c) * c`` (Gemma 2; an explicit, unfused attention path); see
-            :class:`MultiHeadAttention`.
-        rotary_dim, rope_scaling, query_scaling, sinks: passed to :class:`MultiHeadAttention`
-            (partial RoPE: rotate only the first ``rotary_dim`` features of each head;
-            RoPE frequency scaling ``{'rope_type': 'linear' | 'yarn' | 'llama3', ...}``;
-            the position-dependent query factor ``(beta, period)`` of Ministral 3, or
-            ``(beta, period, offset)`` of Llama 4's temperature tuning; gpt-oss's
-            learned attention sinks).
-        value_norm, k_eq_v: passed to :class:`MultiHeadAttention` (Gemma 4: a gainless
-            RMSNorm on each value head; values taken from the key projection, no ``W_v``).
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
         sublayer_norm_gain: initial gain of the norms on the sublayer outputs, for
             ``'post_sublayer'`` and ``'sandwich'`` (a depth-scaled sandwich uses e.g. ``1/sqrt(L)``).
-        residual_multiplier: ``m`` scaling both sublayer outputs before they are added,
-            ``x <- x + m * F(Norm(x))`` (IBM Granite's ``residual_multiplier``; pair it with
-            ``attn_scale=config.attention_multiplier``); only with ``placement='pre'`` and
-            ``residual=True`` (see :class:`AddNorm`).
-        layer_scalar: a finite float ``s > 0`` multiplying the block's whole output, stream
-            included, after both sublayers: ``x <- s * block(x)``, as Gemma 4's
-            ``layer_scalar`` (Hugging Face ``transformers`` 5.24,
-            ``models/gemma4/modeling_gemma4.py``, ``Gemma4TextDecoderLayer``: a buffer, not
-            trained, ``hidden_states *= self.layer_scalar`` at the end of ``forward``); kept as a
-            plain float here (no gradient). ``1.0`` (the default) is the plain block, bit for bit.
         attn_factory: zero-argument callable returning the attention module, called as
-            ``attn(X, X, X, valid_lens)``; default a :class:`MultiHeadAttention` built
-            from the arguments above. When given, the module is configured by the
-            factory alone: the attention-only arguments (``num_kv_heads``, ``causal``,
-            ``head_dim``, ``qk_norm``, ``qk_norm_eps``, ``rope_theta``, ``attn_scale``,
-            ``window``, ``logit_softcap``, ``rotary_dim``, ``rope_scaling``, ``query_scaling``,
-            ``sinks``, ``chunk``, ``value_norm``, ``k_eq_v``) must keep their defaults, and ``num_heads`` must equal the module's
-            ``num_heads`` if it has one (``ValueError`` otherwise).
+            ``attn(X, X, X, valid_lens)`` (with ``cache=`` during generation); default a
+            :class:`MultiHeadAttention` built from ``**attention_kwargs``. When given, the
+            module is configured by the factory alone: ``attention_kwargs`` must be empty, and
+            ``num_heads`` must equal the module's ``num_heads`` if it has one (``ValueError``
+            otherwise). A converter of a released model builds its attention this way.
         ffn_factory: zero-argument callable returning the FFN module, called as
             ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
             and ``ffn_num_hiddens`` must keep their defaults.
+        **attention_kwargs: the attention's own options, passed to :class:`MultiHeadAttention`
+            with ``dropout`` and ``bias`` (see :func:`make_attention`, the one place they go
+            through). Those the chapters teach: ``num_kv_heads`` (grouped-query attention,
+            default ``num_heads``), ``causal`` (decoder-only models), ``qk_norm`` (QK-norm
+            variant), ``rope_theta`` (RoPE base, ``None``: no rotary positions), ``window``
+            (sliding window, query ``i`` sees keys ``i - window < j <= i``; needs
+            ``causal=True``), ``head_dim``; the rest serve released models (``scale``,
+            ``logit_softcap``, ``chunk``, ``rotary_dim``, ``rope_scaling``, ``query_scaling``,
+            ``sinks``, ``value_norm``, ``k_eq_v``, ``qk_norm_eps``; :data:`ATTENTION_OPTIONS`).
+
+    Released models' two stream scalings (IBM Granite's ``residual_multiplier``, Gemma 4's
+    ``layer_scalar``) are set by their converters with :meth:`set_scales`.
 
     Attributes:
         attention, ffn: the two sublayers.
@@ -233,28 +286,19 @@ class TransformerBlock(nn.Module):
             ``residual_multiplier != 1``, ``num_hiddens`` not divisible by ``num_heads``,
             ``num_heads`` not divisible by ``num_kv_heads``, dropout outside [0, 1), an
             argument that a factory makes meaningless set to a non-default value, or
-            ``num_heads`` unequal to the factory's module's, ``layer_scalar`` not a finite
-            float > 0; at call time an input that
+            ``num_heads`` unequal to the factory's module's; at call time an input that
             is not ``(b, n, d)`` or bad ``valid_lens``.
         TypeError: arguments or inputs of the wrong type (every argument after
-            ``num_heads`` is keyword-only), a factory that is not callable or does not
+            ``num_heads`` is keyword-only), an attention option :class:`MultiHeadAttention`
+            does not take, a factory that is not callable or does not
             return an ``nn.Module``, or an input whose dtype differs from the block's weights.
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, norm: str = "rms",
                  act: str = "swiglu", placement: str = "pre", bias: bool | str = False,
-                 num_kv_heads: int | None = None, ffn_num_hiddens: int | None = None,
-                 eps: float | None = None, causal: bool = False,
-                 sublayer_norm_gain: float | None = None,
-                 head_dim: int | None = None, qk_norm: str | None = None, qk_norm_eps: float | None = None,
-                 rope_theta: float | None = None, attn_scale: float | None = None, residual: bool = True,
-                 window: int | None = None, logit_softcap: float | None = None,
-                 rotary_dim: int | None = None, rope_scaling: dict | None = None,
-                 query_scaling: tuple | None = None, sinks: bool = False,
-                 residual_multiplier: float = 1.0, chunk: int | None = None,
-                 value_norm: bool = False, k_eq_v: bool = False, layer_scalar: float = 1.0,
-                 attn_factory: Callable[[], nn.Module] | None = None,
-                 ffn_factory: Callable[[], nn.Module] | None = None):
+                 ffn_num_hiddens: int | None = None, eps: float | None = None, residual: bool = True,
+                 sublayer_norm_gain: float | None = None, attn_factory: Callable[[], nn.Module] | None = None,
+                 ffn_factory: Callable[[], nn.Module] | None = None, **attention_kwargs):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.placement = check_choice("placement", placement, PLACEMENTS)
@@ -263,48 +307,72 @@ class TransformerBlock(nn.Module):
         for name, factory in (("attn_factory", attn_factory), ("ffn_factory", ffn_factory)):
             if factory is not None and not callable(factory):
                 raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
-        if attn_factory is None:
-            self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout, bias=bias,
-                                                num_kv_heads=num_kv_heads, causal=causal, head_dim=head_dim,
-                                                qk_norm=qk_norm, qk_norm_eps=qk_norm_eps, rope_theta=rope_theta,
-                                                scale=attn_scale, window=window, logit_softcap=logit_softcap,
-                                                rotary_dim=rotary_dim, rope_scaling=rope_scaling,
-                                                query_scaling=query_scaling, sinks=sinks, chunk=chunk,
-                                                value_norm=value_norm, k_eq_v=k_eq_v)
-        else:
-            check_left_at_default("attn_factory builds the attention, so set these on the module it returns",
-                                  TransformerBlock.__init__, num_kv_heads=num_kv_heads, causal=causal,
-                                  head_dim=head_dim, qk_norm=qk_norm, qk_norm_eps=qk_norm_eps,
-                                  rope_theta=rope_theta, attn_scale=attn_scale, window=window,
-                                  logit_softcap=logit_softcap, rotary_dim=rotary_dim, rope_scaling=rope_scaling,
-                                  query_scaling=query_scaling, sinks=sinks, chunk=chunk,
-                                  value_norm=value_norm, k_eq_v=k_eq_v)
-            self.attention = _build("attn_factory", attn_factory)
-            check_positive_int("num_heads", num_heads)
-            heads = getattr(self.attention, "num_heads", num_heads)  # checked where the module has one
-            if heads != num_heads:
-                raise ValueError(f"num_heads={num_heads} differs from the num_heads={heads} of the module "
-                                 f"attn_factory returned; pass num_heads={heads}")
+        moved = {name: MOVED[name] for name in attention_kwargs if name in MOVED}
+        if moved:
+            raise TypeError(f"TransformerBlock takes no {', '.join(moved)}: "
+                            + "; ".join(f"{name} -> {where}" for name, where in moved.items()))
+        shared = {} if attn_factory is not None else dict(dropout=dropout, bias=bias)  # the block's, given to MHA
+        self.attention = make_attention(num_hiddens, num_heads, attn_factory, **shared, **attention_kwargs)
         if ffn_factory is None:
             self.ffn = FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias is True, dropout=dropout)
         else:
             check_left_at_default("ffn_factory builds the FFN, so set these on the module it returns",
                                   TransformerBlock.__init__, act=act, ffn_num_hiddens=ffn_num_hiddens)
-            self.ffn = _build("ffn_factory", ffn_factory)
+            self.ffn = build_sublayer("ffn_factory", ffn_factory)
         parallel = placement in PARALLEL_PLACEMENTS
-        if parallel and (sublayer_norm_gain is not None
-                         or check_positive_float("residual_multiplier", residual_multiplier) != 1.0):
-            raise ValueError(f"placement={placement!r} takes neither sublayer_norm_gain nor residual_multiplier, "
-                             f"got sublayer_norm_gain={sublayer_norm_gain!r}, "
-                             f"residual_multiplier={residual_multiplier!r}")
+        if parallel and sublayer_norm_gain is not None:
+            raise ValueError(f"placement={placement!r} takes no sublayer_norm_gain, "
+                             f"got sublayer_norm_gain={sublayer_norm_gain!r}")
         addnorm = dict(placement="pre" if parallel else placement, norm=norm, eps=eps, dropout=dropout,
-                       sublayer_norm_gain=sublayer_norm_gain, residual=residual,
-                       residual_multiplier=residual_multiplier)
-        self.layer_scalar = check_positive_float("layer_scalar", layer_scalar)
+                       sublayer_norm_gain=sublayer_norm_gain, residual=residual)
+        self.layer_scalar = 1.0
         self.addnorm1 = AddNorm(num_hiddens, **addnorm)
         self.addnorm2 = AddNorm(num_hiddens, **{**addnorm, "residual": residual and not parallel})
         if placement == "parallel":  # one norm feeds both sublayers (GPT-J's ln_1)
             self.addnorm2.norm_in = self.addnorm1.norm_in
+
+    def set_scales(self, *, residual_multiplier: float = 1.0, layer_scalar: float = 1.0) -> "TransformerBlock":
+        r"""Set the two constant scalings of the stream some released models use; returns the block.
+
+        Args:
+            residual_multiplier: a finite float ``m > 0`` scaling both sublayer outputs before
+                they are added, ``x <- x + m * F(Norm(x))``: IBM Granite's ``residual_multiplier``
+                (Hugging Face ``GraniteDecoderLayer``: ``residual + hidden_states *
+                self.residual_multiplier``; pair it with the attention's
+                ``scale=config.attention_multiplier``). Only for ``placement='pre'`` with
+                ``residual=True`` (see :class:`AddNorm`). ``1.0`` is the plain block, bit for bit.
+            layer_scalar: a finite float ``s > 0`` multiplying the block's whole output, stream
+                included, after both sublayers, ``x <- s * block(x)``: Gemma 4's ``layer_scalar``
+                (Hugging Face ``transformers`` 5.24, ``models/gemma4/modeling_gemma4.py``,
+                ``Gemma4TextDecoderLayer``: a buffer, not trained, ``hidden_states *=
+                self.layer_scalar`` at the end of ``forward``); a plain float here (no gradient,
+                not in the ``state_dict``). ``1.0`` is the plain block, bit for bit.
+
+        Returns:
+            ``self``, so that a converter can write ``TransformerBlock(...).set_scales(...)``.
+
+        Raises:
+            TypeError: a value that is not a real number.
+            ValueError: a value that is not a finite float > 0, or ``residual_multiplier != 1``
+                with a placement other than ``'pre'`` (parallel ones included) or with
+                ``residual=False``.
+
+        The converters of :mod:`d2lmini.reference` (Granite, Gemma 4) call it; no chapter does.
+        """
+        m = check_positive_float("residual_multiplier", residual_multiplier)
+        s = check_positive_float("layer_scalar", layer_scalar)
+        if m != 1.0 and (self.placement != "pre" or not self.addnorm1.residual):
+            raise ValueError(f"residual_multiplier applies only to placement='pre' with residual=True (IBM Granite), "
+                             f"got residual_multiplier={residual_multiplier!r} with placement={self.placement!r}, "
+                             f"residual={self.addnorm1.residual!r}")
+        for addnorm in self._addnorms():
+            addnorm.residual_multiplier = m
+        self.layer_scalar = s
+        return self
+
+    def _addnorms(self) -> list[AddNorm]:
+        """The block's residual connections, in order (two here; three in the decoder block)."""
+        return [self.addnorm1, self.addnorm2]
 
     def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None, cache=None) -> torch.Tensor:
         """Apply the block to ``X`` (b, n, d); ``valid_lens`` ``None``, (b,) or (b, n). Returns (b, n, d).
@@ -385,6 +453,10 @@ class TransformerDecoderBlock(TransformerBlock):
                                                   num_kv_heads=num_kv_heads, head_dim=head_dim)
         # A third residual connection like the other two: same placement, norms, dropout; its own weights.
         self.addnorm3 = copy.deepcopy(self.addnorm2)
+
+    def _addnorms(self) -> list[AddNorm]:
+        """The three residual connections: self-attention, cross-attention, FFN."""
+        return [self.addnorm1, self.addnorm2, self.addnorm3]
 
     def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor, enc_valid_lens: torch.Tensor | None = None,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:

@@ -469,12 +469,8 @@ class HashRoutedMoE(MixtureOfExperts):
         if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
             raise ValueError(f"input_ids must be in [0, vocab_size={self.vocab_size})")
         tokens = X.reshape(-1, self.num_hiddens)
-        logits = self.router(tokens).float()
-        scores = {"softmax": lambda s: s.softmax(dim=-1), "sigmoid": torch.sigmoid,
-                  "sqrtsoftplus": lambda s: nn.functional.softplus(s).sqrt()}[self.router_kind](logits)
         experts = self.token_experts[input_ids.reshape(-1)]
-        weights = scores.gather(-1, experts)
-        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
+        weights = self.mix_weights(self.router_scores(tokens), experts)  # the router's scoring, the table's experts
         return self.combine(tokens, weights, experts).reshape(X.shape)
 
     def extra_repr(self) -> str:

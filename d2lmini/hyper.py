@@ -37,7 +37,7 @@ from torch import nn
 
 from ._checks import check_callable, check_int_at_least, check_positive_float, check_positive_int
 from ._shown import shown_in
-from .attention import MultiHeadAttention
+from .block import build_sublayer, make_attention
 from .ffn import FeedForward
 from .norms import DEFAULT_EPS, RMSNorm, unweighted_rms_norm
 
@@ -353,13 +353,7 @@ class HyperConnectedBlock(nn.Module):
         hc = dict(sinkhorn_iters=sinkhorn_iters, eps=hc_eps, norm_eps=norm_eps)
         self.hc1 = HyperConnection(num_hiddens, num_streams, **hc)
         self.norm1 = RMSNorm(num_hiddens, norm_eps)
-        if attn_factory is None:
-            self.attention = MultiHeadAttention(num_hiddens, num_heads, **attention_kwargs)
-        else:
-            if attention_kwargs:
-                raise ValueError(f"attn_factory builds the attention, so set {sorted(attention_kwargs)} on the "
-                                 f"module it returns")
-            self.attention = _build("attn_factory", attn_factory)
+        self.attention = make_attention(num_hiddens, num_heads, attn_factory, **attention_kwargs)
         self.hc2 = HyperConnection(num_hiddens, num_streams, **hc)
         self.norm2 = RMSNorm(num_hiddens, norm_eps)
         if ffn_factory is None:
@@ -367,7 +361,7 @@ class HyperConnectedBlock(nn.Module):
         else:
             if act != "swiglu" or ffn_num_hiddens is not None:
                 raise ValueError("ffn_factory builds the FFN, so act and ffn_num_hiddens must keep their defaults")
-            self.ffn = _build("ffn_factory", ffn_factory)
+            self.ffn = build_sublayer("ffn_factory", ffn_factory)
         self.num_hiddens, self.num_streams = self.hc1.num_hiddens, self.hc1.num_streams
 
     def forward(self, streams: torch.Tensor, valid_lens: torch.Tensor | None = None, *,
@@ -380,14 +374,6 @@ class HyperConnectedBlock(nn.Module):
         if input_ids is None:
             return self.hc2(streams, lambda x: self.ffn(self.norm2(x)))
         return self.hc2(streams, lambda x: self.ffn(self.norm2(x), input_ids))
-
-
-def _build(name: str, factory) -> nn.Module:
-    """Call ``factory`` (checked callable) and check that it returns an ``nn.Module``."""
-    module = check_callable(name, factory)()
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"{name} must return an nn.Module, got {type(module).__name__}")
-    return module
 
 
 __all__ = ["INIT_STD", "HyperConnectedBlock", "HyperConnection", "HyperHead", "expand_streams", "sinkhorn_knopp"]

@@ -147,13 +147,7 @@ class MixtureOfExperts(nn.Module):
             summing to ``route_scale`` per token; ``'sigmoid_input'``: ``route_scale`` times
             the sigmoid of each chosen logit, not renormalized) and the chosen expert indices.
         """
-        logits = self.router(X).float()  # routing decisions in float32, as the models do
-        if self.router_kind == "softmax":
-            scores = logits.softmax(dim=-1)
-        elif self.router_kind == "sqrtsoftplus":  # DeepSeek-V4
-            scores = F.softplus(logits).sqrt()
-        else:
-            scores = torch.sigmoid(logits)
+        scores = self.router_scores(X)
         choice = scores + self.expert_bias.float()
         if self.topk_groups < self.num_groups:  # group-limited routing (DeepSeek-V3)
             grouped = choice.view(-1, self.num_groups, self.num_experts // self.num_groups)
@@ -162,11 +156,33 @@ class MixtureOfExperts(nn.Module):
             allowed = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)
             choice = choice.masked_fill(~allowed.repeat_interleave(grouped.shape[-1], dim=-1), float("-inf"))
         _, experts = torch.topk(choice, self.top_k, dim=-1)
+        return self.mix_weights(scores, experts), experts
+
+    def router_scores(self, X: torch.Tensor) -> torch.Tensor:
+        """The router's score of every expert for every token of ``X`` ``(T, d)``: ``(T, num_experts)``, float32.
+
+        The logits ``router(X)`` in float32 (routing decisions are made in float32, as the models
+        do), then softmax (``'softmax'``), ``sqrt(softplus)`` (``'sqrtsoftplus'``, DeepSeek-V4) or
+        the sigmoid (``'sigmoid'``, ``'sigmoid_input'``). The one scoring of every router here:
+        :meth:`route` and DeepSeek-V4's hash-routed layers (:class:`~d2lmini.deepseek_v4.HashRoutedMoE`) use it.
+        """
+        logits = self.router(X).float()  # routing decisions in float32, as the models do
+        if self.router_kind == "softmax":
+            return logits.softmax(dim=-1)
+        if self.router_kind == "sqrtsoftplus":  # DeepSeek-V4
+            return F.softplus(logits).sqrt()
+        return torch.sigmoid(logits)
+
+    def mix_weights(self, scores: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """The mixing weights ``(T, top_k)`` of the chosen ``experts`` ``(T, top_k)`` from ``scores`` ``(T, num_experts)``.
+
+        The chosen scores, normalized to sum to ``route_scale`` per token; ``'sigmoid_input'``
+        (Llama 4): ``route_scale`` times the chosen sigmoids, not renormalized.
+        """
         weights = scores.gather(-1, experts)
         if self.router_kind == "sigmoid_input":  # Llama 4: the sigmoids themselves
-            return weights * self.route_scale, experts
-        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
-        return weights, experts
+            return weights * self.route_scale
+        return weights / (weights.sum(dim=-1, keepdim=True) + 1e-20) * self.route_scale
 
     @shown_in("ch07")
     def forward(self, X: torch.Tensor) -> torch.Tensor:

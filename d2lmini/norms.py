@@ -165,26 +165,48 @@ def make_norm(norm: str, num_hiddens: int, eps: float | None = None, gain: float
     return layer
 
 
-def unweighted_rms_norm(X: torch.Tensor, eps: float) -> torch.Tensor:
+#: How :func:`unweighted_rms_norm` rounds, by the models that round so (see there).
+UNWEIGHTED_ROUNDINGS = ("statistic", "float32")
+
+
+def unweighted_rms_norm(X: torch.Tensor, eps: float, *, rounding: str = "statistic") -> torch.Tensor:
     """RMS normalization without a gain: ``X / sqrt(mean(X**2) + eps)`` over the last dimension.
 
-    The statistic is computed in float32 and cast back to ``X``'s dtype before it multiplies
-    ``X``, as DeepSeek-V4's ``DeepseekV4UnweightedRMSNorm`` (Hugging Face ``transformers`` 5.24,
-    ``models/deepseek_v4``) rounds it; used by the hyper-connections of :mod:`d2lmini.hyper`
-    (the chapter "Beyond one residual stream") and DeepSeek-V4's compressed attention.
+    The one gainless RMS normalization of the package, in the two roundings released models use
+    (the weighted one is :class:`RMSNorm`, which computes like ``'float32'`` but keeps float64):
+
+    * ``'statistic'`` (default): only the statistic ``rsqrt(mean(X**2) + eps)`` is computed in
+      float32 and cast to ``X``'s dtype before it multiplies ``X``, as DeepSeek-V4's
+      ``DeepseekV4UnweightedRMSNorm`` (Hugging Face ``transformers`` 5.24, ``models/deepseek_v4``);
+      the hyper-connections of :mod:`d2lmini.hyper` (the chapter "Beyond one residual stream")
+      and DeepSeek-V4's compressed attention.
+    * ``'float32'``: ``X`` is cast to float32 (float64 too), normalized there and the result cast
+      back, as Llama 4's ``Llama4TextL2Norm`` (``qk_norm='l2'``) and Gemma 4's gainless value norm
+      (``Gemma4RMSNorm(with_scale=False)``); :class:`~d2lmini.attention.MultiHeadAttention`.
 
     Args:
         X: a floating tensor ``(..., features)``.
         eps: added to the mean square (a float > 0; not checked here, the modules check theirs).
+        rounding: one of :data:`UNWEIGHTED_ROUNDINGS`.
 
     Returns:
         A tensor shaped like ``X``, in its dtype.
+
+    Raises:
+        ValueError: an unknown ``rounding`` (the message lists the allowed ones).
     """
-    return X * torch.rsqrt(X.float().pow(2).mean(dim=-1, keepdim=True) + eps).to(X.dtype)
+    if rounding == "statistic":
+        return X * torch.rsqrt(X.float().pow(2).mean(dim=-1, keepdim=True) + eps).to(X.dtype)
+    check_choice("rounding", rounding, UNWEIGHTED_ROUNDINGS)
+    Y = X.float()
+    return (Y * torch.rsqrt(Y.pow(2).mean(dim=-1, keepdim=True) + eps)).to(X.dtype)
 
 
-class HeadwiseRMSNorm(nn.Module):
+class HeadwiseRMSNorm(RMSNorm):
     """RMSNorm over each head's features with a distinct gain vector per head (``qk_norm='per_head_distinct'``).
+
+    :class:`RMSNorm`'s computation (its ``forward``), over the last dimension ``head_dim``, with
+    a gain of shape ``(num_heads, head_dim)`` that broadcasts over batch and positions.
 
     Args:
         num_heads: heads ``h``; head_dim: features per head.
@@ -192,19 +214,18 @@ class HeadwiseRMSNorm(nn.Module):
 
     Shape:
         input ``(batch, num_steps, num_heads, head_dim)``, output the same.
+
+    Raises:
+        TypeError / ValueError: ``num_heads`` or ``head_dim`` not a positive int, ``eps`` not a
+            positive number; at call time an input whose last dimension is not ``head_dim``.
     """
 
     def __init__(self, num_heads: int, head_dim: int, *, eps: float = 1e-6):
-        super().__init__()
-        self.eps = check_positive_float("eps", eps)
-        self.weight = nn.Parameter(torch.ones(check_positive_int("num_heads", num_heads),
-                                              check_positive_int("head_dim", head_dim)))
+        super().__init__(check_positive_int("head_dim", head_dim), eps)
+        self.weight = nn.Parameter(torch.ones(check_positive_int("num_heads", num_heads), self.num_hiddens))
 
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """Normalize every head of ``X``, shape ``(b, n, h, head_dim)``; returns the same shape."""
-        X32 = X if X.dtype == torch.float64 else X.float()  # at least float32; float64 stays
-        Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return Y.to(X.dtype) * self.weight
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, {self.num_hiddens}, eps={self.eps}"
 
 
 class SequenceBatchNorm(nn.Module):

@@ -34,7 +34,11 @@ def _has_afmoe() -> bool:
 def test_constructor_groups_cover_every_argument_once():
     groups = constructor_groups()
     assert list(groups) == ["sizes", "flags", "factories", "released models"]
-    names = [n for n in inspect.signature(TransformerBlock.__init__).parameters if n != "self"]
+    names = [n for n in inspect.signature(TransformerBlock.__init__).parameters
+             if n not in ("self", "attention_kwargs")]
+    names += [n for n in inspect.signature(MultiHeadAttention.__init__).parameters
+              if n not in ("self", "num_hiddens", "num_heads", *names)]
+    names += ["residual_multiplier", "layer_scalar"]  # TransformerBlock.set_scales
     listed = [n for args in groups.values() for n in args]
     assert sorted(listed) == sorted(names) and len(listed) == len(set(listed))
     assert groups["factories"] == ["attn_factory", "ffn_factory"]

@@ -129,7 +129,7 @@ def test_bad_values_are_rejected():
         MultiHeadAttention(32, 2, k_eq_v=1)
     for bad in (0.0, -1.0, float("inf")):
         with pytest.raises(ValueError, match="layer_scalar"):
-            TransformerBlock(32, 2, layer_scalar=bad)
+            TransformerBlock(32, 2).set_scales(layer_scalar=bad)
     with pytest.raises(ValueError, match="attn_factory"):
         TransformerBlock(32, 2, k_eq_v=True, attn_factory=lambda: MultiHeadAttention(32, 2))
 
@@ -140,7 +140,8 @@ def test_defaults_change_nothing_and_options_change_the_output():
     base = TransformerBlock(32, 4, causal=True, rope_theta=10.0)
     for kwargs in (dict(value_norm=True), dict(layer_scalar=0.5),
                    dict(rope_scaling={"rope_type": "proportional", "partial_rotary_factor": 0.5})):
-        other = TransformerBlock(32, 4, causal=True, rope_theta=10.0, **kwargs)
+        scales = {"layer_scalar": kwargs.pop("layer_scalar")} if "layer_scalar" in kwargs else {}
+        other = TransformerBlock(32, 4, causal=True, rope_theta=10.0, **kwargs).set_scales(**scales)
         other.load_state_dict(base.state_dict())
         assert not torch.allclose(base(X), other(X), atol=1e-4), kwargs
     keqv = TransformerBlock(32, 4, causal=True, k_eq_v=True)

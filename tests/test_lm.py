@@ -275,7 +275,7 @@ def test_generate_with_an_attention_that_takes_no_cache_says_so():
     (dict(norm="layer"), "norm='layer'"),
     (dict(act="gelu"), "act='gelu'"),
     (dict(sinks=True), "sinks=True"),
-    (dict(attn_scale=0.5), "scale=0.5"),
+    (dict(scale=0.5), "scale=0.5"),
 ])
 def test_to_hf_refuses_what_llama_and_qwen3_cannot_express(change, match):
     from d2lmini.reference import to_hf

@@ -498,8 +498,33 @@ def test_arguments_after_the_first_two_are_keyword_only(name):
     assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params), name
 
 
+def test_the_block_constructor_takes_at_most_fifteen_arguments():
+    # Fails if TransformerBlock grows past what a reader can hold (DESIGN.md): options only a
+    # released model needs reach the attention through **attention_kwargs or attn_factory.
+    import inspect
+
+    params = inspect.signature(TransformerBlock).parameters
+    assert len(params) <= 15, list(params)
+    assert [p.name for p in params.values() if p.kind is p.VAR_KEYWORD] == ["attention_kwargs"]
+    assert set(params) & set(d2lmini.block.ATTENTION_OPTIONS) == {"dropout", "bias"}  # the block's own
+
+
+def test_attention_options_reach_the_attention_in_one_place():
+    # Fails if an attention option is dropped or renamed on its way from the block to MultiHeadAttention.
+    options = dict(num_kv_heads=1, causal=True, head_dim=4, qk_norm="per_head", qk_norm_eps=1e-5, rope_theta=1e4,
+                   scale=0.5, window=3, logit_softcap=30.0, rotary_dim=2, sinks=True)
+    torch.manual_seed(0)
+    block = TransformerBlock(16, 2, **options)
+    torch.manual_seed(0)
+    alone = MultiHeadAttention(16, 2, **options)
+    assert block.attention.extra_repr() == alone.extra_repr()
+    assert all(torch.equal(a, b) for a, b in zip(block.attention.state_dict().values(), alone.state_dict().values()))
+    with pytest.raises(TypeError, match="unknown argument.*'windw'.*MultiHeadAttention"):
+        TransformerBlock(16, 2, windw=3)
+
+
 ATTENTION_ONLY = dict(num_kv_heads=1, causal=True, head_dim=4, qk_norm="per_head", qk_norm_eps=1e-5,
-                      rope_theta=1e4, attn_scale=0.5)
+                      rope_theta=1e4, scale=0.5)
 
 
 @pytest.mark.parametrize("argument", sorted(ATTENTION_ONLY))

@@ -94,15 +94,16 @@ def test_parallel_block_trains_and_every_parameter_gets_a_gradient(placement):
 
 
 @pytest.mark.parametrize("placement", PARALLEL_PLACEMENTS)
-@pytest.mark.parametrize("kwargs", [{"sublayer_norm_gain": 0.5}, {"residual_multiplier": 0.22}])
-def test_parallel_rejects_sublayer_norm_gain_and_residual_multiplier(placement, kwargs):
-    with pytest.raises(ValueError, match=f"placement='{placement}' takes neither"):
-        TransformerBlock(32, 4, placement=placement, **kwargs)
+def test_parallel_rejects_sublayer_norm_gain_and_residual_multiplier(placement):
+    with pytest.raises(ValueError, match=f"placement='{placement}' takes no sublayer_norm_gain"):
+        TransformerBlock(32, 4, placement=placement, sublayer_norm_gain=0.5)
+    with pytest.raises(ValueError, match=f"residual_multiplier applies only to placement='pre'"):
+        TransformerBlock(32, 4, placement=placement).set_scales(residual_multiplier=0.22)
 
 
 def test_parallel_rejects_a_residual_multiplier_of_the_wrong_type():
     with pytest.raises(TypeError, match="residual_multiplier"):
-        TransformerBlock(32, 4, placement="parallel", residual_multiplier="2")
+        TransformerBlock(32, 4, placement="parallel").set_scales(residual_multiplier="2")
 
 
 @pytest.mark.parametrize("placement", PARALLEL_PLACEMENTS)

@@ -1,4 +1,4 @@
-"""TransformerBlock(residual_multiplier=m): x + m * F(Norm(x)), checked against IBM Granite."""
+"""TransformerBlock(...).set_scales(residual_multiplier=m): x + m * F(Norm(x)), checked against IBM Granite."""
 
 import pytest
 import torch
@@ -15,7 +15,7 @@ from d2lmini.reference.llama import gated_decoder
 ])
 def test_bad_residual_multiplier(value, error):
     with pytest.raises(error, match="residual_multiplier"):
-        TransformerBlock(16, 2, residual_multiplier=value)
+        TransformerBlock(16, 2).set_scales(residual_multiplier=value)
     with pytest.raises(error, match="residual_multiplier"):
         AddNorm(16, residual_multiplier=value)
 
@@ -24,19 +24,29 @@ def test_bad_residual_multiplier(value, error):
                                     dict(placement="sandwich"), dict(residual=False)])
 def test_residual_multiplier_only_for_pre_ln(kwargs):
     with pytest.raises(ValueError, match="residual_multiplier"):
-        TransformerBlock(16, 2, residual_multiplier=0.5, **kwargs)
-    TransformerBlock(16, 2, residual_multiplier=1.0, **kwargs)  # the default stays allowed everywhere
+        TransformerBlock(16, 2, **kwargs).set_scales(residual_multiplier=0.5)
+    TransformerBlock(16, 2, **kwargs).set_scales(residual_multiplier=1.0)  # the default stays allowed everywhere
 
 
 def test_residual_multiplier_is_keyword_only():
     with pytest.raises(TypeError):
         AddNorm(16, "pre", "rms")
+    with pytest.raises(TypeError):
+        TransformerBlock(16, 2).set_scales(0.5)
+
+
+def test_the_block_constructor_points_to_set_scales():
+    for name in ("residual_multiplier", "layer_scalar"):
+        with pytest.raises(TypeError, match=rf"{name} -> call block.set_scales\({name}="):
+            TransformerBlock(16, 2, **{name: 0.5})
+    with pytest.raises(TypeError, match=r"attn_scale -> pass scale="):
+        TransformerBlock(16, 2, attn_scale=0.5)
 
 
 def test_multiplier_one_is_the_current_block_exactly():
     torch.manual_seed(0)
     plain = TransformerBlock(32, 4, causal=True, rope_theta=10000.0).eval()
-    scaled = TransformerBlock(32, 4, causal=True, rope_theta=10000.0, residual_multiplier=1.0).eval()
+    scaled = TransformerBlock(32, 4, causal=True, rope_theta=10000.0).set_scales(residual_multiplier=1.0).eval()
     scaled.load_state_dict(plain.state_dict())
     X = torch.randn(2, 7, 32)
     assert torch.equal(plain(X), scaled(X))
@@ -45,7 +55,7 @@ def test_multiplier_one_is_the_current_block_exactly():
 def test_multiplier_scales_each_branch():
     torch.manual_seed(0)
     m = 0.22
-    block = TransformerBlock(32, 4, causal=True, residual_multiplier=m).eval()
+    block = TransformerBlock(32, 4, causal=True).set_scales(residual_multiplier=m).eval()
     X = torch.randn(2, 5, 32)
     Y = block.attention(*(block.addnorm1.norm_in(X),) * 3, None)
     H = X + m * Y

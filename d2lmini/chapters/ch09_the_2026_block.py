@@ -46,7 +46,7 @@ from .._checks import check_bool, check_instance, check_positive_float, check_po
 from .._shown import shown_in
 from ..attention import GatedAttention, apply_rotary, rotary_cos_sin
 from ..moe import ROUTERS, MixtureOfExperts
-from ..block import TransformerBlock
+from ..block import ATTENTION_OPTIONS, TransformerBlock
 from ..cache import KVCache
 from ..lm import LanguageModel, generate
 from ..widgets import TextExplorer
@@ -74,8 +74,26 @@ CONSTRUCTOR_GROUPS = {
 }
 
 
+def constructor_arguments() -> list[str]:
+    """Every option a ``TransformerBlock`` takes, read from the signatures, in order.
+
+    Returns:
+        The named arguments of :class:`~d2lmini.block.TransformerBlock` (``self`` and
+        ``**attention_kwargs`` left out), then the :class:`~d2lmini.attention.MultiHeadAttention`
+        options ``**attention_kwargs`` passes on (:data:`~d2lmini.block.ATTENTION_OPTIONS`, less
+        ``dropout`` and ``bias``, which the block names itself), then the two stream scalings of
+        :meth:`~d2lmini.block.TransformerBlock.set_scales`.
+
+    Introduced in the chapter "The 2026 block".
+    """
+    params = inspect.signature(TransformerBlock.__init__).parameters.values()
+    named = [p.name for p in params if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    scales = [n for n in inspect.signature(TransformerBlock.set_scales).parameters if n != "self"]
+    return named + [n for n in ATTENTION_OPTIONS if n not in named] + scales
+
+
 def constructor_groups() -> dict[str, list[str]]:
-    """The arguments of ``TransformerBlock(...)``, grouped, read from its signature.
+    """The arguments of ``TransformerBlock(...)``, grouped, read from its signatures (:func:`constructor_arguments`).
 
     Returns:
         ``{group: [argument, ...]}`` with the groups of :data:`CONSTRUCTOR_GROUPS` in their
@@ -89,7 +107,7 @@ def constructor_groups() -> dict[str, list[str]]:
 
     Introduced in the chapter "The 2026 block".
     """
-    names = [n for n in inspect.signature(TransformerBlock.__init__).parameters if n != "self"]
+    names = constructor_arguments()
     grouped = [n for group in CONSTRUCTOR_GROUPS.values() for n in group]
     gone = [n for n in grouped if n not in names]
     if gone:
@@ -1390,7 +1408,7 @@ ZOO_DECADE = ("BERT", "Gemma 2 (local)", "OLMo 3 (sliding)")
 
 #: The arguments :func:`block_switches` reads back, in order.
 SWITCHES = ("norm", "placement", "act", "bias", "causal", "qk_norm", "rope_theta", "window", "logit_softcap",
-            "attn_scale", "residual_multiplier")
+            "scale", "residual_multiplier")
 
 
 def block_switches(block: TransformerBlock) -> dict:
@@ -1402,8 +1420,9 @@ def block_switches(block: TransformerBlock) -> dict:
     Returns:
         dict ``argument -> value`` (the keys of :data:`SWITCHES`) as
         :class:`~d2lmini.block.TransformerBlock` would take it: ``norm``, ``placement``, ``act``, ``bias`` (``True``, ``False`` or ``'qkv'``),
-        ``causal``, ``qk_norm``, ``rope_theta``, ``window``, ``logit_softcap``, ``attn_scale``
-        (``None``: ``1/sqrt(head_dim)``) and ``residual_multiplier``.
+        ``causal``, ``qk_norm``, ``rope_theta``, ``window``, ``logit_softcap``, ``scale`` (the
+        attention's logit scale; ``None``: ``1/sqrt(head_dim)``) and ``residual_multiplier`` (as
+        :meth:`~d2lmini.block.TransformerBlock.set_scales` takes it).
 
     Raises:
         TypeError: if ``block`` is not a TransformerBlock.
@@ -1468,7 +1487,7 @@ __all__ = [
     "best_runs", "cache_measurements", "capstone_table", "lm_walk", "matched_ffn_num_hiddens", "plot_capstone",
     "sample_explorer", "train_capstone", "walk_table",
     "GatedAttention", "MixtureOfExperts", "Step",
-    "catalog_table", "compare_with_trinity", "constructor_groups", "describe_block",
+    "catalog_table", "compare_with_trinity", "constructor_arguments", "constructor_groups", "describe_block",
     "fit_to_page", "from_afmoe_layer", "make_trinity_layer",
     "rope_relative_check", "sinusoidal_positions",
     "step_table", "substitution_steps", "verification_table", "who_uses_what",

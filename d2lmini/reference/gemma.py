@@ -99,7 +99,7 @@ def from_gemma4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     ``1 + w``); QK-norm per head (gains ``w``) and a gainless RMSNorm on each value head
     (``value_norm=True``); logit scale ``attn.scaling`` (1.0: the QK-norms set the logits'
     size); GeGLU with tanh GELU; the whole output times the layer's ``layer_scalar`` buffer
-    (``layer_scalar=``). A local (``'sliding_attention'``) layer gets
+    (:meth:`~d2lmini.block.TransformerBlock.set_scales`). A local (``'sliding_attention'``) layer gets
     ``window=config.sliding_window`` and ``rope_parameters['sliding_attention']``; a global
     (``'full_attention'``) layer has its own head width and key/value heads
     (``config.per_layer_config``: ``global_head_dim``, ``num_global_key_value_heads``, read
@@ -145,10 +145,10 @@ def from_gemma4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="sandwich", bias=bias,
                              num_kv_heads=attn.k_proj.out_features // head_dim, head_dim=head_dim,
                              eps=config.rms_norm_eps, causal=True, qk_norm="per_head",
-                             qk_norm_eps=config.rms_norm_eps, attn_scale=float(attn.scaling),
+                             qk_norm_eps=config.rms_norm_eps, scale=float(attn.scaling),
                              window=window_of(config, layer_idx), value_norm=True, k_eq_v=attn.v_proj is None,
-                             layer_scalar=float(layer.layer_scalar),
                              **rope_kwargs(config.per_layer_config[layer_idx], layer_type_of(config, layer_idx)), **ffn)
+    block.set_scales(layer_scalar=float(layer.layer_scalar))
     ours = block.attention
     for name, src in (("W_q", attn.q_proj), ("W_k", attn.k_proj), ("W_v", attn.v_proj), ("W_o", attn.o_proj)):
         if src is not None:

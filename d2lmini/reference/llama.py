@@ -58,9 +58,9 @@ def gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str =
                              placement=placement, bias=bias, num_kv_heads=config.num_key_value_heads, **ffn,
                              eps=rms_eps if eps is None else eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
                              qk_norm_eps=rms_eps if qk_norm else None,
-                             attn_scale=attn_scale, window=window, logit_softcap=logit_softcap,
-                             residual_multiplier=residual_multiplier,
+                             scale=attn_scale, window=window, logit_softcap=logit_softcap,
                              **(rope_kwargs(config, layer_type, query_scaling=query_scaling) if rope else {}))
+    block.set_scales(residual_multiplier=residual_multiplier)  # Granite's; 1.0 elsewhere
     copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
     if plain:
         copy_mlp(block, mlp.c_fc, mlp.c_proj)
@@ -238,7 +238,7 @@ def from_granite_layer(layer, config, layer_idx: int | None = None) -> Transform
 
     The Llama block with ``residual_multiplier`` scaling both branches
     (``x + m * F(Norm(x))``) and ``attention_multiplier`` as the logit scale
-    (``attn_scale``) instead of ``1/sqrt(head_dim)``. Granite's two other multipliers,
+    (the attention's ``scale``) instead of ``1/sqrt(head_dim)``. Granite's two other multipliers,
     ``embedding_multiplier`` (on the token embeddings) and ``logits_scaling`` (dividing
     the LM head's logits), act outside the decoder layers and are not part of the block.
 
