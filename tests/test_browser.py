@@ -167,6 +167,22 @@ def test_every_static_control_changes_the_drawing(server, browser, name):
     assert not problems, problems
 
 
+def test_a_predictions_answer_is_folded_until_opened(server, browser):
+    """The answer after an experiment is a closed <details>: its text is hidden until the reader opens it."""
+    name = next(n for n in toc_files() if n.startswith("chapters/0"))
+    problems = []
+    page = open_page(browser, f"{server}/{name}.html", problems)
+    answer = page.locator("details.d2l-prediction")
+    assert answer.count() == 1
+    answer.scroll_into_view_if_needed()
+    body = answer.locator("p")
+    assert not body.is_visible()
+    answer.locator("summary").click()
+    assert body.is_visible() and body.inner_text().startswith("(")
+    page.close()
+    assert not problems, problems
+
+
 def test_launch_links_open_notebooks_that_exist(loaded):
     """Each launch link opens the chapter from the branch of executed notebooks, at the path the chapter
     has in this repository (test_publish.py checks that the published notebook is there)."""
