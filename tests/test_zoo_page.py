@@ -169,7 +169,7 @@ def test_the_page_is_the_appendix_between_the_chapters_and_the_back_matter():
     parts = yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
     captions = [part["caption"] for part in parts]
     assert captions == ["Part I. The block", "Part II. The modern block", "Part III. The frontier",
-                        "Appendix", "Back matter"]
+                        "Appendix", "Solutions", "Back matter"]
     assert parts[3]["chapters"] == [{"file": "chapters/zoo"}]
 
 
