@@ -141,10 +141,14 @@ def build_sublayer(name: str, factory: Callable[[], nn.Module]) -> nn.Module:
         The module ``factory()`` built.
 
     Raises:
-        TypeError: ``factory`` is not callable, or returns something that is not an ``nn.Module``.
+        TypeError: ``factory`` is a module itself (pass its class or ``lambda: module``), is not
+            callable, or returns something that is not an ``nn.Module``.
 
     Used by :class:`TransformerBlock` and :class:`~d2lmini.hyper.HyperConnectedBlock`.
     """
+    if isinstance(factory, nn.Module):  # a module is callable too: calling it would run its forward
+        raise TypeError(f"{name} must build the module, not be it: pass its class or a function returning it "
+                        f"({name}=lambda: module), got a {type(factory).__name__} instance")
     if not callable(factory):
         raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
     module = factory()

@@ -184,6 +184,9 @@ def lockstep_losses(models: list[nn.Module], vectorize: bool = False):
 
     Raises:
         TypeError: if ``vectorize`` is not a bool.
+        ValueError: with ``vectorize``, if the models differ in class, in their printed structure
+            (``repr``) or in their parameters' and buffers' names and shapes (one forward pass of
+            ``models[0]``'s architecture serves all).
     """
     if not check_bool("vectorize", vectorize):
         def losses_of(batches):
@@ -191,6 +194,13 @@ def lockstep_losses(models: list[nn.Module], vectorize: bool = False):
                                 for model, (X, Y) in zip(models, batches)])
         return losses_of
 
+    shapes = [{name: tuple(t.shape) for name, t in [*model.named_parameters(), *model.named_buffers()]}
+              for model in models]
+    for i, shape in enumerate(shapes[1:], 1):
+        if shape != shapes[0] or type(models[i]) is not type(models[0]) or repr(models[i]) != repr(models[0]):
+            raise ValueError(f"vectorize=True runs models[0]'s architecture for every model, but models[{i}] is "
+                             f"built differently (its class, its printed structure or its parameters differ); "
+                             f"train models of different architectures with vectorize=False or in separate calls")
     skeleton = copy.deepcopy(models[0]).to("meta")  # the architecture, no storage
     weights = [dict(model.named_parameters()) | dict(model.named_buffers()) for model in models]
 

@@ -32,6 +32,8 @@ def test_notebook_is_stored_without_outputs(path):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: outputs are stored"
+    for i, cell in enumerate(nb.cells):  # e.g. "\a" of a lost backslash in "\approx"
+        assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", cell.source), f"{path.name}: control character in cell {i}"
     assert "widgets" not in nb.metadata
 
 

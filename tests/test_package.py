@@ -612,3 +612,15 @@ def test_additive_mask_is_the_boolean_mask_made_additive():
     assert torch.equal(mask[:, 0] == 0, allowed)
     assert torch.equal(mask[:, 0][~allowed], torch.full(((~allowed).sum().item(),), torch.finfo(torch.float32).min))
     assert torch.equal(additive_mask(None, 3, causal=False, batch_size=2), torch.zeros(2, 1, 3, 3))
+
+
+def test_a_module_passed_as_its_own_factory_raises_a_clear_error():
+    """A module is callable, so attn_factory=module would run its forward with no input; the
+    message says to pass the class or a function returning the module."""
+    from torch import nn
+
+    from d2lmini import TransformerBlock
+
+    for name, module in (("attn_factory", MultiHeadAttention(16, 2)), ("ffn_factory", nn.Identity())):
+        with pytest.raises(TypeError, match=rf"{name} must build the module, not be it"):
+            TransformerBlock(16, 2, **{name: module})

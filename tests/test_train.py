@@ -204,3 +204,16 @@ def test_bad_loop_arguments(corpus):
         train_lm(corpus, on_step=42)
     with pytest.raises(ValueError, match="eval_every"):
         train_lm(corpus, eval_every=0)
+
+
+def test_vectorized_training_refuses_models_of_different_architectures():
+    """vmap runs the first model's architecture for all: a pre-LN model beside a post-LN one (same
+    parameters), or a QK-norm model beside one without, would silently train as the first."""
+    from d2lmini.train import lockstep_losses
+
+    pre, post = (TinyLM(20, 16, num_heads=2, num_layers=2, max_len=8, placement=p) for p in ("pre", "post"))
+    qk = TinyLM(20, 16, num_heads=2, num_layers=2, max_len=8, qk_norm="per_head")
+    for other in (post, qk):
+        with pytest.raises(ValueError, match=r"models\[1\] is built differently"):
+            lockstep_losses([pre, other], vectorize=True)
+    lockstep_losses([pre, TinyLM(20, 16, num_heads=2, num_layers=2, max_len=8, placement="pre")], vectorize=True)
