@@ -40,6 +40,13 @@ def solutions_path(path: Path) -> Path:
 
 
 def anchor(exercise_id: str) -> str:
+    """The link target of the heading ``## Exercise N.k``, as MyST's heading anchors spell it
+    (GitHub's rule: punctuation dropped, spaces to hyphens): ``exercise-Nk``."""
+    return "exercise-" + exercise_id.replace(".", "")
+
+
+def html_id(exercise_id: str) -> str:
+    """The id the built page gives that heading (docutils': ``exercise-N-k``)."""
     return "exercise-" + exercise_id.replace(".", "-")
 
 
@@ -208,7 +215,7 @@ def test_each_built_solution_shows_its_checks_correct(html, path):
         if exercise(exercise_id).kind != "discussion":
             assert f"{exercise_id}: correct" in text, f"{page.name}: {exercise_id}'s check did not say correct"
         assert page.with_suffix(".html").exists()
-        assert f'id="{anchor(exercise_id)}"' in page.read_text(encoding="utf-8")
+        assert f'id="{html_id(exercise_id)}"' in page.read_text(encoding="utf-8")
 
 
 @pytest.mark.slow

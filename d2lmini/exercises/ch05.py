@@ -114,13 +114,12 @@ EXERCISES = [
              kind="numbers", expected=_scale_and_shift,
              names=("rms_times_3", "rms_plus_3", "ln_times_3", "ln_plus_3"), rel=0.01, abs=1e-4,
              hints=[(lambda a, e: a["ln_plus_3"] > 0.1,
-                     "LayerNorm subtracts each token's mean, so adding 3 to every feature should move "
-                     "its output by rounding only"),
+                     "ln_plus_3: compute norm(X + 3) - norm(X) with nn.LayerNorm(64), adding 3 to every feature"),
                     (lambda a, e: a["rms_plus_3"] < 0.1,
                      "RMSNorm subtracts no mean: add 3 to every feature (X + 3) and compare "
                      "d2lmini.RMSNorm(64)'s outputs"),
                     (lambda a, e: max(a["rms_times_3"], a["ln_times_3"]) > 1e-3,
-                     "multiply the whole token (3 * X): both norms divide the factor out again")],
+                     "multiply the whole token (3 * X), not one feature")],
              wrong=[lambda e: {**e, "rms_plus_3": e["ln_plus_3"], "ln_plus_3": e["rms_plus_3"]},
                     lambda e: {**e, "rms_plus_3": e["rms_plus_3"] / 3}]),
     Exercise("5.2", "(diff_at_0.01, diff_at_0.1, rms_at_1_percent): two relative differences and an RMS",

@@ -201,9 +201,8 @@ EXERCISES = [
              hints=[(lambda got, _: bool((got > 1 + 1e-6).any()), "the derivative of tanh is at most 1"),
                     (lambda got, _: bool((got < -1e-6).any()), "the derivative of a rising function is never negative"),
                     (lambda got, _: float(got.max()) < 0.5,
-                     "near z = 0 the cap is the identity, so its slope there is 1: the 1 / c of the inner z / c "
-                     "cancels the c in front")],
-             hint="Differentiate c * tanh(z / c) with the chain rule, and write tanh's derivative with tanh itself.",
+                     "At z = 0 the cap is the identity: what must the slope be there?")],
+             hint="Apply the chain rule to c·tanh(z/c).",
              wrong=[lambda: (lambda z, c: 1 / torch.cosh(z / c)),
                     lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c)]),
 ]

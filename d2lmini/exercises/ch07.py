@@ -61,7 +61,7 @@ def doubling_ratio(act: str, seed: int, num_tokens: int = 256, num_hiddens: int 
 
 
 def _doubling() -> dict:
-    """7.4: the mean doubling ratio over four draws of weights and tokens (one draw is within 1% of it)."""
+    """7.4: the mean doubling ratio over four draws of weights and tokens (one draw is within about 4% of it)."""
     return {act: sum(doubling_ratio(act, seed) for seed in range(4)) / 4 for act in ("relu", "gelu", "swiglu")}
 
 
@@ -119,7 +119,7 @@ EXERCISES = [
              wrong=[lambda e: {**e, "ffn_params": 1.5 * e["ffn_params"]},
                     lambda e: {**e, "loss": e["loss"] - 0.03}]),
     Exercise("7.4", "a dict {act: ||FFN(2X)|| / ||FFN(X)||} for relu, gelu and swiglu",
-             kind="numbers", names=("relu", "gelu", "swiglu"), expected=_doubling, rel=0.03,
+             kind="numbers", names=("relu", "gelu", "swiglu"), expected=_doubling, rel=0.05,
              hints=[(lambda a, e: abs(a["gelu"] - 2) < 0.01 or abs(a["swiglu"] - 2) < 0.01,
                      "run GELU and SwiGLU rather than assuming they scale like ReLU"),
                     (lambda a, e: a["relu"] < 1, "divide the norm of FFN(2X) by the norm of FFN(X), not the other way"),

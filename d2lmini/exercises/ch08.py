@@ -224,8 +224,7 @@ EXERCISES = [
              kind="numbers", names=("max_difference", "explicit_features", "absorbed_features"),
              expected=_absorption, rel=0, abs=1e-4,
              hints=[(lambda a, e: a["max_difference"] > 1e-4,
-                     "the two ways should agree to float rounding: W^UK_0 is the first 8 rows of "
-                     "mla.W_ukv.weight, the keys are c @ W_uk.T and the absorbed query q @ W_uk"),
+                     "Both ways must compute the same qᵀk; check which rows of W_ukv are head 0's key part."),
                     (lambda a, e: (a["explicit_features"], a["absorbed_features"]) == (
                         e["absorbed_features"], e["explicit_features"]),
                      "the order: an explicit key has qk_nope_head_dim features, the latent kv_lora_rank")],
