@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import d2lmini
 from conftest import ROOT
@@ -42,3 +45,22 @@ def test_package_requirement_on_torch_stays_loose_for_colab():
     assert 'requires-python = ">=3.10"' in pyproject
 
 
+
+
+def test_the_wheel_holds_every_subpackage(tmp_path):
+    """A package folder left out of the wheel imports in an editable checkout and fails everywhere
+    else (Colab installs the wheel): build one and list what it holds."""
+    import zipfile
+
+    import shutil
+
+    source = tmp_path / "source"  # a clean copy: a build/ folder left by an earlier build would hide a gap
+    shutil.copytree(ROOT / "d2lmini", source / "d2lmini", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(source)], check=True)
+    (wheel,) = tmp_path.glob("d2lmini-*.whl")
+    held = {Path(name).parent.as_posix() for name in zipfile.ZipFile(wheel).namelist() if name.endswith("__init__.py")}
+    folders = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "d2lmini").rglob("__init__.py")}
+    assert folders <= held, sorted(folders - held)
