@@ -90,13 +90,19 @@ def queue_jobs(item, jobs, tmp_path_factory):
     installed with the environment, so each chapter's install finds it there and changes nothing)."""
     if item.originalname == "test_notebook_runs_alone_in_a_colab_like_environment":
         path, folder = item.callspec.params["path"], tmp_path_factory.mktemp(item.callspec.id)
-        jobs.add(("alone", path.name), lambda: run_alone(path, jobs.result(COLAB_JOB), folder),
+        jobs.add(alone_job(path), lambda: run_alone(path, jobs.result(COLAB_JOB), folder),
                  uses=COLAB_JOB, priority=1)
+
+
+def alone_job(path: Path) -> tuple[str, str]:
+    """The background job of a notebook's Colab-like run, named by its path in the book (a chapter and
+    its solutions share a file name)."""
+    return ("alone", path.relative_to(ROOT).as_posix())
 
 
 @pytest.mark.parametrize("path", CODE_NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_alone_in_a_colab_like_environment(path, colab_env, jobs):
-    proc = jobs.result(("alone", path.name))
+    proc = jobs.result(alone_job(path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     skipped_in_build = sum("skip-execution" in c.metadata.get("tags", [])
                            for c in nbformat.read(path, as_version=4).cells)
@@ -112,7 +118,7 @@ def test_the_text_shows_this_runs_numbers_in_a_colab_like_run(path, colab_env, j
     each one must have written exactly one piece of Markdown, every field filled in with a
     number of this run (which may differ from the book's: another torch, another machine).
     """
-    proc = jobs.result(("alone", path.name))
+    proc = jobs.result(alone_job(path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     ran = nbformat.read(Path(proc.args[-1]), as_version=4)
     for cell in prose_cells(ran):
