@@ -1,6 +1,6 @@
 """The package's shape, read from its source: layers that only look down, no circle, no private imports.
 
-``d2lmini`` is layered (``/work/shared/DESIGN.md``, "d2lmini: the shape"): at the bottom the
+``d2lmini`` is layered (the design notes, "d2lmini: the shape"): at the bottom the
 model parts, importing only each other and the shared checks; above them the real models' layers
 (``d2lmini.reference``, one module per family); above those the experiments, explorers and
 chapter modules. Every module is parsed with :mod:`ast` (nothing is imported, so the test is
