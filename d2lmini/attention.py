@@ -229,33 +229,43 @@ def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = No
     return inv_freq, attention_factor
 
 
-def rotary_cos_sin(num_steps: int, head_dim: int, theta: float = 10000.0, device=None, dtype=torch.float32,
-                   *, scaling: dict | None = None):
+def rotary_cos_sin(num_steps, head_dim: int, theta: float = 10000.0, device=None, dtype=torch.float32,
+                   *, scaling: dict | None = None, interleaved: bool = False):
     """Cosines and sines of rotary position embeddings (RoPE; Su et al., 2021).
 
     Position ``p`` and frequency ``i`` get the angle ``p * inv_freq[i]`` with
     ``inv_freq`` from :func:`rope_frequencies` (unscaled: ``theta**(-2i / head_dim)``,
-    ``i = 0 .. head_dim/2 - 1``); each angle is repeated for the two halves of the
-    head (the "half-split" layout used by Llama, Qwen3, OLMo 2 and Gemma in
-    Hugging Face ``transformers``). Angles are computed in float32; cos and sin are
-    multiplied by the scaling's attention factor (YaRN; else 1), then cast.
+    ``i = 0 .. head_dim/2 - 1``). Each angle is written twice, once for each feature of
+    its pair: in the two halves of the head (the "half-split" layout used by Llama,
+    Qwen3, OLMo 2 and Gemma in Hugging Face ``transformers``), or side by side with
+    ``interleaved=True`` (pairs ``(2i, 2i + 1)``: RoFormer, DeepSeek-V4). Angles are
+    computed in float32; cos and sin are multiplied by the scaling's attention factor
+    (YaRN; else 1), then cast.
 
     Args:
-        num_steps: sequence length ``n``.
+        num_steps: sequence length ``n`` (positions ``0 .. n - 1``), or a 1-D tensor of
+            the positions themselves (DeepSeek-V4's compressed entries sit at multiples of
+            their window).
         head_dim: rotated features per head (``rotary_dim`` for partial RoPE); must be even.
         theta: the RoPE base (10,000 in RoFormer and Llama 2; 500,000 in Llama 3).
-        device, dtype: of the returned tensors.
+        device, dtype: of the returned tensors (a tensor of positions keeps its device
+            when ``device`` is ``None``).
         scaling: ``None`` or a RoPE scaling dict (see :func:`rope_frequencies`).
+        interleaved: the layout of the pairs, for :func:`apply_rotary` with the same flag.
 
     Returns:
-        ``(cos, sin)``, each of shape ``(num_steps, head_dim)``.
+        ``(cos, sin)``, each of shape ``(n, head_dim)``.
 
     Raises:
         ValueError / TypeError: as :func:`rope_frequencies`.
     """
-    inv_freq, attention_factor = rope_frequencies(head_dim, theta, scaling, device)
-    angles = torch.arange(num_steps, dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]
-    angles = torch.cat((angles, angles), dim=-1)
+    if isinstance(num_steps, torch.Tensor):
+        positions = num_steps.to(device=device if device is not None else num_steps.device, dtype=torch.float32)
+    else:
+        positions = torch.arange(num_steps, dtype=torch.float32, device=device)
+    inv_freq, attention_factor = rope_frequencies(head_dim, theta, scaling, positions.device)
+    angles = positions[:, None] * inv_freq[None, :]
+    angles = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
     if attention_factor == 1.0:
         return angles.cos().to(dtype), angles.sin().to(dtype)
     return (angles.cos() * attention_factor).to(dtype), (angles.sin() * attention_factor).to(dtype)
@@ -271,25 +281,33 @@ def interleaved_to_half_order(num_features: int) -> torch.Tensor:
     return torch.cat((torch.arange(0, num_features, 2), torch.arange(1, num_features, 2)))
 
 
-def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate query or key features by their positions' angles (half-split RoPE).
+def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
+    """Rotate query or key features by their positions' angles (RoPE).
 
     The first ``r = cos.shape[-1]`` features are rotated (all of ``head_dim``, or
     partial RoPE's ``rotary_dim``, as Phi, StableLM, GPT-NeoX); the rest pass
-    unchanged. Feature ``j < r/2`` is paired with feature ``j + r/2``; each pair is
-    rotated by its angle: ``x * cos + rotate_half(x) * sin`` with
-    ``rotate_half([x1, x2]) = [-x2, x1]``.
+    unchanged. Each pair is rotated by its angle: ``x * cos + rot(x) * sin``. In the
+    half-split layout (the default) feature ``j < r/2`` pairs with ``j + r/2`` and
+    ``rot([x1, x2]) = [-x2, x1]`` (``rotate_half``); with ``interleaved=True`` feature
+    ``2j`` pairs with ``2j + 1`` and ``rot([x0, x1, x2, x3, ...]) = [-x1, x0, -x3, x2, ...]``
+    (RoFormer, DeepSeek-V4). Either layout is the other after a fixed reordering of the
+    features (:func:`interleaved_to_half_order`). With ``-sin`` the rotation is undone.
 
     Args:
-        X: ``(batch, heads, num_steps, head_dim)``.
-        cos, sin: ``(num_steps, r)`` from :func:`rotary_cos_sin`, ``r <= head_dim``.
+        X: ``(batch, heads, num_steps, head_dim)``, or any ``(..., num_steps, head_dim)``.
+        cos, sin: ``(num_steps, r)`` from :func:`rotary_cos_sin` with the same
+            ``interleaved``, ``r <= head_dim``.
+        interleaved: the layout of the pairs.
 
     Returns:
         A tensor shaped like ``X``.
     """
     r = cos.shape[-1]
     x, rest = X[..., :r], X[..., r:]
-    rotated = torch.cat((-x[..., r // 2:], x[..., :r // 2]), dim=-1)
+    if interleaved:
+        rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        rotated = torch.cat((-x[..., r // 2:], x[..., :r // 2]), dim=-1)
     out = x * cos + rotated * sin
     return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
 

@@ -43,7 +43,7 @@ from ._checks import (
     check_positive_int,
     check_sequence_tensor,
 )
-from .attention import check_rope_scaling, rope_frequencies, valid_lens_mask
+from .attention import apply_rotary, check_rope_scaling, rotary_cos_sin, valid_lens_mask
 from .moe import MixtureOfExperts
 from .norms import RMSNorm, unweighted_rms_norm
 
@@ -53,43 +53,22 @@ from .norms import RMSNorm, unweighted_rms_norm
 COMPRESSIONS = ("hca", "csa")
 
 
-def interleaved_rope_tables(positions: torch.Tensor, rope_dim: int, theta: float = 10000.0,
-                            scaling: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cosines and sines of interleaved RoPE at ``positions``: ``(len(positions), rope_dim)`` each.
-
-    Pair ``l`` (features ``2l, 2l + 1``) turns by ``positions * inv_freq[l]`` with
-    ``inv_freq`` from :func:`~d2lmini.attention.rope_frequencies` (``theta``, ``scaling``);
-    each angle is repeated for the two features of its pair (``repeat_interleave``), as
-    DeepSeek-V4's ``apply_rotary_pos_emb`` expands ``DeepseekV4RotaryEmbedding``'s tables.
-    Float32; multiplied by the scaling's attention factor.
-
-    Raises:
-        ValueError / TypeError: as :func:`~d2lmini.attention.rope_frequencies`.
-    """
-    inv_freq, factor = rope_frequencies(rope_dim, theta, scaling, device=positions.device)
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    angles = angles.repeat_interleave(2, dim=-1)
-    return angles.cos() * factor, angles.sin() * factor
-
-
 def rotate_interleaved(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the *last* ``r = cos.shape[-1]`` features of ``X`` in interleaved pairs ``(2l, 2l + 1)``.
+    """RoPE on the *last* ``r = cos.shape[-1]`` features of ``X``, in interleaved pairs ``(2l, 2l + 1)``.
 
-    ``x * cos + rot(x) * sin`` with ``rot([x0, x1, x2, x3, ...]) = [-x1, x0, -x3, x2, ...]``
-    on the trailing ``r`` features (computed in float32, cast back); the leading
-    ``head_dim - r`` features pass unchanged -- DeepSeek-V4's ``[nope | rope]`` head
-    layout (Hugging Face ``apply_rotary_pos_emb`` in ``modeling_deepseek_v4.py``). With
-    ``-sin`` it undoes the rotation.
+    DeepSeek-V4's ``[nope | rope]`` head layout (Hugging Face ``apply_rotary_pos_emb`` in
+    ``modeling_deepseek_v4.py``): the leading ``head_dim - r`` features pass unchanged and
+    the trailing ``r`` are rotated by :func:`~d2lmini.attention.apply_rotary` with
+    ``interleaved=True``, computed in float32 and cast back. With ``-sin`` it undoes the rotation.
 
     Args:
         X: ``(..., num_steps, head_dim)``.
-        cos, sin: ``(num_steps, r)`` or broadcastable to ``X[..., -r:]``
-            (:func:`interleaved_rope_tables`); ``r`` even and ``<= head_dim``.
+        cos, sin: ``(num_steps, r)`` from :func:`~d2lmini.attention.rotary_cos_sin` with
+            ``interleaved=True``; ``r`` even and ``<= head_dim``.
     """
     r = cos.shape[-1]
-    keep, x = X[..., :-r], X[..., -r:].float()
-    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
-    return torch.cat((keep, (x * cos + rotated * sin).to(X.dtype)), dim=-1)
+    rotated = apply_rotary(X[..., -r:].float(), cos, sin, interleaved=True)
+    return torch.cat((X[..., :-r], rotated.to(X.dtype)), dim=-1)
 
 
 class KVCompressor(nn.Module):
@@ -123,7 +102,7 @@ class KVCompressor(nn.Module):
         overlap: CSA's overlapping windows (see above).
         rope_dim: rotated features (even, ``<= head_dim``).
         rope_theta, rope_scaling: the RoPE base and scaling (V4: ``compress_rope_theta``
-            and its YaRN), see :func:`interleaved_rope_tables`.
+            and its YaRN), see :func:`~d2lmini.attention.rope_frequencies`.
         eps: the RMSNorm's epsilon.
 
     Shape:
@@ -165,7 +144,8 @@ class KVCompressor(nn.Module):
             c, z = torch.cat((c_prev, c[..., D:]), dim=2), torch.cat((z_prev, z[..., D:]), dim=2)
         pooled = (c * z.float().softmax(dim=2).to(c.dtype)).sum(dim=2)  # (b, W, D)
         positions = torch.arange(W, device=X.device) * m
-        cos, sin = interleaved_rope_tables(positions, self.rope_dim, self.rope_theta, self.rope_scaling)
+        cos, sin = rotary_cos_sin(positions, self.rope_dim, self.rope_theta, scaling=self.rope_scaling,
+                                  interleaved=True)
         return rotate_interleaved(self.norm(pooled), cos, sin)
 
     def extra_repr(self) -> str:
@@ -244,8 +224,8 @@ class LightningIndexer(nn.Module):
         check_sequence_tensor("c_q", c_q, self.q_lora_rank)
         keys = self.compressor(X).float()  # (b, W, D)
         n, comp = X.shape[1], self.compressor
-        cos, sin = interleaved_rope_tables(torch.arange(n, device=X.device), comp.rope_dim, comp.rope_theta,
-                                           comp.rope_scaling)
+        cos, sin = rotary_cos_sin(n, comp.rope_dim, comp.rope_theta, X.device, scaling=comp.rope_scaling,
+                                  interleaved=True)
         q = self.W_q(c_q).unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # (b, H, n, D)
         q = rotate_interleaved(q, cos, sin).float()
         per_head = torch.relu(q @ keys[:, None].transpose(-1, -2)) * self.head_dim ** -0.5  # (b, H, n, W)
@@ -386,8 +366,8 @@ class CompressedAttention(nn.Module):
             raise ValueError("CompressedAttention is self-attention only: keys and values must be queries")
         b, n, _ = X.shape
         h, D = self.num_heads, self.head_dim
-        cos, sin = interleaved_rope_tables(torch.arange(n, device=X.device), self.rope_dim, self.rope_theta,
-                                           self.rope_scaling)
+        cos, sin = rotary_cos_sin(n, self.rope_dim, self.rope_theta, X.device, scaling=self.rope_scaling,
+                                  interleaved=True)
         c_q = self.q_norm(self.W_qa(X))
         q = unweighted_rms_norm(self.W_qb(c_q).unflatten(-1, (h, D)).transpose(1, 2), self.eps)  # (b, h, n, D)
         q = rotate_interleaved(q, cos, sin)
@@ -478,4 +458,4 @@ class HashRoutedMoE(MixtureOfExperts):
 
 
 __all__ = ["COMPRESSIONS", "CompressedAttention", "HashRoutedMoE", "KVCompressor", "LightningIndexer",
-           "interleaved_rope_tables", "rotate_interleaved", "visible_entries"]
+           "rotate_interleaved", "visible_entries"]

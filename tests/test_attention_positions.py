@@ -15,7 +15,14 @@ import pytest
 import torch
 
 from d2lmini import reference
-from d2lmini.attention import MultiHeadAttention, apply_rotary, rope_frequencies, rotary_cos_sin, valid_lens_mask
+from d2lmini.attention import (
+    MultiHeadAttention,
+    apply_rotary,
+    interleaved_to_half_order,
+    rope_frequencies,
+    rotary_cos_sin,
+    valid_lens_mask,
+)
 from d2lmini.block import TransformerBlock
 
 tf = pytest.importorskip("transformers")
@@ -149,6 +156,23 @@ def test_gemma3_linear_global_rotary_matches(rope_type):
 
 
 # --------------------------------------------------------------------------- partial RoPE
+
+
+def test_interleaved_rope_is_the_half_split_rope_after_reordering_the_features():
+    """One RoPE, two layouts: rotating pairs (2l, 2l+1) gives, feature for feature, what the
+    half-split rotation gives on the features reordered by interleaved_to_half_order."""
+    torch.manual_seed(0)
+    X = torch.randn(2, 3, 7, 8)
+    order = torch.cat((interleaved_to_half_order(6), torch.arange(6, 8)))
+    cos_i, sin_i = rotary_cos_sin(7, 6, 500.0, interleaved=True)
+    cos_h, sin_h = rotary_cos_sin(7, 6, 500.0)
+    Y_i = apply_rotary(X, cos_i, sin_i, interleaved=True)
+    assert torch.equal(Y_i[..., order], apply_rotary(X[..., order], cos_h, sin_h))
+    assert torch.equal(Y_i[..., 6:], X[..., 6:]) and not torch.allclose(Y_i, X)
+    assert torch.allclose(apply_rotary(Y_i, cos_i, -sin_i, interleaved=True), X, atol=1e-6)
+    # the positions may be given themselves: 0..n-1 is the same table
+    for a, b in zip(rotary_cos_sin(torch.arange(7), 6, 500.0, interleaved=True), (cos_i, sin_i)):
+        assert torch.equal(a, b)
 
 
 def test_partial_rotary_leaves_the_tail_alone_and_full_rotary_dim_is_the_default():

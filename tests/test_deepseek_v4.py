@@ -8,11 +8,11 @@ the match; and the new modules' errors (d2lmini/deepseek_v4.py).
 import pytest
 import torch
 
+from d2lmini.attention import rotary_cos_sin
 from d2lmini.deepseek_v4 import (
     CompressedAttention,
     HashRoutedMoE,
     KVCompressor,
-    interleaved_rope_tables,
     rotate_interleaved,
     visible_entries,
 )
@@ -105,7 +105,7 @@ def test_compressed_entries_and_visibility():
 
 def test_rotate_interleaved_is_undone_by_minus_sin():
     X = torch.randn(2, 3, 5, 6)
-    cos, sin = interleaved_rope_tables(torch.arange(5), 4)
+    cos, sin = rotary_cos_sin(torch.arange(5), 4, interleaved=True)
     Y = rotate_interleaved(X, cos, sin)
     assert torch.equal(Y[..., :2], X[..., :2]) and not torch.allclose(Y, X)
     assert torch.allclose(rotate_interleaved(Y, cos, -sin), X, atol=1e-6)

@@ -7,12 +7,9 @@ and DeepSeek Sparse Attention -- a small indexer (:class:`~d2lmini.mla.DSAIndexe
 
 from __future__ import annotations
 
-import torch
-
-from ..attention import interleaved_to_half_order
 from ..block import TransformerBlock
 from ..mla import DSAIndexer, MultiHeadLatentAttention
-from .base import converter, copy_linear, copy_weight, start_conversion
+from .base import converter, copy_linear, copy_weight, rope_interleaved_to_half, start_conversion
 from .deepseek import mla_decoder_block, mla_from_hf
 from .harness import hf_call
 
@@ -47,13 +44,14 @@ def from_glm_moe_dsa_attention(attn, config) -> MultiHeadLatentAttention:
     r, D, H = config.qk_rope_head_dim, source.head_dim, source.n_heads
     indexer = DSAIndexer(config.hidden_size, config.q_lora_rank, num_heads=H, head_dim=D, rope_dim=r,
                          topk=source.index_topk, eps=source.k_norm.eps)
-    order = torch.cat((interleaved_to_half_order(r), torch.arange(r, D)))  # per head: the rotary features, then the rest
-    q_rows = (torch.arange(H)[:, None] * D + order).flatten()
-    copy_linear(indexer.W_q, source.wq_b.weight[q_rows])
-    copy_linear(indexer.W_k, source.wk.weight[order])
+    def half_split(rows):  # per head: the rotary features, from interleaved pairs, then the rest
+        return rope_interleaved_to_half(rows, D, r)
+
+    copy_linear(indexer.W_q, half_split(source.wq_b.weight))
+    copy_linear(indexer.W_k, half_split(source.wk.weight))
     copy_linear(indexer.W_w, source.weights_proj.weight)
-    copy_weight(indexer.k_norm.weight, source.k_norm.weight[order])
-    copy_weight(indexer.k_norm.bias, source.k_norm.bias[order])
+    copy_weight(indexer.k_norm.weight, half_split(source.k_norm.weight))
+    copy_weight(indexer.k_norm.bias, half_split(source.k_norm.bias))
     return mla_from_hf(attn, config, interleaved=True, indexer=indexer.to(attn.o_proj.weight))
 
 
