@@ -58,13 +58,12 @@ from .moe import MixtureOfExperts
 from .norms import NORMS, RMSNorm, make_norm
 from .parameters import copy_parameters, num_parameters
 from .probes import PROBED_PLACEMENTS, DepthProbe, init_linear_weights_, probe_depth, stream_rms, token_spread
-from .widgets import FrameExplorer, StaticTwin
 from ._shown import show_code
-from . import exercises  # check("N.k", answer) and the prediction before each experiment
 
-# Each chapter's experiments (e.g. ``d2lmini.chapters.ch01_anatomy.position_mixing``) and the explorers and
-# depth experiment re-exported from them load on first use (PEP 562), so that ``import d2lmini`` and
-# ``import d2lmini.norms`` cost the model parts only: no chapter module, no ``transformers``.
+# Each chapter's experiments (e.g. ``d2lmini.chapters.ch01_anatomy.position_mixing``), the explorers and
+# depth experiment re-exported from them, the widgets and the exercises load on first use (PEP 562), so that
+# ``import d2lmini`` and ``import d2lmini.norms`` cost the model parts only: no chapter module, no
+# ``transformers``, no matplotlib.
 _CHAPTER_MODULES = ("ch01_anatomy", "ch02_residual", "ch03_normalization", "ch04_norm_placement", "ch05_rmsnorm",
                     "ch06_qk_norm", "ch07_ffn", "ch08_attention_generation", "ch09_the_2026_block",
                     "ch10_hyper_connections", "ch11_beyond_softmax", "errors")
@@ -73,8 +72,10 @@ _FROM_CHAPTERS = {"residual_explorer": "ch02_residual", "DepthExplorer": "ch04_n
                   "depth_explorer": "ch04_norm_placement", "depth_explorer_static": "ch04_norm_placement",
                   "depth_table": "ch04_norm_placement", "probe_placements": "ch04_norm_placement",
                   "qk_scale_explorer": "ch06_qk_norm"}
+#: The names re-exported from the widgets module (which loads matplotlib).
+_FROM_WIDGETS = ("FrameExplorer", "StaticTwin")
 #: The package's other modules, loaded on first use as attributes (``d2lmini.train.train_step``).
-_SUBMODULES = ("chapters", "data", "plot", "reference", "timing", "train", "zoo")
+_SUBMODULES = ("chapters", "data", "exercises", "plot", "reference", "timing", "train", "widgets", "zoo")
 
 
 def __getattr__(name: str):
@@ -89,6 +90,8 @@ def __getattr__(name: str):
         value = importlib.import_module(f".chapters.{name}", __name__)
     elif name in _FROM_CHAPTERS:
         value = getattr(importlib.import_module(f".chapters.{_FROM_CHAPTERS[name]}", __name__), name)
+    elif name in _FROM_WIDGETS:
+        value = getattr(importlib.import_module(".widgets", __name__), name)
     elif name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
     else:
@@ -98,7 +101,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_CHAPTER_MODULES) | set(_FROM_CHAPTERS) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(_CHAPTER_MODULES) | set(_FROM_CHAPTERS) | set(_FROM_WIDGETS) | set(_SUBMODULES))
 
 
 __version__ = "0.1.0"

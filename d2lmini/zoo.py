@@ -17,8 +17,9 @@ installed ``transformers`` lacks (an older release, as Colab may have) instead o
 raising. The appendix "The Block Zoo" prints the table with :func:`zoo_frame` and
 counts features by year with :func:`features_by_year`.
 
-Adding a model: one :class:`ZooRow` built with :func:`hf_row` (a tiny config whose
-windows are shorter than the test sequence of 16 steps), a converter in
+Adding a model: one :class:`ZooRow` built with :func:`hf_row` (a tiny config in
+:data:`d2lmini.reference.tiny.TINY_CONFIGS`, whose windows are shorter than the test
+sequence of 16 steps), a converter in
 :data:`d2lmini.reference.HF_CONVERTERS`, and, for a new block feature, a column in
 :func:`describe`.
 """
@@ -39,7 +40,7 @@ from .moe import MixtureOfExperts
 from .reference import TOLERANCE as _TOLERANCE
 from .reference import (
     REFERENCES,
-    TINY,
+    TINY_CONFIGS,
     Reference,
     compare_with_reference,
     from_hf,
@@ -123,31 +124,10 @@ def _from_references(name: str, family: str, year: int, layer_class: str, note: 
     return ZooRow(name, family, year, layer_class, 0, ref.make, ref.call, ref.causal, note)
 
 
-_WINDOW = 5  # every sliding window is shorter than the 16-step test sequences
-_GEMMA = dict(**TINY, head_dim=32, query_pre_attn_scalar=24, sliding_window=_WINDOW)
-_GEMMA2 = dict(_GEMMA, num_hidden_layers=2, attn_logit_softcapping=5.0)  # layer types: local, global
-_GEMMA3 = dict(_GEMMA, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
-_OLMO3 = dict(**TINY, num_hidden_layers=4, sliding_window=_WINDOW)  # layers 0-2 sliding, 3 full
-_SMOLLM3 = dict(**TINY, num_hidden_layers=4)  # layers 0-2 RoPE, 3 NoPE (no_rope_layer_interval=4)
 _LEARNED = "learned absolute positions, added to the input (outside the layer)"
-# Ministral 3: YaRN over an "original" context of 4 positions, so the query scaling 1 + beta log(1 + floor(p / 4))
-# changes within the 16 test steps (the released models: 16384, factor 16).
-_MINISTRAL3 = dict(**TINY, num_hidden_layers=1, head_dim=16, max_position_embeddings=64,
-                   rope_parameters=dict(rope_type="yarn", rope_theta=1_000_000.0, factor=16.0,
-                                        original_max_position_embeddings=4, beta_fast=32.0, beta_slow=1.0,
-                                        mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.1))
-# Arcee Trinity: a local (sliding-window, RoPE) and a global (no positions) layer, both with the MoE FFN.
-_TRINITY = dict(**TINY, head_dim=32, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
-                num_shared_experts=1, num_dense_layers=0, num_hidden_layers=2, sliding_window=_WINDOW,
-                layer_types=["sliding_attention", "full_attention"])
 _TRINITY_NOTE = "gated attention, MoE FFN (sigmoid router, shared expert)"
-# gpt-oss: layers alternate sliding (the row's layer 0) and full; YaRN as released (factor 32 over 4096, not
-# truncated); a SwiGLU clamp of 1 (released: 7) so that the tiny layer's activations reach it.
-_GPT_OSS = dict(**TINY, head_dim=16, num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=2,
-                sliding_window=_WINDOW, swiglu_limit=1.0,
-                rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
-                                     beta_slow=1.0, truncate=False, original_max_position_embeddings=4096))
 _INTERLEAVED = "interleaved RoPE pairs (2l, 2l+1), converted by permuting the rows of W_q and W_k"
+_T = TINY_CONFIGS  # every row's tiny configuration, by name (d2lmini.reference.tiny)
 
 
 def _without_alibi(row: ZooRow) -> ZooRow:
@@ -162,71 +142,66 @@ ZOO: tuple[ZooRow, ...] = (
     _from_references("BERT", "BERT", 2018, "BertLayer", note=_LEARNED),
     _from_references("GPT-2", "GPT", 2019, "GPT2Block", note=_LEARNED),
     hf_row("Mistral 7B", "Mistral", 2023, "mistral", "MistralDecoderLayer", "MistralConfig",
-           dict(**TINY, num_hidden_layers=1, sliding_window=_WINDOW, rope_theta=10000.0)),
-    hf_row("OLMo", "OLMo", 2024, "olmo", "OlmoDecoderLayer", "OlmoConfig", dict(**TINY, num_hidden_layers=1)),
+           _T["mistral"]),
+    hf_row("OLMo", "OLMo", 2024, "olmo", "OlmoDecoderLayer", "OlmoConfig", _T["olmo"]),
     hf_row("StarCoder2", "StarCoder", 2024, "starcoder2", "Starcoder2DecoderLayer", "Starcoder2Config",
-           dict(**TINY, num_hidden_layers=1, sliding_window=_WINDOW, bos_token_id=None, eos_token_id=None)),
+           _T["starcoder2"]),
     _from_references("Llama 3", "Llama", 2024, "LlamaDecoderLayer"),
     hf_row("Qwen2", "Qwen", 2024, "qwen2", "Qwen2DecoderLayer", "Qwen2Config",
-           dict(**TINY, num_hidden_layers=1, use_sliding_window=False)),
-    hf_row("Gemma 2 (local)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _GEMMA2,
+           _T["qwen2"]),
+    hf_row("Gemma 2 (local)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _T["gemma2"],
            layer_idx=0, attn_implementation="eager", unit_offset_norms=True,
            note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
-    hf_row("Gemma 2 (global)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _GEMMA2,
+    hf_row("Gemma 2 (global)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _T["gemma2"],
            layer_idx=1, attn_implementation="eager", unit_offset_norms=True,
            note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
     hf_row("Ministral 8B", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
-           dict(**TINY, num_hidden_layers=2, head_dim=16, sliding_window=_WINDOW,  # head_dim: no default
-                layer_types=["full_attention", "sliding_attention"]), layer_idx=1),
+           _T["ministral"], layer_idx=1),
     hf_row("Granite 3.0", "Granite", 2024, "granite", "GraniteDecoderLayer", "GraniteConfig",
-           dict(**TINY, num_hidden_layers=1, residual_multiplier=0.22, attention_multiplier=0.0078,
-                embedding_multiplier=12.0, logits_scaling=8.0),
+           _T["granite"],
            note="embedding_multiplier and logits_scaling act on the embeddings and logits (outside the layer)"),
     _from_references("OLMo 2", "OLMo", 2024, "Olmo2DecoderLayer"),
-    hf_row("Gemma 3 (local)", "Gemma", 2025, "gemma3", "Gemma3DecoderLayer", "Gemma3TextConfig", _GEMMA3,
+    hf_row("Gemma 3 (local)", "Gemma", 2025, "gemma3", "Gemma3DecoderLayer", "Gemma3TextConfig", _T["gemma3_sliding"],
            layer_idx=0, unit_offset_norms=True, note="embeddings scaled by sqrt(d) (outside the layer)"),
     _from_references("Gemma 3 (global)", "Gemma", 2025, "Gemma3DecoderLayer",
                      note="embeddings scaled by sqrt(d) (outside the layer)"),
     _from_references("Qwen3", "Qwen", 2025, "Qwen3DecoderLayer"),
-    hf_row("SmolLM3 (RoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _SMOLLM3,
+    hf_row("SmolLM3 (RoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _T["smollm3"],
            layer_idx=0),
-    hf_row("SmolLM3 (NoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _SMOLLM3,
+    hf_row("SmolLM3 (NoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _T["smollm3"],
            layer_idx=3, note="every fourth layer has no positional encoding"),
-    hf_row("OLMo 3 (sliding)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=0),
-    hf_row("OLMo 3 (full)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _OLMO3, layer_idx=3),
-    hf_row("Ministral 3", "Mistral", 2025, "ministral3", "Ministral3DecoderLayer", "Ministral3Config", _MINISTRAL3),
-    hf_row("Arcee Trinity (local)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _TRINITY,
+    hf_row("OLMo 3 (sliding)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _T["olmo3"], layer_idx=0),
+    hf_row("OLMo 3 (full)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _T["olmo3"], layer_idx=3),
+    hf_row("Ministral 3", "Mistral", 2025, "ministral3", "Ministral3DecoderLayer", "Ministral3Config", _T["ministral3"]),
+    hf_row("Arcee Trinity (local)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _T["afmoe"],
            layer_idx=0, note=_TRINITY_NOTE),
-    hf_row("Arcee Trinity (global)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _TRINITY,
+    hf_row("Arcee Trinity (global)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _T["afmoe"],
            layer_idx=1, note=_TRINITY_NOTE + "; no position encoding in global layers"),
-    hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _GPT_OSS, layer_idx=0,
+    hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _T["gpt_oss"], layer_idx=0,
            attn_implementation="eager", note="sliding layer shown; full-attention layers alternate with it"),
     # Parallel attention + FFN, partial and interleaved RoPE.
     hf_row("Phi-2", "Phi", 2023, "phi", "PhiDecoderLayer", "PhiConfig",
-           dict(TINY, num_key_value_heads=4, num_hidden_layers=1, partial_rotary_factor=0.5)),
+           _T["phi"]),
     hf_row("Phi-3 mini", "Phi", 2024, "phi3", "Phi3DecoderLayer", "Phi3Config",
-           dict(TINY, num_key_value_heads=4, num_hidden_layers=1, sliding_window=_WINDOW, pad_token_id=0)),
+           _T["phi3"]),
     hf_row("Phi-4-mini", "Phi", 2025, "phi3", "Phi3DecoderLayer", "Phi3Config",
-           dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.75, pad_token_id=0),
+           _T["phi4_mini"],
            note="Phi3DecoderLayer with partial_rotary_factor=0.75"),
     hf_row("GPT-NeoX", "GPT-NeoX", 2022, "gpt_neox", "GPTNeoXLayer", "GPTNeoXConfig",
-           dict(hidden_size=64, num_attention_heads=4, intermediate_size=160, num_hidden_layers=1, rotary_pct=0.25),
+           _T["gpt_neox"],
            rotary="GPTNeoXRotaryEmbedding"),
     hf_row("GPT-J", "GPT-J", 2021, "gptj", "GPTJBlock", "GPTJConfig",
-           dict(n_embd=64, n_head=2, n_inner=160, n_layer=1, rotary_dim=8), rotary="GPTJRotaryEmbedding",
+           _T["gptj"], rotary="GPTJRotaryEmbedding",
            note=_INTERLEAVED),
     _without_alibi(hf_row("Falcon-7B", "Falcon", 2023, "falcon", "FalconDecoderLayer", "FalconConfig",
-                          dict(hidden_size=64, num_attention_heads=4, multi_query=True, parallel_attn=True,
-                               new_decoder_architecture=False, alibi=False, bias=False, ffn_hidden_size=160,
-                               num_hidden_layers=1),
+                          _T["falcon"],
                           attn_implementation="eager",  # SDPA does not broadcast the single key/value head
                           note="Falcon-40B/180B (new_decoder_architecture) convert to 'parallel_two_norms'")),
     hf_row("Command R", "Cohere", 2024, "cohere", "CohereDecoderLayer", "CohereConfig",
-           dict(**TINY, num_hidden_layers=1),  # CohereConfig's default and the released model: no biases
+           _T["cohere"],
            note=_INTERLEAVED + "; logit_scale multiplies the logits (outside the layer)"),
     hf_row("StableLM 2", "StableLM", 2024, "stablelm", "StableLmDecoderLayer", "StableLmConfig",
-           dict(**TINY, num_hidden_layers=1, partial_rotary_factor=0.25, use_qkv_bias=True,
-                use_parallel_residual=False)),
+           _T["stablelm"]),
 )
 ZOO = tuple(sorted(ZOO, key=lambda row: row.year))  # the table reads in release order (a stable sort)
 

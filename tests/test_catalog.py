@@ -238,15 +238,17 @@ def test_describe_block_reads_the_modules():
 
 @pytest.mark.skipif(not _has_afmoe(), reason="this transformers has no AfmoeDecoderLayer")
 def test_trinity_comparison_can_fail(monkeypatch):
-    original = catalog.from_afmoe_layer
+    from d2lmini.reference import HF_CONVERTERS
 
-    def off_by_one_percent(layer, config):
-        block = original(layer, config)
+    original = HF_CONVERTERS["AfmoeDecoderLayer"]
+
+    def off_by_one_percent(layer, config, layer_idx=None):
+        block = original(layer, config, layer_idx)
         with torch.no_grad():
             block.ffn.shared.W_2.weight.mul_(1.01)  # the shared expert sees every token
         return block
 
-    monkeypatch.setattr(catalog, "from_afmoe_layer", off_by_one_percent)
+    monkeypatch.setitem(HF_CONVERTERS, "AfmoeDecoderLayer", off_by_one_percent)
     assert catalog.compare_with_trinity()["max_abs_diff"] > 100 * TOLERANCE
 
 
@@ -258,7 +260,7 @@ def test_trinity_converter_is_the_reference_one_and_takes_local_layers():
     from d2lmini import reference
 
     assert catalog.from_afmoe_layer is reference.from_afmoe_layer  # one converter, re-exported for the chapter
-    config = AfmoeConfig(**{**catalog.TRINITY_TINY, "layer_types": ["sliding_attention"], "sliding_window": 5})
+    config = AfmoeConfig(**reference.tiny_config("afmoe_global", layer_types=["sliding_attention"], sliding_window=5))
     block = catalog.from_afmoe_layer(AfmoeDecoderLayer(config, layer_idx=0), config)
     assert block.attention.window == 5 and block.attention.rope_theta == config.rope_parameters["rope_theta"]
 

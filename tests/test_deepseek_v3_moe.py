@@ -12,15 +12,10 @@ import torch
 
 from d2lmini import MixtureOfExperts
 from d2lmini.reference import (TOLERANCE, Reference, compare_with_reference, from_deepseek_v3_layer,
-                               from_deepseek_v3_moe, hf_call, hf_make, output_and_grad_differences, randomize_)
+                               from_deepseek_v3_moe, hf_call, hf_make, output_and_grad_differences, randomize_, tiny_config)
 
 #: 8 experts in 4 groups of 2, a token's 2 experts from the best 2 groups; layer 1 is a MoE layer.
-TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
-            moe_intermediate_size=16, q_lora_rank=24, kv_lora_rank=20, qk_nope_head_dim=10, qk_rope_head_dim=8,
-            v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
-            n_shared_experts=1, routed_scaling_factor=2.5, first_k_dense_replace=1, rms_norm_eps=1e-5,
-            max_position_embeddings=64, num_hidden_layers=2,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+TINY = tiny_config("deepseek_v3")
 
 
 def _make(layer_class: str, **overrides):

@@ -16,7 +16,6 @@ import torch
 from conftest import mutated
 from d2lmini import TransformerBlock
 from d2lmini.attention import MultiHeadAttention, rope_frequencies
-from d2lmini.chapters.ch09_the_2026_block import GEMMA4_TINY
 from d2lmini.reference import (
     HF_CONVERTERS,
     TOLERANCE,
@@ -24,13 +23,14 @@ from d2lmini.reference import (
     compare_with_reference,
     from_gemma4_layer,
     hf_reference,
+    tiny_config,
 )
 
 
 def _reference(layer_idx: int, scalar: bool = True, **overrides) -> Reference:
     pytest.importorskip("transformers")
     ref = hf_reference("Gemma 4", "gemma4", "Gemma4TextDecoderLayer", "Gemma4TextConfig",
-                       dict(GEMMA4_TINY, **overrides), layer_idx=layer_idx)
+                       tiny_config("gemma4", **overrides), layer_idx=layer_idx)
     if not scalar:
         return ref
 

@@ -14,15 +14,10 @@ from d2lmini import TransformerBlock
 from d2lmini.attention import rotary_cos_sin, valid_lens_mask
 from d2lmini.mla import DSAIndexer, MultiHeadLatentAttention, kv_cache_bytes_per_token
 from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, from_glm_moe_dsa_attention, from_glm_moe_dsa_layer, from_hf, hf_glm_moe_dsa_call,
-                               hf_make, output_and_grad_differences)
+                               hf_make, output_and_grad_differences, tiny_config)
 
 #: A tiny GLM-5: every width distinct; layer 0 dense, layer 1 MoE (8 experts in 4 groups, 2 of them chosen).
-TINY_GLM5 = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
-                 moe_intermediate_size=16, q_lora_rank=24, kv_lora_rank=20, qk_nope_head_dim=10,
-                 qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
-                 topk_group=2, n_shared_experts=1, routed_scaling_factor=2.5, first_k_dense_replace=1,
-                 num_hidden_layers=2, rms_norm_eps=1e-5, max_position_embeddings=64, index_topk=6,
-                 index_head_dim=16, index_n_heads=8, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+TINY_GLM5 = tiny_config("glm_moe_dsa")
 NUM_STEPS = 16
 PADDINGS = {"unpadded": None, "padded": torch.tensor([16, 11]), "padded short": torch.tensor([5, 16])}
 

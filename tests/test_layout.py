@@ -171,6 +171,8 @@ def test_imports_load_no_chapter_module_and_no_transformers(statement):
     assert "d2lmini" in loaded
     heavy = [name for name in loaded if name.startswith("d2lmini.chapters") or name.split(".")[0] == "transformers"]
     assert heavy == []
+    if statement != "import d2lmini.reference":  # the model parts draw nothing: no matplotlib, no widgets
+        assert [name for name in loaded if name.split(".")[0] in ("matplotlib", "ipywidgets")] == []
 
 
 def test_chapter_modules_and_their_names_load_on_first_use():
@@ -184,6 +186,8 @@ def test_chapter_modules_and_their_names_load_on_first_use():
             "assert d2lmini.qk_scale_explorer.__module__ == 'd2lmini.chapters.ch06_qk_norm'\n"
             "assert d2lmini.errors.__name__ == 'd2lmini.chapters.errors'\n"
             "assert d2lmini.train.train_step and d2lmini.reference.from_hf\n"
+            "assert d2lmini.StaticTwin is d2lmini.widgets.StaticTwin\n"
+            "assert d2lmini.exercises.check\n"
             "assert set(d2lmini.__all__) <= set(dir(d2lmini))\n"
             "try:\n    d2lmini.no_such_name\nexcept AttributeError as e:\n    assert 'no_such_name' in str(e)\n"
             "else:\n    raise SystemExit('no AttributeError')\n")

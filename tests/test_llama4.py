@@ -18,19 +18,19 @@ import pytest
 import torch
 
 from d2lmini import MultiHeadAttention, TransformerBlock
-from d2lmini.chapters.ch09_the_2026_block import LLAMA4_TINY, ROWS_2026, verify_2026
+from d2lmini.chapters.ch09_the_2026_block import ROWS_2026, verify_2026
 from d2lmini.moe import MixtureOfExperts
 from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, Reference, compare_with_reference, from_hf,
-                               from_llama4_layer, hf_reference)
+                               from_llama4_layer, hf_reference, tiny_config)
 
-#: layer -> (RoPE?, MoE?) in LLAMA4_TINY: every combination once.
+#: layer -> (RoPE?, MoE?) in the tiny "llama4" configuration: every combination once.
 KINDS = {0: (True, False), 1: (False, True), 2: (True, True), 3: (False, False)}
 
 
 def _reference(layer_idx: int, **overrides):
     pytest.importorskip("transformers")
     return hf_reference("Llama 4", "llama4", "Llama4TextDecoderLayer", "Llama4TextConfig",
-                        dict(LLAMA4_TINY, **overrides), layer_idx=layer_idx)
+                        tiny_config("llama4", **overrides), layer_idx=layer_idx)
 
 
 def _mutated(ref: Reference, mutate) -> Reference:

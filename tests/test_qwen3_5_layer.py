@@ -13,15 +13,11 @@ import torch
 
 from d2lmini import GatedAttention, TransformerBlock
 from d2lmini.deltanet import GatedDeltaNet
-from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, compare_with_reference, from_hf, from_qwen3_5_layer,
+from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, compare_with_reference, from_hf, from_qwen3_5_layer, tiny_config,
                                hf_make, hf_reference)
 
 #: Layer 0 is a Gated DeltaNet layer, layer 1 a gated-attention layer (GQA 4/2, partial RoPE).
-TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=80,
-            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], rms_norm_eps=1e-5,
-            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6,
-            linear_conv_kernel_dim=4, max_position_embeddings=64, vocab_size=16,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+TINY = tiny_config("qwen3_5")
 MIXERS = {0: GatedDeltaNet, 1: GatedAttention}
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import mutated
 from d2lmini import TransformerBlock, reference, zoo
-from d2lmini.reference import compare_with_reference, from_hf, hf_reference
+from d2lmini.reference import TINY_CONFIGS, compare_with_reference, from_hf, hf_reference
 from d2lmini.reference.base import rope_kwargs
 
 pytest.importorskip("transformers")
@@ -54,7 +54,7 @@ def test_ministral3_check_catches_a_dropped_feature(mutate):
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 def test_ministral3_with_a_sliding_window(padded):
     ref = hf_reference("Ministral 3 (windowed)", "ministral3", "Ministral3DecoderLayer", "Ministral3Config",
-                       dict(zoo._MINISTRAL3, sliding_window=5))
+                       dict(TINY_CONFIGS["ministral3"], sliding_window=5))
     result = compare_with_reference(ref, seed=0, padded=padded)
     assert result["block"].attention.window == 5
     assert max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE
@@ -120,7 +120,7 @@ def test_gpt_oss_row_is_a_sliding_layer_with_sinks_yarn_biases_and_the_moe():
 
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 def test_gpt_oss_full_attention_layer(padded):
-    ref = hf_reference("gpt-oss (full)", "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", zoo._GPT_OSS,
+    ref = hf_reference("gpt-oss (full)", "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", TINY_CONFIGS["gpt_oss"],
                        layer_idx=1, attn_implementation="eager")
     result = compare_with_reference(ref, seed=0, padded=padded)
     assert result["block"].attention.window is None

@@ -10,6 +10,7 @@ from d2lmini import reference, zoo
 from d2lmini.attention import MultiHeadAttention
 from d2lmini.reference import (
     TINY,
+    TINY_CONFIGS,
     Reference,
     compare_with_reference,
     from_bert_layer,
@@ -41,7 +42,7 @@ def _reproduces(ref: Reference) -> dict:
 # --------------------------------------------------------------------------- 1. layer_idx of converters called directly
 
 _DIRECT = {  # converter, model_type, layer class, config class, config, layer_idx, attn implementation, expected
-    "gpt-oss full layer": (from_gpt_oss_layer, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", zoo._GPT_OSS, 1,
+    "gpt-oss full layer": (from_gpt_oss_layer, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", TINY_CONFIGS["gpt_oss"], 1,
                            "eager", {"window": None}),
     "Qwen2 sliding layer": (from_qwen2_layer, "qwen2", "Qwen2DecoderLayer", "Qwen2Config",
                             dict(**TINY, num_hidden_layers=2, use_sliding_window=True, sliding_window=5,
@@ -159,7 +160,7 @@ def test_a_bias_mismatch_names_the_projection():
 
 def test_describe_reports_router_and_expert_biases():
     ref = hf_reference("gpt-oss", "gpt_oss", "GptOssDecoderLayer", "GptOssConfig",
-                       dict(zoo._GPT_OSS, attention_bias=False), attn_implementation="eager")
+                       dict(TINY_CONFIGS["gpt_oss"], attention_bias=False), attn_implementation="eager")
     block = ref.convert(*ref.make(0))
     assert zoo.describe(block)["bias"] == "FFN, router"
     row = next(row for row in zoo.ZOO if row.name == "gpt-oss")
@@ -221,18 +222,18 @@ _HAND_CHECKED = {
              config_kwargs=dict(**TINY, num_hidden_layers=4, use_sliding_window=True, sliding_window=5), layer_idx=3),
         lambda block: block.attention.window == 5 and block.attention.rope_theta is None),
     "AFMoE dense layer": (dict(model_type="afmoe", layer_class="AfmoeDecoderLayer", config_class="AfmoeConfig",
-                               config_kwargs=dict(zoo._TRINITY, num_dense_layers=1), layer_idx=0),
+                               config_kwargs=dict(TINY_CONFIGS["afmoe"], num_dense_layers=1), layer_idx=0),
                           lambda block: type(block.ffn).__name__ == "FeedForward"),
     "OLMo 3 full layer, per-layer-type YaRN": (
         dict(model_type="olmo3", layer_class="Olmo3DecoderLayer", config_class="Olmo3Config",
-             config_kwargs=dict(zoo._OLMO3, max_position_embeddings=64, rope_parameters={
+             config_kwargs=dict(TINY_CONFIGS["olmo3"], max_position_embeddings=64, rope_parameters={
                  "full_attention": dict(rope_type="yarn", rope_theta=500000.0, factor=8.0,
                                         original_max_position_embeddings=8, beta_fast=32.0, beta_slow=1.0),
                  "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}), layer_idx=3),
         lambda block: block.attention.window is None and block.attention.rope_scaling["rope_type"] == "yarn"),
     "Gemma 3 global layer, linear x8": (
         dict(model_type="gemma3", layer_class="Gemma3DecoderLayer", config_class="Gemma3TextConfig",
-             config_kwargs=dict(zoo._GEMMA3, rope_parameters={
+             config_kwargs=dict(TINY_CONFIGS["gemma3_sliding"], rope_parameters={
                  "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1_000_000.0),
                  "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}),
              layer_idx=1, unit_offset_norms=True),

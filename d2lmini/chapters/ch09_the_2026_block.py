@@ -570,53 +570,14 @@ def cache_measurements(vocab_size: int, prompt_len: int = 16, max_new_tokens: in
 # --------------------------------------------------------------------------- Arcee Trinity (AFMoE)
 
 
-#: The tiny Trinity-like configuration :func:`make_trinity_layer` builds: one global
-#: (full-attention) MoE layer, 4 query heads sharing 2 key/value heads, head_dim 32.
-TRINITY_TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                    intermediate_size=160, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
-                    num_shared_experts=1, num_dense_layers=0, num_hidden_layers=1,
-                    layer_types=["full_attention"])
-
-
-def make_trinity_layer(seed: int = 0):
-    """A tiny randomly initialized ``AfmoeDecoderLayer`` (Arcee Trinity's layer class), eval mode.
-
-    Every parameter -- and the routers' expert bias -- gets a seeded random value (as
-    :mod:`d2lmini.reference` does for the other layers), so no weight is a default
-    0 or 1. No download.
-
-    Returns:
-        ``(layer, config)``.
-
-    Raises:
-        ImportError: if ``transformers`` is missing or has no AFMoE model.
-
-    Introduced in the chapter "The 2026 block".
-    """
-    try:
-        from transformers import AfmoeConfig
-        from transformers.models.afmoe.modeling_afmoe import AfmoeDecoderLayer
-    except (ImportError, AttributeError) as error:  # older transformers: no Trinity layer
-        raise ImportError(f"this transformers has no AfmoeDecoderLayer ({error})") from error
-    from ..reference import randomize_ as _randomize_  # the public randomizer
-
-    with seeded(seed):
-        config = AfmoeConfig(**TRINITY_TINY)
-        config._attn_implementation = "sdpa"
-        config._experts_implementation = "eager"  # the plain loop over experts
-        layer = AfmoeDecoderLayer(config, layer_idx=0)
-        _randomize_(layer, seed)
-    return layer.eval(), config
-
-
 def compare_with_trinity(batch_size: int = 2, num_steps: int = 16, seed: int = 0, padded: bool = True) -> dict:
     """Arcee Trinity's layer and its d2lmini twin on one batch: the differences.
 
-    The same procedure as :func:`d2lmini.reference.compare_with_reference`: a tiny
-    seeded ``AfmoeDecoderLayer`` (:func:`make_trinity_layer`), converted with
-    :func:`from_afmoe_layer`; both get the same random batch (the second sequence
-    padded to 5/8 of its length when ``padded``) and the same random read-out is
-    backpropagated to the inputs. Only valid positions are compared.
+    :func:`d2lmini.reference.compare_with_reference` on a tiny seeded global
+    ``AfmoeDecoderLayer`` (the tiny configuration ``"afmoe_global"``, called as
+    ``AfmoeModel`` calls it), converted with :func:`from_afmoe_layer`: both get the same
+    random batch (the second sequence padded to 5/8 of its length when ``padded``) and the
+    same random read-out is backpropagated to the inputs. Only valid positions are compared.
 
     Returns:
         dict with ``max_abs_diff`` (outputs), ``max_abs_grad_diff`` (input gradients),
@@ -627,13 +588,9 @@ def compare_with_trinity(batch_size: int = 2, num_steps: int = 16, seed: int = 0
 
     Introduced in the chapter "The 2026 block".
     """
-    from ..reference import Reference, compare_with_reference, hf_call
+    from ..reference import compare_with_reference, hf_reference, tiny_config
 
-    # Called as the zoo calls it: AfmoeModel's own masks (masking_utils) and rotary table (unused by a global
-    # layer, but required).
-    call = hf_call("afmoe", "AfmoeDecoderLayer")
-    trinity = Reference("AfmoeDecoderLayer", "Arcee Trinity", make_trinity_layer, from_afmoe_layer, call,
-                        causal=True)
+    trinity = hf_reference("Arcee Trinity", "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", tiny_config("afmoe_global"))
     return compare_with_reference(trinity, batch_size, num_steps, seed, padded)
 
 
@@ -749,9 +706,11 @@ def describe_trinity_without_reference(positions_note: str) -> dict:
     """:func:`describe_block` of a Trinity-like block built without a reference layer.
 
     Used when ``transformers`` has no ``AfmoeDecoderLayer``: the block is configured
-    from :data:`TRINITY_TINY` directly, so the row still describes a d2lmini block.
+    from the tiny configuration ``"afmoe_global"`` directly, so the row still describes a d2lmini block.
     """
-    c = TRINITY_TINY
+    from ..reference import tiny_config
+
+    c = tiny_config("afmoe_global")
     block = TransformerBlock(c["hidden_size"], c["num_attention_heads"], norm="rms", placement="sandwich",
                              attn_factory=lambda: GatedAttention(c["hidden_size"], c["num_attention_heads"],
                                                                  num_kv_heads=c["num_key_value_heads"],
@@ -1049,32 +1008,14 @@ def _ffn(c, m: dict) -> str:
     return text + f"; {router} router"
 
 
-#: A tiny DeepSeek-V3: layer 0 dense (MLA + SwiGLU), layer 1 a MoE layer whose 8 experts form 4 groups, a
-#: token's 2 experts from the best 2 groups; every width distinct, so a swapped one cannot pass.
-DEEPSEEK_V3_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
-                        moe_intermediate_size=16, q_lora_rank=24, kv_lora_rank=20, qk_nope_head_dim=10,
-                        qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
-                        topk_group=2, n_shared_experts=1, routed_scaling_factor=2.5, first_k_dense_replace=1,
-                        num_hidden_layers=2, rms_norm_eps=1e-5, max_position_embeddings=64,
-                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-
-#: A tiny Qwen3.5: layer 0 a Gated DeltaNet layer, layer 1 a gated-attention layer (GQA 4/2, partial RoPE).
-QWEN3_5_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=80,
-                    num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], rms_norm_eps=1e-5,
-                    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
-                    linear_value_head_dim=6, linear_conv_kernel_dim=4, max_position_embeddings=64, vocab_size=16,
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
-
-
 def _check_deepseek_v3(layer_indices=(0, 1), **overrides):
     def check(seed: int) -> list[dict]:
-        from ..reference import from_deepseek_v3_layer
-        from ..reference import Reference, compare_with_reference, hf_call, hf_make
+        from ..reference import Reference, compare_with_reference, from_deepseek_v3_layer, hf_call, hf_make, tiny_config
 
         results = []
         for i in layer_indices:  # 0: dense, 1: MoE
             make = hf_make("deepseek_v3", "DeepseekV3DecoderLayer", "DeepseekV3Config",
-                           dict(DEEPSEEK_V3_TINY, **overrides), layer_idx=i)
+                           tiny_config("deepseek_v3", **overrides), layer_idx=i)
             call = hf_call("deepseek_v3", "DeepseekV3DecoderLayer", layer_idx=i, rotary="DeepseekV3RotaryEmbedding")
             ref = Reference("DeepseekV3DecoderLayer", "DeepSeek-V3", make, from_deepseek_v3_layer, call, causal=True)
             results.append(compare_with_reference(ref, seed=seed))
@@ -1082,72 +1023,40 @@ def _check_deepseek_v3(layer_indices=(0, 1), **overrides):
     return check
 
 
-#: A tiny GLM-5: the DeepSeek-V3 shapes above plus a DSA indexer keeping 6 keys per query (the checks run 16
-#: steps, so the selection matters); layer 0 dense, layer 1 MoE (8 experts in 4 groups).
-GLM5_TINY = dict(DEEPSEEK_V3_TINY, index_topk=6, index_head_dim=16, index_n_heads=8)
-
-
 def _check_glm5(seed: int) -> list[dict]:
-    from ..reference import Reference, compare_with_reference, from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, hf_make
+    from ..reference import (Reference, compare_with_reference, from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, hf_make,
+                             tiny_config)
 
     return [compare_with_reference(Reference("GlmMoeDsaDecoderLayer", "GLM-5",
                                              hf_make("glm_moe_dsa", "GlmMoeDsaDecoderLayer", "GlmMoeDsaConfig",
-                                                     GLM5_TINY, layer_idx=i),
+                                                     tiny_config("glm_moe_dsa"), layer_idx=i),
                                              from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, causal=True), seed=seed)
             for i in (0, 1)]  # 0: dense, 1: MoE
 
 
-#: The same shapes with Qwen3.5's MoE FFN in every layer (``Qwen3_5MoeSparseMoeBlock``): 8 experts of width 16,
-#: top-2, and a shared expert of width 32 behind its sigmoid gate.
-QWEN3_5_MOE_TINY = dict({k: v for k, v in QWEN3_5_TINY.items() if k != "intermediate_size"},
-                        moe_intermediate_size=16, shared_expert_intermediate_size=32, num_experts=8,
-                        num_experts_per_tok=2)
-
-
 def _check_qwen3_5(seed: int) -> list[dict]:
-    from ..reference import compare_with_reference, hf_reference
+    from ..reference import compare_with_reference, hf_reference, tiny_config
 
     return [compare_with_reference(hf_reference("Qwen3.5", model_type, f"{prefix}DecoderLayer", f"{prefix}TextConfig",
-                                                tiny, layer_idx=i, unit_offset_norms=True,
+                                                tiny_config(model_type), layer_idx=i, unit_offset_norms=True,
                                                 rotary=f"{prefix}TextRotaryEmbedding"), seed=seed)
-            for model_type, prefix, tiny in (("qwen3_5", "Qwen3_5", QWEN3_5_TINY),
-                                             ("qwen3_5_moe", "Qwen3_5Moe", QWEN3_5_MOE_TINY))
+            for model_type, prefix in (("qwen3_5", "Qwen3_5"), ("qwen3_5_moe", "Qwen3_5Moe"))
             for i in (0, 1)]  # 0: Gated DeltaNet, 1: gated attention; dense, then MoE
 
 
-#: A tiny Llama 4 with each of its four layer kinds: 0 RoPE (chunked, L2 QK-norm) + dense MLP, 1 NoPE (full,
-#: temperature tuning) + MoE, 2 RoPE + MoE, 3 NoPE + dense. Chunks of 5 and floor_scale 3 so that both vary
-#: within the 16-step test sequence.
-LLAMA4_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=24,
-                   intermediate_size_mlp=40, num_local_experts=4, num_experts_per_tok=1, num_hidden_layers=4,
-                   no_rope_layers=[1, 0, 1, 0], moe_layers=[1, 2], attention_chunk_size=5, floor_scale=3,
-                   attn_scale=0.5, rms_norm_eps=1e-5, max_position_embeddings=64, vocab_size=16,
-                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-
-
 def _check_llama4(seed: int) -> list[dict]:
-    from ..reference import compare_with_reference, hf_reference
+    from ..reference import compare_with_reference, hf_reference, tiny_config
 
     return [compare_with_reference(hf_reference(f"Llama 4 (layer {i})", "llama4", "Llama4TextDecoderLayer",
-                                                "Llama4TextConfig", LLAMA4_TINY, layer_idx=i), seed=seed)
+                                                "Llama4TextConfig", tiny_config("llama4"), layer_idx=i), seed=seed)
             for i in range(4)]
 
 
-#: A tiny Gemma 4 without per-layer inputs: local (sliding, window 5, head width 8, 2 key/value heads, plain
-#: RoPE) and global layers (head width 16, one key/value head, keys as values, proportional RoPE on a quarter of
-#: the pairs) alternate; four layers, so that the two tested ones (0 and 1) are not the last of their type, which
-#: store their keys and values for later layers.
-GEMMA4_TINY = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=40,
-                   num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=5,
-                   hidden_size_per_layer_input=0, global_head_dim=16, num_global_key_value_heads=1,
-                   attention_k_eq_v=True, max_position_embeddings=64, vocab_size=16, rms_norm_eps=1e-6)
-
-
 def _check_gemma4(seed: int) -> list[dict]:
-    from ..reference import compare_with_reference, hf_reference
+    from ..reference import compare_with_reference, hf_reference, tiny_config
 
     return [compare_with_reference(hf_reference(f"Gemma 4 (layer {i})", "gemma4", "Gemma4TextDecoderLayer",
-                                                "Gemma4TextConfig", GEMMA4_TINY, layer_idx=i), seed=seed)
+                                                "Gemma4TextConfig", tiny_config("gemma4"), layer_idx=i), seed=seed)
             for i in (0, 1)]  # 0: local (sliding), 1: global
 
 
@@ -1482,13 +1391,13 @@ def zoo_switches(names=ZOO_DECADE, seed: int = 0):
 
 __all__ = [
     "BLOCK_2017", "CAPSTONE_MODEL", "CAPSTONE_TRAINING", "CONSTRUCTOR_GROUPS", "LM_2017", "MODELS", "RATES",
-    "ROUTERS", "SAMPLE_PROMPT", "SUBSTITUTIONS", "TEMPERATURES", "TOLERANCE", "TOP_KS", "TRINITY_TINY",
+    "ROUTERS", "SAMPLE_PROMPT", "SUBSTITUTIONS", "TEMPERATURES", "TOLERANCE", "TOP_KS",
     "WALK_RATE", "WARMUP_STEPS", "Run",
     "best_runs", "cache_measurements", "capstone_table", "lm_walk", "matched_ffn_num_hiddens", "plot_capstone",
     "sample_explorer", "train_capstone", "walk_table",
     "GatedAttention", "MixtureOfExperts", "Step",
     "catalog_table", "compare_with_trinity", "constructor_arguments", "constructor_groups", "describe_block",
-    "fit_to_page", "from_afmoe_layer", "make_trinity_layer",
+    "fit_to_page", "from_afmoe_layer",
     "rope_relative_check", "sinusoidal_positions",
     "step_table", "substitution_steps", "verification_table", "who_uses_what",
 ]

@@ -31,7 +31,7 @@ from .._shown import shown_in
 from ..hyper import INIT_STD, HyperConnectedBlock, HyperConnection, HyperHead, expand_streams, sinkhorn_knopp
 from ..plot import styled_figure
 from ..probes import HYPER_PLACEMENT, init_linear_weights_, probe_depth
-from ..reference import randomize_
+from ..reference import output_and_grad_differences, randomize_, tiny_config
 from ..seeding import seeded
 from .ch04_norm_placement import EXPLORED_STREAMS, DepthExplorer, depth_explorer_static
 
@@ -298,31 +298,31 @@ def plot_mixing_products(sweep: dict, titles: dict | None = None, ymax: float = 
 
 
 def _v4_classes(num_hiddens: int, num_streams: int):
-    """DeepSeek-V4's modeling module and a tiny config, or ``None`` if ``transformers`` lacks it."""
+    """DeepSeek-V4's modeling module and its tiny config at this width and number of streams, or ``None``
+    if ``transformers`` lacks it."""
     try:
         from transformers.models.deepseek_v4 import configuration_deepseek_v4 as c
         from transformers.models.deepseek_v4 import modeling_deepseek_v4 as m
     except ImportError:
         return None
-    config = c.DeepseekV4Config(
-        vocab_size=50, hidden_size=num_hiddens, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=1,
-        head_dim=16, q_lora_rank=16, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
-        o_groups=2, o_lora_rank=16, index_n_heads=2, index_head_dim=8, index_topk=4, hc_mult=num_streams)
-    return m, config
+    return m, c.DeepseekV4Config(**tiny_config("deepseek_v4", hidden_size=num_hiddens, hc_mult=num_streams))
 
 
 def _max_diff(run_a, run_b, X: torch.Tensor) -> tuple[float, float]:
     """Largest |difference| of the outputs of ``run_a`` and ``run_b`` on ``X``, and of the input gradients
-    of one random read-out of the outputs (a tuple of outputs counts as one)."""
-    results = []
-    for run in (run_a, run_b):
-        Z = X.clone().requires_grad_(True)
-        Y = run(Z)
-        Y = torch.cat([y.flatten() for y in Y]) if isinstance(Y, tuple) else Y.flatten()
-        (Y * torch.randn(Y.shape, generator=torch.Generator().manual_seed(1))).sum().backward()
-        results.append((Y.detach(), Z.grad))
-    (ya, ga), (yb, gb) = results
-    return float((ya - yb).abs().max()), float((ga - gb).abs().max())
+    of one random read-out of the outputs (:func:`~d2lmini.reference.output_and_grad_differences`; a tuple
+    of outputs is compared as one flat vector)."""
+    def flat(run):
+        def flat_run(Z):
+            Y = run(Z)
+            return torch.cat([y.flatten() for y in Y]) if isinstance(Y, tuple) else Y.flatten()
+        return flat_run
+
+    runs = (flat(run_a), flat(run_b))
+    size = runs[0](X).numel()
+    R = torch.randn(size, generator=torch.Generator().manual_seed(1))
+    result = output_and_grad_differences(runs, X, R, torch.ones(size, dtype=torch.bool))
+    return result["max_abs_diff"], result["max_abs_grad_diff"]
 
 
 def compare_with_deepseek_v4(num_hiddens: int = 32, num_streams: int = 4, seed: int = 0) -> dict | None:

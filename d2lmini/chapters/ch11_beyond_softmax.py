@@ -51,6 +51,7 @@ from ..reference import (
     hf_make,
     output_and_grad_differences,
     randomize_,
+    tiny_config,
 )
 from ..seeding import seeded
 
@@ -88,14 +89,6 @@ def compare_with_hf(hf_run, ours_run, num_hiddens: int, valid_lens=None, *, num_
     return dict(result, max_abs_grad=float(Z.grad.abs().max()), status="verified")
 
 
-#: A tiny DeepSeek-V3 attention, every width distinct (as ``tests/test_mla.py``).
-TINY_DEEPSEEK_V3 = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
-                        moe_intermediate_size=16, q_lora_rank=24, kv_lora_rank=20, qk_nope_head_dim=10,
-                        qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
-                        topk_group=1, first_k_dense_replace=1, rms_norm_eps=1e-5, max_position_embeddings=64,
-                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-
-
 def verify_mla(seed: int = 0) -> dict:
     """:class:`~d2lmini.mla.MultiHeadLatentAttention` against ``DeepseekV3Attention`` (tiny, random, padded batch).
 
@@ -106,7 +99,7 @@ def verify_mla(seed: int = 0) -> dict:
     """
     if not _available("deepseek_v3", "DeepseekV3Attention"):
         return dict(NOT_AVAILABLE)
-    layer, config = hf_make("deepseek_v3", "DeepseekV3Attention", "DeepseekV3Config", TINY_DEEPSEEK_V3)(seed)
+    layer, config = hf_make("deepseek_v3", "DeepseekV3Attention", "DeepseekV3Config", tiny_config("deepseek_v3"))(seed)
     ours = from_deepseek_v3_attention(layer, config)
     call = hf_call("deepseek_v3", "DeepseekV3Attention", rotary="DeepseekV3RotaryEmbedding")
     valid = torch.tensor([16, 11])

@@ -75,16 +75,17 @@ from .trinity import from_afmoe_layer
 from .gpt_oss import copy_gptoss_experts, from_gpt_oss_layer
 from .llama4 import from_llama4_layer
 from .qwen3_5 import from_qwen3_5_attention, from_qwen3_5_gated_deltanet, from_qwen3_5_layer
-from .harness import (HF_TINY, REFERENCES, TINY, TOLERANCE, Reference, additive_mask, compare_with_reference, hf_call,
+from .tiny import TINY, TINY_CONFIGS, WINDOW, tiny_config
+from .harness import (HF_TINY, REFERENCES, TOLERANCE, Reference, additive_mask, compare_with_reference, hf_call,
                       hf_make, hf_reference, output_and_grad_differences, randomize_)
-from .deepseek import (DEEPSEEK_V4_TINY, compare_deepseek_v4_layer, from_deepseek_v3_attention, from_deepseek_v3_layer,
+from .deepseek import (compare_deepseek_v4_layer, from_deepseek_v3_attention, from_deepseek_v3_layer,
                        from_deepseek_v3_moe, from_deepseek_v4_layer, hf_deepseek_v4_call, hf_deepseek_v4_make,
                        mla_decoder_block)
 from .glm import from_glm_moe_dsa_attention, from_glm_moe_dsa_layer, hf_glm_moe_dsa_call
 from .export import to_hf
 
 __all__ = [
-    "DEEPSEEK_V4_TINY", "HF_CONVERTERS", "HF_TINY", "REFERENCES", "TINY", "TOLERANCE", "Reference", "additive_mask",
+    "HF_CONVERTERS", "HF_TINY", "REFERENCES", "TINY", "TINY_CONFIGS", "TOLERANCE", "Reference", "WINDOW", "additive_mask",
     "compare_deepseek_v4_layer", "compare_with_reference", "converter", "copy_gptoss_experts", "from_afmoe_layer",
     "from_bert_layer", "from_cohere_layer", "from_deepseek_v3_attention", "from_deepseek_v3_layer",
     "from_deepseek_v3_moe", "from_deepseek_v4_layer", "from_falcon_layer", "from_gemma2_layer", "from_gemma3_layer",
@@ -96,5 +97,5 @@ __all__ = [
     "from_qwen3_layer", "from_smollm3_layer", "from_stablelm_layer", "from_starcoder2_layer",
     "from_torch_decoder_layer", "from_torch_encoder_layer", "hf_call", "hf_deepseek_v4_call", "hf_deepseek_v4_make",
     "hf_glm_moe_dsa_call", "hf_make", "hf_reference", "mla_decoder_block", "output_and_grad_differences",
-    "randomize_", "rope_interleaved_to_half", "to_hf",
+    "randomize_", "rope_interleaved_to_half", "tiny_config", "to_hf",
 ]

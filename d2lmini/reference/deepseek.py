@@ -11,8 +11,6 @@ hyper-connected streams (:class:`~d2lmini.hyper.HyperConnectedBlock`).
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from ..attention import interleaved_to_half_order, valid_lens_mask
@@ -24,6 +22,7 @@ from ..moe import MixtureOfExperts
 from .base import (converter, copy_gated_mlp, copy_linear, copy_norm, copy_weight, rope_kwargs,
                    start_conversion)
 from .harness import output_and_grad_differences, randomize_
+from .tiny import tiny_config
 
 
 def from_deepseek_v3_attention(attn, config) -> MultiHeadLatentAttention:
@@ -367,23 +366,10 @@ def hf_deepseek_v4_call(layer, config, streams: torch.Tensor, valid_lens: torch.
                  attention_mask=mask)
 
 
-#: A tiny ``DeepseekV4Config`` with one layer of each type -- 0 sliding window + hash-routed MoE, 1 HCA + top-k
-#: MoE, 2 CSA + top-k MoE -- sized so that everything acts within 24 steps: a window of 6, HCA entries of 8
-#: tokens, CSA entries of 4 of which the indexer keeps 3, RoPE on half of each head, a SwiGLU clamp of 1.
-DEEPSEEK_V4_TINY = dict(
-    vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, head_dim=16, q_lora_rank=16,
-    partial_rotary_factor=0.5, o_groups=2, o_lora_rank=8, sliding_window=6,
-    compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}, index_n_heads=2,
-    index_head_dim=8, index_topk=3, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-    swiglu_limit=1.0, hc_mult=4,
-    layer_types=["sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention"],
-    mlp_layer_types=["hash_moe", "moe", "moe"])
-
-
 def hf_deepseek_v4_make(layer_idx: int, seed: int = 0, **config_overrides):
     """A tiny random ``DeepseekV4DecoderLayer`` and its config: ``(layer, config)``, eval mode.
 
-    :data:`DEEPSEEK_V4_TINY` updated by ``config_overrides``, eager attention, every parameter
+    :func:`~d2lmini.reference.tiny.tiny_config` ``('deepseek_v4', **config_overrides)``, eager attention, every parameter
     seeded-random (:func:`randomize_`; the hyper-connections' projections, biases and scales and the
     sinks drawn normal so that their mappings are far from uniform), the top-k router's
     ``e_score_correction_bias`` random and the hash router's ``tid2eid`` a random table of distinct experts.
@@ -395,7 +381,7 @@ def hf_deepseek_v4_make(layer_idx: int, seed: int = 0, **config_overrides):
     from transformers.models.deepseek_v4 import modeling_deepseek_v4 as modeling
 
     torch.manual_seed(seed)
-    config = DeepseekV4Config(**copy.deepcopy({**DEEPSEEK_V4_TINY, **config_overrides}))
+    config = DeepseekV4Config(**tiny_config("deepseek_v4", **config_overrides))
     config._attn_implementation, config._experts_implementation = "eager", "eager"
     layer = randomize_(modeling.DeepseekV4DecoderLayer(config, layer_idx), seed)
     gen = torch.Generator().manual_seed(seed + 5)
@@ -424,7 +410,7 @@ def compare_deepseek_v4_layer(layer_idx: int, seed: int = 0, num_steps: int = 24
     (:func:`output_and_grad_differences`).
 
     Args:
-        layer_idx: 0, 1 or 2 of :data:`DEEPSEEK_V4_TINY` (sliding + hash MoE, HCA, CSA).
+        layer_idx: 0, 1 or 2 of the tiny ``"deepseek_v4"`` configuration (sliding + hash MoE, HCA, CSA).
         seed: seeds the weights (:func:`hf_deepseek_v4_make`) and the inputs.
         num_steps: the sequence length.
         layer, config, block: a given layer and config (default: :func:`hf_deepseek_v4_make`) and block

@@ -23,6 +23,7 @@ from .._shown import shown_in
 from ..attention import valid_lens_mask
 from .base import from_hf, layer_type_of
 from .pytorch import from_torch_decoder_layer, from_torch_encoder_layer
+from .tiny import TINY_CONFIGS
 
 
 def additive_mask(valid_lens: torch.Tensor | None, num_steps: int, causal: bool, dtype=torch.float32,
@@ -113,9 +114,6 @@ class Reference:
     causal: bool
     needs_transformers: bool = True
     memory: int = 0
-
-
-TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=160)
 
 
 def _padding(valid_lens: torch.Tensor | None, num_steps: int) -> torch.Tensor | None:
@@ -299,17 +297,15 @@ def hf_reference(model: str, model_type: str, layer_class: str, config_class: st
 TOLERANCE = 1e-5
 
 
-#: The tiny configurations of the Hugging Face layers in :data:`REFERENCES`, by layer class:
-#: ``(model, model_type, config class, config kwargs)``.
+#: The Hugging Face layers in :data:`REFERENCES`, by layer class: ``(model, model_type, config class, tiny
+#: configuration)``, the tiny configuration a key of :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
 HF_TINY = {
-    "BertLayer": ("BERT", "bert", "BertConfig", dict(hidden_size=64, num_attention_heads=4, intermediate_size=256)),
-    "GPT2Block": ("GPT-2", "gpt2", "GPT2Config", dict(n_embd=64, n_head=4)),
-    "LlamaDecoderLayer": ("Llama 3", "llama", "LlamaConfig", dict(**TINY, num_hidden_layers=1, rope_theta=500000.0)),
-    "Qwen3DecoderLayer": ("Qwen3", "qwen3", "Qwen3Config", dict(**TINY, num_hidden_layers=1, head_dim=32)),
-    "Olmo2DecoderLayer": ("OLMo 2", "olmo2", "Olmo2Config", dict(**TINY, num_hidden_layers=1)),
-    "Gemma3DecoderLayer": ("Gemma 3", "gemma3", "Gemma3TextConfig",
-                           dict(**TINY, num_hidden_layers=1, head_dim=32, query_pre_attn_scalar=24,
-                                layer_types=["full_attention"])),
+    "BertLayer": ("BERT", "bert", "BertConfig", "bert"),
+    "GPT2Block": ("GPT-2", "gpt2", "GPT2Config", "gpt2"),
+    "LlamaDecoderLayer": ("Llama 3", "llama", "LlamaConfig", "llama"),
+    "Qwen3DecoderLayer": ("Qwen3", "qwen3", "Qwen3Config", "qwen3"),
+    "Olmo2DecoderLayer": ("OLMo 2", "olmo2", "Olmo2Config", "olmo2"),
+    "Gemma3DecoderLayer": ("Gemma 3", "gemma3", "Gemma3TextConfig", "gemma3"),
 }
 
 
@@ -333,8 +329,8 @@ def _build_references() -> dict[str, Reference]:
         "TransformerDecoderLayer", "PyTorch, encoder-decoder Transformer (2017)", _torch_decoder_make,
         lambda layer, config: from_torch_decoder_layer(layer), decoder_call, causal=True,
         needs_transformers=False, memory=12)
-    for name, (model, model_type, config_class, kwargs) in HF_TINY.items():
-        refs[name] = hf_reference(model, model_type, name, config_class, kwargs, causal=name != "BertLayer",
+    for name, (model, model_type, config_class, tiny) in HF_TINY.items():
+        refs[name] = hf_reference(model, model_type, name, config_class, TINY_CONFIGS[tiny], causal=name != "BertLayer",
                                   unit_offset_norms=name == "Gemma3DecoderLayer")
     return refs
 

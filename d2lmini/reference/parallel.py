@@ -22,6 +22,14 @@ from .base import (converter, copy_attention, copy_gated_mlp, copy_mlp, copy_nor
                    start_conversion, unscaled_rope_theta)
 
 
+def _refuse_layernorm_qk_norm(config, model: str, option: str) -> None:
+    """Raise if ``config.<option>`` asks for a LayerNorm on each head's queries and keys (Phi's and StableLM's
+    ``qk_layernorm``, Cohere's ``use_qk_norm``): d2lmini's QK-norms are RMSNorms."""
+    if getattr(config, option):
+        raise ValueError(f"{model}'s {option} (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
+                         f"RMSNorms. Use {option}=False")
+
+
 def _rotary_block(config, *, num_kv_heads: int, head_dim: int, placement: str, norm: str, eps: float, act: str,
                   bias: bool | str, ffn_bias: bool, ffn_num_hiddens: int, rope_theta: float,
                   rotary_dim: int | None, window: int | None = None) -> TransformerBlock:
@@ -72,8 +80,7 @@ def from_phi_layer(layer, config, layer_idx: int | None = None) -> TransformerBl
             unsupported activation.
     """
     start_conversion(layer, config, layer_idx)
-    if config.qk_layernorm:
-        raise ValueError("Phi's qk_layernorm (LayerNorm with bias on q and k) is not supported; use qk_layernorm=False")
+    _refuse_layernorm_qk_norm(config, "Phi", "qk_layernorm")
     attn = layer.self_attn
     block = _rotary_block(config, num_kv_heads=config.num_key_value_heads, head_dim=attn.head_dim,
                           placement="parallel", norm="layer", eps=config.layer_norm_eps, act=hf_act(config.hidden_act),
@@ -145,7 +152,8 @@ def from_gpt_neox_layer(layer, config, layer_idx: int | None = None) -> Transfor
             converter (:func:`~d2lmini.reference.base.start_conversion`); this layer's type does not depend on it.
 
     Returns:
-        The ``'parallel_two_norms'`` (or ``'pre'``) causal block with partial RoPE.
+        The ``'parallel_two_norms'`` causal block with partial RoPE, or the ``'pre'`` one when
+        ``config.use_parallel_residual`` is false.
 
     Raises:
         ValueError: for scaled RoPE or an unsupported activation.
@@ -186,7 +194,8 @@ def from_gptj_block(layer, config, layer_idx: int | None = None) -> TransformerB
             converter (:func:`~d2lmini.reference.base.start_conversion`); this layer's type does not depend on it.
 
     Returns:
-        The ``'parallel'`` causal block with partial RoPE.
+        The ``'parallel'`` causal block with RoPE on the first ``rotary_dim`` features of each head, its
+        ``W_q`` and ``W_k`` rows reordered to the half-split layout.
 
     Raises:
         ValueError: for an unsupported activation.
@@ -303,9 +312,7 @@ def from_cohere_layer(layer, config, layer_idx: int | None = None) -> Transforme
             scaled RoPE or an unsupported gated activation.
     """
     start_conversion(layer, config, layer_idx)
-    if config.use_qk_norm:
-        raise ValueError("Cohere's use_qk_norm (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
-                         "RMSNorms. Use use_qk_norm=False")
+    _refuse_layernorm_qk_norm(config, "Cohere", "use_qk_norm")
     attn, mlp = layer.self_attn, layer.mlp
     block = _rotary_block(config, num_kv_heads=config.num_key_value_heads, head_dim=attn.head_dim,
                           placement="parallel", norm="layer_no_bias", eps=config.layer_norm_eps,
@@ -345,9 +352,7 @@ def from_stablelm_layer(layer, config, layer_idx: int | None = None) -> Transfor
             QK-norms are RMSNorms), scaled RoPE or an unsupported gated activation.
     """
     start_conversion(layer, config, layer_idx)
-    if config.qk_layernorm:
-        raise ValueError("StableLM's qk_layernorm (a LayerNorm per head) is not supported; d2lmini's QK-norms are "
-                         "RMSNorms. Use qk_layernorm=False")
+    _refuse_layernorm_qk_norm(config, "StableLM", "qk_layernorm")
     attn, mlp = layer.self_attn, layer.mlp
     block = _rotary_block(config, num_kv_heads=config.num_key_value_heads, head_dim=attn.head_dim,
                           placement="parallel" if config.use_parallel_residual else "pre", norm="layer",
