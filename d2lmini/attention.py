@@ -726,7 +726,8 @@ class MultiHeadAttention(nn.Module):
             cos, sin = self._rotary(q.shape[2], q, start)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.qk_norm == QK_NORM_L2:  # Llama 4: per head, no gain, after RoPE
-            q, k = (unweighted_rms_norm(t, self.qk_norm_eps, rounding="float32") for t in (q, k))
+            q = unweighted_rms_norm(q, self.qk_norm_eps, rounding="float32")
+            k = unweighted_rms_norm(k, self.qk_norm_eps, rounding="float32")
         if self.query_scaling is not None:  # q * (1 + beta log(1 + floor((p + offset) / period)))
             q = q * self._query_scales(q.shape[2], q, start)
         return q, k
