@@ -215,14 +215,18 @@ def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, *,
     al., 2018). With ``use_cache`` each step feeds only the newest token and the blocks'
     :class:`~d2lmini.cache.KVCache` supplies the earlier keys and values; without it each step
     recomputes the whole sequence. Both give the same tokens (the logits agree to rounding).
+    Past the model's context the window slides, as nanoGPT crops it: each step the model sees
+    the last ``context_len`` tokens only (positions counted from the window's start), so the
+    prompt and ``max_new_tokens`` may be as long as you like. Once the window slides, the
+    cached keys and values no longer belong to the positions they were computed at, so the
+    cached path then recomputes the window at every step, as the uncached one does.
     The model is put in eval mode for the call and restored after it.
 
     Args:
         model: a :class:`LanguageModel`.
         prompt: token ids, 1-D ``(n,)`` or 2-D ``(batch, n)``, ``n >= 1``, on any device (moved
             to the model's).
-        max_new_tokens: how many tokens to add, ``>= 0``; ``n + max_new_tokens`` must not exceed
-            ``model.context_len``.
+        max_new_tokens: how many tokens to add, ``>= 0`` (past ``model.context_len`` the window slides).
         do_sample, temperature, top_k: as Hugging Face ``generate``; ``temperature > 0`` and
             ``top_k`` in ``1 .. vocab_size`` are checked whenever given.
         seed: seeds the sampling (a ``torch.Generator`` of its own; the global random state is
@@ -236,19 +240,20 @@ def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, *,
     Raises:
         TypeError: a model that is not a :class:`LanguageModel`, a prompt that is not an integer
             tensor, or arguments of the wrong type.
-        ValueError: a prompt that is empty, not 1-D or 2-D, longer than the context (with the new
-            tokens), or holding ids outside the vocabulary; ``max_new_tokens < 0``; ``top_k``
+        ValueError: a prompt that is empty, not 1-D or 2-D, or holding ids outside the vocabulary; ``max_new_tokens < 0``; ``top_k``
             outside ``1 .. vocab_size``; ``temperature <= 0``; ``use_cache=True`` with a block whose
             attention takes no cache (e.g. from an ``attn_factory``).
     """
     ids, generator = _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k, seed, use_cache)
     was_training = model.training
     model.eval()
-    cache = KVCache(len(model.blocks)) if use_cache else None
+    context, cache = model.context_len, KVCache(len(model.blocks)) if use_cache else None
     new = ids  # what the model has not seen yet: the prompt, then one token per step
     try:
         for _ in range(max_new_tokens):
-            logits = model(new, cache)[:, -1] if use_cache else model(ids)[:, -1]
+            if cache is not None and len(cache) + new.shape[1] > context:  # the window slides: refill it
+                cache, new = KVCache(len(model.blocks)), ids[:, -context:]
+            logits = (model(new, cache) if use_cache else model(ids[:, -context:]))[:, -1]  # last context_len
             token = next_token(logits, do_sample, temperature, top_k, generator)[:, None]  # (b, 1)
             ids, new = torch.cat((ids, token), dim=1), token
     finally:
@@ -268,14 +273,11 @@ def _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k
     check_positive_float("temperature", temperature)
     if top_k is not None and not 1 <= check_positive_int("top_k", top_k) <= model.vocab_size:
         raise ValueError(f"top_k must be in 1..vocab_size={model.vocab_size}, got {top_k}")
-    if prompt.shape[-1] + max_new_tokens > model.context_len:
-        raise ValueError(f"the prompt ({prompt.shape[-1]} tokens) and max_new_tokens={max_new_tokens} exceed the "
-                         f"model's {model.context_arg}={model.context_len}")
     if use_cache:
         model._check_cache(KVCache(len(model.blocks)))  # every block's attention must take a cache
     device = next(model.parameters()).device
     ids = (prompt[None] if prompt.dim() == 1 else prompt).to(device=device, dtype=torch.long)
-    model._check_tokens(ids)
+    model._check_tokens(ids[:, -model.context_len:])
     if int(ids.min()) < 0 or int(ids.max()) >= model.vocab_size:
         raise ValueError(f"prompt's token ids must be in [0, vocab_size={model.vocab_size}), got values in "
                          f"[{int(ids.min())}, {int(ids.max())}]")

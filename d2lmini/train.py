@@ -81,6 +81,20 @@ def moving_average(values, window: int = 20) -> list[float]:
     return out
 
 
+#: The book's training recipe, the settings of :func:`train_models` that every training chapter
+#: starts from (chosen for loss per CPU-second on a 2-core machine): batches of 32 windows of 64
+#: characters (2,048 tokens a step, enough that a step of a width-64 model is arithmetic rather
+#: than per-operation overhead), AdamW with betas (0.9, 0.95) and no weight decay, a linear warm-up
+#: over 50 steps, cosine decay to a tenth of the peak rate, and every model's gradient clipped to
+#: norm 1. The peak rate is each chapter's own (it sweeps it).
+RECIPE = dict(batch_size=32, seq_len=64, warmup_steps=50, schedule="cosine", betas=(0.9, 0.95),
+              weight_decay=0.0, clip_norm=1.0)
+
+#: The model the recipe is sized for: 4 blocks of width 64 with 4 heads (a pre-LN 2026 block of
+#: this size reaches about 1.3 nats per character in 800 steps, a CPU-minute of one thread).
+RECIPE_MODEL = dict(num_hiddens=64, num_heads=4, num_layers=4)
+
+
 @dataclass
 class TrainResult:
     """Losses of one :func:`train_lm` run.
@@ -220,14 +234,17 @@ def lockstep_losses(models: list[nn.Module], vectorize: bool = False):
 
 
 @shown_in("ch02", "ch07")
-def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: bool = True) -> list[float]:
+def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: bool = True,
+               clip_norm: float | None = None) -> list[float]:
     """One training step of :func:`train_models`: score every model's batch, then one AdamW update.
 
     ``losses_of`` comes from :func:`lockstep_losses`, ``batches`` holds one ``(X, Y)``
     pair of token ids ``(b, n)`` per model and ``lr`` is this step's learning rate (a
-    parameter group with an ``"lr_scale"`` entry trains at that multiple of it).
-    Returns the models' losses (nats per character), measured before the update. If
-    every loss is NaN or infinite and ``stop_on_divergence`` is True, no update is taken.
+    parameter group with an ``"lr_scale"`` entry trains at that multiple of it). With
+    ``clip_norm``, each parameter group's gradient (one group per model) is scaled down
+    to that global norm if it is longer. Returns the models' losses (nats per character),
+    measured before the update. If every loss is NaN or infinite and ``stop_on_divergence``
+    is True, no update is taken.
     """
     losses = losses_of(batches)  # each model's next-character cross-entropy on its own batch
     values = losses.detach().tolist()
@@ -236,6 +253,9 @@ def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: boo
             group["lr"] = lr * group.get("lr_scale", 1.0)  # the scheduled rate (times the group's scale)
         optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # the models share no weights: each gets its own gradient
+        if clip_norm is not None:  # each model's gradient clipped to its own norm
+            for group in optimizer.param_groups:
+                nn.utils.clip_grad_norm_(group["params"], clip_norm, foreach=True)
         optimizer.step()  # AdamW
     return values
 
@@ -261,7 +281,8 @@ class TrainLog:
 def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: int, batch_size: int = 32,
                  seq_len: int = 64, lr: float = 1e-3, warmup_steps: int = 0, schedule: str = "constant",
                  betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0, vectorize: bool = False,
-                 stop_on_divergence: bool = True, on_step: StepHook | None = None, lr_scales=None) -> TrainLog:
+                 stop_on_divergence: bool = True, on_step: StepHook | None = None, lr_scales=None,
+                 clip_norm: float | None = None) -> TrainLog:
     """Train one or several language models in lockstep with AdamW: the book's one training loop.
 
     At every step, model ``i`` draws a random batch of windows from its own generator
@@ -299,6 +320,10 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
             rate ``lr * lr_scales[i]`` (up to the rounding of that product; exactly for a
             power-of-two scale) -- a learning-rate sweep in one lockstep. ``TrainLog.lr``
             records the unscaled rate.
+        clip_norm: None (no clipping), or a positive float: before every update each model's
+            gradient is scaled down to this global norm if it is longer
+            (``torch.nn.utils.clip_grad_norm_`` over that model's parameters alone, so a model
+            clips as it would alone).
 
     Returns:
         A :class:`TrainLog`.
@@ -323,15 +348,16 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     check_bool("stop_on_divergence", stop_on_divergence)
     if on_step is not None:
         check_callable("on_step", on_step)
+    if clip_norm is not None:
+        clip_norm = check_positive_float("clip_norm", clip_norm)
     if lr_scales is None:
-        parameters = [p for model in models for p in model.parameters()]
-    else:
-        lr_scales = check_positive_floats("lr_scales", lr_scales)
-        if len(lr_scales) != len(models):
-            raise ValueError(f"lr_scales must hold one scale per model, got {len(lr_scales)} scales "
-                             f"for {len(models)} models")
-        parameters = [{"params": list(model.parameters()), "lr_scale": scale}
-                      for model, scale in zip(models, lr_scales)]
+        lr_scales = [1.0] * len(models)
+    lr_scales = check_positive_floats("lr_scales", lr_scales)
+    if len(lr_scales) != len(models):
+        raise ValueError(f"lr_scales must hold one scale per model, got {len(lr_scales)} scales "
+                         f"for {len(models)} models")
+    parameters = [{"params": list(model.parameters()), "lr_scale": scale}  # one group per model
+                  for model, scale in zip(models, lr_scales)]
     losses_of = lockstep_losses(models, vectorize)
     device = next(models[0].parameters()).device
     optimizer = torch.optim.AdamW(parameters, lr=lr, betas=betas, weight_decay=weight_decay, foreach=True)
@@ -344,7 +370,7 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
         step_lr = lr_at(step, lr, warmup_steps, num_steps, schedule)
         batches = [corpus.random_batch(batch_size, seq_len, gen) for gen in generators]
         values = train_step(losses_of, optimizer, [(X.to(device), Y.to(device)) for X, Y in batches], step_lr,
-                            stop_on_divergence)
+                            stop_on_divergence, clip_norm)
         for history, value in zip(log.losses, values):
             history.append(value)
         log.lr.append(step_lr)
@@ -357,6 +383,58 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
         if stop:
             break
     return log
+
+
+def _one_thread() -> None:
+    """A worker's start: one torch thread, as the book's kernels (the numbers do not depend on it)."""
+    torch.set_num_threads(1)
+
+
+def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
+    """``[function(**job) for job in jobs]``, the jobs spread over ``num_workers`` processes.
+
+    Each worker is a fresh Python process (``spawn``, so it works in Jupyter, Colab and scripts
+    alike) running one torch thread; the results come back in the order of ``jobs``. A job must
+    draw all its randomness from its own seeds (as :func:`seeded_tiny_lm` and
+    :func:`train_models` do), so every result is the same whatever ``num_workers``: with
+    ``num_workers=1`` the jobs run here, one after another, on one torch thread (the thread count
+    is restored afterwards). ``function`` must be importable by name (a module's top-level
+    function, not one defined in a notebook), and its arguments and results picklable (tensors,
+    modules, dataclasses).
+
+    Training runs of different architectures cannot share one vectorized lockstep; two such
+    groups in two workers keep both cores of a 2-core machine busy.
+
+    Args:
+        function: called as ``function(**job)``.
+        jobs: a list of dicts of keyword arguments.
+        num_workers: processes to use, ``>= 1`` (never more than there are jobs).
+
+    Returns:
+        The list of results, ``results[i] = function(**jobs[i])``.
+
+    Raises:
+        TypeError: ``function`` not callable, ``jobs`` not a list of dicts, ``num_workers`` not an int.
+        ValueError: ``num_workers < 1``. An exception raised by a job is raised again here.
+    """
+    check_callable("function", function)
+    if not isinstance(jobs, (list, tuple)) or not all(isinstance(job, dict) for job in jobs):
+        raise TypeError(f"jobs must be a list of dicts of keyword arguments, got {type(jobs).__name__}")
+    num_workers = min(check_positive_int("num_workers", num_workers), max(1, len(jobs)))
+    if num_workers == 1:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return [function(**job) for job in jobs]
+        finally:
+            torch.set_num_threads(threads)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_one_thread) as pool:
+        futures = [pool.submit(function, **job) for job in jobs]
+        return [future.result() for future in futures]
 
 
 @shown_in("ch05")
@@ -393,7 +471,7 @@ def train_lm(corpus: CharCorpus, num_steps: int = 300, batch_size: int = 32, seq
              lr: float = 1e-3, warmup_steps: int = 0, schedule: str = "constant",
              betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,
              eval_every: int = 100, eval_batches: int = 8, seed: int = 0, device: str = "cpu",
-             on_step: StepHook | None = None, **model_kwargs) -> TrainResult:
+             on_step: StepHook | None = None, clip_norm: float | None = None, **model_kwargs) -> TrainResult:
     """Train a :class:`TinyLM` on ``corpus`` with AdamW and return its loss curves.
 
     :func:`train_models` with one model: every step draws a random batch of windows
@@ -417,6 +495,7 @@ def train_lm(corpus: CharCorpus, num_steps: int = 300, batch_size: int = 32, seq
         device: where to train.
         on_step: called after every step as ``on_step(step, [model], [loss])`` (after
             that step's validation, if any); see :func:`train_models`.
+        clip_norm: clip the gradient to this global norm (None: no clipping).
         **model_kwargs: passed to :class:`TinyLM` (``num_hiddens``, ``num_layers``,
             ``norm``, ``act``, ``placement``, ...).
 
@@ -432,7 +511,8 @@ def train_lm(corpus: CharCorpus, num_steps: int = 300, batch_size: int = 32, seq
     if on_step is not None:
         check_callable("on_step", on_step)
     config = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup_steps=warmup_steps,
-                  schedule=schedule, betas=betas, weight_decay=weight_decay, seed=seed, **model_kwargs)
+                  schedule=schedule, betas=betas, weight_decay=weight_decay, seed=seed, clip_norm=clip_norm,
+                  **model_kwargs)
     start = time.perf_counter()
     model = seeded_tiny_lm(corpus.vocab_size, seed, max_len=max(seq_len, model_kwargs.pop("max_len", seq_len)),
                            **model_kwargs).to(device)
@@ -446,7 +526,7 @@ def train_lm(corpus: CharCorpus, num_steps: int = 300, batch_size: int = 32, seq
             on_step(step, models, losses)
 
     log = train_models([model], corpus, [seed], num_steps, batch_size, seq_len, lr, warmup_steps, schedule,
-                       betas, weight_decay, on_step=validate)
+                       betas, weight_decay, on_step=validate, clip_norm=clip_norm)
     result.train_loss, result.lr, result.diverged = log.losses[0], log.lr, log.diverged
     result.seconds = time.perf_counter() - start
     return result

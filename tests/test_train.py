@@ -217,3 +217,36 @@ def test_vectorized_training_refuses_models_of_different_architectures():
         with pytest.raises(ValueError, match=r"models\[1\] is built differently"):
             lockstep_losses([pre, other], vectorize=True)
     lockstep_losses([pre, TinyLM(20, 16, num_heads=2, num_layers=2, max_len=8, placement="pre")], vectorize=True)
+
+
+def test_clipping_is_per_model_so_models_in_lockstep_clip_as_they_would_alone(corpus):
+    kwargs = dict(num_steps=5, batch_size=4, seq_len=16, lr=1e-2, warmup_steps=2, schedule="cosine")
+    model = dict(max_len=16, num_hiddens=16, num_heads=2, num_layers=1, norm="rms", act="gelu")
+    log = train_models([seeded_tiny_lm(corpus.vocab_size, seed, **model) for seed in (0, 5)], corpus, [0, 5],
+                       clip_norm=0.05, **kwargs)
+    for i, seed in enumerate((0, 5)):
+        alone = train_models([seeded_tiny_lm(corpus.vocab_size, seed, **model)], corpus, [seed], clip_norm=0.05,
+                             **kwargs)
+        assert alone.losses[0] == log.losses[i]
+    unclipped = train_models([seeded_tiny_lm(corpus.vocab_size, 0, **model)], corpus, [0], **kwargs)
+    assert unclipped.losses[0][1:] != log.losses[0][1:]  # norm 0.05 is far below these gradients' norms
+    with pytest.raises(ValueError, match="clip_norm"):
+        train_models([seeded_tiny_lm(corpus.vocab_size, 0, **model)], corpus, [0], clip_norm=0.0, **kwargs)
+
+
+def test_runs_spread_over_workers_give_every_number_they_give_here(corpus):
+    """run_in_workers: two processes of one thread each, or one after another here: the same losses,
+    bit for bit, in the jobs' order."""
+    from d2lmini.train import RECIPE, run_in_workers
+
+    jobs = [dict(corpus=corpus, num_steps=6, seed=seed, eval_every=6, eval_batches=1, lr=3e-3, warmup_steps=2,
+                 schedule="cosine", clip_norm=RECIPE["clip_norm"], **TINY) for seed in (0, 1, 2)]
+    here = run_in_workers(train_lm, jobs, num_workers=1)
+    spread = run_in_workers(train_lm, jobs, num_workers=2)
+    assert [r.train_loss for r in here] == [r.train_loss for r in spread]
+    assert [r.val_loss for r in here] == [r.val_loss for r in spread]
+    assert here[0].train_loss != here[1].train_loss and torch.get_num_threads() >= 1
+    with pytest.raises(TypeError, match="jobs"):
+        run_in_workers(train_lm, dict(corpus=corpus))
+    with pytest.raises(ValueError, match="num_workers"):
+        run_in_workers(train_lm, jobs, num_workers=0)
