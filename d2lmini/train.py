@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import (check_bool, check_callable, check_choice, check_nonnegative_int, check_positive_float,
-                      check_positive_floats, check_positive_int, check_seed)
+from ._checks import (check_bool, check_callable, check_choice, check_instance, check_nonnegative_int,
+                      check_positive_float, check_positive_floats, check_positive_int, check_seed)
 from ._shown import shown_in
 from .data import CharCorpus
 from .lm import LanguageModel
@@ -362,11 +362,12 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     device = next(models[0].parameters()).device
     optimizer = torch.optim.AdamW(parameters, lr=lr, betas=betas, weight_decay=weight_decay, foreach=True)
     generators = [torch.Generator().manual_seed(seed) for seed in seeds]  # one batch stream per model
+    step_flops = batch_size * seq_len * sum(flops_per_token(model, seq_len) for model in models)
     log = TrainLog([[] for _ in models])
     for model in models:
         model.train()
     for step in range(num_steps):
-        tick = time.perf_counter()
+        tick, cpu = time.perf_counter(), time.thread_time()
         step_lr = lr_at(step, lr, warmup_steps, num_steps, schedule)
         batches = [corpus.random_batch(batch_size, seq_len, gen) for gen in generators]
         values = train_step(losses_of, optimizer, [(X.to(device), Y.to(device)) for X, Y in batches], step_lr,
@@ -378,11 +379,53 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
             log.diverged = True
         stop = log.diverged and stop_on_divergence
         log.seconds += time.perf_counter() - tick
+        _TALLY["flops"] += step_flops
+        _TALLY["cpu_seconds"] += time.thread_time() - cpu
         if on_step is not None:
             on_step(step, models, values)
         if stop:
             break
     return log
+
+
+#: What :func:`train_models` has trained in this process (and, through :func:`run_in_workers`, in
+#: its workers): model FLOPs and the CPU seconds of the training steps.
+_TALLY = {"flops": 0.0, "cpu_seconds": 0.0}
+
+
+def flops_per_token(model: nn.Module, seq_len: int) -> float:
+    """Training FLOPs per token of ``model`` on windows of ``seq_len`` tokens: ``6 N + 12 L n d``.
+
+    ``6 N`` is the forward and backward pass's multiply-adds over the ``N`` parameters (Kaplan et al.
+    2020), counted for every parameter, embedding tables included; ``12 L n d`` is attention's
+    ``Q K^T`` and ``A V`` in ``L`` blocks of width ``d``, forward and backward, counted in full although
+    the mask is causal (Chowdhery et al. 2022, appendix B). A model without ``blocks`` and
+    ``embedding`` attributes is counted by ``6 N`` alone.
+
+    Raises:
+        TypeError / ValueError: ``model`` not a module, ``seq_len`` not a positive int.
+    """
+    check_instance("model", model, nn.Module, "a torch.nn.Module")
+    seq_len = check_positive_int("seq_len", seq_len)
+    N = sum(p.numel() for p in model.parameters())
+    blocks, embedding = getattr(model, "blocks", None), getattr(model, "embedding", None)
+    attention = 12 * len(blocks) * seq_len * embedding.embedding_dim if blocks is not None and embedding is not None else 0
+    return 6.0 * N + attention
+
+
+def training_tally() -> dict:
+    """What :func:`train_models` has trained so far in this process, its workers' jobs included:
+    ``{'flops': model FLOPs (see :func:`flops_per_token`), 'cpu_seconds': CPU time of the steps}``
+    (the time of the thread that trains: the book trains on one torch thread).
+    A chapter reads it before and after its experiments to state what they cost."""
+    return dict(_TALLY)
+
+
+def _run_and_tally(function: Callable, job: dict):
+    """A worker's job: ``function(**job)``, and what its training added to the tally."""
+    before = training_tally()
+    result = function(**job)
+    return result, {key: _TALLY[key] - before[key] for key in _TALLY}
 
 
 def _one_thread() -> None:
@@ -400,7 +443,8 @@ def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
     ``num_workers=1`` the jobs run here, one after another, on one torch thread (the thread count
     is restored afterwards). ``function`` must be importable by name (a module's top-level
     function, not one defined in a notebook), and its arguments and results picklable (tensors,
-    modules, dataclasses).
+    modules, dataclasses). In a script, call it under ``if __name__ == "__main__":``: a spawned
+    worker imports the script's main module again.
 
     Training runs of different architectures cannot share one vectorized lockstep; two such
     groups in two workers keep both cores of a 2-core machine busy.
@@ -433,8 +477,14 @@ def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
 
     with ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_one_thread) as pool:
-        futures = [pool.submit(function, **job) for job in jobs]
-        return [future.result() for future in futures]
+        futures = [pool.submit(_run_and_tally, function, job) for job in jobs]
+        results = []
+        for future in futures:
+            result, tally = future.result()
+            for key, value in tally.items():
+                _TALLY[key] += value
+            results.append(result)
+        return results
 
 
 @shown_in("ch05")

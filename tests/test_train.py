@@ -237,12 +237,18 @@ def test_clipping_is_per_model_so_models_in_lockstep_clip_as_they_would_alone(co
 def test_runs_spread_over_workers_give_every_number_they_give_here(corpus):
     """run_in_workers: two processes of one thread each, or one after another here: the same losses,
     bit for bit, in the jobs' order."""
-    from d2lmini.train import RECIPE, run_in_workers
+    from d2lmini.train import RECIPE, flops_per_token, run_in_workers, training_tally
 
     jobs = [dict(corpus=corpus, num_steps=6, seed=seed, eval_every=6, eval_batches=1, lr=3e-3, warmup_steps=2,
                  schedule="cosine", clip_norm=RECIPE["clip_norm"], **TINY) for seed in (0, 1, 2)]
+    start = training_tally()
     here = run_in_workers(train_lm, jobs, num_workers=1)
+    middle = training_tally()
     spread = run_in_workers(train_lm, jobs, num_workers=2)
+    end = training_tally()
+    model = seeded_tiny_lm(corpus.vocab_size, 0, max_len=16, **{k: v for k, v in TINY.items() if k not in ("batch_size", "seq_len")})
+    expected = 3 * 6 * 4 * 16 * flops_per_token(model, 16)  # 3 runs of 6 steps of 4 windows of 16
+    assert middle["flops"] - start["flops"] == end["flops"] - middle["flops"] == expected  # the workers' too
     assert [r.train_loss for r in here] == [r.train_loss for r in spread]
     assert [r.val_loss for r in here] == [r.val_loss for r in spread]
     assert here[0].train_loss != here[1].train_loss and torch.get_num_threads() >= 1

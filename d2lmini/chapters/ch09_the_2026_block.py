@@ -51,7 +51,7 @@ from ..cache import KVCache
 from ..lm import LanguageModel, generate
 from ..widgets import TextExplorer
 from ..data import frequency_loss
-from ..train import evaluate, moving_average, train_models
+from ..train import RECIPE, evaluate, moving_average, run_in_workers, train_models
 from ..lm import sinusoidal_positions  # re-exported: the exercises use it
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..reference import TOLERANCE as _TOLERANCE
@@ -275,19 +275,21 @@ def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: i
 
 # --------------------------------------------------------------------------- the capstone: both blocks trained
 
-#: The capstone's character language models (:class:`~d2lmini.lm.LanguageModel`): 12 blocks of
-#: width 32 with 4 heads, a context of 32 characters.
-CAPSTONE_MODEL = dict(num_blocks=12, num_hiddens=32, num_heads=4, context_len=32)
+#: The capstone's character language models (:class:`~d2lmini.lm.LanguageModel`): 4 blocks of
+#: width 64 with 4 heads, a context of 64 characters. Shallow enough that post-LN trains (chapter 4
+#: shows where depth breaks it), wide enough that a training step is arithmetic, not overhead.
+CAPSTONE_MODEL = dict(num_blocks=4, num_hiddens=64, num_heads=4, context_len=64)
 
-#: Their training (:func:`~d2lmini.train.train_models`): batches of 16 windows of 32 characters,
-#: 90 AdamW steps at a constant peak rate.
-CAPSTONE_TRAINING = dict(batch_size=16, seq_len=32, num_steps=90)
+#: Their training: the book's recipe (:data:`~d2lmini.train.RECIPE`: warm-up, cosine decay,
+#: clipping) on batches of 16 windows of 64 characters (1,024 tokens a step), for 800 steps.
+CAPSTONE_TRAINING = dict(RECIPE, batch_size=16, num_steps=800)
 
-#: The peak learning rates swept for each block, the warm-up tried for the 2017 block, and the rate
-#: of the substitution walk.
-RATES = (3e-3, 1e-2)
-WARMUP_STEPS = 30
-WALK_RATE = 1e-2
+#: The peak learning rates swept for each block (seed 0).
+RATES = (0.005, 0.01)
+
+#: The substitution walk: every model of :func:`lm_walk` at :data:`WALK_SEEDS`, trained smaller and
+#: shorter than the headline pair (2 blocks, 300 steps of the same recipe) at :data:`WALK_RATE`.
+WALK_DEPTH, WALK_STEPS, WALK_RATE, WALK_SEEDS = 2, 300, 0.01, (0, 1)
 
 #: The 2017 block in a language model (Vaswani et al., 2017): post-LN, LayerNorm, a ReLU FFN of
 #: width 4d, multi-head attention, biases, and learned positions (which the paper found as good as
@@ -313,10 +315,10 @@ def lm_walk(num_kv_heads: int = 2) -> list[tuple[str, dict]]:
     return walk
 
 
-def matched_ffn_num_hiddens(vocab_size: int, kwargs: dict, target: int) -> int:
-    """The FFN width at which a :class:`~d2lmini.lm.LanguageModel` of :data:`CAPSTONE_MODEL` and
-    ``kwargs`` holds closest to ``target`` parameters (counted on the ``meta`` device: the count is
-    linear in the width).
+def matched_ffn_num_hiddens(vocab_size: int, kwargs: dict, target: int, num_blocks: int | None = None) -> int:
+    """The FFN width at which a :class:`~d2lmini.lm.LanguageModel` of :data:`CAPSTONE_MODEL` (``num_blocks``
+    deep, if given) and ``kwargs`` holds closest to ``target`` parameters (counted on the ``meta`` device:
+    the count is linear in the width).
 
     Raises:
         ValueError / TypeError: sizes that are not positive ints, ``kwargs`` that set
@@ -326,15 +328,25 @@ def matched_ffn_num_hiddens(vocab_size: int, kwargs: dict, target: int) -> int:
     check_positive_int("target", target)
     if "ffn_num_hiddens" in kwargs:
         raise ValueError("kwargs must leave ffn_num_hiddens out: it is what this function chooses")
+    shape = dict(CAPSTONE_MODEL, **({} if num_blocks is None else {"num_blocks": check_positive_int("num_blocks",
+                                                                                                    num_blocks)}))
 
     def count(width):
         with torch.device("meta"):
-            return num_parameters(LanguageModel(vocab_size, **CAPSTONE_MODEL, ffn_num_hiddens=width, **kwargs))
+            return num_parameters(LanguageModel(vocab_size, **shape, ffn_num_hiddens=width, **kwargs))
     base, per_unit = count(64), count(65) - count(64)
     width = round(64 + (target - base) / per_unit)
     if width < 1:
         raise ValueError(f"no FFN width reaches target={target} parameters (width 1 holds {count(1)})")
     return width
+
+
+def model_parameters(vocab_size: int, kwargs: dict, num_blocks: int | None = None) -> int:
+    """Parameters of the language model of :data:`CAPSTONE_MODEL` (``num_blocks`` deep, if given) and
+    ``kwargs``, counted on the ``meta`` device (no weights are drawn)."""
+    shape = dict(CAPSTONE_MODEL, **({} if num_blocks is None else {"num_blocks": num_blocks}))
+    with torch.device("meta"):
+        return num_parameters(LanguageModel(vocab_size, **shape, **kwargs))
 
 
 @dataclass
@@ -343,7 +355,7 @@ class Run:
 
     Attributes:
         name: the block (``'2017 block'``, ``'2026 block'`` or a step of :func:`lm_walk`).
-        rate, warmup_steps, seed: its peak learning rate, warm-up and seed (weights and batches).
+        rate, seed: its peak learning rate and its seed (weights and batches).
         parameters: its parameter count.
         train_loss: the training loss of every step (nats per character).
         val_loss: the validation loss after training.
@@ -352,7 +364,6 @@ class Run:
 
     name: str
     rate: float
-    warmup_steps: int
     seed: int
     parameters: int
     train_loss: list
@@ -360,52 +371,56 @@ class Run:
     model: LanguageModel = field(repr=False)
 
     @property
-    def final_loss(self) -> float:
-        """Mean training loss of the last 20 steps."""
-        return sum(self.train_loss[-20:]) / len(self.train_loss[-20:])
+    def depth(self) -> int:
+        """The number of blocks (:data:`CAPSTONE_MODEL`'s for the headline pair, :data:`WALK_DEPTH` in the walk)."""
+        return len(self.model.blocks)
 
-    def smoothed(self, window: int = 20) -> list[float]:
+    @property
+    def final_loss(self) -> float:
+        """Mean training loss of the last 50 steps."""
+        return sum(self.train_loss[-50:]) / len(self.train_loss[-50:])
+
+    def smoothed(self, window: int = 50) -> list[float]:
         """Training loss averaged over the last ``window`` steps at every step."""
         return moving_average(self.train_loss, window)
 
 
-#: Colours of the capstone's rates (the warm-up run shares its rate's hue, darker).
-RATE_COLORS = {"rate 0.003": "#2471a3", "rate 0.01": "#c0392b", "rate 0.01, 30-step warm-up": "#6e2c00"}
+#: Colours of the capstone's rates and seeds.
+RATE_COLORS = {"rate 0.005": "#2471a3", "rate 0.01": "#c0392b", "rate 0.005, seed 1": "#85c1e9",
+               "rate 0.01, seed 1": "#f1948a"}
 
 
 def plot_capstone(runs: list[Run], corpus):
-    """Training loss of the 2017 block (left) and the 2026 block (right) at each rate (seed 0),
-    with the loss of predicting each character from its frequency alone (dotted)."""
+    """Training loss (50-step mean) of the 2017 block (left) and the 2026 block (right) of the headline
+    pair at each rate and seed, with the loss of predicting each character from its frequency alone."""
     with styled_figure(2, width=10, height=3.4, sharey=True) as (fig, axes):
         for ax, name in zip(axes, ("2017 block", "2026 block")):
             ax.axhline(frequency_loss(corpus), ls=":", color="#7f8c8d", label="character frequencies alone")
-            curves = {f"rate {r.rate:g}" + (f", {r.warmup_steps}-step warm-up" if r.warmup_steps else ""): r
-                      for r in runs if r.name == name and r.seed == 0}
-            plot_loss_curves(curves, fig=fig, ax=ax, title=name, colors=RATE_COLORS)
+            curves = {f"rate {r.rate:g}" + (f", seed {r.seed}" if r.seed else ""): r
+                      for r in runs if r.name == name and r.depth == CAPSTONE_MODEL["num_blocks"]}
+            plot_loss_curves(curves, fig=fig, ax=ax, title=name, colors=RATE_COLORS, window=50)
     return fig
 
 
-def train_group(corpus, runs: list[tuple[str, dict, float, int]], warmup_steps: int = 0, target: int | None = None,
-                vectorize: bool = False, num_blocks: int | None = None) -> list[Run]:
+def train_group(corpus, runs: list[tuple[str, dict, float, int]], target: int | None = None,
+                num_blocks: int | None = None, num_steps: int | None = None, vectorize: bool = False) -> list[Run]:
     """Train language models of :data:`CAPSTONE_MODEL` on ``corpus`` in one lockstep, as :func:`train_capstone` does.
 
     Args:
-        runs: ``(name, LanguageModel kwargs, peak rate, seed)`` per model (e.g. from :func:`lm_walk`).
-        warmup_steps: linear warm-up steps of every model (then a constant rate).
-        target: a parameter count every model's FFN width is matched to
-            (:func:`matched_ffn_num_hiddens`), or ``None`` for the default widths.
-        vectorize: train under ``torch.vmap`` (all models of one architecture).
-        num_blocks: the depth, if not :data:`CAPSTONE_MODEL`'s (then ``target`` must be ``None``).
-
-    Args:
         corpus: a :class:`~d2lmini.data.CharCorpus` (the book's: ``python_reference_corpus()``).
+        runs: ``(name, LanguageModel kwargs, peak rate, seed)`` per model (e.g. from :func:`lm_walk`).
+        target: a parameter count every model's FFN width is matched to at its depth
+            (:func:`matched_ffn_num_hiddens`), or ``None`` for the default widths.
+        num_blocks: the depth, if not :data:`CAPSTONE_MODEL`'s.
+        num_steps: the training steps, if not :data:`CAPSTONE_TRAINING`'s (the rest of the recipe is its).
+        vectorize: train under ``torch.vmap`` (all models of one architecture).
 
     Returns:
-        One :class:`Run` per model, trained for :data:`CAPSTONE_TRAINING`'s steps.
+        One :class:`Run` per model.
 
     Raises:
         ValueError / TypeError: empty ``runs``, a run that is not ``(name, kwargs, rate, seed)`` with a
-            rate > 0, ``num_blocks`` with ``target``, or arguments the model or the training loop rejects.
+            rate > 0, or arguments the model or the training loop rejects.
     """
     if not isinstance(runs, (list, tuple)) or not runs:
         raise ValueError("runs must be a non-empty list of (name, kwargs, rate, seed)")
@@ -413,117 +428,151 @@ def train_group(corpus, runs: list[tuple[str, dict, float, int]], warmup_steps: 
         if not isinstance(run, (list, tuple)) or len(run) != 4 or not isinstance(run[1], dict):
             raise TypeError(f"every run must be (name, LanguageModel kwargs, rate, seed), got {run!r}")
         check_positive_float("rate", run[2])
-    if num_blocks is not None and target is not None:
-        raise ValueError("target matches widths at CAPSTONE_MODEL's depth; pass target=None with num_blocks")
-    shape = dict(CAPSTONE_MODEL, **({} if num_blocks is None else {"num_blocks": num_blocks}))
+    shape = dict(CAPSTONE_MODEL, **({} if num_blocks is None else {"num_blocks": check_positive_int("num_blocks",
+                                                                                                    num_blocks)}))
+    training = dict(CAPSTONE_TRAINING, **({} if num_steps is None else {"num_steps": num_steps}))
     models = []
     for name, kwargs, rate, seed in runs:
-        width = None if target is None else matched_ffn_num_hiddens(corpus.vocab_size, kwargs, target)
+        width = None if target is None else matched_ffn_num_hiddens(corpus.vocab_size, kwargs, target,
+                                                                    shape["num_blocks"])
         with seeded(seed):
             models.append(LanguageModel(corpus.vocab_size, **shape, ffn_num_hiddens=width, **kwargs))
     base = runs[0][2]
-    log = train_models(models, corpus, [seed for *_, seed in runs], lr=base, warmup_steps=warmup_steps,
+    log = train_models(models, corpus, [seed for *_, seed in runs], lr=base,
                        lr_scales=[rate / base for _, _, rate, _ in runs], vectorize=vectorize,
-                       stop_on_divergence=False, **CAPSTONE_TRAINING)
-    batch = CAPSTONE_TRAINING["batch_size"], CAPSTONE_TRAINING["seq_len"]
-    return [Run(name, rate, warmup_steps, seed, num_parameters(model), losses,
-                evaluate(model, corpus, *batch, num_batches=8), model)
+                       stop_on_divergence=False, **training)
+    batch = training["batch_size"], training["seq_len"]
+    return [Run(name, rate, seed, num_parameters(model), losses, evaluate(model, corpus, *batch, num_batches=16), model)
             for (name, _, rate, seed), model, losses in zip(runs, models, log.losses)]
 
 
 @shown_in("ch09")
-def train_capstone(corpus, seeds=(0, 1)) -> list[Run]:
+def train_capstone(corpus, seeds=(0, 1), num_workers: int = 2) -> list[Run]:
     """Train the 2017 and the 2026 block as character LMs at one parameter count, on equal tokens:
-    each at every rate of :data:`RATES` (the 2017 block also with warm-up), the walk of
-    :func:`lm_walk` between them at :data:`WALK_RATE`, and a second seed of each at its best rate."""
+    each at every rate of :data:`RATES`, then a second seed of each at its better rate; and the walk
+    of :func:`lm_walk` between them, every step with :data:`WALK_SEEDS` (2 blocks, shorter)."""
     walk = lm_walk()
-    (old, old_kw), (new, new_kw) = ("2017 block", walk[0][1]), ("2026 block", walk[-1][1])
-    with torch.device("meta"):
-        target = num_parameters(LanguageModel(corpus.vocab_size, **CAPSTONE_MODEL, **old_kw))
+    ends = [("2017 block", walk[0][1]), ("2026 block", walk[-1][1])]
+    target = model_parameters(corpus.vocab_size, LM_2017)  # every model is matched to the 2017 block's size
+    walk_target = model_parameters(corpus.vocab_size, LM_2017, WALK_DEPTH)
     seed, other = seeds
-    runs = train_group(corpus, [(old, old_kw, r, seed) for r in RATES], 0, target, True)
-    runs += train_group(corpus, [(old, old_kw, WALK_RATE, seed)], WARMUP_STEPS, target, False)
-    runs += train_group(corpus, [(new, new_kw, r, seed) for r in RATES], 0, target, True)
-    runs += train_group(corpus, [(name, kw, WALK_RATE, seed) for name, kw in walk[1:-1]], 0, target, False)
-    best = {name: min((r for r in runs if r.name == name and not r.warmup_steps), key=lambda r: r.val_loss)
-            for name in (old, new)}
-    runs += train_group(corpus, [(name, kw, best[name].rate, other) for name, kw in ((old, old_kw), (new, new_kw))],
-                         0, target, False)
+    sweep = [dict(corpus=corpus, runs=[(name, kw, rate, seed) for rate in RATES], target=target)
+             for name, kw in ends]  # one lockstep per block, the two blocks in two workers
+    runs = [run for group in run_in_workers(train_group, sweep, num_workers) for run in group]
+    best = best_runs(runs, seed)
+    second = [dict(corpus=corpus, runs=[(name, kw, best[name].rate, other)], target=target) for name, kw in ends]
+    steps = [dict(corpus=corpus, runs=[(name, kw, WALK_RATE, s) for s in WALK_SEEDS], target=walk_target,
+                  num_blocks=WALK_DEPTH, num_steps=WALK_STEPS) for name, kw in walk]  # seeds of a step together
+    for group in run_in_workers(train_group, second + steps, num_workers):
+        runs += group
     return runs
 
 
 def best_runs(runs: list[Run], seed: int = 0) -> dict[str, Run]:
-    """Each block's run at its best rate (lowest validation loss, no warm-up, ``seed``)."""
+    """Each block's headline run (:data:`CAPSTONE_MODEL`'s depth) at its best rate (lowest validation loss) for ``seed``."""
     names = ("2017 block", "2026 block")
-    return {name: min((r for r in runs if r.name == name and r.seed == seed and not r.warmup_steps),
+    return {name: min((r for r in runs if r.name == name and r.seed == seed and r.depth == CAPSTONE_MODEL["num_blocks"]),
                       key=lambda r: r.val_loss) for name in names}
 
 
 def capstone_table(runs: list[Run]):
-    """A pandas DataFrame of the rate sweep: one row per run of either block (the walk left out),
-    with its rate, warm-up, seed, parameters, and training and validation loss."""
+    """A pandas DataFrame of the headline pair: one row per run of either block at :data:`CAPSTONE_MODEL`'s
+    depth, with its rate, seed, parameters, FFN width, and training and validation loss."""
     import pandas as pd
 
-    rows = [{"block": r.name, "peak rate": r.rate, "warm-up steps": r.warmup_steps, "seed": r.seed,
+    rows = [{"block": r.name, "peak rate": r.rate, "seed": r.seed,
              "parameters": r.parameters, "FFN width": r.model.blocks[0].ffn.ffn_num_hiddens,
              "training loss": r.final_loss, "validation loss": r.val_loss}
-            for r in runs if r.name in ("2017 block", "2026 block")]
-    return pd.DataFrame(rows).sort_values(["block", "seed", "peak rate", "warm-up steps"]).reset_index(drop=True)
+            for r in runs if r.name in ("2017 block", "2026 block") and r.depth == CAPSTONE_MODEL["num_blocks"]]
+    return pd.DataFrame(rows).sort_values(["block", "seed", "peak rate"]).reset_index(drop=True)
 
 
 def walk_table(runs: list[Run]):
-    """A pandas DataFrame of the walk at :data:`WALK_RATE` (seed 0): each model's validation loss
-    and its change from the model before it."""
+    """A pandas DataFrame of the walk (:data:`WALK_DEPTH` blocks, :data:`WALK_RATE`): each model's mean
+    validation loss over :data:`WALK_SEEDS`, the seeds' spread (max - min), and the change of the mean
+    from the model before it."""
     import pandas as pd
 
-    by_name = {r.name: r for r in runs if r.rate == WALK_RATE and r.seed == 0 and not r.warmup_steps}
-    names = ["2017 block"] + [name for name, _ in lm_walk()[1:-1]] + ["2026 block"]
-    losses = [by_name[name].val_loss for name in names]
+    names = [name for name, _ in lm_walk()]
+    losses = {name: [r.val_loss for r in runs if r.name == name and r.depth == WALK_DEPTH] for name in names}
+    if any(len(value) != len(WALK_SEEDS) for value in losses.values()):
+        raise ValueError(f"runs must hold every model of the walk at depth {WALK_DEPTH} with seeds {WALK_SEEDS}")
+    means = [sum(losses[name]) / len(losses[name]) for name in names]
+    width = {r.name: r.model.blocks[0].ffn.ffn_num_hiddens for r in runs if r.depth == WALK_DEPTH}
     labels = names[:-1] + [f"{SUBSTITUTIONS[-1][0]} (the 2026 block)"]
-    return pd.DataFrame({"FFN width": [by_name[name].model.blocks[0].ffn.ffn_num_hiddens for name in names],
-                         "validation loss": losses,
-                         "change": [float("nan")] + [b - a for a, b in zip(losses, losses[1:])]},
+    return pd.DataFrame({"FFN width": [width[name] for name in names], "validation loss": means,
+                         "seed spread": [max(losses[name]) - min(losses[name]) for name in names],
+                         "change": [float("nan")] + [b - a for a, b in zip(means, means[1:])]},
                         index=pd.Index(labels, name="after"))
 
 
-#: The prompt of the capstone's samples and the settings the sample explorer offers
-#: (``'greedy'``: ``do_sample=False``; ``'all'``: no top-k).
+#: The prompt of the capstone's samples, how many characters each sample adds (the window slides
+#: past the models' context of 64), and the settings the sample explorer offers (``'greedy'``:
+#: ``do_sample=False``; ``'all'``: no top-k). The samples the text quotes use :data:`SAMPLE_TEMPERATURE`.
 SAMPLE_PROMPT = "The value of "
-TEMPERATURES = ("greedy", "0.5", "1.0", "1.5")
+SAMPLE_LENGTH = 300
+TEMPERATURES = ("greedy", "0.5", "0.8", "1.0", "1.5")
+SAMPLE_TEMPERATURE = "0.8"
 TOP_KS = ("all", "5")
+
+
+def word_share(text: str, corpus) -> float:
+    """The share of ``text``'s words (maximal runs of letters) that occur as words in the corpus's
+    training text: 1.0 when every word the model wrote is one it read.
+
+    Raises:
+        TypeError: ``text`` not a str. ValueError: a text without a word.
+    """
+    check_instance("text", text, str, "a str")
+    words = re.findall(r"[A-Za-z]+", text)
+    if not words:
+        raise ValueError(f"text holds no word (no run of letters): {text[:80]!r}")
+    known = set(re.findall(r"[A-Za-z]+", corpus.text[:len(corpus.train)]))
+    return sum(word in known for word in words) / len(words)
+
+
+@shown_in("ch09")
+def sampled_word_shares(runs: list[Run], corpus, num_samples: int = 4) -> dict[str, float]:
+    """For each block of :func:`best_runs`: the :func:`word_share` of ``num_samples`` samples (seeds
+    0, 1, ...) of :data:`SAMPLE_LENGTH` characters at :data:`SAMPLE_TEMPERATURE`, pooled."""
+    ids = torch.tensor([corpus.vocab.index(ch) for ch in SAMPLE_PROMPT])
+    shares = {}
+    for name, run in best_runs(runs).items():
+        samples = [corpus.decode(generate(run.model, ids, SAMPLE_LENGTH, do_sample=True, seed=seed,
+                                          temperature=float(SAMPLE_TEMPERATURE))[len(ids):])
+                   for seed in range(check_positive_int("num_samples", num_samples))]
+        shares[name] = word_share(" ".join(samples), corpus)
+    return shares
 
 
 def sample_explorer(runs: list[Run], corpus, prompt: str = SAMPLE_PROMPT, seed: int = 0) -> TextExplorer:
     """Samples from both trained blocks (:func:`best_runs`) for every temperature and top-k of
-    :data:`TEMPERATURES` and :data:`TOP_KS`, each continuing ``prompt`` to the models' context,
-    as a :class:`~d2lmini.widgets.TextExplorer` (live) with its static twin. Every sample uses the
-    generator seeded with ``seed``.
+    :data:`TEMPERATURES` and :data:`TOP_KS`, each continuing ``prompt`` by :data:`SAMPLE_LENGTH`
+    characters, as a :class:`~d2lmini.widgets.TextExplorer` (live) with its static twin. Every sample
+    uses the generator seeded with ``seed``.
 
     Raises:
-        ValueError: a prompt with a character outside the corpus's vocabulary, or as long as the
-            models' context; TypeError: a seed that is not an int.
+        ValueError: a prompt with a character outside the corpus's vocabulary, or an empty one;
+            TypeError: a seed that is not an int.
     """
     check_instance("prompt", prompt, str, "a str")
     check_seed(seed)
     unknown = sorted(set(prompt) - set(corpus.vocab))
-    if unknown:
-        raise ValueError(f"prompt holds characters the corpus does not: {unknown}")
-    if len(prompt) >= CAPSTONE_MODEL["context_len"]:
-        raise ValueError(f"prompt must be shorter than the context of {CAPSTONE_MODEL['context_len']} characters")
+    if unknown or not prompt:
+        raise ValueError(f"prompt must be non-empty and hold only characters of the corpus; unknown: {unknown}")
     ids = torch.tensor([corpus.vocab.index(ch) for ch in prompt])
     texts = {}
     for name, run in best_runs(runs).items():
-        num_new = run.model.context_len - len(prompt)
-        greedy = corpus.decode(generate(run.model, ids, num_new))  # top-k does not change the most likely token
+        greedy = corpus.decode(generate(run.model, ids, SAMPLE_LENGTH))  # top-k does not change the argmax
         for temperature in TEMPERATURES:
             for top_k in TOP_KS:
                 texts[f"{name}|{temperature}|{top_k}"] = greedy if temperature == "greedy" else corpus.decode(generate(
-                    run.model, ids, num_new, do_sample=True, temperature=float(temperature),
+                    run.model, ids, SAMPLE_LENGTH, do_sample=True, temperature=float(temperature),
                     top_k=None if top_k == "all" else int(top_k), seed=seed))
     controls = [{"name": "block", "label": "block", "options": [[n, n] for n in ("2017 block", "2026 block")],
                  "value": "2026 block"},
                 {"name": "temperature", "label": "temperature", "options": [[t, t] for t in TEMPERATURES],
-                 "value": "1.0"},
+                 "value": SAMPLE_TEMPERATURE},
                 {"name": "top_k", "label": "top-k", "options": [[k, k] for k in TOP_KS], "value": "all"}]
     return TextExplorer(controls, texts, description="Samples of both trained language models")
 
