@@ -363,6 +363,8 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
     optimizer = torch.optim.AdamW(parameters, lr=lr, betas=betas, weight_decay=weight_decay, foreach=True)
     generators = [torch.Generator().manual_seed(seed) for seed in seeds]  # one batch stream per model
     step_flops = batch_size * seq_len * sum(flops_per_token(model, seq_len) for model in models)
+    embedding = getattr(models[0], "embedding", None)
+    shape = (batch_size * seq_len, getattr(embedding, "embedding_dim", None))  # tokens a step, width
     log = TrainLog([[] for _ in models])
     for model in models:
         model.train()
@@ -379,8 +381,7 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
             log.diverged = True
         stop = log.diverged and stop_on_divergence
         log.seconds += time.perf_counter() - tick
-        _TALLY["flops"] += step_flops
-        _TALLY["cpu_seconds"] += time.thread_time() - cpu
+        _add_to_tally(step_flops, time.thread_time() - cpu, shape)
         if on_step is not None:
             on_step(step, models, values)
         if stop:
@@ -389,8 +390,9 @@ def train_models(models: list[nn.Module], corpus: CharCorpus, seeds, num_steps: 
 
 
 #: What :func:`train_models` has trained in this process (and, through :func:`run_in_workers`, in
-#: its workers): model FLOPs and the CPU seconds of the training steps.
-_TALLY = {"flops": 0.0, "cpu_seconds": 0.0}
+#: its workers): model FLOPs and the CPU seconds of the training steps, in all and per step shape
+#: (tokens a step, model width).
+_TALLY = {"flops": 0.0, "cpu_seconds": 0.0, "shapes": {}}
 
 
 def flops_per_token(model: nn.Module, seq_len: int) -> float:
@@ -415,17 +417,30 @@ def flops_per_token(model: nn.Module, seq_len: int) -> float:
 
 def training_tally() -> dict:
     """What :func:`train_models` has trained so far in this process, its workers' jobs included:
-    ``{'flops': model FLOPs (see :func:`flops_per_token`), 'cpu_seconds': CPU time of the steps}``
-    (the time of the thread that trains: the book trains on one torch thread).
-    A chapter reads it before and after its experiments to state what they cost."""
-    return dict(_TALLY)
+    ``'flops'``, the model FLOPs (see :func:`flops_per_token`); ``'cpu_seconds'``, the CPU time of the
+    steps (of the thread that trains: the book trains on one torch thread); ``'shapes'``, the same two
+    per ``(tokens a step, width)`` of the models trained, ``{shape: [flops, cpu_seconds]}``. A chapter
+    or a benchmark reads it before and after an experiment to state what it cost."""
+    return {"flops": _TALLY["flops"], "cpu_seconds": _TALLY["cpu_seconds"],
+            "shapes": {shape: list(value) for shape, value in _TALLY["shapes"].items()}}
+
+
+def _add_to_tally(flops: float, cpu_seconds: float, shape: tuple) -> None:
+    _TALLY["flops"] += flops
+    _TALLY["cpu_seconds"] += cpu_seconds
+    entry = _TALLY["shapes"].setdefault(shape, [0.0, 0.0])
+    entry[0] += flops
+    entry[1] += cpu_seconds
 
 
 def _run_and_tally(function: Callable, job: dict):
     """A worker's job: ``function(**job)``, and what its training added to the tally."""
     before = training_tally()
     result = function(**job)
-    return result, {key: _TALLY[key] - before[key] for key in _TALLY}
+    after = training_tally()
+    return result, {shape: [flops - before["shapes"].get(shape, [0.0, 0.0])[0],
+                            cpu - before["shapes"].get(shape, [0.0, 0.0])[1]]
+                    for shape, (flops, cpu) in after["shapes"].items()}
 
 
 def _one_thread() -> None:
@@ -480,9 +495,9 @@ def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
         futures = [pool.submit(_run_and_tally, function, job) for job in jobs]
         results = []
         for future in futures:
-            result, tally = future.result()
-            for key, value in tally.items():
-                _TALLY[key] += value
+            result, shapes = future.result()
+            for shape, (flops, cpu_seconds) in shapes.items():
+                _add_to_tally(flops, cpu_seconds, shape)
             results.append(result)
         return results
 

@@ -446,25 +446,35 @@ def train_group(corpus, runs: list[tuple[str, dict, float, int]], target: int | 
             for (name, _, rate, seed), model, losses in zip(runs, models, log.losses)]
 
 
+def train_walk_step(corpus, name: str, kwargs: dict, seeds=WALK_SEEDS) -> list[Run]:
+    """One model of the walk (:func:`lm_walk`) at every seed of ``seeds``, trained together as
+    :func:`train_capstone` trains the walk: :data:`WALK_DEPTH` blocks, matched to the 2017 block's size
+    at that depth, :data:`WALK_STEPS` steps at :data:`WALK_RATE`.
+
+    Raises:
+        ValueError / TypeError: as :func:`train_group`.
+    """
+    target = model_parameters(corpus.vocab_size, LM_2017, WALK_DEPTH)
+    return train_group(corpus, [(name, kwargs, WALK_RATE, seed) for seed in seeds], target=target,
+                       num_blocks=WALK_DEPTH, num_steps=WALK_STEPS)
+
+
 @shown_in("ch09")
 def train_capstone(corpus, seeds=(0, 1), num_workers: int = 2) -> list[Run]:
     """Train the 2017 and the 2026 block as character LMs at one parameter count, on equal tokens:
     each at every rate of :data:`RATES`, then a second seed of each at its better rate; and the walk
     of :func:`lm_walk` between them, every step with :data:`WALK_SEEDS` (2 blocks, shorter)."""
-    walk = lm_walk()
-    ends = [("2017 block", walk[0][1]), ("2026 block", walk[-1][1])]
+    ends = [("2017 block", LM_2017), ("2026 block", lm_walk()[-1][1])]
     target = model_parameters(corpus.vocab_size, LM_2017)  # every model is matched to the 2017 block's size
-    walk_target = model_parameters(corpus.vocab_size, LM_2017, WALK_DEPTH)
     seed, other = seeds
     sweep = [dict(corpus=corpus, runs=[(name, kw, rate, seed) for rate in RATES], target=target)
              for name, kw in ends]  # one lockstep per block, the two blocks in two workers
     runs = [run for group in run_in_workers(train_group, sweep, num_workers) for run in group]
     best = best_runs(runs, seed)
     second = [dict(corpus=corpus, runs=[(name, kw, best[name].rate, other)], target=target) for name, kw in ends]
-    steps = [dict(corpus=corpus, runs=[(name, kw, WALK_RATE, s) for s in WALK_SEEDS], target=walk_target,
-                  num_blocks=WALK_DEPTH, num_steps=WALK_STEPS) for name, kw in walk]  # seeds of a step together
-    for group in run_in_workers(train_group, second + steps, num_workers):
-        runs += group
+    runs += [run for group in run_in_workers(train_group, second, num_workers) for run in group]
+    steps = [dict(corpus=corpus, name=name, kwargs=kw) for name, kw in lm_walk()]  # a step's seeds together
+    runs += [run for group in run_in_workers(train_walk_step, steps, num_workers) for run in group]
     return runs
 
 

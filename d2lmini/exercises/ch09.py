@@ -1,7 +1,7 @@
 """Self-checks of chapter 9's exercises (The 2026 block: both blocks trained, Mistral's layer, the cache, a MoE).
 
-The two training exercises use 2-block models at the rate 0.01 (:data:`SHALLOW`); their runs are
-trained once per process and shared (a model trains to the same numbers alone or beside others).
+Exercise 9.1 trains both blocks 8 blocks deep (:data:`DEEP`); 9.2 trains the walk's last step with
+a third seed, as the chapter's walk trains (``train_walk_step``).
 """
 
 from __future__ import annotations
@@ -11,27 +11,11 @@ from torch import nn
 
 from . import Exercise
 
-#: The shallow training of exercises 9.1 and 9.2: depth, peak rate, and the seeds of 9.2.
-SHALLOW = dict(num_blocks=2, rate=0.01)
+#: Exercise 9.1's deeper pair: depth, steps and peak rate (seed 0); 9.2's seeds of the walk's last step.
+DEEP = dict(num_blocks=8, num_steps=300, rate=0.01)
 SEEDS = (0, 1, 2)
 
 _trained: dict[tuple[str, int], float] = {}  # (walk step, seed) -> validation loss
-
-
-def _val_losses(pairs) -> dict[tuple[str, int], float]:
-    """Validation losses of 2-block models of :func:`~d2lmini.chapters.ch09_the_2026_block.lm_walk`,
-    ``(step name, seed)`` each, trained as the chapter's ``train_group`` trains them."""
-    from d2lmini.chapters import ch09_the_2026_block as ch09
-    from d2lmini.data import python_reference_corpus
-
-    walk = dict(ch09.lm_walk())
-    missing = [p for p in pairs if p not in _trained]
-    for name in dict.fromkeys(name for name, _ in missing):  # the seeds of one model together
-        seeds = [seed for n, seed in missing if n == name]
-        runs = ch09.train_group(python_reference_corpus(), [(name, walk[name], SHALLOW["rate"], s) for s in seeds],
-                                num_blocks=SHALLOW["num_blocks"], vectorize=len(seeds) > 1)
-        _trained.update({(name, run.seed): run.val_loss for run in runs})
-    return {p: _trained[p] for p in pairs}
 
 
 def _walk_names() -> list[str]:
@@ -40,16 +24,24 @@ def _walk_names() -> list[str]:
     return [name for name, _ in ch09.lm_walk()]
 
 
-def _shallow_pair():
-    first, last = _walk_names()[0], _walk_names()[-1]  # the 2017 block and the 2026 block
-    losses = _val_losses([(first, 0), (last, 0)])
-    return {"2017 block": losses[first, 0], "2026 block": losses[last, 0]}
+def _deep_pair():
+    from d2lmini.chapters import ch09_the_2026_block as ch09
+    from d2lmini.data import python_reference_corpus
+
+    walk = ch09.lm_walk()
+    old, new = ch09.train_group(python_reference_corpus(), [(name, kwargs, DEEP["rate"], 0) for name, kwargs in
+                                                            (walk[0], walk[-1])],
+                                num_blocks=DEEP["num_blocks"], num_steps=DEEP["num_steps"])
+    return {"2017 block": old.val_loss, "2026 block": new.val_loss}
 
 
 def _qk_norm_step():
-    ends = _walk_names()[-2:]  # the walk's last step: QK-norm added to the block before it
-    losses = _val_losses([(name, s) for name in ends for s in SEEDS])
-    rows = [[losses[name, s] for s in SEEDS] for name in ends]
+    from d2lmini.chapters import ch09_the_2026_block as ch09
+    from d2lmini.data import python_reference_corpus
+
+    ends = ch09.lm_walk()[-2:]  # the walk's last step: QK-norm added to the block before it
+    rows = [[run.val_loss for run in ch09.train_walk_step(python_reference_corpus(), name, kwargs, seeds=SEEDS)]
+            for name, kwargs in ends]
     mean = [sum(row) / len(row) for row in rows]
     return {"change": mean[1] - mean[0], "spread": max(max(row) - min(row) for row in rows)}
 
@@ -218,18 +210,18 @@ def _near(a, b, rel=0.02):
 
 EXERCISES = [
     Exercise(
-        "9.1", "the validation losses of the 2-block models, (2017 block, 2026 block)", kind="numbers",
-        names=("2017 block", "2026 block"), expected=_shallow_pair, rel=0.01, slow=True,
-        hints=[(lambda a, e: a["2017 block"] > e["2017 block"] + 0.4,
-                "the 2017 block's loss is where a deep post-LN stack sticks: train 2 blocks (num_blocks=2)"),
-               (lambda a, e: _near(a["2017 block"], e["2026 block"]) and _near(a["2026 block"], e["2017 block"]),
+        "9.1", "the validation losses of the 8-block models, (2017 block, 2026 block)", kind="numbers",
+        names=("2017 block", "2026 block"), expected=_deep_pair, rel=0.01, slow=True,
+        hints=[(lambda a, e: _near(a["2017 block"], e["2026 block"]) and _near(a["2026 block"], e["2017 block"]),
                 "the order: the 2017 block first, then the 2026 block"),
-               (lambda a, e: min(a[n] - e[n] for n in e) > 0.05,
+               (lambda a, e: a["2026 block"] > e["2026 block"] + 0.05,
+                "is that a shallower model's loss? train 8 blocks (num_blocks=8) for 300 steps (num_steps=300)"),
+               (lambda a, e: min(a[n] - e[n] for n in e) < -0.05,
                 "hand in each run's val_loss, the loss on held-out text after training, not the training loss")],
-        hint="train both at the rate 0.01 and seed 0, as the exercise's call does",
-        wrong=[lambda e: {**e, "2017 block": e["2017 block"] + 0.87},
-               lambda e: {"2017 block": e["2026 block"], "2026 block": e["2017 block"]},
-               lambda e: {n: v + 0.2 for n, v in e.items()}]),
+        hint="train both at the rate 0.01 and seed 0, 8 blocks deep for 300 steps, as the exercise's call does",
+        wrong=[lambda e: {"2017 block": e["2026 block"], "2026 block": e["2017 block"]},
+               lambda e: {n: v + 0.2 for n, v in e.items()},
+               lambda e: {**e, "2026 block": e["2026 block"] + 0.12}]),
     Exercise(
         "9.2", "(change, spread): the 2026 block's mean loss over seeds 0-2 minus the step before's, and the "
                "largest max - min of one row's three losses", kind="numbers",
@@ -240,7 +232,7 @@ EXERCISES = [
                 "the spread is the largest value minus the smallest of one row's three losses, for the row where "
                 "it is larger"),
 ],
-        hint="train both rows as 2-block models (num_blocks=2) at the rate 0.01, with seeds 0, 1 and 2",
+        hint="train both rows with ch09.train_walk_step(corpus, name, kwargs, seeds=(0, 1, 2))",
         wrong=[lambda e: {**e, "change": -e["change"]}, lambda e: {**e, "spread": e["spread"] / 2}]),
     Exercise(
         "9.3", "your changed Block2026 class, with an argument qk_norm (True by default)", kind="custom",
@@ -252,11 +244,12 @@ EXERCISES = [
         "9.4", "the three caches' num_bytes(), for num_kv_heads 4, 2 and 1 in that order", kind="numbers",
         names=("num_kv_heads=4", "num_kv_heads=2", "num_kv_heads=1"), expected=_cache_bytes, rel=0, abs=0.5,
         hints=[(lambda a, e: all(_near(a[n], e[n] / 2) for n in e), "the cache holds keys and values"),
-               (lambda a, e: all(_near(a[n], e[n] / 12) for n in e), "every block keeps a cache of its own"),
-               (lambda a, e: all(_near(a[n], e[n] / 4) for n in e), "bytes, not numbers: a float32 takes 4 bytes"),
+               (lambda a, e: all(_near(a[n], e[n] / 4) for n in e),
+                "a factor of 4 is missing: each of the 4 blocks keeps a cache of its own, and a float32 takes "
+                "4 bytes"),
                (lambda a, e: all(_near(a[n], 4 * e[n]) for n in e),
                 "d_head is the width of one head, num_hiddens / num_heads"),
-               (lambda a, e: all(_near(a[n], e[n] * 32 / 112) for n in e), "the 112 tokens of the exercise"),
+               (lambda a, e: all(_near(a[n], e[n] * 64 / 112) for n in e), "the 112 tokens of the exercise"),
                (lambda a, e: list(a.values()) == list(reversed(list(e.values()))), "the order: 4, 2, then 1")],
         wrong=[lambda e: {n: v / 2 for n, v in e.items()}, lambda e: {n: v / 4 for n, v in e.items()},
                lambda e: dict(zip(e, reversed(list(e.values()))))]),
