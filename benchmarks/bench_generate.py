@@ -1,4 +1,4 @@
-"""Speed of generation and of the capstone's training (chapter "The 2026 block").
+"""Speed of generation (chapter "The 2026 block").
 
 Prints ``NAME ratio=R target>=T`` lines, each measured against a peer in the same run:
 
@@ -10,17 +10,13 @@ Prints ``NAME ratio=R target>=T`` lines, each measured against a peer in the sam
   Face ``transformers``' ``generate(do_sample=False)`` on the same model converted by
   ``d2lmini.reference.to_hf`` (``Qwen3ForCausalLM``), same prompt and length; both give the same
   tokens (checked).
-* ``train_mfu``: model FLOP/s of the capstone's training loop (``ch09.train_capstone``: 13 character
-  models of 12 blocks) divided by the FLOP/s of one single-threaded fp32 ``torch.mm`` of the size
-  the models multiply (the FFN's up-projection of one batch: ``(b n, d) @ (d, 4d)``), both per
-  second of this process's CPU time, validation included. Model FLOPs per training token are
-  ``6 N + 12 L n d`` (Kaplan et al. 2020) with ``N`` every parameter, the embeddings included (as
-  ``bench_train.py``'s reported ratio counts them).
+
+The capstone's training is measured by ``bench_train.py`` (``train_mfu_09``).
 
 Times are CPU time of this process (``time.process_time``), which other programs on the machine
 do not inflate; the header names the machine and its load.
 
-Run: ``python benchmarks/bench_generate.py`` (``--quick``: 20 training steps instead of the chapter's 90).
+Run: ``python benchmarks/bench_generate.py``.
 """
 
 from __future__ import annotations
@@ -30,9 +26,8 @@ import time
 
 import torch
 
-from bench_train import load_average, mm_flops, processor_name
+from bench_train import load_average, processor_name
 from d2lmini import LanguageModel, generate, num_parameters
-from d2lmini.chapters import ch09_the_2026_block as ch09
 from d2lmini.data import python_reference_corpus
 from d2lmini.reference import to_hf
 from d2lmini.seeding import seeded
@@ -72,33 +67,15 @@ def bench_generation(vocab_size: int) -> None:
     print(f"generate_vs_hf ratio={theirs / with_cache:.2f} target>=1.0", flush=True)
 
 
-def bench_training(corpus, quick: bool) -> None:
-    if quick:
-        ch09.CAPSTONE_TRAINING["num_steps"] = 20
-    c, t = ch09.CAPSTONE_MODEL, ch09.CAPSTONE_TRAINING
-    start = time.process_time()
-    runs = ch09.train_capstone(corpus)
-    cpu = time.process_time() - start
-    d, n, L = c["num_hiddens"], t["seq_len"], c["num_blocks"]
-    tokens = t["num_steps"] * t["batch_size"] * n
-    flops = sum(tokens * (6 * run.parameters + 12 * L * n * d) for run in runs)
-    _, peer = mm_flops(t["batch_size"] * n, d, 4 * d, workers=0)
-    print(f"# capstone: {len(runs)} models, {flops / 1e12:.3f} TFLOP in {cpu:.1f} CPU-s "
-          f"(validation included): {flops / cpu / 1e9:.2f} GFLOP per CPU-s; torch.mm "
-          f"({t['batch_size'] * n}x{d})@({d}x{4 * d}): {peer / 1e9:.2f} GFLOP per CPU-s", flush=True)
-    print(f"train_mfu ratio={flops / cpu / peer:.3f} target>=0.6" + ("   # --quick: 20 steps" if quick else ""))
-
-
-def main(quick: bool = False) -> None:
+def main() -> None:
     torch.set_num_threads(1)  # as the book runs
     print(f"# {processor_name()}; torch {torch.__version__}, 1 thread; load average {load_average()}", flush=True)
     corpus = python_reference_corpus()
     bench_generation(corpus.vocab_size)
-    bench_training(corpus, quick)
     print(f"# load average at the end {load_average()}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 training steps instead of the chapter's 90")
-    main(parser.parse_args().quick)
+    parser.parse_args()
+    main()
