@@ -196,9 +196,9 @@ def test_each_chapter_asks_for_a_prediction_before_its_experiment(path):
     assert "skip-execution" in live.metadata.get("tags", []) and live.source.startswith("prediction.widget")
     reveals = [i for i, c in enumerate(cells) if c.cell_type == "code" and ends_in_reveal(c.source)]
     assert len(reveals) == 1 and reveals[0] > ask + 2, f"{path.name}: the reveal comes after the experiment"
-    between = cells[ask + 2:reveals[0]]
-    assert any(c.cell_type == "code" and "assert" in c.source for c in between), \
-        f"{path.name}: the experiment between the prediction and its reveal asserts its lesson"
+    after = cells[ask + 2:reveals[0] + 2]  # the experiment, the reveal, and the cell right after it
+    assert any(c.cell_type == "code" and "assert" in c.source for c in after), \
+        f"{path.name}: the lesson the prediction asks about is asserted by the experiment or right after the reveal"
 
 
 # --------------------------------------------------------------------------- in the built book
