@@ -9,9 +9,11 @@ Introduced in the chapter "The 2026 block". It holds what that chapter shows:
   constructor argument at a time (:func:`step_table`), and :func:`rope_relative_check`
   for the exercises;
 * :func:`train_capstone` -- the 2017 and the 2026 block trained as character language
-  models of one size (:class:`~d2lmini.lm.LanguageModel`), at two rates, with warm-up, one
-  substitution at a time (:func:`lm_walk`) and with a second seed (:func:`capstone_table`,
-  :func:`walk_table`, :func:`plot_capstone`); :func:`sample_explorer`, their samples;
+  models of one size (:class:`~d2lmini.lm.LanguageModel`) with the book's recipe, at two rates
+  and with a second seed (:func:`capstone_table`, :func:`plot_capstone`), and one substitution
+  at a time with two seeds per step (:func:`lm_walk`, :func:`train_walk_step`,
+  :func:`walk_table`), spread over two worker processes; :func:`sample_explorer` and
+  :func:`sampled_word_shares`, their samples and how many of their words the corpus holds;
   :func:`cache_measurements`, decoding with and without the key/value cache.
 
 It also holds the catalogue of the appendix "The block zoo" (``chapters/zoo.ipynb``):
