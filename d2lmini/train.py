@@ -150,6 +150,36 @@ def evaluate(model: nn.Module, corpus: CharCorpus, batch_size: int, num_steps: i
     return total / num_batches
 
 
+@torch.no_grad()
+def validation_loss(model: nn.Module, corpus: CharCorpus, seq_len: int, batch_size: int = 64) -> float:
+    """Mean next-character cross-entropy over the whole validation split (nats per character).
+
+    The split is cut into consecutive windows of ``seq_len + 1`` characters (the last, shorter
+    remainder is left out); each window's ``seq_len`` predictions count once. Unlike
+    :func:`evaluate`'s random windows this reads every held-out character, so two models are
+    compared on exactly the same text, and its own sampling noise is small.
+
+    Raises:
+        ValueError / TypeError: sizes that are not positive ints, or windows longer than the split.
+    """
+    seq_len, batch_size = check_positive_int("seq_len", seq_len), check_positive_int("batch_size", batch_size)
+    num_windows = (len(corpus.val) - 1) // seq_len
+    if num_windows < 1:
+        raise ValueError(f"seq_len={seq_len} is longer than the validation split ({len(corpus.val)} characters)")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    starts = torch.arange(num_windows) * seq_len
+    offsets = torch.arange(seq_len + 1)
+    total = 0.0
+    for i in range(0, num_windows, batch_size):
+        windows = corpus.val[starts[i:i + batch_size, None] + offsets[None, :]].to(device)
+        logits = model(windows[:, :-1])
+        total += float(F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum"))
+    model.train(was_training)
+    return total / (num_windows * seq_len)
+
+
 #: The per-step hook of :func:`train_models`: ``on_step(step, models, losses)`` with the
 #: 0-based step index, the models and their losses on that step's batches.
 StepHook = Callable[[int, list[nn.Module], list[float]], None]

@@ -256,3 +256,21 @@ def test_runs_spread_over_workers_give_every_number_they_give_here(corpus):
         run_in_workers(train_lm, dict(corpus=corpus))
     with pytest.raises(ValueError, match="num_workers"):
         run_in_workers(train_lm, jobs, num_workers=0)
+
+
+def test_the_validation_loss_reads_every_held_out_character_once(corpus):
+    from torch.nn import functional as F
+
+    from d2lmini.train import validation_loss
+
+    model = seeded_tiny_lm(corpus.vocab_size, 0, max_len=32, num_hiddens=16, num_heads=2, num_layers=1)
+    n = (len(corpus.val) - 1) // 32
+    windows = corpus.val[:n * 32 + 1]
+    with torch.no_grad():  # the same windows, one by one
+        total = sum(float(F.cross_entropy(model(windows[i * 32:(i + 1) * 32][None])[0],
+                                          windows[i * 32 + 1:(i + 1) * 32 + 1], reduction="sum")) for i in range(n))
+    assert validation_loss(model, corpus, 32, batch_size=50) == pytest.approx(total / (n * 32), rel=1e-5)
+    with pytest.raises(ValueError, match="seq_len"):
+        validation_loss(model, corpus, len(corpus.val))
+    with pytest.raises(ValueError, match="batch_size"):
+        validation_loss(model, corpus, 32, batch_size=0)

@@ -53,7 +53,7 @@ from ..cache import KVCache
 from ..lm import LanguageModel, generate
 from ..widgets import TextExplorer
 from ..data import frequency_loss
-from ..train import RECIPE, evaluate, moving_average, run_in_workers, train_models
+from ..train import RECIPE, moving_average, run_in_workers, train_models, validation_loss
 from ..lm import sinusoidal_positions  # re-exported: the exercises use it
 from ..parameters import BLOCK_PARTS, num_parameters
 from ..reference import TOLERANCE as _TOLERANCE
@@ -283,20 +283,20 @@ def rope_relative_check(num_hiddens: int = 64, head_dim: int = 32, num_tokens: i
 CAPSTONE_MODEL = dict(num_blocks=4, num_hiddens=64, num_heads=4, context_len=64)
 
 #: Their training: the book's recipe (:data:`~d2lmini.train.RECIPE`: warm-up, cosine decay,
-#: clipping) on batches of 16 windows of 64 characters (1,024 tokens a step), for 800 steps.
-CAPSTONE_TRAINING = dict(RECIPE, batch_size=16, num_steps=800)
+#: clipping) on batches of 16 windows of 64 characters (1,024 tokens a step), for 1,000 steps.
+CAPSTONE_TRAINING = dict(RECIPE, batch_size=16, num_steps=1000)
 
 #: The peak learning rates swept for each block (seed 0).
 RATES = (0.005, 0.01)
 
 #: The substitution walk: every model of :func:`lm_walk` at :data:`WALK_SEEDS`, trained smaller and
-#: shorter than the headline pair (2 blocks, 300 steps of the same recipe) at :data:`WALK_RATE`.
-WALK_DEPTH, WALK_STEPS, WALK_RATE, WALK_SEEDS = 2, 300, 0.01, (0, 1)
+#: shorter than the headline pair (2 blocks, 200 steps of the same recipe) at :data:`WALK_RATE`.
+WALK_DEPTH, WALK_STEPS, WALK_RATE, WALK_SEEDS = 2, 200, 0.01, (0, 1)
 
 #: The 2017 block in a language model (Vaswani et al., 2017): post-LN, LayerNorm, a ReLU FFN of
-#: width 4d, multi-head attention, biases, and learned positions (which the paper found as good as
-#: its sinusoids, Table 3 row E).
-LM_2017 = dict(positions="learned", norm="layer", act="relu", placement="post", bias=True)
+#: width 4d, multi-head attention, biases, and the paper's sinusoidal positions added to the input
+#: (section 3.5; learned ones did as well after 100,000 steps, Table 3 row E, but start from nothing).
+LM_2017 = dict(positions="sinusoidal", norm="layer", act="relu", placement="post", bias=True)
 
 
 def lm_walk(num_kv_heads: int = 2) -> list[tuple[str, dict]]:
@@ -313,7 +313,7 @@ def lm_walk(num_kv_heads: int = 2) -> list[tuple[str, dict]]:
                 kwargs["positions"] = "rope"
             else:
                 kwargs[key] = num_kv_heads if value == "h/4" else value
-        walk.append((name.replace("sinusoidal", "learned positions"), dict(kwargs)))
+        walk.append((name, dict(kwargs)))
     return walk
 
 
@@ -360,8 +360,10 @@ class Run:
         rate, seed: its peak learning rate and its seed (weights and batches).
         parameters: its parameter count.
         train_loss: the training loss of every step (nats per character).
-        val_loss: the validation loss after training.
+        val_loss: the validation loss after training, over the whole validation split
+            (:func:`~d2lmini.train.validation_loss`).
         model: the trained model.
+        val_curve: ``(step, validation loss)`` during training, if it was recorded (else empty).
     """
 
     name: str
@@ -371,6 +373,7 @@ class Run:
     train_loss: list
     val_loss: float
     model: LanguageModel = field(repr=False)
+    val_curve: list = field(default_factory=list)
 
     @property
     def depth(self) -> int:
@@ -393,19 +396,27 @@ RATE_COLORS = {"rate 0.005": "#2471a3", "rate 0.01": "#c0392b", "rate 0.005, see
 
 
 def plot_capstone(runs: list[Run], corpus):
-    """Training loss (50-step mean) of the 2017 block (left) and the 2026 block (right) of the headline
-    pair at each rate and seed, with the loss of predicting each character from its frequency alone."""
-    with styled_figure(2, width=10, height=3.4, sharey=True) as (fig, axes):
+    """Training loss (50-step mean, lines) and validation loss (dots) of the 2017 block (left) and the
+    2026 block (right) of the headline pair at each rate and seed, with the loss of predicting each
+    character from its frequency alone."""
+    with styled_figure(2, width=10, height=3.6, sharey=True) as (fig, axes):
         for ax, name in zip(axes, ("2017 block", "2026 block")):
             ax.axhline(frequency_loss(corpus), ls=":", color="#7f8c8d", label="character frequencies alone")
             curves = {f"rate {r.rate:g}" + (f", seed {r.seed}" if r.seed else ""): r
                       for r in runs if r.name == name and r.depth == CAPSTONE_MODEL["num_blocks"]}
             plot_loss_curves(curves, fig=fig, ax=ax, title=name, colors=RATE_COLORS, window=50)
+            for label, run in curves.items():
+                steps, losses = zip(*run.val_curve)
+                ax.plot(steps, losses, "o", ms=3.5, color=RATE_COLORS.get(label))
+            ax.set_ylim(1.0, 3.4)
+        axes[0].set_ylabel("nats/char: training (50-step mean), validation (dots)")
+        axes[1].set_ylabel("")
     return fig
 
 
 def train_group(corpus, runs: list[tuple[str, dict, float, int]], target: int | None = None,
-                num_blocks: int | None = None, num_steps: int | None = None, vectorize: bool = False) -> list[Run]:
+                num_blocks: int | None = None, num_steps: int | None = None, vectorize: bool = False,
+                eval_every: int | None = None) -> list[Run]:
     """Train language models of :data:`CAPSTONE_MODEL` on ``corpus`` in one lockstep, as :func:`train_capstone` does.
 
     Args:
@@ -416,6 +427,7 @@ def train_group(corpus, runs: list[tuple[str, dict, float, int]], target: int | 
         num_blocks: the depth, if not :data:`CAPSTONE_MODEL`'s.
         num_steps: the training steps, if not :data:`CAPSTONE_TRAINING`'s (the rest of the recipe is its).
         vectorize: train under ``torch.vmap`` (all models of one architecture).
+        eval_every: record every model's validation loss every so many steps (``Run.val_curve``), or ``None``.
 
     Returns:
         One :class:`Run` per model.
@@ -439,13 +451,23 @@ def train_group(corpus, runs: list[tuple[str, dict, float, int]], target: int | 
                                                                     shape["num_blocks"])
         with seeded(seed):
             models.append(LanguageModel(corpus.vocab_size, **shape, ffn_num_hiddens=width, **kwargs))
+    curves = [[] for _ in models]
+
+    def validate(step, models, losses):
+        if eval_every is not None and (step + 1) % eval_every == 0:
+            for curve, model in zip(curves, models):
+                curve.append((step + 1, validation_loss(model, corpus, training["seq_len"])))
+
+    if eval_every is not None:
+        check_positive_int("eval_every", eval_every)
     base = runs[0][2]
     log = train_models(models, corpus, [seed for *_, seed in runs], lr=base,
                        lr_scales=[rate / base for _, _, rate, _ in runs], vectorize=vectorize,
-                       stop_on_divergence=False, **training)
-    batch = training["batch_size"], training["seq_len"]
-    return [Run(name, rate, seed, num_parameters(model), losses, evaluate(model, corpus, *batch, num_batches=16), model)
-            for (name, _, rate, seed), model, losses in zip(runs, models, log.losses)]
+                       stop_on_divergence=False, on_step=validate, **training)
+    return [Run(name, rate, seed, num_parameters(model), losses,
+                curve[-1][1] if curve and curve[-1][0] == training["num_steps"]
+                else validation_loss(model, corpus, training["seq_len"]), model, curve)
+            for (name, _, rate, seed), model, losses, curve in zip(runs, models, log.losses, curves)]
 
 
 def train_walk_step(corpus, name: str, kwargs: dict, seeds=WALK_SEEDS) -> list[Run]:
@@ -469,11 +491,12 @@ def train_capstone(corpus, seeds=(0, 1), num_workers: int = 2) -> list[Run]:
     ends = [("2017 block", LM_2017), ("2026 block", lm_walk()[-1][1])]
     target = model_parameters(corpus.vocab_size, LM_2017)  # every model is matched to the 2017 block's size
     seed, other = seeds
-    sweep = [dict(corpus=corpus, runs=[(name, kw, rate, seed) for rate in RATES], target=target)
+    sweep = [dict(corpus=corpus, runs=[(name, kw, rate, seed) for rate in RATES], target=target, eval_every=100)
              for name, kw in ends]  # one lockstep per block, the two blocks in two workers
     runs = [run for group in run_in_workers(train_group, sweep, num_workers) for run in group]
     best = best_runs(runs, seed)
-    second = [dict(corpus=corpus, runs=[(name, kw, best[name].rate, other)], target=target) for name, kw in ends]
+    second = [dict(corpus=corpus, runs=[(name, kw, best[name].rate, other)], target=target, eval_every=100)
+              for name, kw in ends]
     runs += [run for group in run_in_workers(train_group, second, num_workers) for run in group]
     steps = [dict(corpus=corpus, name=name, kwargs=kw) for name, kw in lm_walk()]  # a step's seeds together
     runs += [run for group in run_in_workers(train_walk_step, steps, num_workers) for run in group]
@@ -546,7 +569,8 @@ def word_share(text: str, corpus) -> float:
 @shown_in("ch09")
 def sampled_word_shares(runs: list[Run], corpus, num_samples: int = 4) -> dict[str, float]:
     """For each block of :func:`best_runs`: the :func:`word_share` of ``num_samples`` samples (seeds
-    0, 1, ...) of :data:`SAMPLE_LENGTH` characters at :data:`SAMPLE_TEMPERATURE`, pooled."""
+    0, 1, ...) of :data:`SAMPLE_LENGTH` characters at :data:`SAMPLE_TEMPERATURE`, pooled; and, as
+    yardsticks, that of as many characters of held-out text and of characters drawn at their frequencies."""
     ids = torch.tensor([corpus.vocab.index(ch) for ch in SAMPLE_PROMPT])
     shares = {}
     for name, run in best_runs(runs).items():
@@ -554,6 +578,11 @@ def sampled_word_shares(runs: list[Run], corpus, num_samples: int = 4) -> dict[s
                                           temperature=float(SAMPLE_TEMPERATURE))[len(ids):])
                    for seed in range(check_positive_int("num_samples", num_samples))]
         shares[name] = word_share(" ".join(samples), corpus)
+    n = num_samples * SAMPLE_LENGTH
+    shares["held-out text"] = word_share(corpus.decode(corpus.val[:n]), corpus)
+    counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double()  # each character's frequency
+    drawn = torch.multinomial(counts, n, replacement=True, generator=torch.Generator().manual_seed(0))
+    shares["characters at their frequencies"] = word_share(corpus.decode(drawn), corpus)
     return shares
 
 

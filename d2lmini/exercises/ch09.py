@@ -12,7 +12,7 @@ from torch import nn
 from . import Exercise
 
 #: Exercise 9.1's deeper pair: depth, steps and peak rate (seed 0); 9.2's seeds of the walk's last step.
-DEEP = dict(num_blocks=8, num_steps=300, rate=0.01)
+DEEP = dict(num_blocks=8, num_steps=200, rate=0.01)  # the walk's steps and rate
 SEEDS = (0, 1, 2)
 
 _trained: dict[tuple[str, int], float] = {}  # (walk step, seed) -> validation loss
@@ -215,10 +215,10 @@ EXERCISES = [
         hints=[(lambda a, e: _near(a["2017 block"], e["2026 block"]) and _near(a["2026 block"], e["2017 block"]),
                 "the order: the 2017 block first, then the 2026 block"),
                (lambda a, e: a["2026 block"] > e["2026 block"] + 0.05,
-                "is that a shallower model's loss? train 8 blocks (num_blocks=8) for 300 steps (num_steps=300)"),
+                "is that a shallower model's loss? train 8 blocks (num_blocks=8) for 200 steps (num_steps=200)"),
                (lambda a, e: min(a[n] - e[n] for n in e) < -0.05,
                 "hand in each run's val_loss, the loss on held-out text after training, not the training loss")],
-        hint="train both at the rate 0.01 and seed 0, 8 blocks deep for 300 steps, as the exercise's call does",
+        hint="train both at the rate 0.01 and seed 0, 8 blocks deep for 200 steps, as the exercise's call does",
         wrong=[lambda e: {"2017 block": e["2026 block"], "2026 block": e["2017 block"]},
                lambda e: {n: v + 0.2 for n, v in e.items()},
                lambda e: {**e, "2026 block": e["2026 block"] + 0.12}]),
