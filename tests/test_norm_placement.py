@@ -67,15 +67,31 @@ def test_train_placements_trains_each_run_as_train_lm_does(corpus):
     from d2lmini.train import train_lm
 
     runs = train_placements(corpus, num_layers=2, lr=1e-2, runs=(("post", 1), ("pre", 1), ("post", 1 / 4)),
-                            warmup_steps=2, seed=3, **_TINY)
-    assert [(r.config["placement"], r.config["lr"]) for r in runs] == [("post", 1e-2), ("pre", 1e-2), ("post", 2.5e-3)]
+                            warmup_steps=2, seeds=(3, 4), **_TINY)
+    assert [(r.config["placement"], r.config["lr"], r.config["seed"]) for r in runs] == [
+        ("post", 1e-2, 3), ("post", 1e-2, 4), ("pre", 1e-2, 3), ("pre", 1e-2, 4), ("post", 2.5e-3, 3), ("post", 2.5e-3, 4)]
     for run in runs:
         alone = train_lm(corpus, num_steps=3, batch_size=2, seq_len=8, lr=run.config["lr"], warmup_steps=2,
-                         eval_every=3, eval_batches=1, seed=3, num_layers=2, placement=run.config["placement"],
-                         **TRAINING_MODEL)
+                         schedule="cosine", betas=(0.9, 0.95), clip_norm=1.0, eval_every=3, eval_batches=1,
+                         seed=run.config["seed"], num_layers=2, placement=run.config["placement"], **TRAINING_MODEL)
         assert run.train_loss == pytest.approx(alone.train_loss, rel=1e-5)
         assert run.val_loss == pytest.approx(alone.val_loss, rel=1e-5)
         assert run.lr == pytest.approx(alone.lr) and not run.diverged
+
+
+def test_placement_groups_give_the_same_numbers_in_workers_as_here():
+    from d2lmini.chapters.ch04_norm_placement import train_placement_groups
+
+    groups = [dict(num_layers=1, lr=1e-2, runs=(("post", 1),), seeds=(0,), **_TINY),
+              dict(num_layers=2, lr=1e-2, runs=(("pre", 1),), clip_norm=None, **_TINY)]
+    here, there = train_placement_groups(groups, num_workers=1), train_placement_groups(groups, num_workers=2)
+    assert [r.config["seed"] for r in here] == [0, 0, 1]
+    assert [r.train_loss for r in here] == [r.train_loss for r in there]
+    assert [r.val_loss for r in here] == [r.val_loss for r in there]
+    with pytest.raises(TypeError, match="corpus"):
+        train_placement_groups([dict(groups[0], corpus=None)])
+    with pytest.raises(TypeError, match="groups"):
+        train_placement_groups(groups[0])
 
 
 @pytest.mark.parametrize("runs, error", [("post", TypeError), ((), TypeError), ((("post",),), TypeError),
@@ -88,26 +104,29 @@ def test_train_placements_rejects_bad_runs(corpus, runs, error):
 
 
 def test_training_table_puts_post_ln_beside_pre_ln_per_configuration():
-    from d2lmini.chapters.ch04_norm_placement import plot_training, training_table
+    from d2lmini.chapters.ch04_norm_placement import plot_training, seed_losses, training_table
     from d2lmini.train import TrainResult
 
-    def result(placement, num_layers, lr, warmup_steps, loss):
-        config = dict(placement=placement, num_layers=num_layers, lr=lr, warmup_steps=warmup_steps)
+    def result(placement, num_layers, lr, warmup_steps, loss, seed=0):
+        config = dict(placement=placement, num_layers=num_layers, lr=lr, warmup_steps=warmup_steps, seed=seed)
         return TrainResult(config, train_loss=[4.0, loss], val_steps=[2], val_loss=[loss])
 
-    results = [result("post", 8, 0.02, 0, 3.2), result("pre", 8, 0.02, 0, 2.5), result("post", 8, 0.005, 0, 2.4),
-               result("post", 8, 0.02, 75, 3.3), result("post", 2, 0.02 / 4, 0, 2.41), result("pre", 2, 0.005, 0, 2.4)]
+    results = [result("post", 8, 0.02, 0, 3.2), result("post", 8, 0.02, 0, 3.3, seed=1), result("pre", 8, 0.02, 0, 2.5),
+               result("post", 8, 0.005, 0, 2.4), result("post", 8, 0.02, 75, 3.3), result("post", 2, 0.02 / 4, 0, 2.41),
+               result("pre", 2, 0.005, 0, 2.4)]
+    assert seed_losses(results)[8, 0.02, 0, "post"] == [3.2, 3.3]
     table = training_table(results)
     assert list(table.index) == [(8, 0.02, 0), (8, 0.02, 75), (8, 0.005, 0), (2, 0.005, 0)]
-    assert list(table.columns) == ["post-LN", "pre-LN"]
-    assert table["post-LN"].tolist() == [3.2, 3.3, 2.4, 2.41]
-    assert table.loc[(2, 0.005, 0), "pre-LN"] == 2.4
+    assert list(table.columns) == ["post-LN", "pre-LN", "post-LN spread", "pre-LN spread"]
+    assert table["post-LN"].tolist() == pytest.approx([3.25, 3.3, 2.4, 2.41])
+    assert table.loc[(8, 0.02, 0), "post-LN spread"] == pytest.approx(0.1)
+    assert table.loc[(2, 0.005, 0), "pre-LN"] == 2.4 and table.loc[(2, 0.005, 0), "pre-LN spread"] == 0
     assert math.isnan(table.loc[(8, 0.02, 75), "pre-LN"])  # not trained: left empty
     fig = plot_training(results, reference=3.0)
     assert [ax.get_title() for ax in fig.axes] == ["8 blocks, peak rates 0.02 and 0.005", "2 blocks, peak rate 0.005"]
     assert [text.get_text() for text in fig.legends[0].get_texts()] == [
-        "post-LN, high rate", "pre-LN, high rate", "post-LN, lower rate", "post-LN, high rate, warm-up 75",
-        "frequencies alone"]
+        "post-LN, peak rate 0.02", "pre-LN, peak rate 0.02", "post-LN, peak rate 0.005",
+        "post-LN, peak rate 0.02, warm-up 75", "frequencies alone", "pre-LN, peak rate 0.005"]
     with pytest.raises(TypeError, match="results"):
         training_table({"post": results[0]})
     with pytest.raises(ValueError, match="two post-LN runs"):

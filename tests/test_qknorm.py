@@ -13,7 +13,8 @@ from d2lmini.data import python_reference_corpus
 from d2lmini.chapters.ch06_qk_norm import (LogitRecorder, attention_entropy, attention_logits, log_spaced_scales,
                             logit_scale_sweep, make_attention, plot_logit_scale_sweep,
                             plot_qk_norm_regimes, probed_training, qk_norm_regimes, qk_norm_training,
-                            queries_and_keys_after_rope, regime_rows, rope_order_check, scale_qk_, train_with_logit_probe)
+                            queries_and_keys_after_rope, regime_rows, rope_order_check, scale_qk_,
+                            train_seeds_with_logit_probe, train_with_logit_probe)
 from d2lmini.chapters.ch06_qk_norm import LogitTrainResult
 from d2lmini.train import seeded_tiny_lm
 from d2lmini.train import train_lm
@@ -306,7 +307,7 @@ def test_training_with_the_probe_takes_the_same_steps_as_train_lm(corpus):
                     seed=2)
     probed = train_with_logit_probe(corpus, "per_head", eval_batches=2, **settings)
     reference = train_lm(corpus, qk_norm="per_head", rope_theta=10000.0, eval_every=6, eval_batches=2,
-                         **settings)
+                         betas=(0.9, 0.95), **settings)
     assert probed.train_loss == reference.train_loss
     assert math.isclose(probed.val_loss, reference.val_loss[-1], rel_tol=1e-9)
     assert len(probed.max_logit) == 6 and len(probed.max_logit_per_layer[0]) == 2
@@ -316,14 +317,29 @@ def test_training_with_the_probe_takes_the_same_steps_as_train_lm(corpus):
 def test_probed_training_records_every_step_and_the_gains(corpus):
     model = seeded_tiny_lm(corpus.vocab_size, 0, num_hiddens=16, num_heads=2, num_layers=3, max_len=16,
                            qk_norm="per_head", rope_theta=10000.0)
-    result = probed_training(model, corpus, LogitTrainResult({}), 0, 5, 4, 16, 3e-2, (0.9, 0.98), 0.0, 2)
+    (result,) = probed_training([model], corpus, [LogitTrainResult({})], [0], 5, 4, 16, 3e-2, (0.9, 0.98), 0.0, 2)
     assert len(result.train_loss) == len(result.max_logit) == len(result.entropy) == 5
     assert all(len(layers) == 3 and max(layers) == top
                for layers, top in zip(result.max_logit_per_layer, result.max_logit))
     assert math.isfinite(result.val_loss) and not result.diverged
     assert len(result.qk_gains) == 3 * 2 * 8  # 3 layers x (q, k) x head_dim
     plain = seeded_tiny_lm(corpus.vocab_size, 0, num_hiddens=16, num_heads=2, num_layers=1, max_len=16)
-    assert probed_training(plain, corpus, LogitTrainResult({}), 0, 2, 4, 16, 3e-2, (0.9, 0.98), 0.0, 1).qk_gains == []
+    (result,) = probed_training([plain], corpus, [LogitTrainResult({})], [0], 2, 4, 16, 3e-2, (0.9, 0.98), 0.0, 1)
+    assert result.qk_gains == [] and not plain._forward_pre_hooks and all(
+        not m._forward_pre_hooks for m in plain.modules())  # the recorders are removed
+
+
+def test_seeds_trained_together_get_the_losses_they_get_alone(corpus):
+    settings = dict(lr=3e-2, num_steps=4, batch_size=4, seq_len=16, num_hiddens=16, num_heads=2, num_layers=1,
+                    eval_batches=1)
+    together = train_seeds_with_logit_probe(corpus, "per_head", seeds=(3, 1), **settings)
+    for seed, run in zip((3, 1), together):
+        alone = train_with_logit_probe(corpus, "per_head", seed=seed, **settings)
+        assert run.config["seed"] == seed
+        assert run.train_loss == pytest.approx(alone.train_loss, rel=1e-6)
+        assert run.max_logit == pytest.approx(alone.max_logit, rel=1e-5)
+    with pytest.raises(ValueError, match="seeds"):
+        train_seeds_with_logit_probe(corpus, None, seeds=(1, 1), **settings)
 
 
 def test_a_diverged_run_is_probed_up_to_its_nan_step(corpus):
@@ -359,7 +375,7 @@ def test_training_is_deterministic_and_checks_arguments(corpus, runs):
 def test_regimes_train_every_rate_seed_and_setting_and_draw(corpus, runs):
     small = dict(TINY_RUN, num_steps=20)
     small.pop("seed")
-    regimes = qk_norm_regimes(corpus, rates=(3e-2, 3e-3), seeds=(0, 1), **small)
+    regimes = qk_norm_regimes(corpus, rates=(3e-2, 3e-3), seeds=(0, 1), num_workers=1, **small)
     assert list(regimes) == [(lr, qk, seed) for lr in (3e-2, 3e-3) for seed in (0, 1) for qk in (None, "per_head")]
     alone = train_with_logit_probe(corpus, "per_head", lr=3e-3, seed=1, **small)
     assert regimes[(3e-3, "per_head", 1)].train_loss == alone.train_loss  # each run is the run alone

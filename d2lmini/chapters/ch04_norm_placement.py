@@ -5,10 +5,11 @@
   :func:`d2lmini.probes.probe_depth`); :func:`plot_placements` draws it for several
   placements at once;
 * :func:`draw_placement_diagrams` -- one drawn block diagram per placement;
-* :func:`train_placements`, :func:`training_table`, :func:`plot_training` and
-  :func:`d2lmini.data.frequency_loss` -- post-LN against pre-LN in training: small character language
-  models of one depth and peak learning rate, trained in lockstep from the same weights
-  and batches, with or without learning-rate warm-up (Xiong et al., 2020);
+* :func:`train_placements`, :func:`train_placement_groups`, :func:`seed_losses`,
+  :func:`training_table`, :func:`plot_training` and :func:`d2lmini.data.frequency_loss` -- post-LN
+  against pre-LN in training: small character language models of one depth and peak learning
+  rate, the seeds of each configuration trained in lockstep, the configurations spread over two
+  worker processes, with or without learning-rate warm-up (Xiong et al., 2020);
 * :class:`DepthExplorer`, :func:`depth_explorer` and :func:`depth_explorer_static` --
   the depth, placement and norm sliders, live and pre-computed.
 """
@@ -17,16 +18,16 @@ from __future__ import annotations
 
 import math
 
-from .._checks import (check_choice, check_instance, check_int_in, check_int_sequence, check_positive_float,
+from .._checks import (check_choice, check_seeds, check_instance, check_int_in, check_int_sequence, check_positive_float,
                        check_positive_int)
 from .._shown import shown_in
-from ..data import CharCorpus
+from ..data import CharCorpus, python_reference_corpus
 from ..norms import COMPARED_NORMS
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
                     figure_png, new_figure, plot_depth_probes, styled_figure)
 from ..probes import (ATTENTION_WEIGHTS, HYPER_PLACEMENT, PROBED_PLACEMENTS, DepthProbe, probe_depth,
                       probe_memory_bytes)
-from ..train import TrainResult, evaluate, seeded_tiny_lm, train_models
+from ..train import TrainResult, evaluate, run_in_workers, seeded_tiny_lm, train_models
 from ..widgets import StaticTwin, round_frame_values
 
 
@@ -154,52 +155,84 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
 
 #: The character model of the chapter's training experiment (:class:`~d2lmini.train.TinyLM`
 #: arguments besides ``num_layers`` and ``placement``): the 2017 ingredients -- LayerNorm, a
-#: ReLU FFN, biases -- at width 32 with 2 heads, so that a run takes seconds on a CPU.
-TRAINING_MODEL = dict(num_hiddens=32, num_heads=2, norm="layer", act="relu", bias=True)
-
+#: ReLU FFN, biases -- at the recipe's width 64 with 4 heads (:data:`d2lmini.train.RECIPE_MODEL`).
+TRAINING_MODEL = dict(num_hiddens=64, num_heads=4, norm="layer", act="relu", bias=True)
 
 @shown_in("ch04")
-def train_placements(corpus: CharCorpus, num_layers: int, lr: float, runs=(("post", 1.0), ("pre", 1.0)),
-                     warmup_steps: int = 0, seed: int = 0, num_steps: int = 120, batch_size: int = 8,
-                     seq_len: int = 32, eval_batches: int = 8) -> list[TrainResult]:
-    """Train one :data:`TRAINING_MODEL` language model per ``(placement, rate multiple)`` of ``runs``.
+def train_placements(corpus: CharCorpus | None, num_layers: int, lr: float, runs=(("post", 1.0), ("pre", 1.0)),
+                     warmup_steps: int = 0, seeds=(0, 1), num_steps: int = 100, batch_size: int = 8,
+                     seq_len: int = 64, clip_norm: float | None = 1.0, eval_batches: int = 32) -> list[TrainResult]:
+    """Train one :data:`TRAINING_MODEL` language model per ``(placement, rate multiple)`` of ``runs`` and seed.
 
-    All models start from the weights ``seed`` draws and read the same batches (the
-    placement moves norms, which draw nothing); they train in one lockstep of
-    :func:`d2lmini.train.train_models` (AdamW, betas (0.9, 0.98), a linear warm-up over
-    ``warmup_steps``, then a constant rate). Model ``i`` trains at ``runs[i][1]`` times the
-    scheduled rate (a power of two gives exactly the run alone at that peak rate). After the
-    last step each model is scored on held-out text (:func:`d2lmini.train.evaluate`).
+    Each seed draws the initial weights and the batches (the placement moves norms, which
+    draw nothing, so the runs of one seed start alike); all models train in one lockstep of
+    :func:`d2lmini.train.train_models` (AdamW, betas (0.9, 0.95), a linear warm-up over
+    ``warmup_steps``, then cosine decay to a tenth; every model's gradient clipped to norm
+    ``clip_norm``). Model ``i`` trains at its multiple of the scheduled rate (a power of two
+    gives exactly the run alone at that peak rate). Each model is then scored on held-out
+    text (:func:`d2lmini.train.evaluate`).
 
     Args:
-        corpus: the data (:func:`d2lmini.data.python_reference_corpus`).
+        corpus: the data, or None for :func:`d2lmini.data.python_reference_corpus`.
         num_layers: blocks in every model; lr: the peak learning rate.
         runs: ``(placement, multiple of lr)`` pairs, placements ``'post'`` or ``'pre'``.
-        warmup_steps, seed, num_steps, batch_size, seq_len: as in :func:`d2lmini.train.train_lm`.
+        warmup_steps, num_steps, batch_size, seq_len, clip_norm: as in :func:`d2lmini.train.train_models`.
+        seeds: distinct ints; every run trains once per seed.
         eval_batches: held-out batches of ``(batch_size, seq_len)`` for the final score.
 
     Returns:
-        One :class:`~d2lmini.train.TrainResult` per run, in order; ``config`` holds its
-        ``placement``, ``num_layers``, peak ``lr`` (the multiple applied) and ``warmup_steps``;
-        ``val_loss`` its one final validation loss (nats per character, NaN if it diverged).
+        One :class:`~d2lmini.train.TrainResult` per run and seed (runs outermost); ``config`` holds
+        its ``placement``, ``num_layers``, peak ``lr`` (the multiple applied), ``warmup_steps``,
+        ``seed`` and ``clip_norm``; ``val_loss`` its one final validation loss (nats per
+        character, NaN if it diverged).
 
     Raises:
-        ValueError / TypeError: for an unknown placement or invalid sizes, rates or steps.
+        ValueError / TypeError: for an unknown placement, repeated seeds or invalid sizes, rates or steps.
     """
     _check_runs(runs)
+    seeds = check_seeds(seeds)
+    corpus = python_reference_corpus() if corpus is None else corpus
+    pairs = [(placement, scale, seed) for placement, scale in runs for seed in seeds]
     models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, num_layers=num_layers,
-                             placement=placement, **TRAINING_MODEL) for placement, _ in runs]
-    log = train_models(models, corpus, [seed] * len(models), num_steps, batch_size, seq_len, lr, warmup_steps,
-                       lr_scales=[scale for _, scale in runs], stop_on_divergence=False)
+                             placement=placement, **TRAINING_MODEL) for placement, _, seed in pairs]
+    log = train_models(models, corpus, [seed for *_, seed in pairs], num_steps, batch_size, seq_len, lr,
+                       warmup_steps, schedule="cosine", betas=(0.9, 0.95), clip_norm=clip_norm,
+                       lr_scales=[scale for _, scale, _ in pairs], stop_on_divergence=False)
     results = []
-    for (placement, scale), model, losses in zip(runs, models, log.losses):
+    for (placement, scale, seed), model, losses in zip(pairs, models, log.losses):
         diverged = not all(math.isfinite(loss) for loss in losses)
         val = math.nan if diverged else evaluate(model, corpus, batch_size, seq_len, eval_batches)
         config = dict(placement=placement, num_layers=num_layers, lr=lr * scale, warmup_steps=warmup_steps,
-                      seed=seed, num_steps=num_steps, **TRAINING_MODEL)
+                      seed=seed, num_steps=num_steps, clip_norm=clip_norm, **TRAINING_MODEL)
         results.append(TrainResult(config, losses, [num_steps], [val], [rate * scale for rate in log.lr],
                                    diverged, log.seconds))
     return results
+
+
+def train_placement_groups(groups, num_workers: int = 2) -> list[TrainResult]:
+    """:func:`train_placements` once per dict of ``groups``, the groups spread over worker processes.
+
+    Every group (e.g. one placement at one depth and rate, all its seeds in one lockstep) runs
+    in one of ``num_workers`` processes of one torch thread (:func:`d2lmini.train.run_in_workers`)
+    on :func:`d2lmini.data.python_reference_corpus`; the numbers are the same whatever
+    ``num_workers``.
+
+    Args:
+        groups: a list of dicts of :func:`train_placements` arguments besides ``corpus``.
+        num_workers: processes, ``>= 1``.
+
+    Returns:
+        The results of all groups, concatenated in the order of ``groups``.
+
+    Raises:
+        TypeError / ValueError: as :func:`d2lmini.train.run_in_workers` and :func:`train_placements`.
+    """
+    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, dict) for g in groups):
+        raise TypeError(f"groups must be a list of dicts of train_placements arguments, got {groups!r}")
+    if any("corpus" in group for group in groups):
+        raise TypeError("groups train on python_reference_corpus(); leave 'corpus' out of them")
+    jobs = [dict(group, corpus=None) for group in groups]
+    return [result for results in run_in_workers(train_placements, jobs, num_workers) for result in results]
 
 
 def _check_runs(runs) -> None:
@@ -227,36 +260,61 @@ def _by_depth(results) -> dict[int, list[TrainResult]]:
     return groups
 
 
+def seed_losses(results) -> dict[tuple, list[float]]:
+    """The final validation losses of :func:`train_placements` runs, grouped over seeds.
+
+    Args:
+        results: a list of :class:`~d2lmini.train.TrainResult` from :func:`train_placements`.
+
+    Returns:
+        ``{(blocks, peak rate, warm-up steps, placement): [loss per seed]}``, seeds in the order trained.
+
+    Raises:
+        TypeError: if ``results`` is not such a list.
+        ValueError: if two results share a placement, a configuration and a seed.
+    """
+    groups, seen = {}, set()
+    for depth, group in _by_depth(results).items():
+        for result in group:
+            config = result.config
+            key = (depth, config["lr"], config["warmup_steps"], config["placement"])
+            if key + (config.get("seed"),) in seen:
+                raise ValueError(f"results holds two {PLACEMENT_SHORT[config['placement']]} runs of {depth} blocks "
+                                 f"at peak rate {config['lr']:g} with {config['warmup_steps']} warm-up steps "
+                                 f"and seed {config.get('seed')}")
+            seen.add(key + (config.get("seed"),))
+            groups.setdefault(key, []).append(result.val_loss[-1])
+    return groups
+
+
 def training_table(results):
-    """The final validation losses of :func:`train_placements` runs, post-LN beside pre-LN.
+    """The final validation losses of :func:`train_placements` runs, post-LN beside pre-LN, over seeds.
 
     Args:
         results: a list of :class:`~d2lmini.train.TrainResult` from :func:`train_placements`.
 
     Returns:
         ``pandas.DataFrame`` indexed by (blocks, peak rate, warm-up steps), deepest and highest
-        rate first, then the shortest warm-up, with columns ``'post-LN'`` and ``'pre-LN'``: the validation
-        loss (nats per character), NaN where that placement was not trained in that configuration.
+        rate first, then the shortest warm-up, with columns ``'post-LN'`` and ``'pre-LN'`` (the mean
+        validation loss over seeds, nats per character) and ``'post-LN spread'`` and
+        ``'pre-LN spread'`` (largest minus smallest over seeds); NaN where that placement was
+        not trained in that configuration.
 
     Raises:
         TypeError: if ``results`` is not such a list.
-        ValueError: if two results share a placement and a configuration.
+        ValueError: if two results share a placement, a configuration and a seed.
     """
     import pandas as pd
 
-    losses = {}  # (blocks, peak rate, warm-up steps) -> {column: loss}
-    for depth, group in _by_depth(results).items():
-        for result in group:
-            config = result.config
-            row = losses.setdefault((depth, config["lr"], config["warmup_steps"]), {})
-            column = PLACEMENT_SHORT[config["placement"]]
-            if column in row:
-                raise ValueError(f"results holds two {column} runs of {depth} blocks at peak rate {config['lr']:g} "
-                                 f"with {config['warmup_steps']} warm-up steps")
-            row[column] = result.val_loss[-1]
-    keys = sorted(losses, key=lambda key: (-key[0], -key[1], key[2]))
+    rows = {}  # (blocks, peak rate, warm-up steps) -> {column: value}
+    for (depth, lr, warmup, placement), losses in seed_losses(results).items():
+        row = rows.setdefault((depth, lr, warmup), {})
+        row[PLACEMENT_SHORT[placement]] = sum(losses) / len(losses)
+        row[PLACEMENT_SHORT[placement] + " spread"] = max(losses) - min(losses)
+    keys = sorted(rows, key=lambda key: (-key[0], -key[1], key[2]))
     index = pd.MultiIndex.from_tuples(keys, names=["blocks", "peak rate", "warm-up steps"])
-    return pd.DataFrame([losses[key] for key in keys], index=index, columns=list(PLACEMENT_SHORT.values()))
+    columns = list(PLACEMENT_SHORT.values()) + [name + " spread" for name in PLACEMENT_SHORT.values()]
+    return pd.DataFrame([rows[key] for key in keys], index=index, columns=columns)
 
 
 def plot_training(results, reference: float | None = None, window: int = 20):
@@ -265,7 +323,8 @@ def plot_training(results, reference: float | None = None, window: int = 20):
     Colours are the placements'; in each panel the runs at the panel's highest peak rate are
     solid, those at a lower rate dotted, and a warmed-up run dash-dotted (its warm-up's end
     marked by a grey vertical line). Post-LN is drawn wide and pale under pre-LN, so curves that
-    coincide stay visible. The panels share one legend above them.
+    coincide stay visible. Every seed is drawn, with one legend entry per placement, rate and
+    warm-up; the panels share one legend above them.
 
     Args:
         results: a list of :class:`~d2lmini.train.TrainResult` from :func:`train_placements`.
@@ -290,7 +349,7 @@ def plot_training(results, reference: float | None = None, window: int = 20):
                 style = "-." if config["warmup_steps"] else ":" if config["lr"] < top_rate else "-"
                 wide = config["placement"] == "post"
                 curve = result.smoothed(window)
-                label = (f"{PLACEMENT_SHORT[config['placement']]}, {'lower' if config['lr'] < top_rate else 'high'} rate"
+                label = (f"{PLACEMENT_SHORT[config['placement']]}, peak rate {config['lr']:g}"
                          + (f", warm-up {config['warmup_steps']}" if config["warmup_steps"] else ""))
                 (line,) = ax.plot(range(1, len(curve) + 1), curve, color=PLACEMENT_COLORS[config["placement"]],
                                   linestyle=style, linewidth=2.6 if wide else 1.3, alpha=0.55 if wide else 1.0,

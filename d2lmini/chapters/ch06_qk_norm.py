@@ -618,30 +618,13 @@ class LogitTrainResult:
 
 
 def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2, num_steps: int = 200,
-                           batch_size: int = 16, seq_len: int = 64, num_hiddens: int = 64, num_heads: int = 4,
-                           num_layers: int = 4, rope_theta: float | None = 10000.0,
-                           betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,
+                           batch_size: int = 32, seq_len: int = 64, num_hiddens: int = 64, num_heads: int = 4,
+                           num_layers: int = 2, rope_theta: float | None = 10000.0,
+                           betas: tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.0,
                            eval_batches: int = 8, seed: int = 0, **model_kwargs) -> LogitTrainResult:
     """Train :class:`~d2lmini.train.TinyLM` exactly as :func:`d2lmini.train.train_lm` does, recording attention logits.
 
-    The same loop (:func:`d2lmini.train.train_models`), model (weights from ``seed``)
-    and batches (a generator seeded with ``seed``), AdamW at a constant learning rate
-    without warm-up -- the same losses as ``train_lm`` with the same arguments. The
-    probe is a :class:`LogitRecorder` attached to the model, which measures the
-    logits during each step's forward pass, and a per-step hook that stores what it
-    measured.
-
-    Args:
-        corpus: a :class:`~d2lmini.data.CharCorpus`.
-        qk_norm: ``None`` or one of :data:`QK_NORMS`.
-        lr: the learning rate (constant).
-        num_steps, batch_size, seq_len: the run.
-        num_hiddens, num_heads, num_layers, rope_theta: the model (RoPE by default,
-            as in Qwen3 and OLMo 2).
-        betas, weight_decay: AdamW's.
-        eval_batches: validation batches measured after the last step.
-        seed: seeds weights and batches.
-        **model_kwargs: passed to ``TinyLM`` (``norm``, ``act``, ``placement``, ...).
+    :func:`train_seeds_with_logit_probe` with the one seed ``seed`` (see there for the arguments).
 
     Returns:
         A :class:`LogitTrainResult`.
@@ -649,50 +632,99 @@ def train_with_logit_probe(corpus, qk_norm: str | None = None, lr: float = 3e-2,
     Raises:
         ValueError / TypeError: for invalid arguments.
     """
+    return train_seeds_with_logit_probe(corpus, qk_norm, lr, num_steps, batch_size, seq_len, num_hiddens, num_heads,
+                                        num_layers, rope_theta, betas, weight_decay, eval_batches, seeds=(seed,),
+                                        **model_kwargs)[0]
+
+
+def train_seeds_with_logit_probe(corpus=None, qk_norm: str | None = None, lr: float = 3e-2, num_steps: int = 200,
+                                 batch_size: int = 32, seq_len: int = 64, num_hiddens: int = 64, num_heads: int = 4,
+                                 num_layers: int = 2, rope_theta: float | None = 10000.0,
+                                 betas: tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.0,
+                                 eval_batches: int = 8, seeds=(0, 1), **model_kwargs) -> list[LogitTrainResult]:
+    """Train one :class:`~d2lmini.train.TinyLM` per seed in one lockstep, recording attention logits.
+
+    The loop of :func:`d2lmini.train.train_lm` (:func:`d2lmini.train.train_models`): each model's
+    weights and batches come from its seed, AdamW at a constant learning rate with no warm-up
+    and no clipping -- every model gets the losses ``train_lm`` gives it alone with the same
+    arguments. The probe is a :class:`LogitRecorder` attached to each model, which measures the
+    logits during each step's forward pass, and a per-step hook that stores what it measured.
+
+    Args:
+        corpus: a :class:`~d2lmini.data.CharCorpus`, or None for
+            :func:`d2lmini.data.python_reference_corpus`.
+        qk_norm: ``None`` or one of :data:`QK_NORMS`.
+        lr: the learning rate (constant).
+        num_steps, batch_size, seq_len: the run.
+        num_hiddens, num_heads, num_layers, rope_theta: the model (RoPE by default,
+            as in Qwen3 and OLMo 2).
+        betas, weight_decay: AdamW's.
+        eval_batches: validation batches measured after the last step.
+        seeds: distinct ints, one model each.
+        **model_kwargs: passed to ``TinyLM`` (``norm``, ``act``, ``placement``, ...).
+
+    Returns:
+        One :class:`LogitTrainResult` per seed, in order.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments.
+    """
+    from ..data import python_reference_corpus
     from ..train import seeded_tiny_lm
 
     qk_norm = _check_qk_norm("qk_norm", qk_norm)
+    seeds = check_seeds(seeds)
     seq_len = check_positive_int("seq_len", seq_len)  # also the model's max_len
     eval_batches = check_positive_int("eval_batches", eval_batches)
-    config = dict(qk_norm=qk_norm, lr=lr, num_steps=num_steps, batch_size=batch_size, seq_len=seq_len,
-                  num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers, rope_theta=rope_theta,
-                  betas=betas, weight_decay=weight_decay, seed=seed, **model_kwargs)
+    corpus = python_reference_corpus() if corpus is None else corpus
     start = time.perf_counter()
-    model = seeded_tiny_lm(corpus.vocab_size, seed, num_hiddens=num_hiddens, num_heads=num_heads,
-                           num_layers=num_layers, max_len=seq_len, qk_norm=qk_norm, rope_theta=rope_theta,
-                           **model_kwargs)
-    result = probed_training(model, corpus, LogitTrainResult(config), seed, num_steps, batch_size, seq_len, lr,
-                             betas, weight_decay, eval_batches)
-    result.seconds = time.perf_counter() - start
-    return result
+    results, models = [], []
+    for seed in seeds:
+        results.append(LogitTrainResult(dict(
+            qk_norm=qk_norm, lr=lr, num_steps=num_steps, batch_size=batch_size, seq_len=seq_len,
+            num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers, rope_theta=rope_theta,
+            betas=betas, weight_decay=weight_decay, seed=seed, **model_kwargs)))
+        models.append(seeded_tiny_lm(corpus.vocab_size, seed, num_hiddens=num_hiddens, num_heads=num_heads,
+                                     num_layers=num_layers, max_len=seq_len, qk_norm=qk_norm,
+                                     rope_theta=rope_theta, **model_kwargs))
+    probed_training(models, corpus, results, seeds, num_steps, batch_size, seq_len, lr, betas, weight_decay,
+                    eval_batches)
+    for result in results:
+        result.seconds = time.perf_counter() - start
+    return results
 
 
 @shown_in("ch06")
-def probed_training(model, corpus, result, seed, num_steps, batch_size, seq_len, lr, betas, weight_decay,
+def probed_training(models, corpus, results, seeds, num_steps, batch_size, seq_len, lr, betas, weight_decay,
                     eval_batches):
-    """The measuring core of :func:`train_with_logit_probe`: train ``model``, filling ``result``.
+    """The measuring core of :func:`train_seeds_with_logit_probe`: train ``models``, filling ``results``.
 
     :func:`d2lmini.train.train_models` runs the steps (AdamW on each batch's
-    cross-entropy); a :class:`LogitRecorder` measures every layer's logits in each
-    step's forward pass, and ``record`` stores them after the step. Then the
-    validation loss and the QK-norm gains. Returns ``result``. Chapter "QK-norm".
+    cross-entropy, all models in lockstep); a :class:`LogitRecorder` on each model measures
+    every layer's logits in each step's forward pass, and ``record`` stores them after the
+    step. Then the validation losses and the QK-norm gains. Returns ``results``.
+    Chapter "QK-norm".
     """
     from ..train import evaluate, train_models
 
     def record(step, models, losses):  # called after every step
-        result.max_logit_per_layer.append(list(recorder.max_logit))
-        result.max_logit.append(max(recorder.max_logit))
-        result.entropy.append(sum(recorder.entropy) / len(recorder.entropy))
+        for recorder, result in zip(recorders, results):
+            result.max_logit_per_layer.append(list(recorder.max_logit))
+            result.max_logit.append(max(recorder.max_logit))
+            result.entropy.append(sum(recorder.entropy) / len(recorder.entropy))
 
-    with LogitRecorder(model) as recorder:
-        log = train_models([model], corpus, [seed], num_steps, batch_size, seq_len, lr, betas=betas,
-                           weight_decay=weight_decay, on_step=record)
-    result.train_loss, result.diverged = log.losses[0], log.diverged
-    if not result.diverged:
-        result.val_loss = evaluate(model, corpus, batch_size, seq_len, eval_batches)
-    result.qk_gains = [float(w) for m in model.modules() if isinstance(m, MultiHeadAttention)
-                       if m.q_norm is not None for norm in (m.q_norm, m.k_norm) for w in norm.weight.detach().flatten()]
-    return result
+    recorders = [LogitRecorder(model) for model in models]
+    log = train_models(models, corpus, seeds, num_steps, batch_size, seq_len, lr, betas=betas,
+                       weight_decay=weight_decay, on_step=record)
+    for recorder, model, result, losses in zip(recorders, models, results, log.losses):
+        recorder.remove()
+        result.train_loss, result.diverged = losses, not all(math.isfinite(loss) for loss in losses)
+        if not result.diverged:
+            result.val_loss = evaluate(model, corpus, batch_size, seq_len, eval_batches)
+        result.qk_gains = [float(w) for m in model.modules() if isinstance(m, MultiHeadAttention)
+                           if m.q_norm is not None for norm in (m.q_norm, m.k_norm)
+                           for w in norm.weight.detach().flatten()]
+    return results
 
 
 def qk_norm_training(corpus=None, qk_norms=(None, "per_head"), lr: float = 3e-2, num_steps: int = 200,
@@ -729,21 +761,24 @@ def qk_norm_training(corpus=None, qk_norms=(None, "per_head"), lr: float = 3e-2,
 
 
 def qk_norm_regimes(corpus=None, rates=(3e-2, 3e-3), seeds=(0, 1), qk_norms=(None, "per_head"),
-                    **kwargs) -> dict:
+                    num_workers: int = 2, **kwargs) -> dict:
     """The tiny language model with and without QK-norm, at several learning rates and seeds.
 
-    One :func:`qk_norm_training` call per rate and seed: at a high constant rate the
-    unnormalized model's attention logits grow and its loss falls behind, at a modest
-    one the two settings train alike (Wortsman et al., 2023). Every setting of one
-    seed starts from the same projections and sees the same batches.
+    One :func:`train_seeds_with_logit_probe` lockstep (all seeds) per rate and setting, the
+    lockstep groups spread over ``num_workers`` processes of one torch thread
+    (:func:`d2lmini.train.run_in_workers`; the numbers are the same whatever ``num_workers``):
+    at a high constant rate the unnormalized model's attention logits grow and its loss falls
+    behind, at a modest one the two settings train alike (Wortsman et al., 2023). Every
+    setting of one seed starts from the same projections and sees the same batches.
 
     Args:
         corpus: a :class:`~d2lmini.data.CharCorpus` (default
-            :func:`d2lmini.data.python_reference_corpus`).
+            :func:`d2lmini.data.python_reference_corpus`, loaded in each worker).
         rates: constant learning rates, each > 0.
         seeds: distinct ints >= 0; each seeds the weights and the batches of its runs.
         qk_norms: settings to train: ``None`` and/or names in :data:`QK_NORMS`.
-        **kwargs: passed to :func:`train_with_logit_probe` (``num_steps``, model size, ...).
+        num_workers: processes, ``>= 1``.
+        **kwargs: passed to :func:`train_seeds_with_logit_probe` (``num_steps``, model size, ...).
 
     Returns:
         ``{(lr, qk_norm, seed): LogitTrainResult}``, rates outermost, then seeds, then settings.
@@ -751,12 +786,19 @@ def qk_norm_regimes(corpus=None, rates=(3e-2, 3e-3), seeds=(0, 1), qk_norms=(Non
     Raises:
         ValueError / TypeError: for invalid rates, seeds or other arguments.
     """
-    from ..data import python_reference_corpus
+    from ..train import run_in_workers
 
     rates, seeds = check_positive_floats("rates", rates), check_seeds(seeds)
-    corpus = python_reference_corpus() if corpus is None else corpus
-    return {(lr, qk_norm, seed): run for lr in rates for seed in seeds
-            for qk_norm, run in qk_norm_training(corpus, qk_norms, lr=lr, seed=seed, **kwargs).items()}
+    qk_norms = tuple(_check_qk_norm("qk_norms", q) for q in qk_norms)
+    if not qk_norms:
+        raise ValueError("qk_norms must name at least one setting (None or a QK_NORMS variant)")
+    if "qk_norm" in kwargs or "lr" in kwargs:
+        raise TypeError("qk_norm_regimes sets qk_norm and lr itself; pass qk_norms=(...) and rates=(...)")
+    groups = [(lr, qk_norm) for lr in rates for qk_norm in qk_norms]
+    jobs = [dict(corpus=corpus, qk_norm=qk_norm, lr=lr, seeds=seeds, **kwargs) for lr, qk_norm in groups]
+    trained = dict(zip(groups, run_in_workers(train_seeds_with_logit_probe, jobs, num_workers)))
+    return {(lr, qk_norm, seed): trained[lr, qk_norm][i] for lr in rates for i, seed in enumerate(seeds)
+            for qk_norm in qk_norms}
 
 
 def regime_rows(runs: dict) -> list[dict]:
@@ -818,7 +860,7 @@ __all__ = [
     "RopeOrderCheck", "attention_entropy", "attention_logits", "log_spaced_scales", "logit_scale_sweep",
     "logit_statistics", "make_attention", "plot_logit_scale_sweep", "plot_qk_norm_regimes", "qk_norm_training",
     "qk_norm_regimes", "regime_rows", "rope_order_check", "rope_order_gaps", "saturation_probe", "scale_qk_",
-    "train_with_logit_probe",
+    "train_seeds_with_logit_probe", "train_with_logit_probe",
 ]
 
 

@@ -3,7 +3,7 @@
 Every expected answer is computed here from the settings each exercise names: the depth probes with
 :func:`d2lmini.chapters.ch04_norm_placement.probe_placements` (in float64 and from seed 0, as in the
 chapter, unless the exercise says otherwise) and the character models with
-:func:`d2lmini.chapters.ch04_norm_placement.train_placements` (6 blocks, peak rate 0.02, 120 steps).
+:func:`d2lmini.chapters.ch04_norm_placement.train_placements` (the chapter's high peak rate 0.003, 100 steps).
 The two training exercises take the runs themselves: their checks compare each run's settings with
 the exercise's and train its first steps again.
 """
@@ -18,7 +18,8 @@ import torch
 from . import Exercise
 
 DEPTH = 32
-RATE = 2e-2
+#: The chapter's high peak rate (HIGH there).
+RATE = 3e-3
 #: Exercise 4.3's sequence lengths and seeds, and the depth of its stacks.
 LENGTHS, SEEDS, SHORT_DEPTH = (16, 256), (0, 1, 2), 16
 #: Exercise 4.7's depths.
@@ -103,28 +104,30 @@ def _corpus():
     return python_reference_corpus()
 
 
-#: Exercise 4.5's and 4.6's runs: ``(runs, warmup_steps)`` of :func:`train_placements`, 6 blocks, peak rate 0.02.
-RATE_RUNS = ((("post", 1 / 2), ("pre", 4)), 0)
-WARMUP_RUNS = ((("post", 1),), 120)
-NUM_LAYERS, NUM_STEPS = 6, 120
+#: Exercise 4.5's and 4.6's runs: the :func:`train_placements` arguments besides ``corpus`` (one seed, the
+#: chapter's 100 steps of 8 windows of 64 characters). 4.5: is it the depth or the rate? 8 blocks at the
+#: chapter's high rate. 4.6: does clipping hide or cause the stall? 16-block post-LN without it.
+RATE_RUN = dict(num_layers=8, lr=RATE, runs=(("post", 1), ("pre", 1)), warmup_steps=0, seeds=(0,), clip_norm=1.0)
+CLIP_RUN = dict(num_layers=16, lr=RATE, runs=(("post", 1),), warmup_steps=0, seeds=(0,), clip_norm=None)
+NUM_STEPS = 100
 #: The first training steps that the checks of 4.5 and 4.6 train again and compare, loss by loss.
-CHECKED_STEPS = 8
+CHECKED_STEPS = 5
 
 
-def _describe(runs, warmup_steps: int) -> str:
-    shown = ", ".join(f"(\"{placement}\", {'1 / 2' if scale == 0.5 else f'{scale:g}'})" for placement, scale in runs)
-    shown = f"({shown},)" if len(runs) == 1 else f"({shown})"
-    return (f"train_placements(corpus, num_layers={NUM_LAYERS}, lr=RATE, runs={shown}"
-            + (f", warmup_steps={warmup_steps})" if warmup_steps else ")"))
+def _describe(spec: dict) -> str:
+    runs = ", ".join(f"(\"{placement}\", {scale:g})" for placement, scale in spec["runs"])
+    runs = f"({runs},)" if len(spec["runs"]) == 1 else f"({runs})"
+    return (f"train_placements(corpus, num_layers={spec['num_layers']}, lr=HIGH, runs={runs}, seeds=(0,)"
+            + (", clip_norm=None)" if spec["clip_norm"] is None else ")"))
 
 
-def _training_judge(exercise_id: str, runs, warmup_steps: int):
+def _training_judge(exercise_id: str, spec: dict):
     """A judge of the list of :class:`~d2lmini.train.TrainResult` that ``train_placements`` returned.
 
     It checks every run's settings against the exercise's, then trains the same models for the first
     :data:`CHECKED_STEPS` steps and compares their losses with the answer's: the same runs give the same
-    losses, step by step (training the full 120 steps again would double the exercise's time)."""
-    call = _describe(runs, warmup_steps)
+    losses, step by step (training all the steps again would double the exercise's time)."""
+    call = _describe(spec)
 
     def judge(answer):
         from ..train import TrainResult
@@ -134,22 +137,23 @@ def _training_judge(exercise_id: str, runs, warmup_steps: int):
         if not isinstance(answer, (list, tuple)) or not all(isinstance(r, TrainResult) for r in answer):
             raise ValueError(f"exercise {exercise_id}: the answer must be the list of results that {call} returns, "
                              f"got {type(answer).__name__}")
-        if len(answer) != len(runs):
-            return f"hand in the {len(runs)} result(s) of {call}, not {len(answer)}"
-        for result, (placement, scale) in zip(answer, runs):
+        if len(answer) != len(spec["runs"]):
+            return f"hand in the {len(spec['runs'])} result(s) of {call}, not {len(answer)}"
+        for result, (placement, scale) in zip(answer, spec["runs"]):
             config = result.config
-            if config.get("num_layers") != NUM_LAYERS:
-                return f"the exercise trains {NUM_LAYERS} blocks: num_layers={NUM_LAYERS}"
+            if config.get("num_layers") != spec["num_layers"]:
+                return f"the exercise trains {spec['num_layers']} blocks: num_layers={spec['num_layers']}"
             if config.get("placement") != placement or not math.isclose(config.get("lr", 0.0), RATE * scale,
                                                                          rel_tol=1e-9):
-                return (f"run {placement}-LN at {RATE * scale:g}, in the order of the exercise: {call}, "
-                        f"with RATE = {RATE:g}")
-            if config.get("warmup_steps") != warmup_steps:
-                return f"this exercise's warm-up is warmup_steps={warmup_steps}"
+                return f"run {placement}-LN at {RATE * scale:g}, in the order of the exercise: {call}, with HIGH = {RATE:g}"
+            if config.get("warmup_steps") != spec["warmup_steps"]:
+                return "this exercise trains without warm-up: warmup_steps=0"
+            if config.get("clip_norm") != spec["clip_norm"]:
+                return (f"this exercise clips at clip_norm={spec['clip_norm']}" if spec["clip_norm"] is not None
+                        else "this exercise trains without clipping: clip_norm=None")
             if config.get("seed") != 0 or config.get("num_steps") != NUM_STEPS:
-                return f"keep the chapter's seed=0 and num_steps={NUM_STEPS}"
-        short = _ch04().train_placements(_corpus(), num_layers=NUM_LAYERS, lr=RATE, runs=runs,
-                                         warmup_steps=warmup_steps, num_steps=CHECKED_STEPS, eval_batches=1)
+                return f"train the one seed 0, seeds=(0,), for the chapter's num_steps={NUM_STEPS}"
+        short = _ch04().train_placements(_corpus(), **dict(spec, num_steps=CHECKED_STEPS, eval_batches=1))
         for result, again in zip(answer, short):
             if len(result.train_loss) != NUM_STEPS or not all(
                     math.isclose(a, b, rel_tol=1e-5) for a, b in zip(result.train_loss, again.train_loss)):
@@ -160,14 +164,14 @@ def _training_judge(exercise_id: str, runs, warmup_steps: int):
     return judge
 
 
-def _fake_results(runs, warmup_steps: int, **change) -> list:
+def _fake_results(spec: dict, **change) -> list:
     """Results of runs with other settings than the exercise's (what the checks must reject), without training."""
     from ..train import TrainResult
 
     results = []
-    for placement, scale in runs:
-        config = dict(placement=placement, num_layers=NUM_LAYERS, lr=RATE * scale, warmup_steps=warmup_steps,
-                      seed=0, num_steps=NUM_STEPS)
+    for placement, scale in spec["runs"]:
+        config = dict(placement=placement, num_layers=spec["num_layers"], lr=RATE * scale,
+                      warmup_steps=spec["warmup_steps"], seed=0, num_steps=NUM_STEPS, clip_norm=spec["clip_norm"])
         config.update(change)
         results.append(TrainResult(config, [3.0] * NUM_STEPS, [NUM_STEPS], [3.0], [RATE * scale] * NUM_STEPS))
     return results
@@ -232,15 +236,17 @@ EXERCISES = [
              "with torch.float64, and read qk_vo_ratio(32)",
         wrong=[_swapped, lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {k: e["float64"] for k in e}]),
     Exercise(
-        "4.5", "the list of two results that train_placements returns for post-LN at 0.01 and pre-LN at 0.08",
-        kind="custom", judge=_training_judge("4.5", *RATE_RUNS),
-        wrong=[lambda: _fake_results(*RATE_RUNS)[::-1], lambda: _fake_results((("post", 1), ("pre", 1)), 0),
-               lambda: _fake_results(*RATE_RUNS, num_layers=2), lambda: _fake_results(*RATE_RUNS)]),
+        "4.5", "the list of two results that train_placements returns for 8-block post-LN and pre-LN at the "
+               "high rate, seed 0",
+        kind="custom", judge=_training_judge("4.5", RATE_RUN),
+        wrong=[lambda: _fake_results(RATE_RUN)[::-1], lambda: _fake_results(RATE_RUN, lr=RATE / 3),
+               lambda: _fake_results(RATE_RUN, num_layers=16), lambda: _fake_results(RATE_RUN)]),
     Exercise(
-        "4.6", "the list that train_placements returns for 6-block post-LN with a 120-step warm-up",
-        kind="custom", judge=_training_judge("4.6", *WARMUP_RUNS),
-        wrong=[lambda: _fake_results((("post", 1),), 60), lambda: _fake_results(*WARMUP_RUNS, seed=1),
-               lambda: _fake_results(*WARMUP_RUNS)]),
+        "4.6", "the list that train_placements returns for 16-block post-LN at the high rate without clipping, "
+               "seed 0",
+        kind="custom", judge=_training_judge("4.6", CLIP_RUN),
+        wrong=[lambda: _fake_results(CLIP_RUN, clip_norm=1.0), lambda: _fake_results(CLIP_RUN, warmup_steps=50),
+               lambda: _fake_results(CLIP_RUN, seed=1), lambda: _fake_results(CLIP_RUN)]),
     Exercise(
         "4.7", "the stream RMS after the last block of the sandwich and the depth-scaled sandwich at depth 8, "
                "then at depth 32",

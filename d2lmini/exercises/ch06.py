@@ -130,8 +130,8 @@ def _middle_rate_runs():
     from ..chapters.ch06_qk_norm import qk_norm_training
     from ..data import python_reference_corpus
 
-    return qk_norm_training(python_reference_corpus(), lr=1e-2, seed=2, num_layers=2, num_steps=150,
-                            batch_size=8, seq_len=32)
+    return qk_norm_training(python_reference_corpus(), lr=1e-2, seed=2, num_layers=2, num_steps=200,
+                            batch_size=32, seq_len=64)
 
 
 def _middle_rate() -> dict:
