@@ -534,15 +534,17 @@ def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
 
 @shown_in("ch05")
 def train_and_evaluate(corpus: CharCorpus, seeds, model_kwargs, num_steps: int, batch_size: int, seq_len: int,
-                       lr: float, warmup_steps: int = 0, schedule: str = "constant",
-                       eval_batches: int = 8) -> tuple[TrainLog, list[float]]:
+                       lr: float, warmup_steps: int = 0, schedule: str = "constant", eval_batches: int = 8,
+                       betas: tuple[float, float] = (0.9, 0.98),
+                       clip_norm: float | None = None) -> tuple[TrainLog, list[float]]:
     """Train one seeded :class:`TinyLM` per ``(seed, model_kwargs)`` pair in lockstep; score each at the end.
 
     Model ``i`` is :func:`seeded_tiny_lm` of ``seeds[i]`` with ``model_kwargs[i]`` and reads
     the batches of ``seeds[i]``, so it is what :func:`train_lm` trains with that seed; all
     train in one :func:`train_models` call (a diverged model keeps recording NaN while the
     others train on). After the last step each model is scored by :func:`evaluate` on the
-    held-out batches ``train_lm`` uses (NaN for a diverged model).
+    held-out batches ``train_lm`` uses (NaN for a diverged model). ``betas`` and ``clip_norm``
+    are :func:`train_models`'s.
 
     Returns:
         The :class:`TrainLog` and one final validation loss per model.
@@ -555,7 +557,7 @@ def train_and_evaluate(corpus: CharCorpus, seeds, model_kwargs, num_steps: int, 
     models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **kwargs)
               for seed, kwargs in zip(seeds, model_kwargs, strict=True)]
     log = train_models(models, corpus, list(seeds), num_steps, batch_size, seq_len, lr, warmup_steps, schedule,
-                       stop_on_divergence=False)
+                       betas, stop_on_divergence=False, clip_norm=clip_norm)
     val = [evaluate(model, corpus, batch_size, seq_len, eval_batches)
            if all(math.isfinite(value) for value in losses) else math.nan
            for model, losses in zip(models, log.losses)]

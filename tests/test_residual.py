@@ -29,12 +29,12 @@ def corpus():
 
 
 TINY_LM = dict(num_layers=3, num_hiddens=32, num_heads=2, num_steps=60, batch_size=8, seq_len=32, lr=3e-3,
-               eval_batches=2)
+               warmup_steps=5, eval_batches=2, num_workers=1)
 
 
 @pytest.fixture(scope="module")
 def training(corpus):
-    return skip_training(corpus, seed=0, **TINY_LM)
+    return skip_training(corpus, seeds=(0, 1), **TINY_LM)
 
 
 # --------------------------------------------------------------------------- blocks and stacks
@@ -222,12 +222,30 @@ def test_training_without_skips_stalls_near_the_unigram_entropy(training, corpus
     assert len(spread[True]) == 4 and spread[False][-1] < spread[True][-1] - 0.3
 
 
-def test_skip_training_is_deterministic(training, corpus):
-    again = skip_training(corpus, seed=0, **TINY_LM)
-    assert again.with_skips.train_loss == training.with_skips.train_loss
-    assert again.without_skips.val_loss == training.without_skips.val_loss
-    with pytest.raises(TypeError, match="seed"):
-        skip_training(corpus, seed=None, **TINY_LM)
+def test_skip_training_is_deterministic_and_the_same_in_two_workers(training, corpus):
+    again = skip_training(corpus, seeds=(0, 1), **dict(TINY_LM, num_workers=2))
+    for residual in (True, False):
+        assert [r.train_loss for r in again.runs[residual]] == [r.train_loss for r in training.runs[residual]]
+        assert [r.val_loss for r in again.runs[residual]] == [r.val_loss for r in training.runs[residual]]
+        assert again.final_train_text_loss[residual] == training.final_train_text_loss[residual]
+    with pytest.raises(TypeError, match="seeds"):
+        skip_training(corpus, seeds=None, **TINY_LM)
+    with pytest.raises(ValueError, match="seeds"):
+        skip_training(corpus, seeds=(0, 0), **TINY_LM)
+
+
+def test_skip_training_seeds_train_as_they_would_alone(training, corpus):
+    """Seed 1's run in the lockstep is train_lm's run with seed 1 (weights and batches of that seed)."""
+    from d2lmini.train import train_lm
+
+    settings = {k: v for k, v in TINY_LM.items() if k != "num_workers"}
+    alone = train_lm(corpus, residual=False, seed=1, norm="layer", act="relu", placement="pre",
+                     eval_every=15, clip_norm=1.0, betas=(0.9, 0.95), schedule="cosine", **settings)
+    lockstep = training.runs[False][1]
+    assert lockstep.train_loss == alone.train_loss and lockstep.val_loss == alone.val_loss
+    assert training.seeds == [0, 1] and training.effect() == pytest.approx(
+        sum(training.final_val(False)) / 2 - sum(training.final_val(True)) / 2)
+    assert training.spread() == max(max(v) - min(v) for v in (training.final_val(True), training.final_val(False)))
 
 
 # --------------------------------------------------------------------------- figures
@@ -290,20 +308,24 @@ def test_skip_training_scores_the_trained_models_on_training_text():
     from d2lmini.data import CharCorpus
     corpus = CharCorpus.from_text("".join(f"x{i} = {i} * y\n" for i in range(300)))
     result = rs.skip_training(corpus, num_layers=2, num_steps=4, batch_size=4, seq_len=16, num_hiddens=16,
-                              num_heads=2, eval_batches=2)
+                              num_heads=2, eval_batches=2, seeds=(0,), num_workers=1)
     assert set(result.final_train_text_loss) == {True, False}
     for residual, run in ((True, result.with_skips), (False, result.without_skips)):
-        loss = result.final_train_text_loss[residual]
+        (loss,) = result.final_train_text_loss[residual]
         assert 0 < loss < 10 and loss != run.val_loss[-1]
 
 
 def test_skip_training_rows_gather_the_table(training):
     rows = training.rows()
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
     assert [row["stack"] for row in rows] == ["pre-LN, with skips", "pre-LN, no skips"]
-    for row, residual, run in zip(rows, (True, False), (training.with_skips, training.without_skips)):
-        assert row["training loss (last 20 steps)"] == run.smoothed(20)[-1]
-        assert row["final model, training text"] == training.final_train_text_loss[residual]
-        assert row["final model, validation text"] == run.val_loss[-1]
+    for row, residual in zip(rows, (True, False)):
+        runs = training.runs[residual]
+        assert row["training loss (last 20 steps)"] == pytest.approx(mean([r.smoothed(20)[-1] for r in runs]))
+        assert row["final model, training text"] == pytest.approx(mean(training.final_train_text_loss[residual]))
+        assert row["final model, validation text"] == pytest.approx(mean([r.val_loss[-1] for r in runs]))
+        assert row["validation, range over seeds"] == pytest.approx(
+            max(r.val_loss[-1] for r in runs) - min(r.val_loss[-1] for r in runs))
         assert row["token spread at init (last block)"] == training.init_token_spread[residual][-1]
     assert "training loss (last 5 steps)" in training.rows(window=5)[0]
     with pytest.raises(ValueError, match="window"):

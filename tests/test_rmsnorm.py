@@ -275,6 +275,8 @@ def _tiny_corpus():
 
 
 def test_norm_comparison_equals_one_train_lm_per_norm_and_seed():
+    """Each norm's seeds train in one lockstep, the norms in two workers: every model's losses are
+    those train_lm gives it alone."""
     from d2lmini.train import train_lm
     corpus = _tiny_corpus()
     small = dict(num_steps=6, batch_size=4, seq_len=16, eval_batches=2, warmup_steps=2)
@@ -286,7 +288,8 @@ def test_norm_comparison_equals_one_train_lm_per_norm_and_seed():
             alone = train_lm(corpus, num_steps=6, batch_size=4, seq_len=16, lr=cfg["lr"], warmup_steps=2,
                              schedule="cosine", eval_every=6, eval_batches=2, seed=seed, norm=norm,
                              num_hiddens=cfg["num_hiddens"], num_heads=cfg["num_heads"],
-                             num_layers=cfg["num_layers"], placement="pre", act="swiglu", bias=False)
+                             num_layers=cfg["num_layers"], placement="pre", act="swiglu", bias=False,
+                             betas=cfg["betas"], clip_norm=cfg["clip_norm"])
             assert result.train_loss[norm][i] == pytest.approx(alone.train_loss, rel=1e-5, abs=1e-6)
             assert result.val_loss[norm][i] == pytest.approx(alone.val_loss[-1], rel=1e-5, abs=1e-6)
     table = result.table()

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .._checks import check_seed as _check_seed
+from .._checks import check_seeds as _check_seeds
 from .._checks import (check_bool, check_choice, check_int_at_least, check_int_sequence, check_int_tensor, check_pair,
                        check_positive_int, check_sequence, check_sequence_tensor)
 from .._shown import shown_in
@@ -515,43 +516,74 @@ class SkipTraining:
     """The result of :func:`skip_training`.
 
     Attributes:
-        with_skips, without_skips: the :class:`~d2lmini.train.TrainResult` of each run.
+        runs: ``residual`` (True/False) -> one :class:`~d2lmini.train.TrainResult` per seed.
+        seeds: the seeds, the same for both stacks.
         unigram_entropy: :func:`unigram_entropy` of the training split (nats per character).
         init_token_spread: ``residual`` (True/False) -> ``num_layers + 1`` floats: the
             token spread (:func:`d2lmini.probes.token_spread`, averaged over validation
             windows) of the model's stream after the embedding and after every block,
-            with the initial weights of that run.
-        config: the arguments shared by both runs.
-        final_train_text_loss: ``residual`` (True/False) -> the trained model's mean
-            cross-entropy on fixed windows of the *training* text, scored like the
-            validation loss (after the last step, ``eval_batches`` batches): set beside
-            the validation loss it separates the difference of the two texts from the
-            lag of the moving-average training loss.
+            with the initial weights of the first seed.
+        config: the arguments shared by every run.
+        final_train_text_loss: ``residual`` (True/False) -> one float per seed: the trained
+            model's mean cross-entropy on fixed windows of the *training* text, scored like
+            the validation loss (after the last step, ``eval_batches`` batches): set beside
+            the validation loss it separates the difference of the two texts from the lag of
+            the moving-average training loss.
     """
 
-    with_skips: object
-    without_skips: object
+    runs: dict[bool, list]
+    seeds: list[int]
     unigram_entropy: float
     init_token_spread: dict[bool, list[float]]
     config: dict
-    final_train_text_loss: dict[bool, float] = field(default_factory=dict)
+    final_train_text_loss: dict[bool, list[float]] = field(default_factory=dict)
+
+    @property
+    def with_skips(self):
+        """The first seed's :class:`~d2lmini.train.TrainResult` with skip connections."""
+        return self.runs[True][0]
+
+    @property
+    def without_skips(self):
+        """The first seed's :class:`~d2lmini.train.TrainResult` without skip connections."""
+        return self.runs[False][0]
+
+    def final_val(self, residual: bool) -> list[float]:
+        """One final validation loss per seed of the stack with (True) or without (False) skips."""
+        return [run.val_loss[-1] for run in self.runs[check_bool("residual", residual)]]
+
+    def effect(self) -> float:
+        """Mean final validation loss without skips minus with skips (nats per character)."""
+        return _mean(self.final_val(False)) - _mean(self.final_val(True))
+
+    def spread(self) -> float:
+        """The seed spread: the larger of the two stacks' ranges (max - min over the seeds) of
+        the final validation loss (0 for one seed)."""
+        return max(max(values) - min(values) for values in (self.final_val(True), self.final_val(False)))
 
     def rows(self, window: int = 20) -> list[dict]:
-        """One dict per run (for a table): ``stack``, the training loss averaged over the last
-        ``window`` steps, the trained model's loss on fixed windows of the training text
-        and of the validation text (nats per character), and the token spread after the
-        last block at initialization.
+        """One dict per stack (for a table), means over the seeds: ``stack``, the training loss
+        averaged over the last ``window`` steps, the trained models' losses on fixed windows
+        of the training text and of the validation text (nats per character), the range of
+        the validation loss over the seeds, and the token spread after the last block at
+        initialization.
 
         Raises:
             ValueError / TypeError: if ``window`` is not a positive int.
         """
+        check_positive_int("window", window)
         placement = self.config["placement"]
         return [{"stack": skip_label(placement, residual) if placement in SKIP_COLORS else f"skips: {residual}",
-                 f"training loss (last {window} steps)": run.smoothed(window)[-1],
-                 "final model, training text": self.final_train_text_loss[residual],
-                 "final model, validation text": run.val_loss[-1],
+                 f"training loss (last {window} steps)": _mean([run.smoothed(window)[-1] for run in runs]),
+                 "final model, training text": _mean(self.final_train_text_loss[residual]),
+                 "final model, validation text": _mean(self.final_val(residual)),
+                 "validation, range over seeds": max(self.final_val(residual)) - min(self.final_val(residual)),
                  "token spread at init (last block)": self.init_token_spread[residual][-1]}
-                for residual, run in ((True, self.with_skips), (False, self.without_skips))]
+                for residual, runs in ((True, self.runs[True]), (False, self.runs[False]))]
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values)
 
 
 def _init_token_spread(corpus, seed: int, num_windows: int, seq_len: int, **model_kwargs) -> list[float]:
@@ -573,59 +605,114 @@ def _init_token_spread(corpus, seed: int, num_windows: int, seq_len: int, **mode
     return [sum(values) / len(values) for values in spreads]
 
 
-def skip_training(corpus=None, num_layers: int = 4, num_steps: int = 100, batch_size: int = 16,
-                  seq_len: int = 32, lr: float = 3e-3, num_hiddens: int = 32, num_heads: int = 4,
-                  norm: str = "layer", act: str = "relu", placement: str = "pre", seed: int = 0,
-                  eval_every: int | None = None, eval_batches: int = 4) -> SkipTraining:
-    """Train the same tiny character language model with and without its skip connections.
+def train_skip_group(corpus, residual: bool, seeds, model: dict, training: dict, eval_every: int,
+                     eval_batches: int) -> tuple[list, list[float]]:
+    """Train one TinyLM per seed of one stack (with or without skips) in lockstep.
 
-    Two :func:`d2lmini.train.train_lm` runs with identical settings, seed, data and
-    batches; the only difference is ``residual=True`` versus ``residual=False`` in
-    every block (the "forgot the skip connections" bug). It also measures, before
-    training, how different the tokens of a few validation windows stay through
-    each model's blocks.
+    Model ``i`` is what :func:`d2lmini.train.train_lm` trains with ``seed=seeds[i]``,
+    ``residual`` and the same settings (weights and batches from that seed), scored every
+    ``eval_every`` steps and after the last by :func:`d2lmini.train.evaluate`. A module-level
+    function, so that :func:`d2lmini.train.run_in_workers` can run the two stacks in two workers.
+
+    Args:
+        corpus: a :class:`~d2lmini.data.CharCorpus`.
+        residual: whether the blocks have their skip connections.
+        seeds: one int per model.
+        model: :class:`~d2lmini.train.TinyLM` settings (``num_layers``, ``num_hiddens``, ...).
+        training: :func:`~d2lmini.train.train_models` settings (``num_steps``, ``batch_size``,
+            ``seq_len``, ``lr``, ``warmup_steps``, ``schedule``, ``betas``, ``weight_decay``, ``clip_norm``).
+        eval_every, eval_batches: validation interval (steps) and batches.
+
+    Returns:
+        ``(results, train_text_losses)``: one :class:`~d2lmini.train.TrainResult` per seed,
+        and each trained model's loss on fixed windows of the training text.
+
+    Raises:
+        ValueError / TypeError: for arguments the model or :func:`~d2lmini.train.train_models` rejects.
+    """
+    import time
+
+    from ..train import TrainResult, evaluate, seeded_tiny_lm, train_models
+
+    seeds = _check_seeds(seeds)
+    num_steps, batch_size, seq_len = training["num_steps"], training["batch_size"], training["seq_len"]
+    start = time.perf_counter()
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, residual=residual, **model)
+              for seed in seeds]
+    results = [TrainResult(dict(training, seed=seed, residual=residual, **model)) for seed in seeds]
+
+    def validate(step, models, losses):
+        if (step + 1) % eval_every == 0 or step + 1 == num_steps:
+            for lm, result, loss in zip(models, results, losses):
+                if math.isfinite(loss):
+                    result.val_steps.append(step + 1)
+                    result.val_loss.append(evaluate(lm, corpus, batch_size, seq_len, eval_batches))
+
+    log = train_models(models, corpus, seeds, on_step=validate, **training)
+    for result, losses in zip(results, log.losses):
+        result.train_loss, result.lr, result.diverged = losses, log.lr, not all(map(math.isfinite, losses))
+        result.seconds = time.perf_counter() - start
+    train_text = [_training_text_loss(lm, corpus, batch_size, seq_len, eval_batches) for lm in models]
+    return results, train_text
+
+
+def skip_training(corpus=None, num_layers: int = 4, num_steps: int = 200, batch_size: int = 32,
+                  seq_len: int = 64, lr: float = 5e-3, num_hiddens: int = 64, num_heads: int = 4,
+                  norm: str = "layer", act: str = "relu", placement: str = "pre", seeds=(0, 1),
+                  warmup_steps: int = 50, schedule: str = "cosine", betas=(0.9, 0.95), weight_decay: float = 0.0,
+                  clip_norm: float | None = 1.0,
+                  eval_every: int | None = None, eval_batches: int = 4, num_workers: int = 2) -> SkipTraining:
+    """Train the same character language model with and without its skip connections, over seeds.
+
+    For every seed, two runs with identical settings, initial weights and batches; the only
+    difference is ``residual=True`` versus ``residual=False`` in every block (the "forgot
+    the skip connections" bug). The seeds of one stack train together in one lockstep
+    (:func:`train_skip_group`); the two stacks go to two worker processes
+    (:func:`d2lmini.train.run_in_workers`; the numbers do not depend on ``num_workers``).
+    The defaults are the book's recipe (:data:`d2lmini.train.RECIPE` and
+    :data:`d2lmini.train.RECIPE_MODEL`). It also measures, before training, how different
+    the tokens of a few validation windows stay through each model's blocks.
 
     Args:
         corpus: a :class:`~d2lmini.data.CharCorpus` (default
             :func:`d2lmini.data.python_reference_corpus`).
         num_layers, num_hiddens, num_heads, norm, act, placement: the model
             (:class:`~d2lmini.train.TinyLM`, causal blocks).
-        num_steps, batch_size, seq_len, lr: the training run (Adam, i.e. AdamW without
-            weight decay, at a constant rate).
-        seed: seeds weights and batches of both runs.
+        num_steps, batch_size, seq_len, lr, warmup_steps, schedule, betas, weight_decay, clip_norm:
+            the training run (AdamW; see :func:`~d2lmini.train.train_models`), so that
+            ``**d2lmini.train.RECIPE`` can be passed.
+        seeds: distinct ints >= 0; each seeds the weights and batches of both stacks.
         eval_every: validation interval in steps (default ``num_steps // 4``);
             eval_batches: validation batches.
+        num_workers: worker processes (1: both stacks here, one after the other).
 
     Returns:
         A :class:`SkipTraining`.
 
     Raises:
-        ValueError / TypeError: for arguments :func:`~d2lmini.train.train_lm` rejects.
+        ValueError / TypeError: for bad ``seeds`` and arguments :func:`~d2lmini.train.train_models` rejects.
     """
     from ..data import python_reference_corpus
-    from ..train import train_lm
+    from ..train import run_in_workers
 
     corpus = python_reference_corpus() if corpus is None else corpus
     num_steps = check_positive_int("num_steps", num_steps)
     seq_len = check_positive_int("seq_len", seq_len)
-    _check_seed(seed)
+    seeds = _check_seeds(seeds)
     eval_every = max(1, num_steps // 4) if eval_every is None else check_positive_int("eval_every", eval_every)
     model = dict(num_layers=num_layers, num_hiddens=num_hiddens, num_heads=num_heads, norm=norm, act=act,
                  placement=placement)
-    config = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr, seed=seed,
-                  eval_every=eval_every, eval_batches=eval_batches, **model)
-    runs, train_text = {}, {}
-    for residual in (True, False):
-        trained = []  # the model, kept by the hook for scoring on training text
-
-        def keep(step, models, losses):
-            trained[:] = models
-
-        runs[residual] = train_lm(corpus, residual=residual, on_step=keep, **config)
-        train_text[residual] = _training_text_loss(trained[0], corpus, batch_size, seq_len, eval_batches)
-    spreads = {residual: _init_token_spread(corpus, seed, 8, seq_len, residual=residual, **model)
+    training = dict(num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup_steps=warmup_steps,
+                    schedule=schedule, betas=tuple(betas), weight_decay=weight_decay, clip_norm=clip_norm)
+    config = dict(seeds=seeds, eval_every=eval_every, eval_batches=eval_batches, **training, **model)
+    jobs = [dict(corpus=corpus, residual=residual, seeds=seeds, model=model, training=training,
+                 eval_every=eval_every, eval_batches=eval_batches) for residual in (True, False)]
+    groups = run_in_workers(train_skip_group, jobs, num_workers=num_workers)
+    runs = {residual: group[0] for residual, group in zip((True, False), groups)}
+    train_text = {residual: group[1] for residual, group in zip((True, False), groups)}
+    spreads = {residual: _init_token_spread(corpus, seeds[0], 8, seq_len, residual=residual, **model)
                for residual in (True, False)}
-    return SkipTraining(runs[True], runs[False], unigram_entropy(corpus.train), spreads, config, train_text)
+    return SkipTraining(runs, seeds, unigram_entropy(corpus.train), spreads, config, train_text)
 
 
 @torch.no_grad()
@@ -677,7 +764,7 @@ def plot_skip_training(result: SkipTraining, window: int = 20, width: float = 8.
 __all__ = [
     "SKIP_CONFIGS", "SKIP_PLACEMENTS", "DepthGradients", "PlainBlock", "SkipProbe", "SkipTraining",
     "depth_gradients", "make_skip_stack", "plot_depth_gradients", "plot_skip_training", "readout_gradients",
-    "skip_training", "unigram_entropy", "zero_output_projections_", "zeroed_block_gaps",
+    "skip_training", "train_skip_group", "unigram_entropy", "zero_output_projections_", "zeroed_block_gaps",
 ]
 
 

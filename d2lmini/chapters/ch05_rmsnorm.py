@@ -36,7 +36,7 @@ from ..data import CharCorpus
 from ..norms import COMPARED_NORMS, NORMS, RMSNorm
 from ..plot import HALF_VARIANT_COLORS, HALF_VARIANT_LABELS, styled_figure
 from ..seeding import seeded
-from ..train import train_and_evaluate
+from ..train import run_in_workers, train_and_evaluate
 from .._shown import shown_in
 
 #: The epsilon this chapter uses for every RMSNorm: the ``rms_norm_eps`` of Qwen3's released
@@ -224,14 +224,14 @@ def compare_with_layernorm(num_hiddens: int = 512, num_tokens: int = 64, offset:
 
 # --- does it train as well? ---------------------------------------------------------
 
-#: The model and training run of :func:`norm_comparison`: a 2-block, 32-wide pre-norm
-#: character model (2 heads, SwiGLU, no biases inside the blocks, learned positions),
-#: trained for 150 AdamW steps of 32 windows of 32 characters, peak rate 0.02, 15 warm-up
-#: steps, cosine decay to 10%: small enough that four seeds of both norms train in half
-#: a minute on one CPU thread.
-NORM_COMPARISON_CONFIG = dict(num_hiddens=32, num_heads=2, num_layers=2, placement="pre", act="swiglu",
-                              bias=False, num_steps=150, batch_size=32, seq_len=32, lr=2e-2, warmup_steps=15,
-                              eval_batches=8)
+#: The model and training run of :func:`norm_comparison`: the book's recipe
+#: (:data:`d2lmini.train.RECIPE`, :data:`d2lmini.train.RECIPE_MODEL`), a 4-block, 64-wide pre-norm
+#: character model (4 heads, SwiGLU, no biases inside the blocks, learned positions), trained for
+#: 150 AdamW steps of 32 windows of 64 characters, peak rate 0.01 after 50 warm-up steps, cosine
+#: decay to 10%, betas (0.9, 0.95), every model's gradient clipped to norm 1.
+NORM_COMPARISON_CONFIG = dict(num_hiddens=64, num_heads=4, num_layers=4, placement="pre", act="swiglu",
+                              bias=False, num_steps=150, batch_size=32, seq_len=64, lr=1e-2, warmup_steps=50,
+                              betas=(0.9, 0.95), clip_norm=1.0, eval_batches=8)
 
 
 @dataclass
@@ -245,7 +245,7 @@ class NormComparison:
         seeds: the seeds, the same for every norm.
         val_loss: norm -> one final validation loss per seed (nats per character).
         train_loss: norm -> one list of per-step training losses per seed.
-        seconds: wall time of the whole comparison (every norm and seed, in lockstep).
+        seconds: wall time of the whole comparison (every norm and seed).
         config: the model and training settings shared by every run.
     """
 
@@ -275,32 +275,35 @@ class NormComparison:
         return pd.DataFrame(rows).T.rename(columns={"layer": "LayerNorm", "rms": "RMSNorm"})
 
 
-def train_with_norms(corpus: CharCorpus, norms, seeds, config: dict) -> dict:
-    """Train a TinyLM per (norm, seed), all in lockstep; score each on the same held-out text.
+def train_with_norms(corpus: CharCorpus, norms, seeds, config: dict, num_workers: int = 2) -> dict:
+    """Train a TinyLM per (norm, seed), the seeds of a norm in lockstep; score each on the same held-out text.
 
     Model ``(norm, s)`` is what ``d2lmini.train.train_lm(corpus, seed=s, norm=norm, ...)``
     trains: weights and batches from seed ``s``, so the two norms of a seed start from
-    the same weights (a LayerNorm's bias starts at 0) and see the same batches.
+    the same weights (a LayerNorm's bias starts at 0) and see the same batches. Each norm's
+    seeds train in one :func:`d2lmini.train.train_and_evaluate` call; the norms go to
+    ``num_workers`` worker processes (:func:`d2lmini.train.run_in_workers`, the same numbers
+    whatever ``num_workers``).
     Returns ``{norm: (final validation losses, per-step training losses)}``, one per seed.
     """
     model = {k: config[k] for k in ("num_hiddens", "num_heads", "num_layers", "placement", "act", "bias")}
-    # norms[0] with every seed, then norms[1], ...; all scored on the same fixed validation windows
-    log, val = train_and_evaluate(corpus, list(seeds) * len(norms),
-                                  [dict(model, norm=norm) for norm in norms for _ in seeds], config["num_steps"],
-                                  config["batch_size"], config["seq_len"], config["lr"], config["warmup_steps"],
-                                  "cosine", config["eval_batches"])
-    k = len(seeds)
-    return {norm: (val[i * k:(i + 1) * k], log.losses[i * k:(i + 1) * k])
-            for i, norm in enumerate(norms)}
+    jobs = [dict(corpus=corpus, seeds=list(seeds), model_kwargs=[dict(model, norm=norm)] * len(seeds),
+                 num_steps=config["num_steps"], batch_size=config["batch_size"], seq_len=config["seq_len"],
+                 lr=config["lr"], warmup_steps=config["warmup_steps"], schedule="cosine",
+                 eval_batches=config["eval_batches"], betas=tuple(config["betas"]), clip_norm=config["clip_norm"])
+            for norm in norms]
+    results = run_in_workers(train_and_evaluate, jobs, num_workers=num_workers)
+    return {norm: (val, log.losses) for norm, (log, val) in zip(norms, results)}
 
 
-def norm_comparison(corpus: CharCorpus, norms=COMPARED_NORMS, seeds=(0, 1, 2, 3), **overrides) -> NormComparison:
+def norm_comparison(corpus: CharCorpus, norms=COMPARED_NORMS, seeds=(0, 1, 2), num_workers: int = 2,
+                    **overrides) -> NormComparison:
     """Does RMSNorm train a language model as well as LayerNorm? One small run per norm and seed.
 
     Trains the :class:`~d2lmini.train.TinyLM` of :data:`NORM_COMPARISON_CONFIG` (pre-norm,
     so the norms sit before each sublayer and before the output layer) once per norm
-    and seed, every run in lockstep through :func:`d2lmini.train.train_models`
-    (:func:`train_with_norms`), and records each run's final validation loss
+    and seed, the seeds of a norm in one lockstep through :func:`d2lmini.train.train_models`
+    and the norms in worker processes (:func:`train_with_norms`), and records each run's final validation loss
     (:func:`d2lmini.train.evaluate` on the same fixed windows of the held-out text).
     Zhang and Sennrich (2019) report that RMSNorm matches LayerNorm's quality; this
     measures it on the book's model.
@@ -312,6 +315,8 @@ def norm_comparison(corpus: CharCorpus, norms=COMPARED_NORMS, seeds=(0, 1, 2, 3)
         norms: names from :data:`d2lmini.norms.NORMS`, each once (default
             :data:`d2lmini.norms.COMPARED_NORMS`, LayerNorm and RMSNorm).
         seeds: distinct ints >= 0, the same for every norm.
+        num_workers: worker processes (the norms go to different workers; the numbers do not
+            depend on it).
         **overrides: replace entries of :data:`NORM_COMPARISON_CONFIG` (e.g. ``num_steps=600``).
 
     Returns:
@@ -335,7 +340,7 @@ def norm_comparison(corpus: CharCorpus, norms=COMPARED_NORMS, seeds=(0, 1, 2, 3)
     for name in ("num_steps", "batch_size", "seq_len", "eval_batches"):
         config[name] = check_positive_int(name, config[name])
     start = time.perf_counter()
-    runs = train_with_norms(corpus, norms, seeds, config)
+    runs = train_with_norms(corpus, norms, seeds, config, num_workers)
     return NormComparison(norms, seeds, {n: runs[n][0] for n in norms}, {n: runs[n][1] for n in norms},
                           time.perf_counter() - start, config)
 

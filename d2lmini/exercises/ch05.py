@@ -85,7 +85,7 @@ def _gain_orders() -> float:
 
 
 def _lower_rate() -> dict:
-    """5.5: the mean validation losses of both norms at a quarter of the chapter's rate."""
+    """5.5: the mean validation losses of both norms at half the chapter's rate, batches of 8."""
     from ..chapters.ch05_rmsnorm import norm_comparison
     from ..data import python_reference_corpus
 
