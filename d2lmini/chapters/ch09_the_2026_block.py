@@ -409,7 +409,7 @@ def plot_capstone(runs: list[Run], corpus):
                 steps, losses = zip(*run.val_curve)
                 ax.plot(steps, losses, "o", ms=3.5, color=RATE_COLORS.get(label))
             ax.set_ylim(1.0, 3.4)
-        axes[0].set_ylabel("nats/char: training (50-step mean), validation (dots)")
+        axes[0].set_ylabel("loss (nats per character)")
         axes[1].set_ylabel("")
     return fig
 
