@@ -334,7 +334,7 @@
   // (a short prompt) or the last token's row (a long one), darker for more weight; then the RMS.
   function drawInside(box, model, ids, vocab) {
     var seen = lib.inside(model, ids), n = seen.tokens.length, whole = n <= 16;
-    var cell = 64, gap = 10, left = 60, top = 20, heads = model.config.num_heads, blocks = model.blocks.length;
+    var cell = 48, gap = 8, left = 52, top = 20, heads = model.config.num_heads, blocks = model.blocks.length;
     var height = whole ? cell : 14, width = left + heads * (cell + gap);
     var svg = svgElement("svg", { width: width, height: top + blocks * (height + gap) + 4, role: "img",
       "class": "d2l-lm-grid", "aria-label": model.name + ": attention weights per block and head" }, box);
@@ -360,10 +360,10 @@
     });
     var table = element("table", { "class": "d2l-lm-rms", style: "font-size: 0.85em; margin-top: 0.3em;" }, box);
     var header = element("tr", {}, table), row = element("tr", {}, table);
-    element("th", { style: "text-align: left; padding-right: 0.8em;" }, header, "stream RMS");
+    element("th", { style: "text-align: left; padding-right: 0.8em;" }, header, "stream RMS after");
     element("td", { style: "padding-right: 0.8em;" }, row, "");
     seen.rms.forEach(function (value, i) {
-      element("th", { style: "padding-right: 0.8em;" }, header, i ? "after block " + i : "embedding");
+      element("th", { style: "padding-right: 0.8em;" }, header, i ? "block " + i : "embedding");
       element("td", { style: "padding-right: 0.8em;" }, row, value.toFixed(3));
     });
     element("div", { style: "font-size: 0.85em; color: #555;" }, box, whole
@@ -448,7 +448,7 @@
         var box = element("div", { style: "flex: 1 1 20em; min-width: 16em;" }, outputs);
         element("div", { style: "font-weight: bold;" }, box, model.name);
         var pre = element("pre", { "class": "d2l-lm-output", "data-model": model.name,
-                                   style: "white-space: pre-wrap; margin: 0.2em 0;" }, box);
+                                   style: "white-space: pre-wrap; word-break: break-all; margin: 0.2em 0;" }, box);
         element("span", { style: "color: #777;" }, pre, prompt.value);
         var text = element("span", { "class": "d2l-lm-new" }, pre, "");
         var inner = element("div", { "data-model": model.name }, insides);
