@@ -216,6 +216,12 @@ class ModelTwin:
         max_new_tokens: the length the page's box starts with (``>= 1``; the reader may change it).
         seed: the seed the page's box starts with (an int >= 0).
 
+    Example (the chapter "The 2026 block", after training; ``runs`` from ``train_capstone``)::
+
+        best = best_runs(runs)
+        ModelTwin({name: run.model for name, run in best.items()}, corpus.vocab,
+                  prompt=SAMPLE_PROMPT, max_new_tokens=SAMPLE_LENGTH)
+
     Attributes:
         specs: the exported models (:func:`export_model`), in the order of ``models``.
         vocab, prompt, max_new_tokens, seed: as given.

@@ -207,7 +207,7 @@ def page(tmp_path_factory, models, vocab):
         tab.on("request", lambda request: "127.0.0.1" not in request.url and problems.append(request.url))
         tab.goto(f"http://127.0.0.1:{httpd.server_address[1]}/index.html", wait_until="load")
         tab.wait_for_selector(".d2l-lm-twin[data-state='idle']")
-        yield tab, problems
+        yield tab, problems, folder
         browser.close()
     httpd.shutdown()
 
@@ -232,7 +232,7 @@ def run_in_page(tab, prompt: str, *, model: str = "all", temperature: float = 0.
 
 @pytest.mark.slow
 def test_the_page_generates_what_pytorch_generates(page, models, vocab):
-    tab, problems = page
+    tab, problems, _ = page
     rounded = {name: float16_rounded(model) for name, model in models.items()}
     for prompt in PROMPTS:
         shown = run_in_page(tab, prompt)
@@ -261,7 +261,7 @@ def test_the_page_generates_what_pytorch_generates(page, models, vocab):
 
 @pytest.mark.slow
 def test_a_seed_repeats_its_sample_and_top_1_is_greedy(page):
-    tab, problems = page
+    tab, problems, _ = page
     first = run_in_page(tab, PROMPTS[0], temperature=0.8, top_k="5", seed=7, length=120)["texts"]
     again = run_in_page(tab, PROMPTS[0], temperature=0.8, top_k="5", seed=7, length=120)["texts"]
     other = run_in_page(tab, PROMPTS[0], temperature=0.8, top_k="5", seed=8, length=120)["texts"]
@@ -274,7 +274,7 @@ def test_a_seed_repeats_its_sample_and_top_1_is_greedy(page):
 
 @pytest.mark.slow
 def test_bad_prompts_get_a_message_in_the_page(page):
-    tab, problems = page
+    tab, problems, _ = page
     shown = run_in_page(tab, "naïve café")
     assert "'ï', 'é'" in shown["message"] and "vocabulary" in shown["message"] and not shown["texts"]
     assert "Type a prompt" in run_in_page(tab, "")["message"]
@@ -284,7 +284,7 @@ def test_bad_prompts_get_a_message_in_the_page(page):
 
 @pytest.mark.slow
 def test_the_attention_grid_is_drawn_and_equals_pytorchs(page, models, vocab):
-    tab, problems = page
+    tab, problems, _ = page
     prompt = "def f(x):"
     run_in_page(tab, prompt, length=3)
     assert tab.locator(".d2l-lm-grid").count() == 2
@@ -313,7 +313,7 @@ def test_the_attention_grid_is_drawn_and_equals_pytorchs(page, models, vocab):
 def test_time_per_token_in_chromium(page):
     """Wall time (performance.now) and the page's main-thread CPU time (Chrome's ThreadTime metric) per
     token: 60 tokens with the cache, then 240 once the window slides (each recomputing 64 positions)."""
-    tab, problems = page
+    tab, problems, _ = page
     cdp = tab.context.new_cdp_session(tab)
     cdp.send("Performance.enable")
 
@@ -336,3 +336,17 @@ def test_time_per_token_in_chromium(page):
               + f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
         assert times["once the window slides"][1] > times["with the cache"][1]
     assert not problems, problems
+
+
+@pytest.mark.slow
+def test_the_page_works_opened_as_a_file(page):
+    """As ``_build/html`` opened from the disk: the same page from a file:// address generates too."""
+    tab, _, folder = page
+    problems = []
+    other = tab.context.browser.new_page()
+    other.on("pageerror", lambda error: problems.append(f"script error: {error}"))
+    other.goto((folder / "index.html").as_uri(), wait_until="load")
+    other.wait_for_selector(".d2l-lm-twin[data-state='idle']")
+    shown = run_in_page(other, "def ", length=70)
+    assert [len(text) for text in shown["texts"].values()] == [70, 70] and not problems, problems
+    other.close()
