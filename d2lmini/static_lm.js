@@ -1,10 +1,11 @@
 // The model in the page: a d2lmini LanguageModel (the chapter "The 2026 block") run in JavaScript.
 // The page embeds each model's configuration and float16 weights as JSON beside this script
 // (d2lmini.webmodel.ModelTwin writes them); this file decodes them and computes what
-// d2lmini/lm.py computes: embedding, positions, the blocks (norm, attention with RoPE, GQA and
-// QK-norm, SwiGLU or the 2017 block's ReLU FFN), the key/value cache, final norm and head; then
-// generate() exactly as d2lmini.generate decodes, sliding window included. Arithmetic is float64
-// (PyTorch computes in float32 from the same float16 weights, so logits agree to about 1e-5).
+// d2lmini/lm.py computes: embedding, positions (learned, the 2017 paper's sinusoids, or RoPE in
+// attention), the blocks (norm, attention with GQA and QK-norm, SwiGLU or the 2017 block's ReLU
+// FFN), the key/value cache, final norm and head; then generate() exactly as d2lmini.generate
+// decodes, sliding window included. Arithmetic is float64 (PyTorch computes in float32 from the
+// same float16 weights, so logits agree to about 1e-5).
 // No library and nothing from the network. Written for d2lmini (MIT licence).
 (function () {
   "use strict";
@@ -79,6 +80,24 @@
         cos[j] = Math.fround(Math.cos(angle)); sin[j] = Math.fround(Math.sin(angle));
       }
       return { cos: cos, sin: sin };
+    }
+
+    // The 2017 paper's positions (lm.py's sinusoidal_positions), a Float32Array of numSteps rows of d:
+    // P[p, 2i] = sin(p / 10000^(2i/d)) and P[p, 2i+1] = cos(p / 10000^(2i/d)), each step rounded to
+    // float32 as PyTorch computes it. Math.sin and Math.cos rounded to float32 are the correctly
+    // rounded values; PyTorch's float32 sin and cos differ from them by one unit in the last place
+    // (6e-8) in about one entry in twenty, far less than float64 and float32 arithmetic differ by.
+    function sinusoidalPositions(numSteps, d) {
+      var P = new Float32Array(numSteps * d);  // storing a number in it rounds it to float32
+      for (var i = 0; i < d; i += 2) {  // i is the formula's 2i: the even column
+        var denominator = Math.fround(Math.pow(10000, Math.fround(i / d)));
+        for (var p = 0; p < numSteps; p++) {
+          var angle = Math.fround(p / denominator);
+          P[p * d + i] = Math.sin(angle);
+          P[p * d + i + 1] = Math.cos(angle);
+        }
+      }
+      return P;
     }
 
     // Rotate head features x[from .. from + head_dim): feature j pairs with j + head_dim / 2 (apply_rotary).
@@ -175,7 +194,8 @@
         return w && { weight: w.data, bias: b ? b.data : null, eps: eps };
       }
       this.embedding = named["embedding.weight"].data;
-      this.pos_embedding = named.pos_embedding ? named.pos_embedding.data : null;
+      this.pos_embedding = named.pos_embedding ? named.pos_embedding.data : null;  // learned: trained vectors
+      this.pos_encoding = c.positions === "sinusoidal" ? sinusoidalPositions(c.context_len, c.num_hiddens) : null;
       this.blocks = [];
       for (var i = 0; i < c.num_blocks; i++) {
         var p = "blocks." + i + ".";
@@ -209,6 +229,7 @@
         var position = cache.length();
         x = Float64Array.from(this.embedding.subarray(tokens[t] * d, (tokens[t] + 1) * d));
         if (this.pos_embedding) x = add(x, this.pos_embedding.subarray(position * d, (position + 1) * d));
+        if (this.pos_encoding) x = add(x, this.pos_encoding.subarray(position * d, (position + 1) * d));
         var streams = inside ? [x] : null, heads = inside ? [] : null;
         for (var i = 0; i < this.blocks.length; i++) {
           var record = inside ? [] : null;
@@ -309,6 +330,7 @@
     lib.seededRandom = seededRandom;
     lib.inside = inside;
     lib.decodeFloat16 = decodeFloat16;
+    lib.sinusoidalPositions = sinusoidalPositions;
   }
 
   // ------------------------------------------------------------------ the page

@@ -29,7 +29,7 @@ MAX_MODEL_BYTES = 1_000_000
 
 #: What ``static_lm.js`` computes: each option of a :class:`~d2lmini.lm.LanguageModel` it follows,
 #: with the values it takes (the 2017 block's, the 2026 block's and every mix of them).
-SUPPORTED = {"positions": ("learned", "rope"), "placement": ("post", "pre"), "norm": ("layer", "rms"),
+SUPPORTED = {"positions": ("learned", "sinusoidal", "rope"), "placement": ("post", "pre"), "norm": ("layer", "rms"),
              "act": ("relu", "swiglu"), "qk_norm": (None, "per_head")}
 
 #: Attention options the page does not compute, with the value each must keep.
@@ -70,7 +70,9 @@ def export_model(name: str, model: LanguageModel) -> dict:
     Args:
         name: what the page calls the model (e.g. ``'2026 block'``).
         model: a :class:`~d2lmini.lm.LanguageModel` of :data:`SUPPORTED` options (the chapter's
-            ``LM_2017`` and ``lm_walk()[-1][1]``, any FFN width), on any device.
+            ``LM_2017`` and ``lm_walk()[-1][1]``, any FFN width), on any device. Sinusoidal positions
+            are not weights (``pos_encoding`` is a buffer outside the ``state_dict``): the page
+            computes their table from ``config["positions"]``, as :func:`~d2lmini.lm.sinusoidal_positions` does.
 
     Returns:
         ``{"name", "config", "tensors", "weights"}``: ``config`` the sizes and options
