@@ -75,7 +75,7 @@ _FROM_CHAPTERS = {"residual_explorer": "ch02_residual", "DepthExplorer": "ch04_n
 #: The names re-exported from the widgets module (which loads matplotlib).
 _FROM_WIDGETS = ("FrameExplorer", "StaticTwin")
 #: The package's other modules, loaded on first use as attributes (``d2lmini.train.train_step``).
-_SUBMODULES = ("chapters", "data", "exercises", "plot", "reference", "timing", "train", "widgets", "zoo")
+_SUBMODULES = ("chapters", "data", "exercises", "plot", "reference", "timing", "train", "webmodel", "widgets", "zoo")
 
 
 def __getattr__(name: str):
