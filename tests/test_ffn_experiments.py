@@ -321,7 +321,7 @@ def test_comparison_at_each_activations_own_rate(corpus):
     with pytest.raises(ValueError, match="rates"):
         ffn_comparison(corpus, rates={"gelu": 0}, **both)
     with pytest.raises(TypeError, match="rates"):
-        ffn_comparison(corpus, rates=[1e-2], **both)
+        ffn_comparison(corpus, rates="0.01", **both)
 
 
 # ---------------------------------------------------------------- the router's load
