@@ -17,8 +17,8 @@ from d2lmini.moe import MixtureOfExperts
 from d2lmini.train import TinyLM, evaluate, train_lm
 
 # A model small enough to train in a fraction of a second; 8 * 24 / 3 = 64 exactly.
-TINY = dict(num_steps=12, batch_size=4, seq_len=16, lr=1e-2, warmup_steps=3, schedule="cosine",
-            num_hiddens=24, num_heads=2, num_layers=1, eval_batches=2)
+TINY = dict(num_steps=12, batch_size=4, seq_len=16, lr=1e-2, warmup_steps=3, schedule="cosine", betas=(0.9, 0.95),
+            clip_norm=1.0, num_hiddens=24, num_heads=2, num_layers=1, eval_batches=2)
 # The comparison's fixture: the same model, a little more data per step.
 SMALL = {**{k: v for k, v in TINY.items() if k != "num_steps"}, "batch_size": 8, "lr": 2e-2}
 
@@ -52,11 +52,13 @@ def test_rounding_of_8d_over_3_is_the_only_difference(d):
     assert (row["rel_diff"] == 0) == (d % 3 == 0)
 
 
-def test_the_compared_models_have_identical_parameter_counts():
+def test_the_compared_models_differ_only_by_the_rounding_of_8d_over_3():
     shapes = {k: COMPARISON_CONFIG[k] for k in ("num_hiddens", "num_heads", "num_layers", "norm", "placement")}
     counts = {act: sum(p.numel() for p in TinyLM(103, max_len=64, act=act, **shapes).to("meta").parameters())
-              for act in ("gelu", "swiglu")}
-    assert counts["gelu"] == counts["swiglu"]
+              for act in ("gelu", "geglu", "swiglu")}
+    d, layers = COMPARISON_CONFIG["num_hiddens"], COMPARISON_CONFIG["num_layers"]
+    assert counts["geglu"] == counts["swiglu"] == counts["gelu"] + layers * (3 * d * round(8 * d / 3) - 8 * d * d)
+    assert counts["swiglu"] / counts["gelu"] - 1 < 0.002
 
 
 def test_parameter_counts_reject_bad_arguments():
@@ -165,10 +167,15 @@ def test_ensemble_rejects_bad_arguments(corpus):
 # ---------------------------------------------------------------- the comparison
 
 def test_comparison_records_every_seed_and_its_summary(comparison, corpus):
-    assert set(comparison.runs) == {"gelu", "swiglu"}
+    assert set(comparison.runs) == {"gelu", "geglu", "swiglu"}
+    assert comparison.sweep is not None and set(comparison.config["rates"]) == set(comparison.runs)
+    for act, run in comparison.runs.items():  # seed 0 is the sweep's model at the chosen rate
+        rate = comparison.config["rates"][act]
+        assert rate == comparison.sweep.best_rate(act) and run.config["lr"] == rate
+        assert run.val_loss[0] == comparison.sweep.runs[act][comparison.sweep.rates.index(rate)].val_loss[0]
     assert comparison.seeds == [0, 1, 2] and comparison.val_steps == [8, 16, 24]
     assert comparison.corpus_chars == len(corpus.text) and comparison.corpus_sha256 == corpus.sha256
-    assert comparison.runs["gelu"].num_params == comparison.runs["swiglu"].num_params
+    assert comparison.runs["geglu"].num_params == comparison.runs["swiglu"].num_params
     for run in comparison.runs.values():
         assert len(run.train_loss) == 3 and all(len(losses) == 24 for losses in run.train_loss)
         # the models learn: character statistics alone take the loss far below uniform
@@ -187,13 +194,17 @@ def test_comparison_records_every_seed_and_its_summary(comparison, corpus):
         comparison.val_loss("gelu", 7)
     with pytest.raises(ValueError, match="act"):
         comparison.val_loss("relu", 8)
+    gaps = comparison.gap_table()
+    assert gaps.shape == (3, 6) and list(gaps.index) == [8, 16, 24]
+    assert gaps.iloc[2, 2] == pytest.approx(s["mean"]) and gaps.iloc[2, 3] == pytest.approx(s["std"])
 
 
-def test_comparison_does_not_depend_on_the_worker_threads(comparison, corpus):
+def test_comparison_does_not_depend_on_the_workers(comparison, corpus):
     serial = ffn_comparison(corpus, seeds=(0, 1, 2), num_steps=24, eval_steps=(8, 16, 24), workers=1, **SMALL)
-    for act in ("gelu", "swiglu"):
-        for a, b in zip(serial.runs[act].val_loss, comparison.runs[act].val_loss):
-            assert a == pytest.approx(b, abs=1e-5)
+    for act in ("gelu", "geglu", "swiglu"):
+        assert serial.runs[act].val_loss == comparison.runs[act].val_loss
+        assert serial.runs[act].train_loss == comparison.runs[act].train_loss
+    assert serial.config["rates"] == comparison.config["rates"]
 
 
 def test_comparison_workers_restore_the_thread_count(corpus, two_threads):
@@ -205,13 +216,16 @@ def test_comparison_workers_restore_the_thread_count(corpus, two_threads):
 def test_comparison_plot(comparison):
     fig = plot_ffn_comparison(comparison)
     assert len(fig.axes) == 2
-    assert len(fig.axes[0].lines) == 2  # one mean per activation, each with a band over the seeds
-    assert len(fig.axes[0].collections) == 2
-    assert list(fig.axes[0].lines[1].get_ydata()) == pytest.approx(
+    assert len(fig.axes[0].lines) == 3  # one mean per activation, each with a band over the seeds
+    assert len(fig.axes[0].collections) == 3
+    assert list(fig.axes[0].lines[2].get_ydata()) == pytest.approx(
         [sum(comparison.val_loss("swiglu", s)) / 3 for s in (8, 16, 24)])
-    assert len(fig.axes[1].lines) >= 3 + 1  # one gap per seed, and the means
-    assert list(fig.axes[1].lines[0].get_xdata()) == [8, 16, 24]
-    assert list(fig.axes[1].lines[0].get_ydata()) == pytest.approx([comparison.differences(s)[0] for s in (8, 16, 24)])
+    # per gated FFN: the mean gap, then one marker line per seed; then the zero line
+    assert len(fig.axes[1].lines) == 2 * (1 + 3) + 1 and len(fig.axes[1].collections) == 2
+    swiglu_mean, swiglu_seed_0 = fig.axes[1].lines[4], fig.axes[1].lines[5]
+    assert list(swiglu_mean.get_xdata()) == [8, 16, 24]
+    assert list(swiglu_mean.get_ydata()) == pytest.approx([comparison.summary(s)["mean"] for s in (8, 16, 24)])
+    assert list(swiglu_seed_0.get_ydata()) == pytest.approx([comparison.differences(s)[0] for s in (8, 16, 24)])
     with pytest.raises(ValueError, match="act"):
         plot_ffn_comparison(comparison, baseline="relu")
 
@@ -227,6 +241,10 @@ def test_comparison_rejects_bad_arguments(corpus):
         ffn_comparison(corpus, acts=("gelu", "tanh"))
     with pytest.raises(ValueError, match="workers"):
         ffn_comparison(corpus, workers=0)
+    with pytest.raises(TypeError, match="rates"):
+        ffn_comparison(corpus, rates=0.01)
+    with pytest.raises(TypeError, match="unknown"):
+        ffn_comparison(corpus, dropout=0.1)
 
 
 # ---------------------------------------------------------------- the learning-rate sweep
@@ -241,7 +259,7 @@ def sweep(corpus):
 
 
 def test_sweep_trains_every_pair_as_it_trains_alone(sweep, corpus):
-    assert sweep.rates == [0.005, 0.01, 0.02] and sweep.acts == ["gelu", "swiglu"] and sweep.seed == 5
+    assert sweep.rates == [0.005, 0.01, 0.02] and sweep.acts == ["gelu", "geglu", "swiglu"] and sweep.seed == 5
     for act in ("gelu", "swiglu"):
         for i, rate in enumerate(sweep.rates):
             alone = train_ensemble(corpus, act=act, seeds=(5,), lr=rate, eval_steps=(12,), num_steps=12, **SWEEP)
@@ -256,8 +274,8 @@ def test_sweep_best_rate_and_table(sweep):
         losses = sweep.val_loss[act]
         assert sweep.best_rate(act) == sweep.rates[losses.index(min(losses))]
     table = sweep.table()
-    assert table.shape == (3, 2) and list(table.index) == sweep.rates
-    assert table.iloc[1, 1] == sweep.val_loss["swiglu"][1]
+    assert table.shape == (3, 3) and list(table.index) == sweep.rates
+    assert table.iloc[1, 2] == sweep.val_loss["swiglu"][1]
     diverged = LRSweep(["gelu"], [0.01, 0.1], 0, {"gelu": [2.0, math.nan]}, {}, 0.0, {})
     assert diverged.best_rate("gelu") == 0.01
     with pytest.raises(ValueError, match="every rate"):
@@ -266,9 +284,9 @@ def test_sweep_best_rate_and_table(sweep):
         sweep.best_rate("relu")
 
 
-def test_sweep_rates_are_factors_of_two_around_the_default_rate():
+def test_sweep_rates_are_powers_of_two_apart_and_hold_the_default_rate():
     assert COMPARISON_CONFIG["lr"] in SWEEP_RATES
-    assert all(b == 2 * a for a, b in zip(SWEEP_RATES, SWEEP_RATES[1:]))
+    assert all(math.log2(b / a) == round(math.log2(b / a)) > 0 for a, b in zip(SWEEP_RATES, SWEEP_RATES[1:]))
 
 
 def test_sweep_rejects_bad_arguments(corpus):
@@ -291,7 +309,7 @@ def test_sweep_rejects_bad_arguments(corpus):
 
 
 def test_comparison_at_each_activations_own_rate(corpus):
-    both = dict(seeds=(0,), num_steps=4, eval_steps=(4,), workers=1, **{**SMALL, "lr": 1e-2})
+    both = dict(acts=("gelu", "swiglu"), seeds=(0,), num_steps=4, eval_steps=(4,), workers=1, **{**SMALL, "lr": 1e-2})
     result = ffn_comparison(corpus, rates={"swiglu": 5e-3}, **both)
     assert result.config["rates"] == {"gelu": 1e-2, "swiglu": 5e-3}
     assert result.runs["gelu"].config["lr"] == 1e-2 and result.runs["swiglu"].config["lr"] == 5e-3
@@ -303,7 +321,7 @@ def test_comparison_at_each_activations_own_rate(corpus):
     with pytest.raises(ValueError, match="rates"):
         ffn_comparison(corpus, rates={"gelu": 0}, **both)
     with pytest.raises(TypeError, match="rates"):
-        ffn_comparison(corpus, rates=[1e-2], **both)
+        ffn_comparison(corpus, rates="0.01", **both)
 
 
 # ---------------------------------------------------------------- the router's load

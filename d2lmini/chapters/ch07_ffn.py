@@ -6,12 +6,13 @@
 * :func:`ffn_as_memories` -- the key-value-memory reading of the FFN (Geva et al.,
   2021): ``W_2 act(W_1 x)`` is a sum of value vectors weighted by how well ``x``
   matches each key.
-* :func:`lr_sweep` -- both FFNs at every peak learning rate of :data:`SWEEP_RATES`,
-  one seed, all models in one lockstep (``lr_scales`` of :func:`d2lmini.train.train_models`).
+* :func:`lr_sweep` -- every FFN at every peak learning rate of :data:`SWEEP_RATES`,
+  one seed, the models in lockstep (``lr_scales`` of :func:`d2lmini.train.train_models`)
+  shared between two worker processes (:func:`d2lmini.train.run_in_workers`).
 * :func:`ffn_comparison` -- the training comparison: a small character language model
-  (:class:`~d2lmini.train.TinyLM`) with a GELU MLP against the same model with SwiGLU,
-  at matched parameters, over several seeds (the seeds of one activation train in
-  lockstep, :func:`train_ensemble`, each exactly as :func:`d2lmini.train.train_lm`
+  (:class:`~d2lmini.train.TinyLM`) with a GELU MLP against the same model with GeGLU
+  and with SwiGLU, at matched parameters, each at its better rate of the sweep, over
+  three seeds (:func:`train_members`: each model exactly as :func:`d2lmini.train.train_lm`
   would train it alone; the tests check that).
 * :func:`router_loads` -- how evenly a mixture of experts' router spreads tokens, and
   what DeepSeek-V3's bias update (:func:`balance_by_bias`) does to it.
@@ -39,24 +40,27 @@ from ..moe import MixtureOfExperts
 from ..parameters import num_parameters
 from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, styled_figure, table_style
 from ..seeding import seeded
-from ..train import TinyLM, TrainLog, lockstep_losses, seeded_tiny_lm, train_models
+from ..train import TinyLM, lockstep_losses, run_in_workers, seeded_tiny_lm, train_models
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
-#: a 2-block, 48-wide pre-norm character model (2 heads of 24 features, RMSNorm, no
-#: biases inside the blocks, learned positions) trained on batches of 16 windows of 32
-#: characters with AdamW without weight decay (peak rate 0.01, 10 warm-up steps, cosine
-#: decay to 10%). ``8 * 48 / 3 = 128`` exactly, so the GELU and SwiGLU models have
-#: *identical* parameter counts. Small enough that the chapter's sweep and comparison
-#: (twelve models of 100 steps) train on one CPU thread. The peak rate
-#: is only the default: the chapter gives each FFN its own, the best of a sweep
-#: (:func:`lr_sweep`, :data:`SWEEP_RATES`).
-COMPARISON_CONFIG = dict(num_hiddens=48, num_heads=2, num_layers=2, norm="rms", placement="pre",
-                         batch_size=16, seq_len=32, lr=1e-2, warmup_steps=10, schedule="cosine",
-                         betas=(0.9, 0.98), weight_decay=0.0, eval_batches=8)
+#: a 1-block, 64-wide pre-norm character model (4 heads of 16 features, RMSNorm, no
+#: biases inside the block, learned positions) trained on batches of 16 windows of 64
+#: characters (1,024 tokens a step) with the book's recipe (:data:`d2lmini.train.RECIPE`):
+#: AdamW with betas (0.9, 0.95) and no weight decay, 50 warm-up steps, cosine decay to
+#: 10%, every model's gradient clipped to norm 1. One block and half the recipe's batch
+#: keep the chapter's twelve models of 600 steps (three FFNs, each at two rates with one
+#: seed and at its better rate with two more) within 3 TFLOP of training. The gated FFNs'
+#: width ``round(8 * 64 / 3) = 171`` gives them 64 weights more than the GELU MLP's 256
+#: (0.2%). The peak rate is only the default: the chapter gives each FFN the better of
+#: :data:`SWEEP_RATES` (:func:`lr_sweep`).
+COMPARISON_CONFIG = dict(num_hiddens=64, num_heads=4, num_layers=1, norm="rms", placement="pre",
+                         batch_size=16, seq_len=64, lr=2e-2, warmup_steps=50, schedule="cosine",
+                         betas=(0.9, 0.95), weight_decay=0.0, clip_norm=1.0, eval_batches=16)
 
-#: The peak learning rates of the chapter's sweep (:func:`lr_sweep`): factors of two
-#: around :data:`COMPARISON_CONFIG`'s 0.01.
-SWEEP_RATES = (0.005, 0.01, 0.02)
+#: The peak learning rates of the chapter's sweep (:func:`lr_sweep`): a factor of four
+#: apart (a power of two, so that models at both rates train in one lockstep exactly as
+#: alone), around the rates at which small character models of this kind train well.
+SWEEP_RATES = (0.005, 0.02)
 
 #: Shazeer (2020), "GLU Variants Improve Transformer", Table 1: held-out log-perplexity
 #: of a T5-base-sized model (pre-trained on C4) after 65,536 steps, for the FFN variants
@@ -249,12 +253,12 @@ def memory_reading(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memory
 
 
 # --------------------------------------------------------------------------------------
-# Training several seeds at once
+# Training several models at once
 # --------------------------------------------------------------------------------------
 
 @dataclass
 class EnsembleRun:
-    """Losses of one :func:`train_ensemble` call: one activation, several seeds.
+    """Losses of one activation over several seeds (:func:`train_ensemble`, :func:`ffn_comparison`).
 
     Attributes:
         act: the FFN activation of every model.
@@ -265,9 +269,10 @@ class EnsembleRun:
             (nats per character), before that step's update.
         val_steps: steps after which the validation loss was measured.
         val_loss: ``[seed][i]`` validation loss after ``val_steps[i]`` steps.
-        seconds: wall time of the whole call.
-        train_seconds: wall time of the training steps alone (no set-up, no validation).
-        config: the arguments of the call.
+        seconds: wall time of the training of these models (their share of the lockstep
+            they trained in, set-up and validation included).
+        train_seconds: their share of the training steps alone (no set-up, no validation).
+        config: the settings of the models and their training (``lr``: their peak rate).
         state: the trained weights, ``{name: (len(seeds), *shape)}`` (see :meth:`model`).
     """
 
@@ -326,32 +331,124 @@ def validation_losses(losses_of, num_models: int, val: list) -> list[float]:
     return (total / len(val)).tolist()
 
 
-def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num_steps: int = 100,
-                   batch_size: int = 16, seq_len: int = 32, lr: float = 1e-2, warmup_steps: int = 10,
-                   schedule: str = "cosine", betas: tuple[float, float] = (0.9, 0.98),
-                   weight_decay: float = 0.0, eval_steps=(50, 100), eval_batches: int = 8,
-                   num_hiddens: int = 48, num_heads: int = 2, num_layers: int = 2, norm: str = "rms",
-                   placement: str = "pre", bias: bool = False, ffn_num_hiddens: int | None = None,
-                   vectorize: bool = False, device: str = "cpu") -> EnsembleRun:
+#: The model settings of :func:`train_members` (passed to :class:`~d2lmini.train.TinyLM`).
+_MODEL_KEYS = ("num_hiddens", "num_heads", "num_layers", "norm", "placement", "bias", "ffn_num_hiddens")
+
+
+def train_members(corpus: CharCorpus, members, num_steps: int, eval_steps, config: dict) -> dict:
+    """Train one model per ``(act, seed, peak rate)`` member, all in one lockstep, and score them.
+
+    Model ``i`` is :func:`d2lmini.train.seeded_tiny_lm` of ``seed_i`` with FFN ``act_i``; it
+    reads the batches of ``seed_i`` and trains at peak rate ``rate_i`` (``lr_scales`` of
+    :func:`d2lmini.train.train_models` relative to the highest rate: exactly the run alone
+    when the rates are powers of two apart), so it gets the losses :func:`d2lmini.train.train_lm`
+    gives it alone. After each of ``eval_steps`` every model is scored on the same
+    :func:`validation_batches`. A module-level function, so that
+    :func:`d2lmini.train.run_in_workers` can run it in a worker process.
+
+    Args:
+        corpus: the data; members: ``(act, seed, rate)`` triples; num_steps: optimizer steps.
+        eval_steps: sorted steps in ``[1, num_steps]``.
+        config: the model (``num_hiddens``, ``num_heads``, ``num_layers``, ``norm``,
+            ``placement``, ``bias``, ``ffn_num_hiddens``) and the training (``batch_size``,
+            ``seq_len``, ``warmup_steps``, ``schedule``, ``betas``, ``weight_decay``,
+            ``clip_norm``, ``eval_batches``, ``vectorize``, ``device``).
+
+    Returns:
+        A dict of lists, one entry per member: ``train_loss``, ``val_loss``, ``num_params``,
+        ``ffn_params``, ``state`` (its trained weights); and ``seconds`` (the whole call) and
+        ``train_seconds`` (the steps alone).
+    """
+    start = time.perf_counter()
+    device = config.get("device", "cpu")
+    shape = {k: config.get(k) for k in _MODEL_KEYS}
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=config["seq_len"], act=act, **shape).to(device)
+              for act, seed, _ in members]
+    top = max(rate for _, _, rate in members)
+    losses_of = lockstep_losses(models, config.get("vectorize", False))
+    val = [(X.to(device), Y.to(device)) for X, Y in
+           validation_batches(corpus, config["batch_size"], config["seq_len"], config["eval_batches"])]
+    val_loss = [[] for _ in members]
+
+    def validate(step, models, losses):
+        if step + 1 in eval_steps:
+            for history, value in zip(val_loss, validation_losses(losses_of, len(models), val)):
+                history.append(value)
+
+    log = train_models(models, corpus, [seed for _, seed, _ in members], num_steps, config["batch_size"],
+                       config["seq_len"], top, config["warmup_steps"], config["schedule"], tuple(config["betas"]),
+                       config["weight_decay"], vectorize=config.get("vectorize", False), stop_on_divergence=False,
+                       on_step=validate, lr_scales=[rate / top for _, _, rate in members],
+                       clip_norm=config.get("clip_norm"))
+    return dict(train_loss=log.losses, val_loss=val_loss, num_params=[num_parameters(m) for m in models],
+                ffn_params=[sum(num_parameters(block.ffn) for block in m.blocks) for m in models],
+                state=[{k: v.detach().cpu() for k, v in m.state_dict().items()} for m in models],
+                seconds=time.perf_counter() - start, train_seconds=log.seconds)
+
+
+def _check_eval_steps(eval_steps, num_steps: int) -> list[int]:
+    """Sorted distinct steps in ``[1, num_steps]``; None: six evenly spaced, the last one ``num_steps``."""
+    if eval_steps is None:
+        return sorted({max(1, round(num_steps * k / 6)) for k in range(1, 7)})
+    if isinstance(eval_steps, (str, bytes)) or not hasattr(eval_steps, "__iter__"):
+        raise TypeError(f"eval_steps must be a sequence of ints, got {type(eval_steps).__name__}")
+    eval_steps = sorted({check_positive_int("eval_steps", s) for s in eval_steps})
+    if eval_steps and eval_steps[-1] > num_steps:
+        raise ValueError(f"eval_steps must lie in [1, num_steps={num_steps}], got {eval_steps}")
+    return eval_steps
+
+
+def _run_members(corpus, members, num_steps, eval_steps, config, workers) -> list[dict]:
+    """:func:`train_members` over ``workers`` processes (contiguous shares of the members); one dict per member."""
+    members = list(members)
+    workers = min(workers, len(members))
+    bounds = [round(i * len(members) / workers) for i in range(workers + 1)]
+    chunks = [members[a:b] for a, b in zip(bounds, bounds[1:])]
+    jobs = [dict(corpus=corpus, members=chunk, num_steps=num_steps, eval_steps=eval_steps, config=config)
+            for chunk in chunks]
+    outs = run_in_workers(train_members, jobs, num_workers=workers)
+    results = []
+    for chunk, out in zip(chunks, outs):
+        for i in range(len(chunk)):
+            results.append({key: out[key][i] for key in ("train_loss", "val_loss", "num_params", "ffn_params",
+                                                         "state")}
+                           | {"seconds": out["seconds"] / len(chunk),
+                              "train_seconds": out["train_seconds"] / len(chunk)})
+    return results
+
+
+def _ensemble(act, seeds, parts, eval_steps, config) -> EnsembleRun:
+    """One :class:`EnsembleRun` from the :func:`_run_members` results ``parts`` of ``act``'s seeds."""
+    return EnsembleRun(act, list(seeds), parts[0]["num_params"], parts[0]["ffn_params"],
+                       [p["train_loss"] for p in parts], list(eval_steps), [p["val_loss"] for p in parts],
+                       sum(p["seconds"] for p in parts), sum(p["train_seconds"] for p in parts), config,
+                       {k: torch.stack([p["state"][k] for p in parts]) for k in parts[0]["state"]})
+
+
+def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num_steps: int = 600,
+                   batch_size: int = 16, seq_len: int = 64, lr: float = 1e-2, warmup_steps: int = 50,
+                   schedule: str = "cosine", betas: tuple[float, float] = (0.9, 0.95),
+                   weight_decay: float = 0.0, clip_norm: float | None = 1.0, eval_steps=None,
+                   eval_batches: int = 16, num_hiddens: int = 64, num_heads: int = 4, num_layers: int = 1,
+                   norm: str = "rms", placement: str = "pre", bias: bool = False,
+                   ffn_num_hiddens: int | None = None, vectorize: bool = False, device: str = "cpu") -> EnsembleRun:
     """Train one :class:`~d2lmini.train.TinyLM` per seed, all seeds in lockstep, and record losses.
 
     The book's one training loop, :func:`d2lmini.train.train_models`, with one model
-    per seed: every seed's model is what :func:`d2lmini.train.train_lm` trains with that
-    seed -- the same initial weights, the same stream of random training batches, the
-    same AdamW updates at the same scheduled learning rate
+    per seed (:func:`train_members`): every seed's model is what :func:`d2lmini.train.train_lm`
+    trains with that seed -- the same initial weights, the same stream of random training
+    batches, the same AdamW updates at the same scheduled learning rate
     (:func:`d2lmini.train.lr_at`), and the same losses. At every step each model
     computes its loss and gradients, then *one* ``foreach`` AdamW step updates the
     weights of all of them (AdamW acts on each number separately, so this equals one
     optimizer per model, with a few large kernel calls instead of many small ones).
-    The validation is the loop's per-step hook.
+    The validation is the loop's per-step hook. The defaults are :data:`COMPARISON_CONFIG`.
 
     With ``vectorize=True`` the models' weights are instead stacked along a new
     leading dimension and one forward pass of the real ``TinyLM`` is vectorized over
     that dimension (``torch.vmap`` over ``torch.func.functional_call``, see
     :func:`d2lmini.train.lockstep_losses`): one kernel launch serves every seed, the
-    fast choice on a GPU. On a CPU it is slower, because PyTorch has no vmap rule for
-    the CPU attention kernel and loops over the seeds for that op; the results are the
-    same.
+    fast choice on a GPU; the results are the same up to rounding.
 
     Args:
         corpus: the data (:func:`d2lmini.data.python_reference_corpus`).
@@ -361,9 +458,10 @@ def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num
         batch_size, seq_len: training windows per step and characters per window.
         lr, warmup_steps, schedule: peak learning rate, linear warm-up steps and
             ``'constant'`` / ``'cosine'`` (to 10% at ``num_steps``), as in ``train_lm``.
-        betas, weight_decay: AdamW's.
+        betas, weight_decay: AdamW's; clip_norm: each model's gradient norm cap (None: none).
         eval_steps: steps after which every model is scored on the same fixed
-            validation batches (:func:`validation_batches`); each in ``[1, num_steps]``.
+            validation batches (:func:`validation_batches`); each in ``[1, num_steps]``
+            (None: six evenly spaced, the last after ``num_steps``).
         eval_batches: how many validation batches of ``(batch_size, seq_len)``.
         num_hiddens, num_heads, num_layers, norm, placement, bias, ffn_num_hiddens:
             the model (:class:`~d2lmini.train.TinyLM` of causal
@@ -383,42 +481,149 @@ def train_ensemble(corpus: CharCorpus, act: str = "swiglu", seeds=(0, 1, 2), num
     check_choice("act", act, ACTS)
     seeds = _check_seeds(seeds)
     num_steps = check_positive_int("num_steps", num_steps)
-    seq_len = check_positive_int("seq_len", seq_len)  # also the models' max_len
-    eval_batches = check_positive_int("eval_batches", eval_batches)
-    if isinstance(eval_steps, (str, bytes)) or not hasattr(eval_steps, "__iter__"):
-        raise TypeError(f"eval_steps must be a sequence of ints, got {type(eval_steps).__name__}")
-    eval_steps = sorted({check_positive_int("eval_steps", s) for s in eval_steps})
-    if eval_steps and eval_steps[-1] > num_steps:
-        raise ValueError(f"eval_steps must lie in [1, num_steps={num_steps}], got {eval_steps}")
-    model_kwargs = dict(num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers, norm=norm,
-                        placement=placement, bias=bias, act=act, ffn_num_hiddens=ffn_num_hiddens)
+    check_positive_int("seq_len", seq_len)  # also the models' max_len
+    check_positive_int("eval_batches", eval_batches)
+    check_positive_float("lr", lr)
+    eval_steps = _check_eval_steps(eval_steps, num_steps)
+    if not isinstance(vectorize, bool):
+        raise TypeError(f"vectorize must be a bool, got {type(vectorize).__name__}")
+    if clip_norm is not None:
+        check_positive_float("clip_norm", clip_norm)
+    if not isinstance(warmup_steps, int) or isinstance(warmup_steps, bool) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
     config = dict(seeds=seeds, num_steps=num_steps, batch_size=batch_size, seq_len=seq_len, lr=lr,
                   warmup_steps=warmup_steps, schedule=schedule, betas=tuple(betas), weight_decay=weight_decay,
-                  eval_steps=eval_steps, eval_batches=eval_batches, vectorize=vectorize, **model_kwargs)
-
-    start = time.perf_counter()
-    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **model_kwargs).to(device) for seed in seeds]
-    num_params = num_parameters(models[0])
-    ffn_params = sum(num_parameters(block.ffn) for block in models[0].blocks)
-    losses_of = lockstep_losses(models, vectorize)
-    val = [(X.to(device), Y.to(device)) for X, Y in validation_batches(corpus, batch_size, seq_len, eval_batches)]
-    val_loss = [[] for _ in seeds]
-
-    def validate(step, models, losses):
-        if step + 1 in eval_steps:
-            for history, value in zip(val_loss, validation_losses(losses_of, len(models), val)):
-                history.append(value)
-
-    log = train_models(models, corpus, seeds, num_steps, batch_size, seq_len, lr, warmup_steps, schedule,
-                       tuple(betas), weight_decay, vectorize=vectorize, stop_on_divergence=False,
-                       on_step=validate)
-    state = {k: torch.stack([m.state_dict()[k] for m in models]).detach() for k in models[0].state_dict()}
-    return EnsembleRun(act, seeds, num_params, ffn_params, log.losses, eval_steps, val_loss,
-                       time.perf_counter() - start, log.seconds, config, state)
+                  clip_norm=clip_norm, eval_steps=eval_steps, eval_batches=eval_batches, vectorize=vectorize,
+                  device=device, num_hiddens=num_hiddens, num_heads=num_heads, num_layers=num_layers, norm=norm,
+                  placement=placement, bias=bias, act=act, ffn_num_hiddens=ffn_num_hiddens)
+    parts = _run_members(corpus, [(act, seed, lr) for seed in seeds], num_steps, eval_steps, config, 1)
+    return _ensemble(act, seeds, parts, eval_steps, config)
 
 
 # --------------------------------------------------------------------------------------
-# The chapter's comparison: GELU MLP against SwiGLU
+# The learning-rate sweep
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class LRSweep:
+    """The result of :func:`lr_sweep`.
+
+    Attributes:
+        acts: the activations; rates: the peak learning rates, ascending.
+        seed: the one seed of every model (its initial weights and its batches).
+        val_loss: ``{act: [loss per rate]}``, validation loss after the last step (NaN
+            for a model that diverged).
+        train_loss: ``{act: [[loss per step] per rate]}``, the training-batch losses.
+        seconds: wall time of the whole sweep; config: the settings shared by every model.
+        runs: ``{act: [EnsembleRun per rate]}``, every model's record (one seed each).
+    """
+
+    acts: list[str]
+    rates: list[float]
+    seed: int
+    val_loss: dict
+    train_loss: dict = field(repr=False)
+    seconds: float
+    config: dict
+    runs: dict = field(default_factory=dict, repr=False)
+
+    def best_rate(self, act: str) -> float:
+        """The rate at which ``act`` reached its lowest validation loss (diverged runs excluded).
+
+        Raises:
+            ValueError: if ``act`` was not swept or diverged at every rate.
+        """
+        if act not in self.val_loss:
+            raise ValueError(f"act must be one of the swept activations {tuple(self.val_loss)}, got {act!r}")
+        finite = [(loss, rate) for loss, rate in zip(self.val_loss[act], self.rates) if math.isfinite(loss)]
+        if not finite:
+            raise ValueError(f"act {act!r} diverged at every rate")
+        return min(finite)[1]
+
+    def table(self):
+        """A ``pandas.DataFrame``: one row per peak rate, one column of validation losses per activation."""
+        import pandas as pd
+
+        frame = pd.DataFrame({ACT_LABELS.get(act, act): self.val_loss[act] for act in self.acts},
+                             index=pd.Index(self.rates, name="peak learning rate"))
+        return frame
+
+
+def _settings(overrides: dict, function: str) -> dict:
+    """:data:`COMPARISON_CONFIG` with ``overrides`` (known keys, or ``device`` / ``vectorize`` / ``bias`` /
+    ``ffn_num_hiddens``)."""
+    known = set(COMPARISON_CONFIG) | {"device", "vectorize", "bias", "ffn_num_hiddens"}
+    unknown = set(overrides) - known
+    if unknown:
+        raise TypeError(f"{function} got unknown settings {sorted(unknown)}; known: {sorted(known)}")
+    config = {"bias": False, "ffn_num_hiddens": None, **COMPARISON_CONFIG, **overrides}
+    check_positive_int("seq_len", config["seq_len"])
+    check_positive_int("batch_size", config["batch_size"])
+    check_positive_int("eval_batches", config["eval_batches"])
+    return config
+
+
+def lr_sweep(corpus: CharCorpus | None = None, acts=("gelu", "geglu", "swiglu"), rates=SWEEP_RATES,
+             seed: int = 0, num_steps: int = 600, eval_steps=None, workers: int = 2, **overrides) -> LRSweep:
+    """Train the comparison's model with every FFN at every peak learning rate, one seed.
+
+    The ``len(acts) * len(rates)`` models train in lockstep (:func:`train_members`, with
+    ``lr_scales``), shared between ``workers`` processes (:func:`d2lmini.train.run_in_workers`):
+    each model gets exactly the steps it would get alone with its own peak rate, whatever
+    ``workers``, for rates a power of two apart such as :data:`SWEEP_RATES` (else up to the
+    rounding of the rate). Everything else is :data:`COMPARISON_CONFIG` (warm-up, cosine
+    decay to 10% at ``num_steps``, batches, clipping), and every model is scored after each
+    of ``eval_steps`` on the comparison's fixed validation batches (:func:`validation_batches`).
+
+    Args:
+        corpus: the data (default :func:`d2lmini.data.python_reference_corpus`).
+        acts: activations (names from :data:`d2lmini.ffn.ACTS`, distinct).
+        rates: distinct peak learning rates (> 0).
+        seed: the seed of every model's weights and batches.
+        num_steps: training steps per model.
+        eval_steps: validation steps (None: six evenly spaced, the last after ``num_steps``).
+        workers: worker processes (one torch thread each; 1: here, one model after another).
+        **overrides: replace entries of :data:`COMPARISON_CONFIG` except ``lr``.
+
+    Returns:
+        An :class:`LRSweep`.
+
+    Raises:
+        ValueError / TypeError: for invalid arguments (each names the argument).
+
+    Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
+    """
+    from ..data import python_reference_corpus
+
+    if isinstance(acts, str) or not acts:
+        raise TypeError(f"acts must be a non-empty sequence of names from {ACTS}, got {acts!r}")
+    acts = [check_choice("acts", act, ACTS) for act in acts]
+    rates = sorted(check_positive_floats("rates", rates))
+    if len(set(acts)) != len(acts) or len(set(rates)) != len(rates):
+        raise ValueError(f"acts and rates must be distinct, got {acts} and {rates}")
+    seed = check_int_at_least("seed", seed, 0)
+    num_steps = check_positive_int("num_steps", num_steps)
+    eval_steps = _check_eval_steps(eval_steps, num_steps)
+    workers = check_positive_int("workers", workers)
+    if "lr" in overrides:
+        raise TypeError("lr_sweep sets the learning rates itself; pass rates=...")
+    config = _settings(overrides, "lr_sweep")
+    del config["lr"]
+    config |= dict(num_steps=num_steps, eval_steps=eval_steps)
+    corpus = python_reference_corpus() if corpus is None else corpus
+    start = time.perf_counter()
+    pairs = [(act, rate) for act in acts for rate in rates]
+    parts = _run_members(corpus, [(act, seed, rate) for act, rate in pairs], num_steps, eval_steps, config, workers)
+    runs = {act: [] for act in acts}
+    for (act, rate), part in zip(pairs, parts):
+        runs[act].append(_ensemble(act, [seed], [part], eval_steps, {**config, "act": act, "lr": rate}))
+    return LRSweep(acts, rates, seed, {act: [run.val_loss[0][-1] for run in runs[act]] for act in acts},
+                   {act: [run.train_loss[0] for run in runs[act]] for act in acts},
+                   time.perf_counter() - start, config, runs)
+
+
+# --------------------------------------------------------------------------------------
+# The chapter's comparison: GELU MLP against GeGLU and SwiGLU
 # --------------------------------------------------------------------------------------
 
 @dataclass
@@ -430,8 +635,9 @@ class FFNComparison:
         corpus_chars: characters in the whole text (training + validation).
         corpus_sha256: hex SHA-256 of the text.
         vocab_size: distinct characters.
-        seconds: wall time of the whole comparison (every activation and seed).
-        config: the settings shared by every run.
+        seconds: wall time of the whole comparison (sweep, every activation and seed).
+        config: the settings shared by every run (``rates``: each activation's peak rate).
+        sweep: the :class:`LRSweep` on the first seed that chose the rates, or None.
     """
 
     runs: dict
@@ -440,6 +646,7 @@ class FFNComparison:
     vocab_size: int
     seconds: float
     config: dict
+    sweep: LRSweep | None = field(default=None, repr=False)
 
     @property
     def seeds(self) -> list[int]:
@@ -473,6 +680,20 @@ class FFNComparison:
         return dict(step=step, mean=statistics.fmean(d), std=statistics.stdev(d) if len(d) > 1 else 0.0,
                     min=min(d), max=max(d), wins=sum(x > 0 for x in d), seeds=len(d))
 
+    def gap_table(self, pairs=(("gelu", "geglu"), ("gelu", "swiglu"), ("swiglu", "geglu"))):
+        """A ``pandas.DataFrame``: per validation step (rows), for each ``(baseline, other)`` pair the
+        mean of ``baseline``'s minus ``other``'s loss over the seeds and its seed spread (the sample
+        standard deviation of the per-seed differences)."""
+        import pandas as pd
+
+        columns = {}
+        for baseline, other in pairs:
+            name = f"{ACT_LABELS.get(baseline, baseline)} − {ACT_LABELS.get(other, other)}"
+            rows = [self.summary(step, baseline, other) for step in self.val_steps]
+            columns[(name, "mean")] = [r["mean"] for r in rows]
+            columns[(name, "spread")] = [r["std"] for r in rows]
+        return pd.DataFrame(columns, index=pd.Index(self.val_steps, name="step"))
+
     def seed_table(self, baseline: str = "gelu", other: str = "swiglu"):
         """A ``pandas.DataFrame``: one row per (seed, step) with both validation losses and
         their difference; then one row per step with the means over seeds."""
@@ -493,44 +714,61 @@ class FFNComparison:
         return pd.DataFrame(rows, columns=list(names),
                             index=pd.MultiIndex.from_tuples(index, names=["seed", "step"]))
 
+    def training_flops(self) -> float:
+        """Model FLOPs of all the training, the sweep's models included: per model, steps times
+        tokens times ``6 N + 12 L n d`` (``N``: the weights outside the token and position tables,
+        the output head included; ``L n d``: attention's two products, forward and backward)."""
+        models = [(run.config, run.num_params, len(run.seeds) - (self.sweep is not None))
+                  for run in self.runs.values()]
+        if self.sweep is not None:
+            models += [(run.config, run.num_params, 1) for runs in self.sweep.runs.values() for run in runs]
+        total = 0.0
+        for c, num_params, count in models:
+            d, n, L = c["num_hiddens"], c["seq_len"], c["num_layers"]
+            N = num_params - self.vocab_size * d - n * d
+            total += count * c["num_steps"] * c["batch_size"] * n * (6 * N + 12 * L * n * d)
+        return total
+
     def _run(self, act: str) -> EnsembleRun:
         if act not in self.runs:
             raise ValueError(f"act must be one of the compared activations {tuple(self.runs)}, got {act!r}")
         return self.runs[act]
 
 
-def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), seeds=(0, 1, 2),
-                   num_steps: int = 100, eval_steps=(25, 50, 75, 100), workers: int = 1,
-                   rates: dict | None = None, **overrides) -> FFNComparison:
+def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "geglu", "swiglu"), seeds=(0, 1, 2),
+                   num_steps: int = 600, eval_steps=None, workers: int = 2, rates=SWEEP_RATES,
+                   **overrides) -> FFNComparison:
     """Train the same small character LM with each FFN activation, over several seeds.
 
     The chapter's experiment: for every activation in ``acts`` (by default a GELU MLP
-    of width ``4d`` and SwiGLU of width ``8d/3``, so both models have the same number
-    of parameters) and every seed, a :class:`~d2lmini.train.TinyLM` with the settings
-    of :data:`COMPARISON_CONFIG` is trained for ``num_steps`` AdamW steps. Seed ``s``
-    fixes the batch stream, so the models of one seed see the same characters in the
-    same order; only the FFN differs. The seeds of one activation train together as
-    one ensemble (:func:`train_ensemble`). Every model is scored after each of
-    ``eval_steps`` on the same held-out batches.
+    of width ``4d`` against GeGLU and SwiGLU of width ``8d/3``, matched in parameters)
+    and every seed, a :class:`~d2lmini.train.TinyLM` with the settings of
+    :data:`COMPARISON_CONFIG` is trained for ``num_steps`` AdamW steps. Seed ``s`` fixes
+    the initial weights and the batch stream, so the models of one seed see the same
+    characters in the same order; only the FFN differs. Every model is scored after each
+    of ``eval_steps`` on the same held-out batches.
+
+    With a sequence of ``rates`` (the default, :data:`SWEEP_RATES`), each activation trains
+    at every rate with the first seed (:func:`lr_sweep`), and the other seeds train at the
+    rate where that seed's final validation loss was lowest; the first seed's model at that
+    rate is one of the comparison's. Both stages share their models between ``workers``
+    processes (:func:`train_members` on :func:`d2lmini.train.run_in_workers`); the numbers
+    do not depend on ``workers``.
 
     Args:
         corpus: the data (default :func:`d2lmini.data.python_reference_corpus`).
-        acts: activations to compare (names from :data:`d2lmini.ffn.ACTS`).
+        acts: activations to compare (names from :data:`d2lmini.ffn.ACTS`, distinct).
         seeds: distinct ints >= 0.
         num_steps: training steps per model.
-        eval_steps: steps after which the validation loss is recorded.
-        workers: how many activations train at the same time, each in its own Python
-            thread with ``torch.get_num_threads() // workers`` torch threads (at least
-            one). The default, 1, trains them one after another (the chapter's choice,
-            on the one torch thread its setup cell fixes). With one torch thread per
-            worker the numbers are the same for any ``workers``.
-        rates: ``{act: peak learning rate}`` for activations that train at their own
-            rate (e.g. each at its best rate of :func:`lr_sweep`); the others train at
-            the configuration's ``lr``. ``config["rates"]`` of the result holds every
-            activation's rate.
+        eval_steps: steps after which the validation loss is recorded (None: six evenly
+            spaced, the last after ``num_steps``).
+        workers: worker processes, one torch thread each (1: here, one after another).
+        rates: a sequence of peak rates to choose from on the first seed, as above; or
+            ``{act: peak rate}`` for activations that train at a fixed rate (the others at
+            the configuration's ``lr``); or None (every activation at ``lr``).
+            ``config["rates"]`` of the result holds every activation's rate.
         **overrides: replace entries of :data:`COMPARISON_CONFIG` (e.g. ``lr``,
-            ``num_hiddens``, ``batch_size``) or pass other :func:`train_ensemble`
-            arguments (``device``).
+            ``num_hiddens``, ``batch_size``), or ``device``, ``vectorize``.
 
     Returns:
         An :class:`FFNComparison`.
@@ -550,224 +788,118 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), se
             raise TypeError(f"ffn_comparison sets {name} itself; pass acts=... / seeds=...")
     if isinstance(acts, str) or not acts:
         raise TypeError(f"acts must be a non-empty sequence of names from {ACTS}, got {acts!r}")
-    for act in acts:
-        check_choice("acts", act, ACTS)
+    acts = [check_choice("acts", act, ACTS) for act in acts]
     if len(set(acts)) != len(acts):
         raise ValueError(f"acts must be distinct, got {acts}")
-    rates = {} if rates is None else rates
-    if not isinstance(rates, dict):
-        raise TypeError(f"rates must be a dict {{act: learning rate}} or None, got {type(rates).__name__}")
-    for act, rate in rates.items():
-        check_choice("rates", act, acts)
-        check_positive_float(f"rates[{act!r}]", rate)
-    corpus = python_reference_corpus() if corpus is None else corpus
-    config = {**COMPARISON_CONFIG, **overrides, "num_steps": num_steps, "eval_steps": tuple(eval_steps)}
-    config["rates"] = {act: float(rates.get(act, config["lr"])) for act in acts}
-    own = {act: {**{k: v for k, v in config.items() if k != "rates"}, "lr": config["rates"][act]} for act in acts}
-    threads = torch.get_num_threads()
-    workers = check_positive_int("workers", workers)
-    start = time.perf_counter()
-    if workers == 1:
-        runs = {act: train_ensemble(corpus, act=act, seeds=seeds, **own[act]) for act in acts}
-    else:
-        # One activation per worker thread, each with an equal share of the cores. The
-        # kernels release the GIL, so the workers run side by side; on small tensors this
-        # uses the cores better than splitting every kernel between them.
-        from concurrent.futures import ThreadPoolExecutor
-
-        torch.set_num_threads(max(1, threads // workers))
-        try:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                futures = {act: pool.submit(train_ensemble, corpus, act=act, seeds=seeds, **own[act])
-                           for act in acts}
-                runs = {act: future.result() for act, future in futures.items()}
-        finally:
-            torch.set_num_threads(threads)
-    return FFNComparison(runs, len(corpus.text), corpus.sha256, corpus.vocab_size,
-                         time.perf_counter() - start, config)
-
-
-# --------------------------------------------------------------------------------------
-# The learning-rate sweep
-# --------------------------------------------------------------------------------------
-
-@dataclass
-class LRSweep:
-    """The result of :func:`lr_sweep`.
-
-    Attributes:
-        acts: the activations; rates: the peak learning rates, ascending.
-        seed: the one seed of every model (its initial weights and its batches).
-        val_loss: ``{act: [loss per rate]}``, validation loss after the last step (NaN
-            for a model that diverged).
-        train_loss: ``{act: [[loss per step] per rate]}``, the training-batch losses.
-        seconds: wall time of the whole sweep; config: the settings shared by every model.
-    """
-
-    acts: list[str]
-    rates: list[float]
-    seed: int
-    val_loss: dict
-    train_loss: dict = field(repr=False)
-    seconds: float
-    config: dict
-
-    def best_rate(self, act: str) -> float:
-        """The rate at which ``act`` reached its lowest validation loss (diverged runs excluded).
-
-        Raises:
-            ValueError: if ``act`` was not swept or diverged at every rate.
-        """
-        if act not in self.val_loss:
-            raise ValueError(f"act must be one of the swept activations {tuple(self.val_loss)}, got {act!r}")
-        finite = [(loss, rate) for loss, rate in zip(self.val_loss[act], self.rates) if math.isfinite(loss)]
-        if not finite:
-            raise ValueError(f"act {act!r} diverged at every rate")
-        return min(finite)[1]
-
-    def table(self):
-        """A ``pandas.DataFrame``: one row per peak rate, one column of validation losses per activation."""
-        import pandas as pd
-
-        frame = pd.DataFrame({ACT_LABELS.get(act, act): self.val_loss[act] for act in self.acts},
-                             index=pd.Index(self.rates, name="peak learning rate"))
-        return frame
-
-
-def sweep_in_lockstep(corpus: CharCorpus, pairs: list[tuple[str, float]], seed: int, num_steps: int,
-                      config: dict) -> tuple[TrainLog, list[float]]:
-    """Train one model per ``(activation, peak rate)`` pair, all in one lockstep.
-
-    Every model starts from the weights of ``seed`` and reads the batches of ``seed``;
-    the model of rate ``r`` follows the schedule of the highest rate scaled by
-    ``r / highest`` (its own optimizer parameter group). Returns the training log and
-    every model's validation loss after the last step.
-    """
-    shape = {k: config[k] for k in ("num_hiddens", "num_heads", "num_layers", "norm", "placement")}
-    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=config["seq_len"], act=act, bias=False, **shape)
-              for act, _ in pairs]
-    top = max(rate for _, rate in pairs)
-    log = train_models(models, corpus, [seed] * len(pairs), num_steps, config["batch_size"], config["seq_len"],
-                       top, config["warmup_steps"], config["schedule"], tuple(config["betas"]),
-                       config["weight_decay"], stop_on_divergence=False,
-                       lr_scales=[rate / top for _, rate in pairs])
-    val = validation_batches(corpus, config["batch_size"], config["seq_len"], config["eval_batches"])
-    return log, validation_losses(lockstep_losses(models), len(pairs), val)
-
-
-def lr_sweep(corpus: CharCorpus | None = None, acts=("gelu", "swiglu"), rates=SWEEP_RATES, seed: int = 0,
-             num_steps: int = 100, **overrides) -> LRSweep:
-    """Train the comparison's model with every FFN at every peak learning rate, one seed.
-
-    The models of all ``len(acts) * len(rates)`` pairs train in one lockstep
-    (:func:`sweep_in_lockstep` on :func:`d2lmini.train.train_models` with ``lr_scales``):
-    each model gets exactly the steps it would get alone with its own peak rate, up to
-    the rounding of the rate (exactly, for rates a power of two apart such as
-    :data:`SWEEP_RATES`). Everything else is :data:`COMPARISON_CONFIG` (warm-up, cosine
-    decay to 10% at ``num_steps``, batches), and every model is scored after the last
-    step on the comparison's fixed validation batches (:func:`validation_batches`).
-
-    Args:
-        corpus: the data (default :func:`d2lmini.data.python_reference_corpus`).
-        acts: activations (names from :data:`d2lmini.ffn.ACTS`, distinct).
-        rates: distinct peak learning rates (> 0).
-        seed: the seed of every model's weights and batches.
-        num_steps: training steps per model.
-        **overrides: replace entries of :data:`COMPARISON_CONFIG` except ``lr``.
-
-    Returns:
-        An :class:`LRSweep`.
-
-    Raises:
-        ValueError / TypeError: for invalid arguments (each names the argument).
-
-    Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
-    """
-    from ..data import python_reference_corpus
-
-    if isinstance(acts, str) or not acts:
-        raise TypeError(f"acts must be a non-empty sequence of names from {ACTS}, got {acts!r}")
-    acts = [check_choice("acts", act, ACTS) for act in acts]
-    rates = sorted(check_positive_floats("rates", rates))
-    if len(set(acts)) != len(acts) or len(set(rates)) != len(rates):
-        raise ValueError(f"acts and rates must be distinct, got {acts} and {rates}")
-    seed = check_int_at_least("seed", seed, 0)
+    seeds = _check_seeds(seeds)
     num_steps = check_positive_int("num_steps", num_steps)
-    if "lr" in overrides:
-        raise TypeError("lr_sweep sets the learning rates itself; pass rates=...")
-    unknown = set(overrides) - set(COMPARISON_CONFIG)
-    if unknown:
-        raise TypeError(f"lr_sweep got unknown settings {sorted(unknown)}; known: {sorted(COMPARISON_CONFIG)}")
+    eval_steps = _check_eval_steps(eval_steps, num_steps)
+    workers = check_positive_int("workers", workers)
+    config = _settings(overrides, "ffn_comparison")
+    check_positive_float("lr", config["lr"])
     corpus = python_reference_corpus() if corpus is None else corpus
-    config = {**COMPARISON_CONFIG, **overrides, "num_steps": num_steps}
-    del config["lr"]
     start = time.perf_counter()
-    pairs = [(act, rate) for act in acts for rate in rates]
-    log, val = sweep_in_lockstep(corpus, pairs, seed, num_steps, config)
-    k = len(rates)
-    return LRSweep(acts, rates, seed, {act: val[i * k:(i + 1) * k] for i, act in enumerate(acts)},
-                   {act: log.losses[i * k:(i + 1) * k] for i, act in enumerate(acts)},
-                   time.perf_counter() - start, config)
+    sweep = None
+    if rates is None or isinstance(rates, dict):
+        rates = {} if rates is None else rates
+        for act, rate in rates.items():
+            check_choice("rates", act, acts)
+            check_positive_float(f"rates[{act!r}]", rate)
+        chosen = {act: float(rates.get(act, config["lr"])) for act in acts}
+        todo = seeds
+    elif isinstance(rates, (list, tuple)):
+        sweep = lr_sweep(corpus, acts, rates, seeds[0], num_steps, eval_steps, workers,
+                         **{k: v for k, v in overrides.items() if k != "lr"})
+        chosen = {act: sweep.best_rate(act) for act in acts}
+        todo = seeds[1:]
+    else:
+        raise TypeError(f"rates must be a sequence of peak rates, a dict {{act: peak rate}} or None, "
+                        f"got {type(rates).__name__}")
+    config |= dict(num_steps=num_steps, eval_steps=eval_steps, rates=chosen)
+    members = [(act, seed, chosen[act]) for act in acts for seed in todo]
+    parts = _run_members(corpus, members, num_steps, eval_steps, config, workers) if members else []
+    runs = {}
+    for act in acts:
+        own = [part for (a, _, _), part in zip(members, parts) if a == act]
+        if sweep is not None:
+            own = [_member_of(sweep.runs[act][sweep.rates.index(chosen[act])])] + own
+        runs[act] = _ensemble(act, seeds, own, eval_steps, {**config, "act": act, "lr": chosen[act]})
+    return FFNComparison(runs, len(corpus.text), corpus.sha256, corpus.vocab_size,
+                         time.perf_counter() - start, config, sweep)
 
 
-#: Line styles of the seeds in :func:`plot_ffn_comparison`; the colour says which FFN.
-_SEED_STYLES = ("-", "--", ":", "-.")
+def _member_of(run: EnsembleRun) -> dict:
+    """The :func:`_run_members` record of a one-seed :class:`EnsembleRun`."""
+    return dict(train_loss=run.train_loss[0], val_loss=run.val_loss[0], num_params=run.num_params,
+                ffn_params=run.ffn_params, state={k: v[0] for k, v in run.state.items()},
+                seconds=run.seconds, train_seconds=run.train_seconds)
 
 
-def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", other: str = "swiglu",
-                        width: float = 9.0, height: float = 3.2):
-    """Validation losses of both activations (left) and their per-seed gap (right).
+#: Markers of the seeds in :func:`plot_ffn_comparison`; the colour says which FFN.
+_SEED_MARKERS = ("o", "s", "^", "D")
+
+
+def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", others=None,
+                        width: float = 9.0, height: float = 3.4):
+    """Validation losses of every activation (left) and the gaps to ``baseline`` (right).
 
     Left: per activation, the mean validation loss over the seeds at each of
-    ``result.val_steps``, with a band from the lowest to the highest seed. Right: per
-    seed (one line style each),
-    ``baseline``'s validation loss minus ``other``'s (above zero: ``other`` is ahead; both
-    models of a seed read the same batches), and their mean over the seeds as black bars.
-    The legends sit below the panels, off the data.
+    ``result.val_steps``, with a band from the lowest to the highest seed. Right: for each
+    of ``others``, ``baseline``'s validation loss minus its own (above zero: the other is
+    ahead; the models of a seed read the same batches), the mean over the seeds as a line,
+    a band of twice the seed spread (sample standard deviation) around it, and each seed's
+    gap as a marker. The legends sit below the panels, off the data.
 
     Args:
         result: an :class:`FFNComparison` (at most four seeds).
-        baseline, other: the two activations to contrast.
+        baseline: the activation the others are measured against.
+        others: activations to contrast (default: every other one of the comparison).
         width, height: figure size in inches.
 
     Returns:
         A pyplot-free ``matplotlib.figure.Figure``.
 
     Raises:
-        ValueError: if ``baseline`` or ``other`` was not part of the comparison, or there
-            are more seeds than line styles.
+        ValueError: if an activation was not part of the comparison, or there are more
+            seeds than markers.
     """
-    runs = (result._run(baseline), result._run(other))
-    if len(result.seeds) > len(_SEED_STYLES):
-        raise ValueError(f"result must have at most {len(_SEED_STYLES)} seeds, got {len(result.seeds)}")
-    names = [ACT_LABELS.get(run.act, run.act) for run in runs]
+    result._run(baseline)
+    others = [act for act in result.runs if act != baseline] if others is None else list(others)
+    for act in others:
+        result._run(act)
+    if len(result.seeds) > len(_SEED_MARKERS):
+        raise ValueError(f"result must have at most {len(_SEED_MARKERS)} seeds, got {len(result.seeds)}")
     steps = result.val_steps
     with styled_figure(2, width=width, height=height) as (fig, (ax, ax_gap)):
-        for run, label in zip(runs, names):
+        for act in [baseline, *others]:
+            run = result.runs[act]
             per_step = list(zip(*run.val_loss))                                 # [step][seed]
-            color = ACT_COLORS.get(run.act)
+            color = ACT_COLORS.get(act)
             ax.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step], color=color,
                             alpha=0.2, linewidth=0)
             ax.plot(steps, [statistics.fmean(v) for v in per_step], color=color, marker="o", markersize=3.5,
-                    linewidth=1.5, label=label)
+                    linewidth=1.5, label=ACT_LABELS.get(act, act))
         ax.set(xlabel="training step", ylabel="validation loss (nats / char)", title="Loss, mean over seeds")
-        ax.set_xticks(steps)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=9, frameon=False)
-        gaps = [result.differences(step, baseline, other) for step in steps]    # [step][seed]
-        for i, seed in enumerate(result.seeds):
-            ax_gap.plot(steps, [g[i] for g in gaps], color="0.35", linestyle=_SEED_STYLES[i], marker="o",
-                        markersize=3.5, linewidth=1.2, label=f"seed {seed}")
-        ax_gap.plot(steps, [statistics.fmean(g) for g in gaps], linestyle="none", marker="_", markersize=18,
-                    markeredgewidth=2.5, color="black", label="mean")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(others) + 1, fontsize=9,
+                  frameon=False)
+        base = ACT_LABELS.get(baseline, baseline)
+        for act in others:
+            color = ACT_COLORS.get(act)
+            rows = [result.summary(step, baseline, act) for step in steps]
+            mean = [r["mean"] for r in rows]
+            ax_gap.fill_between(steps, [m - 2 * r["std"] for m, r in zip(mean, rows)],
+                                [m + 2 * r["std"] for m, r in zip(mean, rows)], color=color, alpha=0.15,
+                                linewidth=0)
+            ax_gap.plot(steps, mean, color=color, linewidth=1.5, label=f"{base} − {ACT_LABELS.get(act, act)}")
+            gaps = [result.differences(step, baseline, act) for step in steps]  # [step][seed]
+            for i, _ in enumerate(result.seeds):
+                ax_gap.plot(steps, [g[i] for g in gaps], color=color, linestyle="none", marker=_SEED_MARKERS[i],
+                            markersize=3.5, alpha=0.8)
         ax_gap.axhline(0.0, color="0.6", linewidth=1.0)
-        values = [x for g in gaps for x in g]
-        pad = 0.1 * (max(values + [0.0]) - min(values + [0.0])) + 0.005
-        ax_gap.set_ylim(min(values + [0.0]) - pad, max(values + [0.0]) + pad)
-        ax_gap.set_xticks(steps)
         ax_gap.set(xlabel="training step", ylabel="difference (nats / char)",
-                   title=f"{names[0]} − {names[1]} (> 0: {names[1]} ahead)")
-        ax_gap.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(result.seeds) + 1,
-                      fontsize=9, frameon=False)
+                   title=f"{base} minus each other FFN (> 0: it is ahead)")
+        ax_gap.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(others), fontsize=9,
+                      frameon=False)
     return fig
 
 
@@ -862,5 +994,5 @@ __all__ = [
     "EnsembleRun", "FFNComparison", "LRSweep", "MemoryReading",
     "balance_by_bias", "dense_mixture", "ffn_as_memories", "ffn_comparison", "ffn_parameter_counts", "lr_sweep",
     "memory_reading", "plot_activations", "plot_ffn_comparison", "router_loads", "sum_of_memories",
-    "sweep_in_lockstep", "train_ensemble", "validation_batches", "validation_losses",
+    "train_ensemble", "train_members", "validation_batches", "validation_losses",
 ]
