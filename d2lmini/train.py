@@ -184,7 +184,7 @@ def validation_loss(model: nn.Module, corpus: CharCorpus, seq_len: int, batch_si
 #: 0-based step index, the models and their losses on that step's batches.
 StepHook = Callable[[int, list[nn.Module], list[float]], None]
 
-# Seeding goes through the global RNG, which threads share (ffn_comparison trains in threads).
+# Seeding goes through the global RNG, which threads share: threads that build models take turns.
 _SEEDING_LOCK = threading.Lock()
 
 # vmap has no batching rule for the CPU flash-attention kernel; PyTorch then loops over
