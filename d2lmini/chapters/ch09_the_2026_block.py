@@ -330,12 +330,11 @@ def matched_ffn_num_hiddens(vocab_size: int, kwargs: dict, target: int, num_bloc
     check_positive_int("target", target)
     if "ffn_num_hiddens" in kwargs:
         raise ValueError("kwargs must leave ffn_num_hiddens out: it is what this function chooses")
-    shape = dict(CAPSTONE_MODEL, **({} if num_blocks is None else {"num_blocks": check_positive_int("num_blocks",
-                                                                                                    num_blocks)}))
+    if num_blocks is not None:
+        check_positive_int("num_blocks", num_blocks)
 
     def count(width):
-        with torch.device("meta"):
-            return num_parameters(LanguageModel(vocab_size, **shape, ffn_num_hiddens=width, **kwargs))
+        return model_parameters(vocab_size, dict(kwargs, ffn_num_hiddens=width), num_blocks)
     base, per_unit = count(64), count(65) - count(64)
     width = round(64 + (target - base) / per_unit)
     if width < 1:
