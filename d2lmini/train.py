@@ -428,19 +428,25 @@ _TALLY = {"flops": 0.0, "cpu_seconds": 0.0, "shapes": {}}
 def flops_per_token(model: nn.Module, seq_len: int) -> float:
     """Training FLOPs per token of ``model`` on windows of ``seq_len`` tokens: ``6 N + 12 L n d``.
 
-    ``6 N`` is the forward and backward pass's multiply-adds over the ``N`` parameters (Kaplan et al.
-    2020), counted for every parameter, embedding tables included; ``12 L n d`` is attention's
-    ``Q K^T`` and ``A V`` in ``L`` blocks of width ``d``, forward and backward, counted in full although
-    the mask is causal (Chowdhery et al. 2022, appendix B). A model without ``blocks`` and
-    ``embedding`` attributes is counted by ``6 N`` alone.
+    ``6 N`` is the forward and backward pass's multiply-adds over the ``N`` weights that multiply
+    (Kaplan et al. 2020, Table 1): every parameter but the tables a token or a position only looks
+    up (``embedding``, unless the head shares it, and learned ``pos_embedding``); the output head
+    is counted. ``12 L n d`` is attention's ``Q K^T`` and ``A V`` in ``L`` blocks of width ``d``,
+    forward and backward, counted in full although the mask is causal (Chowdhery et al. 2022,
+    appendix B). A model without ``blocks`` and ``embedding`` attributes is counted by ``6 N``
+    over all its parameters.
 
     Raises:
         TypeError / ValueError: ``model`` not a module, ``seq_len`` not a positive int.
     """
     check_instance("model", model, nn.Module, "a torch.nn.Module")
     seq_len = check_positive_int("seq_len", seq_len)
-    N = sum(p.numel() for p in model.parameters())
     blocks, embedding = getattr(model, "blocks", None), getattr(model, "embedding", None)
+    head = getattr(model, "head", None)
+    lookups = {id(p) for p in (getattr(embedding, "weight", None), getattr(model, "pos_embedding", None))
+               if isinstance(p, torch.Tensor)}
+    lookups.discard(id(getattr(head, "weight", None)))
+    N = sum(p.numel() for p in model.parameters() if id(p) not in lookups)
     attention = 12 * len(blocks) * seq_len * embedding.embedding_dim if blocks is not None and embedding is not None else 0
     return 6.0 * N + attention
 

@@ -274,3 +274,24 @@ def test_the_validation_loss_reads_every_held_out_character_once(corpus):
         validation_loss(model, corpus, len(corpus.val))
     with pytest.raises(ValueError, match="batch_size"):
         validation_loss(model, corpus, 32, batch_size=0)
+
+
+def test_flops_per_token_counts_the_weights_that_multiply_and_attention():
+    """6 N + 12 L n d, N without the tables a token or position only looks up: a larger vocabulary
+    adds only the head's multiplies, a longer context only attention's."""
+    from d2lmini.lm import LanguageModel
+    from d2lmini.train import flops_per_token
+
+    def model(vocab_size, context_len, positions="learned"):
+        return LanguageModel(vocab_size, num_blocks=2, context_len=context_len, positions=positions,
+                             num_hiddens=16, num_heads=2)
+
+    base = flops_per_token(model(50, 32), 32)
+    assert flops_per_token(model(60, 32), 32) - base == 6 * 10 * 16  # 10 more rows of the head only
+    assert flops_per_token(model(50, 64), 32) == base  # a longer position table is still a lookup
+    assert flops_per_token(model(50, 32), 64) - base == 12 * 2 * 32 * 16
+    m = model(50, 32)
+    lookups = m.embedding.weight.numel() + m.pos_embedding.numel()
+    assert base == 6 * (sum(p.numel() for p in m.parameters()) - lookups) + 12 * 2 * 32 * 16
+    with pytest.raises(TypeError, match="model"):
+        flops_per_token("model", 32)

@@ -40,7 +40,7 @@ from ..moe import MixtureOfExperts
 from ..parameters import num_parameters
 from ..plot import ACT_COLORS, ACT_FUNCTION_COLORS, ACT_FUNCTION_LABELS, ACT_LABELS, styled_figure, table_style
 from ..seeding import seeded
-from ..train import TinyLM, lockstep_losses, run_in_workers, seeded_tiny_lm, train_models
+from ..train import TinyLM, lockstep_losses, run_in_workers, seeded_tiny_lm, train_models, training_tally
 
 #: The model, data and optimizer of the chapter's comparison (:func:`ffn_comparison`):
 #: a 1-block, 64-wide pre-norm character model (4 heads of 16 features, RMSNorm, no
@@ -638,6 +638,7 @@ class FFNComparison:
         seconds: wall time of the whole comparison (sweep, every activation and seed).
         config: the settings shared by every run (``rates``: each activation's peak rate).
         sweep: the :class:`LRSweep` on the first seed that chose the rates, or None.
+        flops: the model FLOPs of all that training (:meth:`training_flops`).
     """
 
     runs: dict
@@ -647,6 +648,7 @@ class FFNComparison:
     seconds: float
     config: dict
     sweep: LRSweep | None = field(default=None, repr=False)
+    flops: float = 0.0
 
     @property
     def seeds(self) -> list[int]:
@@ -715,19 +717,10 @@ class FFNComparison:
                             index=pd.MultiIndex.from_tuples(index, names=["seed", "step"]))
 
     def training_flops(self) -> float:
-        """Model FLOPs of all the training, the sweep's models included: per model, steps times
-        tokens times ``6 N + 12 L n d`` (``N``: the weights outside the token and position tables,
-        the output head included; ``L n d``: attention's two products, forward and backward)."""
-        models = [(run.config, run.num_params, len(run.seeds) - (self.sweep is not None))
-                  for run in self.runs.values()]
-        if self.sweep is not None:
-            models += [(run.config, run.num_params, 1) for runs in self.sweep.runs.values() for run in runs]
-        total = 0.0
-        for c, num_params, count in models:
-            d, n, L = c["num_hiddens"], c["seq_len"], c["num_layers"]
-            N = num_params - self.vocab_size * d - n * d
-            total += count * c["num_steps"] * c["batch_size"] * n * (6 * N + 12 * L * n * d)
-        return total
+        """Model FLOPs of all the training, the sweep's models included, as
+        :func:`d2lmini.train.training_tally` counted them (``6 N + 12 L n d`` a token, see
+        :func:`d2lmini.train.flops_per_token`)."""
+        return self.flops
 
     def _run(self, act: str) -> EnsembleRun:
         if act not in self.runs:
@@ -798,7 +791,7 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "geglu", "swi
     config = _settings(overrides, "ffn_comparison")
     check_positive_float("lr", config["lr"])
     corpus = python_reference_corpus() if corpus is None else corpus
-    start = time.perf_counter()
+    start, tally = time.perf_counter(), training_tally()["flops"]
     sweep = None
     if rates is None or isinstance(rates, dict):
         rates = {} if rates is None else rates
@@ -825,7 +818,7 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "geglu", "swi
             own = [_member_of(sweep.runs[act][sweep.rates.index(chosen[act])])] + own
         runs[act] = _ensemble(act, seeds, own, eval_steps, {**config, "act": act, "lr": chosen[act]})
     return FFNComparison(runs, len(corpus.text), corpus.sha256, corpus.vocab_size,
-                         time.perf_counter() - start, config, sweep)
+                         time.perf_counter() - start, config, sweep, training_tally()["flops"] - tally)
 
 
 def _member_of(run: EnsembleRun) -> dict:
