@@ -7,7 +7,13 @@ written in JavaScript (shipped with d2lmini). In the built HTML book, in Jupyter
 reader types a prompt and the page generates text token by token, greedy or sampled, and shows
 each head's attention weights and the stream's RMS after each block. Nothing is loaded from the
 network. The page computes with the float16 weights: :func:`float16_rounded` gives the Python model
-that computes with the same ones, whose :func:`~d2lmini.lm.generate` the page reproduces greedily.
+that computes with the same ones (:func:`import_model` reads them back from the page's data), whose
+:func:`~d2lmini.lm.generate` the page reproduces greedily. :class:`ModelExplorer` is the live
+explorer of Jupyter and Colab (ipywidgets, PyTorch generating), whose ``static()`` is the twin.
+
+The twin sits inline in the chapter's page (about 0.57 MB of base64 per model of the chapter), not
+in a file beside it: a page opened from the disk (``file://``) may not fetch a file, and Jupyter and
+Colab show the same fragment as a cell output.
 """
 
 from __future__ import annotations
