@@ -33,15 +33,25 @@
 
     // ------------------------------------------------------------------ the parts of a block
 
-    // y = W x + b for an nn.Linear stored as (out, in), row-major.
-    function linear(layer, x) {
-      var W = layer.weight, n = layer.in, y = new Float64Array(layer.out);
-      for (var o = 0; o < layer.out; o++) {
-        var sum = layer.bias ? layer.bias[o] : 0, row = o * n;
-        for (var i = 0; i < n; i++) sum += W[row + i] * x[i];
-        y[o] = sum;
+    // y = W x + b for an nn.Linear stored as (out, in), row-major, for each x of xs (the new positions):
+    // each row of W is read once for all of them. Every y[o] sums bias, then W[o, i] x[i] in order of i.
+    function linear(layer, xs) {
+      var W = layer.weight, n = layer.in, m = xs.length, ys = [], o, t, i;
+      for (t = 0; t < m; t++) ys.push(new Float64Array(layer.out));
+      for (o = 0; o < layer.out; o++) {
+        var row = o * n, start = layer.bias ? layer.bias[o] : 0;
+        for (t = 0; t + 1 < m; t += 2) {  // two positions at a time: each weight loaded once for both
+          var x0 = xs[t], x1 = xs[t + 1], sum0 = start, sum1 = start;
+          for (i = 0; i < n; i++) { var w = W[row + i]; sum0 += w * x0[i]; sum1 += w * x1[i]; }
+          ys[t][o] = sum0; ys[t + 1][o] = sum1;
+        }
+        if (t < m) {
+          var x = xs[t], sum = start;
+          for (i = 0; i < n; i++) sum += W[row + i] * x[i];
+          ys[t][o] = sum;
+        }
       }
-      return y;
+      return ys;
     }
 
     // RMSNorm (norms.py): x / sqrt(mean(x^2) + eps) * weight, over x[from .. from + size).
@@ -109,53 +119,60 @@
       }
     }
 
-    // MultiHeadAttention for the newest position of a causal sequence, with its layer's cache:
-    // project, QK-norm each head, RoPE, append this position's key and value to the cache,
-    // attend (softmax of scale * q.k over every cached position), concatenate the heads, W_o.
-    // record (optional) receives each head's attention weights.
-    function attention(model, layer, x, position, cache, record) {
-      var c = model.config, d = c.head_dim, h = c.num_heads, hkv = c.num_kv_heads;
-      var q = linear(layer.W_q, x), k = linear(layer.W_k, x), v = linear(layer.W_v, x), head;
-      if (layer.q_norm) {  // 'per_head': one gain vector over each head's features, before RoPE
-        for (head = 0; head < h; head++) rmsNorm(q, layer.q_norm.weight, c.qk_norm_eps, head * d, d);
-        for (head = 0; head < hkv; head++) rmsNorm(k, layer.k_norm.weight, c.qk_norm_eps, head * d, d);
-      }
-      if (c.positions === "rope") {
-        var turn = rotary(model, position);
-        for (head = 0; head < h; head++) applyRotary(q, head * d, d / 2, turn);
-        for (head = 0; head < hkv; head++) applyRotary(k, head * d, d / 2, turn);
-      }
-      cache.keys.push(k); cache.values.push(v);
-      var n = cache.keys.length, group = h / hkv, scale = 1 / Math.sqrt(d), out = new Float64Array(h * d);
-      for (head = 0; head < h; head++) {
-        var kv = Math.floor(head / group) * d, weights = new Float64Array(n), largest = -Infinity, total = 0, j, i;
-        for (j = 0; j < n; j++) {
-          var dot = 0, key = cache.keys[j];
-          for (i = 0; i < d; i++) dot += q[head * d + i] * key[kv + i];
-          weights[j] = dot * scale;
-          if (weights[j] > largest) largest = weights[j];
+    // MultiHeadAttention for the new positions xs of a causal sequence (the first at `position`),
+    // with its layer's cache: project, QK-norm each head, RoPE, append the keys and values to the
+    // cache, attend (the softmax of scale * q.k over every position up to its own), concatenate the
+    // heads, W_o. records (optional): per new position, a list receiving each head's weights.
+    function attention(model, layer, xs, position, cache, records) {
+      var c = model.config, d = c.head_dim, h = c.num_heads, hkv = c.num_kv_heads, head, t;
+      var qs = linear(layer.W_q, xs), ks = linear(layer.W_k, xs), vs = linear(layer.W_v, xs), outs = [];
+      for (t = 0; t < xs.length; t++) {
+        var q = qs[t], k = ks[t];
+        if (layer.q_norm) {  // 'per_head': one gain vector over each head's features, before RoPE
+          for (head = 0; head < h; head++) rmsNorm(q, layer.q_norm.weight, c.qk_norm_eps, head * d, d);
+          for (head = 0; head < hkv; head++) rmsNorm(k, layer.k_norm.weight, c.qk_norm_eps, head * d, d);
         }
-        for (j = 0; j < n; j++) { weights[j] = Math.exp(weights[j] - largest); total += weights[j]; }
-        for (j = 0; j < n; j++) {
-          weights[j] /= total;
-          var value = cache.values[j];
-          for (i = 0; i < d; i++) out[head * d + i] += weights[j] * value[kv + i];
+        if (c.positions === "rope") {
+          var turn = rotary(model, position + t);
+          for (head = 0; head < h; head++) applyRotary(q, head * d, d / 2, turn);
+          for (head = 0; head < hkv; head++) applyRotary(k, head * d, d / 2, turn);
         }
-        if (record) record.push(weights);
+        cache.keys.push(k); cache.values.push(vs[t]);
       }
-      return linear(layer.W_o, out);
+      var group = h / hkv, scale = 1 / Math.sqrt(d), before = cache.keys.length - xs.length;
+      for (t = 0; t < xs.length; t++) {
+        var n = before + t + 1, out = new Float64Array(h * d), query = qs[t];  // causal: positions 0 .. this one
+        for (head = 0; head < h; head++) {
+          var kv = Math.floor(head / group) * d, qh = head * d, weights = new Float64Array(n), largest = -Infinity,
+              total = 0, j, i;
+          for (j = 0; j < n; j++) {
+            var dot = 0, key = cache.keys[j];
+            for (i = 0; i < d; i++) dot += query[qh + i] * key[kv + i];
+            weights[j] = dot * scale;
+            if (weights[j] > largest) largest = weights[j];
+          }
+          for (j = 0; j < n; j++) { weights[j] = Math.exp(weights[j] - largest); total += weights[j]; }
+          for (j = 0; j < n; j++) {
+            weights[j] /= total;
+            var value = cache.values[j], weight = weights[j];
+            for (i = 0; i < d; i++) out[qh + i] += weight * value[kv + i];
+          }
+          if (records) records[t].push(weights);
+        }
+        outs.push(out);
+      }
+      return linear(layer.W_o, outs);
     }
 
     // FeedForward (ffn.py): W_2 relu(W_1 x) (the 2017 block) or W_2 (silu(W_g x) * W_1 x) (SwiGLU).
-    function feedForward(model, layer, x) {
-      var hidden = linear(layer.W_1, x);
-      if (model.config.act === "swiglu") {
-        var gate = linear(layer.W_g, x);
-        for (var i = 0; i < hidden.length; i++) hidden[i] *= gate[i] / (1 + Math.exp(-gate[i]));
-      } else {
-        for (i = 0; i < hidden.length; i++) hidden[i] = Math.max(hidden[i], 0);
-      }
-      return linear(layer.W_2, hidden);
+    function feedForward(model, layer, xs) {
+      var hiddens = linear(layer.W_1, xs), gates = model.config.act === "swiglu" ? linear(layer.W_g, xs) : null;
+      hiddens.forEach(function (hidden, t) {
+        for (var i = 0; i < hidden.length; i++) {
+          hidden[i] = gates ? hidden[i] * gates[t][i] / (1 + Math.exp(-gates[t][i])) : Math.max(hidden[i], 0);
+        }
+      });
+      return linear(layer.W_2, hiddens);
     }
 
     function add(x, y) {
@@ -164,14 +181,17 @@
       return z;
     }
 
-    // TransformerBlock (block.py) at one position: post-LN x <- Norm(x + F(x)), pre-LN x <- x + F(Norm(x)).
-    function transformerBlock(model, block, x, position, cache, record) {
+    function addEach(xs, ys) { return xs.map(function (x, t) { return add(x, ys[t]); }); }
+    function normEach(model, layer, xs) { return xs.map(function (x) { return norm(model, layer, x); }); }
+
+    // TransformerBlock (block.py) at the new positions: post-LN x <- Norm(x + F(x)), pre-LN x <- x + F(Norm(x)).
+    function transformerBlock(model, block, xs, position, cache, records) {
       if (model.config.placement === "post") {
-        x = norm(model, block.addnorm1.norm_post, add(x, attention(model, block.attention, x, position, cache, record)));
-        return norm(model, block.addnorm2.norm_post, add(x, feedForward(model, block.ffn, x)));
+        xs = normEach(model, block.addnorm1.norm_post, addEach(xs, attention(model, block.attention, xs, position, cache, records)));
+        return normEach(model, block.addnorm2.norm_post, addEach(xs, feedForward(model, block.ffn, xs)));
       }
-      x = add(x, attention(model, block.attention, norm(model, block.addnorm1.norm_in, x), position, cache, record));
-      return add(x, feedForward(model, block.ffn, norm(model, block.addnorm2.norm_in, x)));
+      xs = addEach(xs, attention(model, block.attention, normEach(model, block.addnorm1.norm_in, xs), position, cache, records));
+      return addEach(xs, feedForward(model, block.ffn, normEach(model, block.addnorm2.norm_in, xs)));
     }
 
     // ------------------------------------------------------------------ the language model
@@ -223,23 +243,24 @@
     // (LanguageModel.forward with a cache, the last row). inside (optional) collects, per position,
     // each block's heads' attention weights and the stream after the embedding and after each block.
     LanguageModel.prototype.forward = function (tokens, cache, inside) {
-      var c = this.config, d = c.num_hiddens, x;
-      if (cache.length() + tokens.length > c.context_len) throw new Error("more than context_len positions");
-      for (var t = 0; t < tokens.length; t++) {
-        var position = cache.length();
-        x = Float64Array.from(this.embedding.subarray(tokens[t] * d, (tokens[t] + 1) * d));
-        if (this.pos_embedding) x = add(x, this.pos_embedding.subarray(position * d, (position + 1) * d));
-        if (this.pos_encoding) x = add(x, this.pos_encoding.subarray(position * d, (position + 1) * d));
-        var streams = inside ? [x] : null, heads = inside ? [] : null;
-        for (var i = 0; i < this.blocks.length; i++) {
-          var record = inside ? [] : null;
-          x = transformerBlock(this, this.blocks[i], x, position, cache.layers[i], record);
-          if (inside) { streams.push(x); heads.push(record); }
-        }
-        if (inside) inside.push({ streams: streams, attention: heads });
+      var c = this.config, d = c.num_hiddens, position = cache.length(), self = this;
+      if (position + tokens.length > c.context_len) throw new Error("more than context_len positions");
+      var xs = tokens.map(function (token, t) {
+        var x = Float64Array.from(self.embedding.subarray(token * d, (token + 1) * d)), p = (position + t) * d;
+        if (self.pos_embedding) x = add(x, self.pos_embedding.subarray(p, p + d));
+        if (self.pos_encoding) x = add(x, self.pos_encoding.subarray(p, p + d));
+        return x;
+      });
+      var steps = inside ? tokens.map(function (_, t) { return { streams: [xs[t]], attention: [] }; }) : null;
+      for (var i = 0; i < this.blocks.length; i++) {
+        var records = inside ? tokens.map(function () { return []; }) : null;
+        xs = transformerBlock(this, this.blocks[i], xs, position, cache.layers[i], records);
+        if (inside) steps.forEach(function (step, t) { step.streams.push(xs[t]); step.attention.push(records[t]); });
       }
+      if (inside) steps.forEach(function (step) { inside.push(step); });
+      var x = xs[xs.length - 1];
       if (this.final_norm) x = norm(this, this.final_norm, x);
-      return linear(this.head, x);
+      return linear(this.head, [x])[0];
     };
 
     // ------------------------------------------------------------------ decoding
@@ -432,6 +453,7 @@
                                     style: "color: #b03a2e; min-height: 1.2em; margin: 0.2em 0;" }, root);
     var outputs = element("div", { style: "display: flex; flex-wrap: wrap; gap: 1em;" }, root);
     var timing = element("div", { "class": "d2l-lm-timing", style: "font-size: 0.85em; color: #555;" }, root);
+    var check = element("div", { "class": "d2l-lm-check", style: "font-size: 0.85em; color: #555;" }, root);
     var insides = element("div", { "class": "d2l-lm-inside", style: "display: flex; flex-wrap: wrap; gap: 1.5em;" }, root);
     var run = 0;  // the current generation; a new one (or Stop) ends the old one
 
@@ -453,10 +475,27 @@
       return { ids: Array.prototype.map.call(text, function (ch) { return index[ch]; }) };
     }
 
+    // The prompt the page opened with, greedy: say whether the text is what PyTorch wrote (d2lmini.generate
+    // on the same float16 weights, computed when the page was built).
+    function compare(jobs, encoded, options, maxNew) {
+      var expected = spec.pytorch_greedy || {};
+      if (options.do_sample || prompt.value !== spec.prompt) return;
+      check.textContent = jobs.map(function (job) {
+        var theirs = expected[job.model.name], mine = job.text.textContent;
+        if (theirs === undefined || maxNew > theirs.length) return "";
+        theirs = theirs.slice(0, maxNew);
+        var first = 0;
+        while (first < mine.length && mine[first] === theirs[first]) first++;
+        job.pre.setAttribute("data-agrees", String(mine === theirs));
+        return job.model.name + (mine === theirs ? ": the same " + maxNew + " characters as d2lmini.generate in PyTorch"
+          : ": differs from d2lmini.generate in PyTorch from character " + (first + 1));
+      }).filter(Boolean).join("; ");
+    }
+
     function start() {
       run += 1;
       var mine = run, options = settings(), encoded = encode(prompt.value);
-      outputs.textContent = ""; insides.textContent = ""; timing.textContent = "";
+      outputs.textContent = ""; insides.textContent = ""; timing.textContent = ""; check.textContent = "";
       root.setAttribute("data-state", "running");
       if (encoded.error) {
         message.textContent = encoded.error;
@@ -490,7 +529,9 @@
           return job.model.name + ": " + (job.ms / job.done).toFixed(2) + " ms per character";
         }).join("; ");
         jobs.forEach(function (job) { job.pre.setAttribute("data-ms-per-token", (job.ms / job.done).toFixed(3)); });
-        if (jobs[0].done < maxNew) setTimeout(tick, 0); else root.setAttribute("data-state", "done");
+        if (jobs[0].done < maxNew) { setTimeout(tick, 0); return; }
+        compare(jobs, encoded, options, maxNew);
+        root.setAttribute("data-state", "done");
       }
       tick();
     }

@@ -7,7 +7,13 @@ written in JavaScript (shipped with d2lmini). In the built HTML book, in Jupyter
 reader types a prompt and the page generates text token by token, greedy or sampled, and shows
 each head's attention weights and the stream's RMS after each block. Nothing is loaded from the
 network. The page computes with the float16 weights: :func:`float16_rounded` gives the Python model
-that computes with the same ones, whose :func:`~d2lmini.lm.generate` the page reproduces greedily.
+that computes with the same ones (:func:`import_model` reads them back from the page's data), whose
+:func:`~d2lmini.lm.generate` the page reproduces greedily. :class:`ModelExplorer` is the live
+explorer of Jupyter and Colab (ipywidgets, PyTorch generating), whose ``static()`` is the twin.
+
+The twin sits inline in the chapter's page (about 0.57 MB of base64 per model of the chapter), not
+in a file beside it: a page opened from the disk (``file://``) may not fetch a file, and Jupyter and
+Colab show the same fragment as a cell output.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import torch
 from ._checks import check_instance, check_positive_int, check_seed
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
-from .lm import LanguageModel
+from .lm import LanguageModel, generate
 
 #: The most base64 text one model's weights may take in the page (about 750,000 float16 numbers).
 MAX_MODEL_BYTES = 1_000_000
@@ -78,7 +84,8 @@ def export_model(name: str, model: LanguageModel) -> dict:
         ``{"name", "config", "tensors", "weights"}``: ``config`` the sizes and options
         ``static_lm.js`` reads (``norm_eps`` and ``qk_norm_eps`` from the modules); ``tensors``
         ``[[state_dict name, shape], ...]`` in the order their numbers follow one another in
-        ``weights``, the base64 text of little-endian float16 numbers (:func:`decode_weights` reads it).
+        ``weights``, the base64 text of little-endian float16 numbers (:func:`decode_weights` reads it);
+        ``block_kwargs`` the model's (what :func:`import_model` builds it again with).
 
     Raises:
         TypeError: ``name`` not a str, ``model`` not a :class:`~d2lmini.lm.LanguageModel`.
@@ -113,7 +120,8 @@ def export_model(name: str, model: LanguageModel) -> dict:
     if len(weights) > MAX_MODEL_BYTES:
         raise ValueError(f"model {name!r}: its weights take {len(weights):,} bytes of base64, over "
                          f"MAX_MODEL_BYTES={MAX_MODEL_BYTES:,}")
-    return {"name": name, "config": config, "tensors": tensors, "weights": weights}
+    return {"name": name, "config": config, "tensors": tensors, "weights": weights,
+            "block_kwargs": dict(model.block_kwargs)}
 
 
 def decode_weights(exported: dict) -> dict[str, torch.Tensor]:
@@ -134,6 +142,24 @@ def decode_weights(exported: dict) -> dict[str, torch.Tensor]:
         out[key] = values[offset:offset + size].reshape(shape).clone()
         offset += size
     return out
+
+
+def import_model(exported: dict) -> LanguageModel:
+    """The model of :func:`export_model`'s output, back in PyTorch: a :class:`~d2lmini.lm.LanguageModel`
+    (float32, eval mode) built from its configuration, holding its float16 weights. It computes what
+    the page computes, and equals :func:`float16_rounded` of the exported model.
+
+    Raises:
+        TypeError: ``exported`` not a dict. ValueError: its weights and tensors disagree in size or names.
+    """
+    check_instance("exported", exported, dict, "a dict from export_model")
+    c = exported["config"]
+    model = LanguageModel(c["vocab_size"], c["num_blocks"], c["context_len"], positions=c["positions"],
+                          **exported["block_kwargs"])
+    missing, unexpected = model.load_state_dict(decode_weights(exported), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"exported does not fit its configuration: missing {missing}, unexpected {unexpected}")
+    return model.eval()
 
 
 def float16_rounded(model: LanguageModel) -> LanguageModel:
@@ -226,6 +252,9 @@ class ModelTwin:
 
     Attributes:
         specs: the exported models (:func:`export_model`), in the order of ``models``.
+        pytorch_greedy: ``{name: text}``, :func:`~d2lmini.lm.generate`'s greedy continuation of
+            ``prompt`` by ``max_new_tokens`` on the float16 weights; the page says whether its own
+            greedy text for that prompt is the same, character for character.
         vocab, prompt, max_new_tokens, seed: as given.
 
     Raises:
@@ -263,6 +292,9 @@ class ModelTwin:
             raise ValueError(f"seed must be >= 0 (the page's generator takes 32 bits), got {seed}")
         self.vocab, self.prompt = list(vocab), prompt
         self.specs = [export_model(name, model) for name, model in models.items()]
+        ids = torch.tensor([self.vocab.index(ch) for ch in prompt])
+        self.pytorch_greedy = {spec["name"]: "".join(self.vocab[i] for i in generate(
+            import_model(spec), ids, self.max_new_tokens)[len(ids):].tolist()) for spec in self.specs}
 
     def to_html(self) -> str:
         """The twin as one self-contained HTML fragment (its data, the controls' container, the script)."""
@@ -270,12 +302,13 @@ class ModelTwin:
 
         script = files("d2lmini").joinpath("static_lm.js").read_text(encoding="utf-8")
         data = json.dumps(dict(models=self.specs, vocab=self.vocab, prompt=self.prompt,
-                               max_new_tokens=self.max_new_tokens, seed=self.seed),
+                               max_new_tokens=self.max_new_tokens, seed=self.seed,
+                               pytorch_greedy=self.pytorch_greedy),
                           separators=(",", ":")).replace("</", "<\\/")
         names = " and ".join(spec["name"] for spec in self.specs)
         return (f'<div class="d2l-lm-twin" role="group" aria-label="{html.escape(names)}: generate text in the page" '
                 f'style="font-family: sans-serif; margin: 0.5em 0;">'
-                f'<noscript>The models run in JavaScript: allow scripts to try them.</noscript>'
+                f'<noscript>Allow scripts to run the models.</noscript>'
                 f'<script type="application/json">{data}</script></div>\n<script>{script}</script>')
 
     def _repr_html_(self) -> str:
@@ -286,4 +319,141 @@ class ModelTwin:
         return f"<ModelTwin: {sizes}; {len(self.vocab)} characters>"
 
 
-__all__ = ["MAX_MODEL_BYTES", "SUPPORTED", "ModelTwin", "decode_weights", "export_model", "float16_rounded", "inside"]
+class ModelExplorer:
+    """The live twin of :class:`ModelTwin` for Jupyter and Colab: the same controls, run by PyTorch.
+
+    :meth:`static` is the kernel-free :class:`ModelTwin` (the built HTML book); displaying the
+    explorer shows ipywidgets (7.7 as in Colab, or 8): the prompt, the model (or all side by side),
+    temperature (0: greedy), top-k, seed and length, a Generate button; each model's text appears
+    character by character, generated by :func:`~d2lmini.lm.generate` (torch's seeded sampling, so a
+    seed repeats here but draws other characters than the page), then a figure of each head's
+    attention and the stream's RMS after each block (:func:`inside`). The models compute with the
+    page's float16 weights (:func:`import_model`), so greedy text is the page's.
+
+    Args:
+        models, vocab, prompt, max_new_tokens, seed: as for :class:`ModelTwin`.
+
+    Raises:
+        TypeError, ValueError: as :class:`ModelTwin`.
+    """
+
+    def __init__(self, models: dict, vocab: list, *, prompt: str = "The value of ", max_new_tokens: int = 200,
+                 seed: int = 0):
+        self.twin = ModelTwin(models, vocab, prompt=prompt, max_new_tokens=max_new_tokens, seed=seed)
+        self.models = {spec["name"]: import_model(spec) for spec in self.twin.specs}
+        self._widget = None
+
+    def static(self) -> ModelTwin:
+        """The kernel-free twin of this explorer (what the HTML book shows)."""
+        return self.twin
+
+    def message(self, prompt: str) -> str:
+        """What the explorer says about ``prompt``: empty when it can be continued, else why not."""
+        if not prompt:
+            return "Type a prompt first: the model continues the text you write."
+        unknown = [ch for ch in dict.fromkeys(prompt) if ch not in self.twin.vocab]
+        if unknown:
+            return (f"The model has never seen {', '.join(repr(ch) for ch in unknown)}: its vocabulary is the "
+                    f"{len(self.twin.vocab)} characters of its training text. Remove or replace "
+                    f"{'them' if len(unknown) > 1 else 'it'}.")
+        return ""
+
+    def run(self, prompt: str, name: str, *, temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
+            max_new_tokens: int | None = None) -> str:
+        """The continuation the live explorer writes for these settings (``temperature=0``: greedy).
+
+        Raises:
+            ValueError: a prompt :meth:`message` objects to, or an unknown ``name``.
+        """
+        if self.message(prompt):
+            raise ValueError(f"prompt: {self.message(prompt)}")
+        if name not in self.models:
+            raise ValueError(f"name must be one of {list(self.models)}, got {name!r}")
+        ids = torch.tensor([self.twin.vocab.index(ch) for ch in prompt])
+        n = self.twin.max_new_tokens if max_new_tokens is None else check_positive_int("max_new_tokens", max_new_tokens)
+        sample = dict(do_sample=True, temperature=temperature, top_k=top_k, seed=seed) if temperature > 0 else {}
+        return "".join(self.twin.vocab[i] for i in generate(self.models[name], ids, n, **sample)[len(ids):].tolist())
+
+    def inside_figure(self, prompt: str, name: str) -> bytes:
+        """PNG of one model's attention for ``prompt``: a row per block, a column per head, each the
+        whole matrix (16 characters or fewer) or the last character's row; the RMS in the title."""
+        from .plot import figure_png, new_figure
+
+        model = self.models[name]
+        ids = torch.tensor([self.twin.vocab.index(ch) for ch in prompt])
+        seen = inside(model, ids)
+        blocks, heads, n = seen["attention"].shape[:3]
+        whole = n <= 16
+        fig, axes = new_figure(heads, blocks, width=1.6 * heads + 0.6, height=(1.5 if whole else 0.7) * blocks + 0.6,
+                               squeeze=False)
+        for b in range(blocks):
+            for h in range(heads):
+                ax = axes[b][h]
+                weights = seen["attention"][b, h] if whole else seen["attention"][b, h, -1:]
+                ax.imshow(weights.numpy(), cmap="Blues", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+                ax.set_xticks([]), ax.set_yticks([])
+                ax.set_title(f"block {b + 1}, head {h + 1}", fontsize=7)
+        rms = ", ".join(f"{value:.2f}" for value in seen["rms"])
+        fig.suptitle(f"{name}: stream RMS after the embedding and each block: {rms}", fontsize=8)
+        return figure_png(fig)
+
+    @property
+    def widget(self):
+        """The live explorer (an ``ipywidgets.VBox``), built on first use."""
+        if self._widget is None:
+            import ipywidgets as widgets
+
+            names = list(self.models)
+            prompt = widgets.Textarea(value=self.twin.prompt, description="prompt",
+                                      layout=widgets.Layout(width="95%", height="4em"))
+            choice = widgets.Dropdown(options=names + (["side by side"] if len(names) > 1 else []),
+                                      value="side by side" if len(names) > 1 else names[0], description="model")
+            temperature = widgets.FloatSlider(value=0.0, min=0.0, max=2.0, step=0.1, description="temperature")
+            top_k = widgets.Dropdown(options=[("all", 0), ("1", 1), ("3", 3), ("5", 5), ("10", 10), ("20", 20)],
+                                     value=0, description="top-k")
+            seed = widgets.BoundedIntText(value=self.twin.seed, min=0, max=2**31 - 1, description="seed")
+            length = widgets.BoundedIntText(value=self.twin.max_new_tokens, min=1, max=2000, description="length")
+            button = widgets.Button(description="Generate")
+            message = widgets.HTML(value="")
+            outputs = widgets.HBox([])
+            pictures = widgets.VBox([])
+
+            def generate_now(_=None):
+                text = prompt.value
+                message.value = (f'<span style="color: #b03a2e;">{html.escape(self.message(text))}</span>'
+                                 if self.message(text) else "")
+                outputs.children, pictures.children = (), ()
+                if self.message(text):
+                    return
+                chosen = names if choice.value == "side by side" else [choice.value]
+                boxes = [widgets.Textarea(value=text, description=name, disabled=True,
+                                          layout=widgets.Layout(width="48%" if len(chosen) > 1 else "95%",
+                                                                height="14em")) for name in chosen]
+                outputs.children = boxes
+                pictures.children = [widgets.Image(value=self.inside_figure(text, name), format="png")
+                                     for name in chosen]
+                for name, box in zip(chosen, boxes):
+                    new = self.run(text, name, temperature=temperature.value, top_k=top_k.value or None,
+                                   seed=seed.value, max_new_tokens=length.value)
+                    for end in range(1, len(new) + 1):  # the text appears character by character
+                        box.value = text + new[:end]
+
+            button.on_click(generate_now)
+            self.inputs = dict(prompt=prompt, model=choice, temperature=temperature, top_k=top_k, seed=seed,
+                               length=length, generate=button)
+            self.message_widget, self.outputs, self.pictures = message, outputs, pictures
+            self._widget = widgets.VBox([prompt, widgets.HBox([choice, temperature, top_k]),
+                                         widgets.HBox([seed, length, button]), message, outputs, pictures])
+        return self._widget
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+    def __repr__(self) -> str:
+        return f"<ModelExplorer: {', '.join(self.models)}; {len(self.twin.vocab)} characters>"
+
+
+__all__ = ["MAX_MODEL_BYTES", "SUPPORTED", "ModelExplorer", "ModelTwin", "decode_weights", "export_model",
+           "float16_rounded", "import_model", "inside"]

@@ -29,7 +29,8 @@ from d2lmini.chapters.ch09_the_2026_block import CAPSTONE_MODEL, lm_walk, matche
 from d2lmini.data import python_reference_corpus
 from d2lmini.lm import sinusoidal_positions
 from d2lmini.seeding import seeded
-from d2lmini.webmodel import (MAX_MODEL_BYTES, ModelTwin, decode_weights, export_model, float16_rounded, inside)
+from d2lmini.webmodel import (MAX_MODEL_BYTES, ModelExplorer, ModelTwin, decode_weights, export_model, float16_rounded,
+                               import_model, inside)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -186,6 +187,47 @@ def test_models_the_page_cannot_compute_are_refused_with_what_it_cannot(vocab):
         export_model("x", model)
     with pytest.raises(ValueError, match="MAX_MODEL_BYTES"):
         export_model("x", LanguageModel(len(vocab), num_blocks=8, num_hiddens=128, num_heads=4, context_len=8))
+
+
+def test_import_model_gives_back_the_float16_model(models):
+    for name, model in models.items():
+        back, rounded = import_model(export_model(name, model)), float16_rounded(model)
+        assert type(back) is LanguageModel and not back.training and back.positions == model.positions
+        assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), rounded.state_dict().values()))
+    with pytest.raises(TypeError, match="exported"):
+        import_model("weights")
+
+
+def test_the_live_explorer_generates_with_pytorch_and_says_what_is_wrong(models, vocab):
+    explorer = ModelExplorer(models, vocab, prompt="def ", max_new_tokens=40)
+    assert isinstance(explorer.static(), ModelTwin) and "ModelExplorer" in repr(explorer)
+    for name in models:  # greedy: the text the page is built to match
+        assert explorer.run("def ", name) == explorer.static().pytorch_greedy[name]
+        assert len(explorer.static().pytorch_greedy[name]) == 40
+    sampled = explorer.run("def ", "2026 block", temperature=0.8, top_k=5, seed=1)
+    assert sampled == explorer.run("def ", "2026 block", temperature=0.8, top_k=5, seed=1) != explorer.run("def ", "2026 block")
+    assert "'é'" in explorer.message("café") and "Type a prompt" in explorer.message("") and explorer.message("x") == ""
+    with pytest.raises(ValueError, match="prompt"):
+        explorer.run("café", "2026 block")
+    with pytest.raises(ValueError, match="name"):
+        explorer.run("def ", "1999 block")
+    assert explorer.inside_figure("def f(x):", "2017 block").startswith(b"\x89PNG")
+    assert explorer.inside_figure("x" * 40, "2026 block").startswith(b"\x89PNG")  # long: the last row only
+    pytest.importorskip("ipywidgets")
+    explorer.widget  # the live controls: type, choose, press Generate
+    explorer.inputs["prompt"].value = "caf\u00e9"
+    explorer.inputs["generate"].click()
+    assert "vocabulary" in explorer.message_widget.value and not explorer.outputs.children
+    explorer.inputs["prompt"].value, explorer.inputs["length"].value = "def ", 12
+    explorer.inputs["generate"].click()
+    assert explorer.message_widget.value == "" and len(explorer.outputs.children) == 2
+    assert [box.value for box in explorer.outputs.children] == [
+        "def " + explorer.run("def ", name, max_new_tokens=12) for name in models]
+    assert len(explorer.pictures.children) == 2
+    explorer.inputs["model"].value, explorer.inputs["temperature"].value = "2017 block", 1.0
+    explorer.inputs["generate"].click()
+    assert [box.value for box in explorer.outputs.children] == [
+        "def " + explorer.run("def ", "2017 block", temperature=1.0, seed=0, max_new_tokens=12)]
 
 
 # --------------------------------------------------------------------------- the page in Chromium

@@ -1478,12 +1478,44 @@ def zoo_switches(names=ZOO_DECADE, seed: int = 0):
     return pd.DataFrame(columns).rename_axis("argument"), rows
 
 
+
+def model_explorer(runs: list[Run], corpus, prompt: str = SAMPLE_PROMPT):
+    """Both trained blocks (:func:`best_runs`) running in the page: a
+    :class:`~d2lmini.webmodel.ModelExplorer` (live, in Jupyter and Colab) whose ``static()`` twin
+    generates in the HTML book, with no kernel, from the prompt box (starting at ``prompt``, for
+    :data:`SAMPLE_LENGTH` characters), and shows each head's attention and the stream's RMS.
+
+    Raises:
+        ValueError: an empty prompt or one with characters outside the corpus's vocabulary.
+    """
+    from ..webmodel import ModelExplorer
+
+    return ModelExplorer({name: run.model for name, run in best_runs(runs).items()}, corpus.vocab,
+                         prompt=prompt, max_new_tokens=SAMPLE_LENGTH)
+
+
+def float16_agreement(runs: list[Run], corpus, prompt: str = SAMPLE_PROMPT) -> dict[str, int]:
+    """For each trained block (:func:`best_runs`), how many of the first :data:`SAMPLE_LENGTH` greedy
+    characters after ``prompt`` the model keeps when its weights are rounded to float16, as the page
+    holds them (:func:`~d2lmini.webmodel.float16_rounded`): the length of the common start.
+    """
+    from ..webmodel import float16_rounded
+
+    ids = torch.tensor([corpus.vocab.index(ch) for ch in prompt])
+    agreement = {}
+    for name, run in best_runs(runs).items():
+        full, rounded = generate(run.model, ids, SAMPLE_LENGTH), generate(float16_rounded(run.model), ids, SAMPLE_LENGTH)
+        differ = (full != rounded).nonzero()
+        agreement[name] = int(differ[0, 0]) - len(ids) if len(differ) else SAMPLE_LENGTH
+    return agreement
+
+
 __all__ = [
     "BLOCK_2017", "CAPSTONE_MODEL", "CAPSTONE_TRAINING", "CONSTRUCTOR_GROUPS", "LM_2017", "MODELS", "RATES",
     "ROUTERS", "SAMPLE_PROMPT", "SUBSTITUTIONS", "TEMPERATURES", "TOLERANCE", "TOP_KS",
     "WALK_RATE", "WARMUP_STEPS", "Run",
-    "best_runs", "cache_measurements", "capstone_table", "lm_walk", "matched_ffn_num_hiddens", "plot_capstone",
-    "sample_explorer", "train_capstone", "walk_table",
+    "best_runs", "cache_measurements", "capstone_table", "float16_agreement", "lm_walk", "matched_ffn_num_hiddens",
+    "model_explorer", "plot_capstone", "sample_explorer", "train_capstone", "walk_table",
     "GatedAttention", "MixtureOfExperts", "Step",
     "catalog_table", "compare_with_trinity", "constructor_arguments", "constructor_groups", "describe_block",
     "fit_to_page", "from_afmoe_layer",
