@@ -72,12 +72,11 @@ class AddNorm(nn.Module):
         residual: ``True`` adds the branch to the stream; ``False`` *replaces* the stream
             by the branch (no skip connection; for the experiments of the chapter
             "Residual connections", He et al. 2016).
-        residual_multiplier: a finite float ``m > 0`` scaling the branch output before it
-            is added: ``x <- x + m * F(Norm(x))``, as IBM Granite's ``residual_multiplier``
-            (Hugging Face ``GraniteDecoderLayer``: ``residual + hidden_states *
-            self.residual_multiplier``). Defined only for ``placement='pre'`` with
-            ``residual=True`` (the one combination a released model uses); ``m = 1``
-            (the default) is the plain block, bit for bit.
+
+    Attributes:
+        residual_multiplier: a constant ``m`` scaling the branch output before it is added,
+            ``x <- x + m * F(Norm(x))``; 1.0 (the plain connection, bit for bit) unless
+            :meth:`TransformerBlock.set_scales` changes it.
 
     Shape:
         ``forward(X, branch)``: ``X`` is ``(b, n, d)``; ``branch`` is a callable
@@ -85,27 +84,20 @@ class AddNorm(nn.Module):
 
     Raises:
         ValueError: unknown ``placement``/``norm`` (the message lists the allowed
-            names), ``sublayer_norm_gain`` given for a placement without a
-            sublayer-output norm, or ``residual_multiplier`` not a finite float > 0, or
-            not 1 with a placement other than ``'pre'`` or with ``residual=False``.
-        TypeError: ``residual_multiplier`` not a real number.
+            names), or ``sublayer_norm_gain`` given for a placement without a
+            sublayer-output norm.
     """
 
     def __init__(self, num_hiddens: int, placement: str = "pre", *, norm: str = "rms",
                  eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None,
-                 residual: bool = True, residual_multiplier: float = 1.0):
+                 residual: bool = True):
         super().__init__()
         if placement in PARALLEL_PLACEMENTS:
             raise ValueError(f"placement={placement!r} combines two sublayers, so one AddNorm cannot apply it; "
                              f"use TransformerBlock(placement={placement!r}) or one of {SEQUENTIAL_PLACEMENTS}")
         self.placement = check_choice("placement", placement, SEQUENTIAL_PLACEMENTS)
         self.residual = check_bool("residual", residual)
-        self.residual_multiplier = check_positive_float("residual_multiplier", residual_multiplier)
-        if self.residual_multiplier != 1.0 and (placement != "pre" or not self.residual):
-            raise ValueError(
-                f"residual_multiplier applies only to placement='pre' with residual=True (IBM Granite), "
-                f"got residual_multiplier={residual_multiplier!r} with placement={placement!r}, residual={residual!r}"
-            )
+        self.residual_multiplier = 1.0  # set by TransformerBlock.set_scales (the one place it is checked)
         check_choice("norm", norm, NORMS)
         if sublayer_norm_gain is not None and placement not in SUBLAYER_NORM_PLACEMENTS:
             raise ValueError(
@@ -308,9 +300,6 @@ class TransformerBlock(nn.Module):
         self.placement = check_choice("placement", placement, PLACEMENTS)
         self.norm = check_choice("norm", norm, NORMS)
         check_bool_or_choice("bias", bias, ("qkv",))
-        for name, factory in (("attn_factory", attn_factory), ("ffn_factory", ffn_factory)):
-            if factory is not None and not callable(factory):
-                raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
         moved = {name: MOVED[name] for name in attention_kwargs if name in MOVED}
         if moved:
             raise TypeError(f"TransformerBlock takes no {', '.join(moved)}: "

@@ -139,6 +139,8 @@ def test_generate_rejects_bad_arguments_by_name(call, error, match):
     (dict(num_hiddens=32, num_heads=4, positions="alibi"), ValueError, "positions"),
     (dict(num_hiddens=31, num_heads=1, positions="sinusoidal"), ValueError, "even"),
     (dict(num_hiddens=32, num_heads=4, attn_factory=lambda: d2lmini.MultiHeadAttention(32, 4)), ValueError, "causal"),
+    (dict(num_hiddens=32, num_heads=4, rope_theta=1e4,
+          attn_factory=lambda: d2lmini.MultiHeadAttention(32, 4, causal=True)), ValueError, "rope_theta=10000.0 would be ignored"),
 ])
 def test_language_model_checks_its_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -499,7 +499,7 @@ def test_arguments_after_the_first_two_are_keyword_only(name):
 
 
 def test_the_block_constructor_takes_at_most_fifteen_arguments():
-    # Fails if TransformerBlock grows past what a reader can hold (DESIGN.md): options only a
+    # Fails if TransformerBlock grows past what a reader can hold: options only a
     # released model needs reach the attention through **attention_kwargs or attn_factory.
     import inspect
 
