@@ -33,8 +33,7 @@ SUPPORTED = {"positions": ("learned", "sinusoidal", "rope"), "placement": ("post
              "act": ("relu", "swiglu"), "qk_norm": (None, "per_head")}
 
 #: Attention options the page does not compute, with the value each must keep.
-_ATTENTION_DEFAULTS = dict(window=None, chunk=None, logit_softcap=None, rotary_dim=None, rope_scaling=None,
-                           query_scaling=None, sinks=None, value_norm=False, k_eq_v=False, scale=None, causal=True)
+_ATTENTION_DEFAULTS = dict(window=None, rotary_dim=None, rope_scaling=None, sinks=None, scale=None, causal=True)
 
 
 def _unsupported(model: LanguageModel) -> list[str]:

@@ -40,11 +40,10 @@ def _hf_causal_lm_config(lm) -> tuple[str, dict]:
                          "Qwen3ForCausalLM (allowed: None, or 'per_head' as Qwen3)")
     wanted.update({"attention bias": (False, attention.W_q.bias is not None or attention.W_o.bias is not None),
                    "FFN bias": (False, first.ffn.W_1.bias is not None)})
-    for name in ("window", "chunk", "logit_softcap", "rotary_dim", "rope_scaling", "query_scaling", "scale"):
+    for name in ("window", "rotary_dim", "rope_scaling", "scale"):
         wanted[name] = (None, getattr(attention, name))
     wanted["sinks"] = (False, attention.sinks is not None)
-    wanted.update({"value_norm": (False, attention.value_norm), "k_eq_v": (False, attention.k_eq_v),
-                   "residual": (True, first.addnorm1.residual), "layer_scalar": (1.0, first.layer_scalar),
+    wanted.update({"residual": (True, first.addnorm1.residual), "layer_scalar": (1.0, first.layer_scalar),
                    "residual_multiplier": (1.0, first.addnorm1.residual_multiplier)})
     for name, (allowed, value) in wanted.items():
         if value != allowed:
