@@ -401,19 +401,32 @@ def attention_mask(valid_lens: torch.Tensor | None, batch_size: int, num_queries
     return mask
 
 
+def make_qk_norms(qk_norm: str | None, num_heads: int, num_kv_heads: int, head_dim: int,
+                  eps: float = DEFAULT_EPS["rms"]) -> tuple[nn.Module | None, nn.Module | None]:
+    """The query and key norms of a :data:`QK_NORMS` variant (``None``: ``(None, None)``), RMSNorms of epsilon ``eps``.
+
+    ``'per_head'``: over ``head_dim`` features, one gain each for q and k; ``'projection'``: over all
+    heads' features; ``'per_head_distinct'``: over ``head_dim`` features, a gain per head
+    (:class:`~d2lmini.norms.HeadwiseRMSNorm`). The caller checks ``qk_norm``.
+    """
+    if qk_norm == "per_head":
+        return RMSNorm(head_dim, eps), RMSNorm(head_dim, eps)
+    if qk_norm == "projection":
+        return RMSNorm(num_heads * head_dim, eps), RMSNorm(num_kv_heads * head_dim, eps)
+    if qk_norm == "per_head_distinct":
+        return HeadwiseRMSNorm(num_heads, head_dim, eps=eps), HeadwiseRMSNorm(num_kv_heads, head_dim, eps=eps)
+    return None, None
+
+
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention (Vaswani et al., 2017) with grouped key/value heads, QK-norm, RoPE, a window and sinks.
 
     Queries, keys and values are projected by ``W_q``, ``W_k``, ``W_v`` and split into heads;
     queries and keys are optionally normalized (QK-norm) and rotated (RoPE), in that order; each
-    head attends (``torch.nn.functional.scaled_dot_product_attention``: the softmax of
-    ``q k^T / sqrt(head_dim)``, masked, times the values); the heads are concatenated and
-    projected back by ``W_o``.
-
-    * Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads < num_heads`` query
-      head ``i`` reads key/value head ``i // (num_heads // num_kv_heads)``.
-    * QK-norm (Dehghani et al., 2023; Wortsman et al., 2023): see :data:`QK_NORMS`.
-    * RoPE (Su et al., 2021): half-split layout (:func:`apply_rotary`), base ``rope_theta``.
+    head attends (``scaled_dot_product_attention``: the softmax of ``q k^T / sqrt(head_dim)``,
+    masked, times the values); the heads are concatenated and projected back by ``W_o``.
+    Grouped-query attention (Ainslie et al., 2023): query head ``i`` reads key/value head
+    ``i // (num_heads // num_kv_heads)``.
 
     Args:
         num_hiddens: model width ``d`` (last dimension of inputs and output).
@@ -424,8 +437,10 @@ class MultiHeadAttention(nn.Module):
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
         head_dim: features per head (default ``num_hiddens // num_heads``, which must then
             divide exactly); Qwen3 and Gemma 3 set it independently of ``d / h``.
-        qk_norm: ``None`` or one of :data:`QK_NORMS` (RMSNorms of epsilon 1e-6, before RoPE).
-        rope_theta: RoPE base; ``None`` (default): no rotary embedding.
+        qk_norm: ``None`` or one of :data:`QK_NORMS` (Dehghani et al., 2023; RMSNorms of epsilon
+            1e-6, before RoPE).
+        rope_theta: the base of RoPE (Su et al., 2021; half-split layout, :func:`apply_rotary`);
+            ``None`` (default): no rotary embedding.
         window: ``None`` or an int ``w >= 1``: sliding-window attention, query ``i`` sees keys
             ``i - w < j <= i`` (itself and the ``w - 1`` before it), the convention of Mistral's and
             Hugging Face ``transformers``' ``sliding_window``. Needs ``causal=True``. With
@@ -439,20 +454,18 @@ class MultiHeadAttention(nn.Module):
             ``'proportional'`` excludes ``rotary_dim``.
         sinks: ``True``: a learned logit per query head (``self.sinks``, initialized to 0) joins
             every query's softmax as one more key without a value, so the weights on the real
-            keys sum to less than 1 (gpt-oss; Xiao et al., 2023). The fused kernel is kept: one
-            zero key and value are appended, and a float mask carries the sink logit.
+            keys sum to less than 1 (Xiao et al., 2023; gpt-oss).
 
     Every argument after ``num_heads`` is keyword-only.
 
-    Hooks: each step of :meth:`forward` is a method a subclass may override --
-    :meth:`queries_and_keys`, :meth:`value_heads`, :meth:`mask`, :meth:`attend` -- and
-    ``scale``, the logit scale (``None``: ``1/sqrt(head_dim)``), a class attribute an instance
-    may set. The released models' variants in :mod:`d2lmini.reference` are such subclasses.
+    Hooks: each step of :meth:`forward` is a method a subclass may override (:meth:`queries_and_keys`,
+    :meth:`value_heads`, :meth:`mask`, :meth:`attend`), and ``scale``, the logit scale (``None``:
+    ``1/sqrt(head_dim)``), may be set. The released models' variants in :mod:`d2lmini.reference`
+    are such subclasses.
 
     Attributes:
-        W_q, W_k, W_v, W_o: the projections (``nn.Linear``).
-        q_norm, k_norm: the QK-norms, or ``None``.
-        sinks: the sink logits (``nn.Parameter`` of shape ``(num_heads,)``), or ``None``.
+        W_q, W_k, W_v, W_o: the projections; q_norm, k_norm: the QK-norms, or ``None``;
+        sinks: the sink logits ``(num_heads,)``, or ``None``.
 
     Shape:
         ``forward(queries, keys, values, valid_lens=None, cache=None)``: queries ``(b, n_q, d)``,
@@ -460,13 +473,10 @@ class MultiHeadAttention(nn.Module):
         (keys at positions >= the length are masked); returns ``(b, n_q, d)``.
 
     Raises:
-        ValueError: ``num_hiddens`` not divisible by ``num_heads`` (without ``head_dim``),
-            ``num_heads`` not divisible by ``num_kv_heads``, an unknown ``qk_norm``, an odd
-            ``head_dim`` with RoPE, dropout outside [0, 1), ``window`` below 1 or without
-            ``causal=True``, ``rotary_dim`` odd or outside ``[2, head_dim]``, ``rotary_dim`` or
-            ``rope_scaling`` without ``rope_theta``, a bad ``rope_scaling``; at call time, inputs
-            of the wrong rank or width, keys and values of different shapes, RoPE or causal
-            attention with different query and key lengths, bad ``valid_lens``.
+        ValueError: sizes that do not divide, an unknown ``qk_norm``, an odd ``head_dim`` with RoPE,
+            dropout outside [0, 1), ``window`` below 1 or without ``causal=True``, a bad ``rotary_dim``
+            or ``rope_scaling`` (either without ``rope_theta``); at call time, inputs of the wrong
+            shape, RoPE or causal attention with different query and key lengths, bad ``valid_lens``.
         TypeError: arguments or inputs of the wrong type.
     """
 
@@ -502,16 +512,7 @@ class MultiHeadAttention(nn.Module):
         self.W_k = nn.Linear(num_hiddens, kv_hiddens, bias=bias)
         self.W_v = nn.Linear(num_hiddens, kv_hiddens, bias=bias)
         self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias)
-        eps = DEFAULT_EPS["rms"]
-        if self.qk_norm == "per_head":
-            self.q_norm, self.k_norm = RMSNorm(self.head_dim, eps), RMSNorm(self.head_dim, eps)
-        elif self.qk_norm == "projection":
-            self.q_norm, self.k_norm = RMSNorm(q_hiddens, eps), RMSNorm(kv_hiddens, eps)
-        elif self.qk_norm == "per_head_distinct":
-            self.q_norm = HeadwiseRMSNorm(self.num_heads, self.head_dim, eps=eps)
-            self.k_norm = HeadwiseRMSNorm(self.num_kv_heads, self.head_dim, eps=eps)
-        else:
-            self.q_norm = self.k_norm = None
+        self.q_norm, self.k_norm = make_qk_norms(self.qk_norm, self.num_heads, self.num_kv_heads, self.head_dim)
 
     def _set_rope(self, rope_theta, rotary_dim, rope_scaling) -> None:
         """Check and keep RoPE's base, rotated features and scaling (see the class's arguments)."""
@@ -541,13 +542,8 @@ class MultiHeadAttention(nn.Module):
         return self.scale if self.scale is not None else self.head_dim ** -0.5
 
     def _rotary(self, num_steps: int, like: torch.Tensor, offset: int = 0):
-        """RoPE's ``(cos, sin)`` for positions ``offset .. offset + num_steps - 1``.
-
-        One table is kept and grown as needed (doubling, so decoding token by token rebuilds it
-        rarely); a row depends only on its position, so slicing a longer table gives the same values.
-        Everything the table depends on is in its key, so changing ``rope_theta`` on a built module
-        takes effect.
-        """
+        """RoPE's ``(cos, sin)`` for positions ``offset .. offset + num_steps - 1``, from one table grown by
+        doubling (a row depends only on its position) and keyed on everything it depends on."""
         key = (like.device, like.dtype, self.rope_theta, self.rotary_dim, self.head_dim, repr(self.rope_scaling))
         end = offset + num_steps
         cached = self._rotary_cache.get(key)
@@ -564,15 +560,13 @@ class MultiHeadAttention(nn.Module):
                          start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys exactly as they enter the attention kernel (a hook).
 
-        Project, QK-normalize (if ``qk_norm``: the whole projection, or each head), split into
-        heads, then rotate by RoPE (if ``rope_theta``): the norm comes before the rotation, as in
-        Qwen3, OLMo 2 and Gemma 3. Used by :meth:`forward` and by the chapter "QK-norm" (logits
-        ``logit_scale * q @ k.transpose(-1, -2)``).
+        Project, QK-normalize (the whole projection, or each head), split into heads, rotate by
+        RoPE: the norm before the rotation, as in Qwen3, OLMo 2 and Gemma 3. The chapter "QK-norm"
+        reads the logits ``logit_scale * q @ k.transpose(-1, -2)``.
 
         Args:
-            queries: ``(b, n_q, d)``; keys: ``(b, n_k, d)``.
-            start: the position of the first query and key: 0, or the number of positions
-                already in a key/value cache.
+            queries: ``(b, n_q, d)``; keys: ``(b, n_k, d)``; start: the position of the first
+                query and key (0, or the number of positions already cached).
 
         Returns:
             ``(q, k)``, shapes ``(b, h, n_q, head_dim)`` and ``(b, h_kv, n_k, head_dim)``.
@@ -620,10 +614,9 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
         """The kernel (a hook): each query head's softmax over its keys, times the values.
 
-        ``q`` ``(b, h, n_q, head_dim)``, ``k`` and ``v`` ``(b, h_kv, n_k, head_dim)``, ``mask``
-        ``None`` or boolean (``True``: the query may see the key); returns ``(b, h, n_q, head_dim)``.
-        Fused SDPA with ``scale``, dropout while training, and with ``sinks`` one zero key and
-        value more whose logit a float mask sets to each head's sink logit.
+        ``q`` ``(b, h, n_q, head_dim)``, ``k``, ``v`` ``(b, h_kv, n_k, head_dim)``, ``mask`` ``None`` or
+        boolean (``True``: the query may see the key); returns ``(b, h, n_q, head_dim)``. Fused SDPA;
+        with ``sinks``, one zero key and value more, whose logit a float mask sets to the head's sink.
         """
         extra = {}
         if self.num_kv_heads != self.num_heads:
@@ -651,10 +644,8 @@ class MultiHeadAttention(nn.Module):
     def forward(self, queries, keys, values, valid_lens=None, cache: LayerCache | None = None) -> torch.Tensor:
         """Attend from ``queries`` (b, n_q, d) to ``keys`` and ``values`` (b, n_k, d); returns (b, n_q, d).
 
-        ``cache``: a :class:`~d2lmini.cache.LayerCache` during generation (causal self-attention
-        without ``valid_lens``): the inputs are the new positions, which also attend to every
-        cached key, and the cache keeps their keys and values.
-        """
+        ``cache``: a :class:`~d2lmini.cache.LayerCache` during generation (causal, no ``valid_lens``): the
+        inputs are the new positions, which also attend to the cached keys; the cache keeps theirs."""
         if cache is not None and (not self.causal or valid_lens is not None):
             raise ValueError("a key/value cache is for causal self-attention without padding: "
                              f"causal must be True (got {self.causal}) and valid_lens None")

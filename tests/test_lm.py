@@ -10,6 +10,8 @@ import d2lmini
 from d2lmini import KVCache, LanguageModel, generate
 from d2lmini.cache import LayerCache
 from d2lmini.seeding import seeded
+from d2lmini.reference.gemma import GemmaAttention
+from d2lmini.reference.llama4 import Llama4Attention
 
 VOCAB = 40
 
@@ -20,8 +22,12 @@ CONFIGS = {
                                     placement="post", bias=True),
     "sinusoidal": dict(positions="sinusoidal", num_hiddens=32, num_heads=4),
     "window and sinks": dict(positions="rope", num_hiddens=32, num_heads=4, window=5, sinks=True),
-    "chunk, softcap, query scaling": dict(positions="rope", num_hiddens=32, num_heads=4, chunk=6, logit_softcap=30.0,
-                                          query_scaling=(0.1, 4)),
+    "chunk, query scaling (Llama 4's attention)": dict(
+        positions="rope", num_hiddens=32, num_heads=4,
+        attn_factory=lambda: Llama4Attention(32, 4, causal=True, rope_theta=1e4, chunk=6, query_scaling=(0.1, 4))),
+    "softcap (Gemma 2's attention)": dict(
+        positions="rope", num_hiddens=32, num_heads=4,
+        attn_factory=lambda: GemmaAttention(32, 4, causal=True, rope_theta=1e4, logit_softcap=30.0)),
 }
 
 
@@ -292,13 +298,16 @@ def test_generate_with_an_attention_that_takes_no_cache_says_so():
     (dict(norm="layer"), "norm='layer'"),
     (dict(act="gelu"), "act='gelu'"),
     (dict(sinks=True), "sinks=True"),
-    (dict(scale=0.5), "scale=0.5"),
+    ("scale", "scale=0.5"),
 ])
 def test_to_hf_refuses_what_llama_and_qwen3_cannot_express(change, match):
     from d2lmini.reference import to_hf
 
+    model = LanguageModel(VOCAB, 1, 16, **{**CONFIGS["MQA"], **({} if change == "scale" else change)})
+    if change == "scale":
+        model.blocks[0].attention.scale = 0.5
     with pytest.raises(ValueError, match=match):
-        to_hf(LanguageModel(VOCAB, 1, 16, **{**CONFIGS["MQA"], **change}))
+        to_hf(model)
 
 
 def test_to_hf_refuses_a_head_bias_other_kinds_and_unlike_blocks():
