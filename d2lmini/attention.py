@@ -80,7 +80,7 @@ def check_rope_scaling(scaling) -> dict:
     if unknown:
         raise ValueError(f"rope_scaling keys {unknown} are not allowed for rope_type={rope_type!r}; allowed: {allowed} "
                          "(rope_theta is its own argument, partial_rotary_factor is rotary_dim except for "
-                         "rope_type='proportional', Ministral 3's llama_4_scaling_beta is query_scaling)")
+                         "rope_type='proportional', Ministral 3's llama_4_scaling_beta is d2lmini.reference's query_scaling)")
     missing = [key for key in required if scaling.get(key) is None]
     if missing:
         raise ValueError(f"rope_scaling with rope_type={rope_type!r} needs the keys {required}; missing {missing}")

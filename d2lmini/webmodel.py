@@ -50,8 +50,8 @@ def _unsupported(model: LanguageModel) -> list[str]:
             continue
         problems += [f"block {i}'s {key}={getattr(b.attention, key)!r}" for key, value in _ATTENTION_DEFAULTS.items()
                      if getattr(b.attention, key) != value]
-        if b.ffn.swiglu_limit is not None or b.layer_scalar != 1.0 or not b.addnorm1.residual:
-            problems.append(f"block {i}'s swiglu_limit, layer_scalar or residual=False")
+        if b.layer_scalar != 1.0 or not b.addnorm1.residual:
+            problems.append(f"block {i}'s layer_scalar or residual=False")
         if any(a.residual_multiplier != 1.0 for a in (b.addnorm1, b.addnorm2)):
             problems.append(f"block {i}'s residual_multiplier")
     return problems

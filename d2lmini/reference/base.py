@@ -318,7 +318,8 @@ def rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False,
         layer_type: the layer's type (``config.layer_types[layer_idx]``) or ``None``.
         partial: whether the model's attention applies partial RoPE (rotates only the
             first ``rotary_dim`` features); if not, a ``partial_rotary_factor`` below 1 is refused.
-        query_scaling: also return ``'query_scaling'``: ``(beta, L)`` with ``beta =
+        query_scaling: also return ``'query_scaling'`` (an argument of
+            :class:`~d2lmini.reference.llama.LlamaVariantAttention`): ``(beta, L)`` with ``beta =
             rope_parameters['llama_4_scaling_beta']`` and ``L =
             rope_parameters['original_max_position_embeddings']`` (Ministral 3's Llama 4-style
             query scaling, ``modeling_ministral3.get_llama_4_attn_scale``), or ``None`` where ``beta`` is 0.

@@ -31,8 +31,7 @@ def _hf_causal_lm_config(lm) -> tuple[str, dict]:
     attention = first.attention
     if type(first.ffn) is not FeedForward:
         raise ValueError(f"to_hf supports d2lmini's FeedForward (SwiGLU), got {type(first.ffn).__name__}")
-    wanted = {"placement": ("pre", first.placement), "norm": ("rms", first.norm), "act": ("swiglu", first.ffn.act),
-              "swiglu_limit": (None, first.ffn.swiglu_limit)}
+    wanted = {"placement": ("pre", first.placement), "norm": ("rms", first.norm), "act": ("swiglu", first.ffn.act)}
     if type(attention) is not MultiHeadAttention:
         raise ValueError(f"to_hf supports d2lmini's MultiHeadAttention (MHA, GQA), got {type(attention).__name__}")
     if attention.qk_norm not in (None, "per_head"):
