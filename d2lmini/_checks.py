@@ -110,18 +110,6 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
-def check_bool_or_choice(name: str, value, allowed: Iterable[str]):
-    """Return ``value`` if it is a bool or one of the strings in ``allowed``, else raise naming ``name``."""
-    allowed = tuple(allowed)
-    if isinstance(value, bool):
-        return value
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be True, False or one of {allowed}, got {type(value).__name__} {value!r}")
-    if value not in allowed:
-        raise ValueError(f"{name} must be True, False or one of {allowed}, got {value!r}")
-    return value
-
-
 def check_instance(name: str, value, kind: type, what: str | None = None):
     """Return ``value`` if it is an instance of ``kind``, else raise ``TypeError`` naming ``name``.
 

@@ -12,17 +12,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_int_in,
+from ._checks import (check_bool, check_choice, check_dtype_matches, check_int_in,
                       check_nonnegative_int, check_positive_float, check_positive_int, check_probability,
                       check_sequence_tensor)
 from ._shown import shown_in
 from .cache import LayerCache
-from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm, unweighted_rms_norm
+from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 
 #: QK-norm variants with gains accepted by ``MultiHeadAttention(qk_norm=...)`` (the chapter
 #: "QK-norm" compares them); all are RMSNorms applied to queries and keys right before the
-#: dot product, and before RoPE. (Llama 4's gainless ``'l2'``, after RoPE, is
-#: :data:`QK_NORM_L2`.)
+#: dot product, and before RoPE.
 #:
 #: * ``'per_head'``: over each head's ``head_dim`` features, one gain vector shared by
 #:   all heads (separate for q and k) -- Qwen3, Gemma 3.
@@ -32,16 +31,6 @@ from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm, unweighted_rms_norm
 #: * ``'per_head_distinct'``: over each head's features, a distinct gain vector for every
 #:   head (a d2lmini option; we found no released model that uses it).
 QK_NORMS = ("per_head", "projection", "per_head_distinct")
-
-#: ``MultiHeadAttention(qk_norm='l2')``: over each head's ``head_dim`` features, *without* a
-#: gain, *after* RoPE -- Llama 4's RoPE layers (Hugging Face ``transformers`` 5.24,
-#: ``Llama4TextL2Norm``, applied in ``Llama4TextAttention.forward`` after
-#: ``apply_rotary_emb``, eps ``rms_norm_eps``). Despite its name it divides by the root
-#: *mean* square, ``x / sqrt(mean(x**2) + eps)`` (``sqrt(head_dim)`` times the unit vector
-#: when ``eps`` is 0), in float32. A rotation keeps the mean square, so before or after RoPE
-#: is the same unless RoPE's attention factor (YaRN) scales cos and sin: after RoPE, as in
-#: Llama 4, the norm removes that factor.
-QK_NORM_L2 = "l2"
 
 # torch >= 2.5 lets SDPA share key/value heads itself (grouped-query attention).
 _SDPA_HAS_GQA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
@@ -91,7 +80,7 @@ def check_rope_scaling(scaling) -> dict:
     if unknown:
         raise ValueError(f"rope_scaling keys {unknown} are not allowed for rope_type={rope_type!r}; allowed: {allowed} "
                          "(rope_theta is its own argument, partial_rotary_factor is rotary_dim except for "
-                         "rope_type='proportional', Ministral 3's llama_4_scaling_beta is query_scaling)")
+                         "rope_type='proportional', Ministral 3's llama_4_scaling_beta is d2lmini.reference's query_scaling)")
     missing = [key for key in required if scaling.get(key) is None]
     if missing:
         raise ValueError(f"rope_scaling with rope_type={rope_type!r} needs the keys {required}; missing {missing}")
@@ -312,17 +301,6 @@ def apply_rotary(X: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, inter
     return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
 
 
-def _check_query_scaling(value) -> tuple:
-    """Return ``query_scaling`` checked: a pair ``(beta, period)`` or a triple ``(beta, period, offset)``
-    (float > 0, int >= 1, int >= 0) as a tuple; a triple with ``offset`` 0 is returned as the pair. Else raise."""
-    if not isinstance(value, (tuple, list)) or len(value) not in (2, 3):
-        raise TypeError("query_scaling must be None, a pair (beta, period) or a triple (beta, period, offset), "
-                        f"got {type(value).__name__} {value!r}")
-    out = (check_positive_float("query_scaling beta", value[0]), check_positive_int("query_scaling period", value[1]))
-    offset = check_nonnegative_int("query_scaling offset", value[2]) if len(value) == 3 else 0
-    return out + (offset,) if offset else out
-
-
 def valid_lens_mask(valid_lens: torch.Tensor | None, num_steps: int, min_len: int = 0) -> torch.Tensor | None:
     """Which positions of a padded batch are real: ``mask[..., t] = t < valid_lens[...]``.
 
@@ -423,199 +401,124 @@ def attention_mask(valid_lens: torch.Tensor | None, batch_size: int, num_queries
     return mask
 
 
+def make_qk_norms(qk_norm: str | None, num_heads: int, num_kv_heads: int, head_dim: int,
+                  eps: float = DEFAULT_EPS["rms"]) -> tuple[nn.Module | None, nn.Module | None]:
+    """The query and key norms of a :data:`QK_NORMS` variant (``None``: ``(None, None)``), RMSNorms of epsilon ``eps``.
+
+    ``'per_head'``: over ``head_dim`` features, one gain each for q and k; ``'projection'``: over all
+    heads' features; ``'per_head_distinct'``: over ``head_dim`` features, a gain per head
+    (:class:`~d2lmini.norms.HeadwiseRMSNorm`). The caller checks ``qk_norm``.
+    """
+    if qk_norm == "per_head":
+        return RMSNorm(head_dim, eps), RMSNorm(head_dim, eps)
+    if qk_norm == "projection":
+        return RMSNorm(num_heads * head_dim, eps), RMSNorm(num_kv_heads * head_dim, eps)
+    if qk_norm == "per_head_distinct":
+        return HeadwiseRMSNorm(num_heads, head_dim, eps=eps), HeadwiseRMSNorm(num_kv_heads, head_dim, eps=eps)
+    return None, None
+
+
 class MultiHeadAttention(nn.Module):
-    r"""Multi-head attention (Vaswani et al., 2017) with GQA, QK-norm and RoPE options.
+    r"""Multi-head attention (Vaswani et al., 2017) with grouped key/value heads, QK-norm, RoPE, a window and sinks.
 
-    Queries, keys and values are projected by ``W_q``, ``W_k``, ``W_v`` and split
-    into heads; optionally normalized (QK-norm) and rotated (RoPE), in that order;
-    combined by ``torch.nn.functional.scaled_dot_product_attention`` (softmax of
-    ``scale * q k^T``); concatenated and projected back by ``W_o``.
-
-    * Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads <
-      num_heads``, query head ``i`` reads key/value head
-      ``i // (num_heads // num_kv_heads)``.
-    * QK-norm (Dehghani et al., 2023; Wortsman et al., 2023): see :data:`QK_NORMS`.
-      It is applied before RoPE, as in Qwen3, OLMo 2 and Gemma 3 (``'l2'``: after, as Llama 4).
-    * RoPE (Su et al., 2021): half-split layout, base ``rope_theta``, positions
-      ``0 .. n-1`` for queries and keys (self-attention).
+    Queries, keys and values are projected by ``W_q``, ``W_k``, ``W_v`` and split into heads;
+    queries and keys are optionally normalized (QK-norm) and rotated (RoPE), in that order; each
+    head attends (``scaled_dot_product_attention``: the softmax of ``q k^T / sqrt(head_dim)``,
+    masked, times the values); the heads are concatenated and projected back by ``W_o``.
+    Grouped-query attention (Ainslie et al., 2023): query head ``i`` reads key/value head
+    ``i // (num_heads // num_kv_heads)``.
 
     Args:
         num_hiddens: model width ``d`` (last dimension of inputs and output).
-        num_heads: number of query heads ``h``.
+        num_heads: query heads ``h``.
         dropout: dropout on the attention weights (training only), in [0, 1).
-        bias: whether the four projections have biases (2017, BERT, GPT-2: yes; Llama: no),
-            or ``'qkv'``: biases on ``W_q``, ``W_k``, ``W_v`` only, ``W_o`` without one, as
-            Hugging Face ``transformers`` 5.24 ``Qwen2Attention`` (Qwen2: ``q/k/v_proj``
-            with ``bias=True``, ``o_proj`` with ``bias=False``).
+        bias: whether the four projections have biases (2017, BERT, GPT-2: yes; Llama: no).
         num_kv_heads: key/value heads (default ``num_heads``); must divide ``num_heads``.
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
-        head_dim: features per head (default ``num_hiddens // num_heads``, which then
-            must divide exactly); Qwen3 and Gemma 3 set it independently of ``d / h``.
-        qk_norm: ``None``, one of :data:`QK_NORMS`, or ``'l2'`` (:data:`QK_NORM_L2`, Llama 4).
-        qk_norm_eps: epsilon of the QK-norms (default 1e-6; Llama 4's ``'l2'``: ``rms_norm_eps``).
-        rope_theta: RoPE base; ``None`` (default) for no rotary embedding.
-        scale: the logit scale; default ``1 / sqrt(head_dim)`` (Gemma 3 uses
-            ``query_pre_attn_scalar ** -0.5``).
-        window: ``None`` (default: no window) or an int ``w >= 1``: sliding-window
-            (local) attention, query ``i`` sees only keys ``j`` with ``i - w < j <= i``,
-            i.e. itself and the ``w - 1`` keys before it (``w = 1``: itself alone).
-            This is the convention of Hugging Face ``transformers`` 5.24
-            (``masking_utils.sliding_window_overlay``: ``kv_idx > q_idx - sliding_window``,
-            and-ed with the causal mask), as used by Mistral 7B v0.1
-            (``MistralConfig.sliding_window``) and the ``"sliding_attention"`` layers of
-            Gemma 3. It needs ``causal=True`` (``ValueError`` otherwise): the models that
-            use it are causal, and ``transformers``' bidirectional windows disagree on
-            the edge (``masking_utils``: ``|i - j| <= w``; Gemma 3's bidirectional
-            option: ``|i - j| < w``), so a non-causal window would be ambiguous.
-            The window is one more term of the boolean mask handed to SDPA (fused path
-            kept); a window ``>= n`` equals plain causal attention. With ``valid_lens``,
-            a padded query whose window holds no real key attends to itself alone, so
-            its (meaningless) output stays finite on every torch version.
-        chunk: ``None`` (default: no chunks) or an int ``C >= 1``: chunked (local) attention,
-            the sequence is cut into chunks of ``C`` positions and query ``i`` sees only keys
-            ``j <= i`` of its own chunk, ``floor(j / C) == floor(i / C)`` -- the
-            ``'chunked_attention'`` layers of Llama 4 (``Llama4TextConfig.attention_chunk_size``;
-            Hugging Face ``transformers`` 5.24 ``masking_utils.chunked_overlay``, and-ed with the
-            causal mask, chunks counted from the first real token: d2lmini pads on the right, so
-            from position 0). Unlike a window, the first query of each chunk sees itself alone.
-            Needs ``causal=True`` (``ValueError`` otherwise). One more term of the boolean mask
-            handed to SDPA (fused path kept); ``C >= n`` equals plain causal attention; with
-            ``window`` too, both apply. With ``valid_lens``, a padded query whose chunk holds no
-            real key attends to itself alone (as with ``window``).
-        logit_softcap: ``None`` (default) or a float ``c > 0``: attention logit soft-capping,
-            ``logits = tanh(logits / c) * c``, applied to the scaled logits
-            ``scale * q k^T`` before masking and softmax, as Gemma 2's
-            ``attn_logit_softcapping`` (Hugging Face ``transformers`` 5.24,
-            ``models/gemma2/modeling_gemma2.py``, ``eager_attention_forward``). SDPA cannot
-            soft-cap, so with a cap the attention is computed by an explicit (unfused)
-            path: matmul, cap, mask, float32 softmax, dropout, matmul; without one the
-            fused SDPA path is kept.
-        rotary_dim: ``None`` (default: RoPE rotates all ``head_dim`` features) or an even
-            int in ``[2, head_dim]``: partial RoPE, only the first ``rotary_dim`` features of
-            each query and key head are rotated (``q[..., :rotary_dim]``), the rest pass
-            unchanged, and the frequencies use ``rotary_dim`` as the dimension
-            (``theta ** (-2i / rotary_dim)``). Hugging Face ``transformers`` 5.24 sets it as
-            ``int(head_dim * partial_rotary_factor)`` (``modeling_rope_utils``; Phi-2 0.5,
-            StableLM 0.25, Phi-4-mini 0.75 -- Phi-3 and Phi-3.5 rotate every feature;
-            GPT-NeoX ``rotary_pct``). GPT-J's ``rotary_dim`` is partial RoPE in the
-            *interleaved* layout (``rotate_every_two``), which this half-split rotation
-            reproduces only after the rows of ``W_q`` and ``W_k`` are permuted
-            (:func:`d2lmini.reference.rope_interleaved_to_half`, as
-            :func:`d2lmini.reference.from_gptj_block` does). Needs ``rope_theta``.
-        rope_scaling: ``None`` (default) or a dict scaling RoPE's frequencies for a longer
-            context, in the format of ``transformers``' ``config.rope_parameters`` without
-            ``rope_theta``: ``rope_type`` ``'linear'`` (Gemma 3's global layers), ``'yarn'``
-            (gpt-oss, Ministral 3; its attention factor multiplies cos and sin), ``'llama3'``
-            (Llama 3.1) or ``'proportional'`` (Gemma 4's global layers: only the first
-            ``partial_rotary_factor`` of the pairs turn); see :func:`rope_frequencies`. Needs
-            ``rope_theta``; ``'proportional'`` excludes ``rotary_dim``.
-        query_scaling: ``None`` (default), ``(beta, period)`` or ``(beta, period, offset)``:
-            a float ``beta > 0``, an int ``period >= 1`` and an int ``offset >= 0`` (default
-            0): after RoPE the query at position ``p`` is multiplied by
-            ``1 + beta * log(1 + floor((p + offset) / period))``, so logits grow (the softmax
-            sharpens) as positions pass multiples of ``period``. ``(beta, period)`` is
-            Ministral 3 (``models/ministral3/modeling_ministral3.py``,
-            ``get_llama_4_attn_scale`` with ``rope_parameters['llama_4_scaling_beta']`` and
-            ``['original_max_position_embeddings']``); ``(attn_scale, floor_scale, 1)`` is
-            Llama 4's ``attn_temperature_tuning`` (``models/llama4/modeling_llama4.py``,
-            ``Llama4TextAttention.forward``: ``log1p(floor((p + 1) / floor_scale)) *
-            attn_scale + 1``, on its NoPE layers). Positions are ``0 .. n_q - 1``; works with
-            any path. A triple with ``offset`` 0 is stored as the pair.
-        sinks: ``False`` (default) or ``True``: attention sinks as gpt-oss
-            (``models/gpt_oss/modeling_gpt_oss.py``, ``GptOssAttention.sinks``,
-            ``eager_attention_forward``): a learned logit per query head (``self.sinks``,
-            shape ``(num_heads,)``, initialized to 0) joins every query's softmax as one
-            more "key" without a value, so the weights on the real keys sum to less than
-            1 (a head may attend to nothing). The fused SDPA path is kept: one zero key
-            and one zero value are appended per key/value head, and a float mask carries
-            the sink logit in that extra column (0 or ``-inf`` elsewhere). With
-            ``logit_softcap`` the explicit path appends the sink logit after capping and
-            masking (sinks are not capped).
-        value_norm: ``False`` (default) or ``True``: each value head is divided by its root
-            mean square, without a gain, ``v / sqrt(mean(v**2) + eps)`` (float32, cast back;
-            eps ``qk_norm_eps``), after the projection -- Gemma 4's ``v_norm``
-            (``models/gemma4/modeling_gemma4.py``, ``Gemma4TextAttention``:
-            ``Gemma4RMSNorm(head_dim, with_scale=False)``).
-        k_eq_v: ``False`` (default) or ``True``: no value projection; the values are the
-            keys' projection ``W_k`` of the ``values`` input, taken before the key's QK-norm
-            and RoPE (then the value norm, if any) -- Gemma 4's global layers with
-            ``attention_k_eq_v`` (``Gemma4TextAttention``: ``v_proj`` is ``None`` and
-            ``value_states = key_states`` before ``k_norm``). ``W_v`` is then ``None``.
-
-    Which path: SDPA (fused) unless ``logit_softcap`` is set, which takes the explicit
-    path; ``rotary_dim``, ``rope_scaling``, ``query_scaling`` and ``sinks`` keep
-    whichever path the rest selects.
+        head_dim: features per head (default ``num_hiddens // num_heads``, which must then
+            divide exactly); Qwen3 and Gemma 3 set it independently of ``d / h``.
+        qk_norm: ``None`` or one of :data:`QK_NORMS` (Dehghani et al., 2023; RMSNorms of epsilon
+            1e-6, before RoPE).
+        rope_theta: the base of RoPE (Su et al., 2021; half-split layout, :func:`apply_rotary`);
+            ``None`` (default): no rotary embedding.
+        window: ``None`` or an int ``w >= 1``: sliding-window attention, query ``i`` sees keys
+            ``i - w < j <= i`` (itself and the ``w - 1`` before it), the convention of Mistral's and
+            Hugging Face ``transformers``' ``sliding_window``. Needs ``causal=True``. With
+            ``valid_lens``, a padded query whose window holds no real key attends to itself.
+        rotary_dim: ``None`` (RoPE turns every feature) or an even int in ``[2, head_dim]``: partial
+            RoPE, only the first ``rotary_dim`` features of each head turn, with frequencies
+            ``theta ** (-2i / rotary_dim)``. Needs ``rope_theta``.
+        rope_scaling: ``None`` or a dict that scales RoPE's frequencies for a longer context,
+            in the format of ``transformers``' ``config.rope_parameters`` (``'linear'``, ``'yarn'``,
+            ``'llama3'``, ``'proportional'``; see :func:`rope_frequencies`). Needs ``rope_theta``;
+            ``'proportional'`` excludes ``rotary_dim``.
+        sinks: ``True``: a learned logit per query head (``self.sinks``, initialized to 0) joins
+            every query's softmax as one more key without a value, so the weights on the real
+            keys sum to less than 1 (Xiao et al., 2023; gpt-oss).
 
     Every argument after ``num_heads`` is keyword-only.
 
-    Attributes:
-        W_q, W_k, W_v, W_o: the projections (``nn.Linear``; ``W_v`` is ``None`` with ``k_eq_v``).
-        q_norm, k_norm: the QK-norms, or ``None``.
-        sinks: the sink logits (``nn.Parameter`` of shape ``(num_heads,)``), or ``None``.
+    Hooks: each step of :meth:`forward` is a method a subclass may override (:meth:`queries_and_keys`,
+    :meth:`value_heads`, :meth:`mask`, :meth:`attend`), and ``scale``, the logit scale (``None``:
+    ``1/sqrt(head_dim)``), may be set. The released models' variants in :mod:`d2lmini.reference`
+    are such subclasses.
 
-    :meth:`queries_and_keys` returns the queries and keys exactly as :meth:`forward`
-    hands them to the attention kernel.
+    Attributes:
+        W_q, W_k, W_v, W_o: the projections; q_norm, k_norm: the QK-norms, or ``None``;
+        sinks: the sink logits ``(num_heads,)``, or ``None``.
 
     Shape:
-        ``forward(queries, keys, values, valid_lens=None)`` with queries
-        ``(batch, num_queries, num_hiddens)``, keys and values
-        ``(batch, num_keys, num_hiddens)``, ``valid_lens`` ``None``, ``(batch,)``
-        or ``(batch, num_queries)`` (keys at positions >= the valid length are
-        masked); returns ``(batch, num_queries, num_hiddens)``.
+        ``forward(queries, keys, values, valid_lens=None, cache=None)``: queries ``(b, n_q, d)``,
+        keys and values ``(b, n_k, d)``, ``valid_lens`` ``None``, ``(b,)`` or ``(b, n_q)``
+        (keys at positions >= the length are masked); returns ``(b, n_q, d)``.
 
     Raises:
-        ValueError: ``num_hiddens`` not divisible by ``num_heads`` (without an explicit
-            ``head_dim``), ``num_heads`` not divisible by ``num_kv_heads``, an unknown
-            ``qk_norm`` (the message lists the allowed ones), an odd ``head_dim`` with
-            RoPE, dropout outside [0, 1), ``bias`` a string other than ``'qkv'``,
-            ``logit_softcap`` not > 0 or not finite, ``window`` or ``chunk`` below 1 or given
-            without ``causal=True``, ``rotary_dim`` odd or outside ``[2, head_dim]``, ``rotary_dim``
-            or ``rope_scaling`` without ``rope_theta``, ``rotary_dim`` with a ``'proportional'``
-            ``rope_scaling``, a bad ``rope_scaling`` (see
-            :func:`rope_frequencies`), a bad ``query_scaling``; at call time, inputs of the wrong rank or
-            width, keys and values of different shapes, RoPE or causal attention with
-            different query and key lengths, or bad ``valid_lens`` (see
-            :func:`valid_lens_mask`).
-        TypeError: arguments of the wrong type.
+        ValueError: sizes that do not divide, an unknown ``qk_norm``, an odd ``head_dim`` with RoPE,
+            dropout outside [0, 1), ``window`` below 1 or without ``causal=True``, a bad ``rotary_dim``
+            or ``rope_scaling`` (either without ``rope_theta``); at call time, inputs of the wrong
+            shape, RoPE or causal attention with different query and key lengths, bad ``valid_lens``.
+        TypeError: arguments or inputs of the wrong type.
     """
+
+    #: The logit scale handed to the kernel; ``None``: ``1 / sqrt(head_dim)``.
+    scale: float | None = None
 
     def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, bias: bool = False,
                  num_kv_heads: int | None = None, causal: bool = False, head_dim: int | None = None,
-                 qk_norm: str | None = None, qk_norm_eps: float | None = None,
-                 rope_theta: float | None = None, scale: float | None = None, window: int | None = None,
-                 logit_softcap: float | None = None, rotary_dim: int | None = None,
-                 rope_scaling: dict | None = None, query_scaling: tuple | None = None,
-                 sinks: bool = False, chunk: int | None = None, value_norm: bool = False,
-                 k_eq_v: bool = False):
+                 qk_norm: str | None = None, rope_theta: float | None = None, window: int | None = None,
+                 rotary_dim: int | None = None, rope_scaling: dict | None = None, sinks: bool = False):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.num_kv_heads = self.num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
-        self.dropout = check_probability("dropout", dropout)
-        self.causal = check_bool("causal", causal)
-        check_bool_or_choice("bias", bias, ("qkv",))
-        if head_dim is None:
-            if self.num_hiddens % self.num_heads:
-                raise ValueError(f"num_hiddens={num_hiddens} must be divisible by num_heads={num_heads} "
-                                 "(or pass head_dim explicitly)")
-            head_dim = self.num_hiddens // self.num_heads
-        self.head_dim = check_positive_int("head_dim", head_dim)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}")
-        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS + (QK_NORM_L2,))
-        self.rope_theta = None if rope_theta is None else check_positive_float("rope_theta", rope_theta)
-        if self.rope_theta is not None and self.head_dim % 2:
-            raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
-        self.scale = None if scale is None else check_positive_float("scale", scale)
+        if head_dim is None and self.num_hiddens % self.num_heads:
+            raise ValueError(f"num_hiddens={num_hiddens} must be divisible by num_heads={num_heads} "
+                             "(or pass head_dim explicitly)")
+        self.head_dim = check_positive_int("head_dim", self.num_hiddens // self.num_heads if head_dim is None else head_dim)
+        self.dropout = check_probability("dropout", dropout)
+        self.causal = check_bool("causal", causal)
         self.window = None if window is None else check_positive_int("window", window)
         if self.window is not None and not self.causal:
             raise ValueError(f"window={window} needs causal=True (sliding-window attention is causal: "
                              "query i sees keys i - window < j <= i); pass causal=True or window=None")
-        self.chunk = None if chunk is None else check_positive_int("chunk", chunk)
-        if self.chunk is not None and not self.causal:
-            raise ValueError(f"chunk={chunk} needs causal=True (chunked attention is causal: query i sees keys "
-                             "j <= i of its own chunk); pass causal=True or chunk=None")
-        self.logit_softcap = None if logit_softcap is None else check_positive_float("logit_softcap", logit_softcap)
+        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS)
+        self._set_rope(rope_theta, rotary_dim, rope_scaling)
+        self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if check_bool("sinks", sinks) else None
+        q_hiddens, kv_hiddens = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        check_bool("bias", bias)
+        self.W_q = nn.Linear(num_hiddens, q_hiddens, bias=bias)
+        self.W_k = nn.Linear(num_hiddens, kv_hiddens, bias=bias)
+        self.W_v = nn.Linear(num_hiddens, kv_hiddens, bias=bias)
+        self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias)
+        self.q_norm, self.k_norm = make_qk_norms(self.qk_norm, self.num_heads, self.num_kv_heads, self.head_dim)
+
+    def _set_rope(self, rope_theta, rotary_dim, rope_scaling) -> None:
+        """Check and keep RoPE's base, rotated features and scaling (see the class's arguments)."""
+        self.rope_theta = None if rope_theta is None else check_positive_float("rope_theta", rope_theta)
+        if self.rope_theta is not None and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
         for name, value in (("rotary_dim", rotary_dim), ("rope_scaling", rope_scaling)):
             if value is not None and self.rope_theta is None:
                 raise ValueError(f"{name}={value!r} needs RoPE: pass rope_theta too")
@@ -626,39 +529,21 @@ class MultiHeadAttention(nn.Module):
         if self.rotary_dim is not None and (self.rope_scaling or {}).get("rope_type") == "proportional":
             raise ValueError("rope_scaling 'proportional' sets which pairs turn with its partial_rotary_factor "
                              f"over the whole head; it excludes rotary_dim={rotary_dim} (pass rotary_dim=None)")
-        self.value_norm = check_bool("value_norm", value_norm)
-        self.k_eq_v = check_bool("k_eq_v", k_eq_v)
-        self.query_scaling = None if query_scaling is None else _check_query_scaling(query_scaling)
-        self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if check_bool("sinks", sinks) else None
-
-        q_hiddens, kv_hiddens = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        qkv_bias = bias is True or bias == "qkv"  # 'qkv': Qwen2, no bias on W_o
-        self.W_q = nn.Linear(num_hiddens, q_hiddens, bias=qkv_bias)
-        self.W_k = nn.Linear(num_hiddens, kv_hiddens, bias=qkv_bias)
-        self.W_v = None if self.k_eq_v else nn.Linear(num_hiddens, kv_hiddens, bias=qkv_bias)  # k_eq_v: W_k's
-        self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias is True)
-
-        eps = DEFAULT_EPS["rms"] if qk_norm_eps is None else check_positive_float("qk_norm_eps", qk_norm_eps)
-        if self.qk_norm == "per_head":
-            self.q_norm, self.k_norm = RMSNorm(self.head_dim, eps), RMSNorm(self.head_dim, eps)
-        elif self.qk_norm == "projection":
-            self.q_norm, self.k_norm = RMSNorm(q_hiddens, eps), RMSNorm(kv_hiddens, eps)
-        elif self.qk_norm == "per_head_distinct":
-            self.q_norm = HeadwiseRMSNorm(self.num_heads, self.head_dim, eps=eps)
-            self.k_norm = HeadwiseRMSNorm(self.num_kv_heads, self.head_dim, eps=eps)
-        else:  # None, or 'l2': no parameters, applied after RoPE by queries_and_keys
-            self.q_norm = self.k_norm = None
-        self.qk_norm_eps = eps
         self._rotary_cache: dict = {}
 
-    def _rotary(self, num_steps: int, like: torch.Tensor, offset: int = 0):
-        """RoPE's ``(cos, sin)`` for positions ``offset .. offset + num_steps - 1``.
+    @property
+    def qk_norm_eps(self) -> float:
+        """The epsilon of the QK-norms (1e-6 unless a converter sets the norms' ``eps``)."""
+        return DEFAULT_EPS["rms"] if self.q_norm is None else self.q_norm.eps
 
-        One table is kept and grown as needed (doubling, so decoding token by token rebuilds it
-        rarely); a row depends only on its position, so slicing a longer table gives the same values.
-        """
-        # Everything the table depends on is in the key, so changing rope_theta, rotary_dim or rope_scaling on a
-        # built module takes effect (never a stale table).
+    @property
+    def logit_scale(self) -> float:
+        """The factor ``q . k`` is multiplied by before the softmax: ``scale``, or ``1/sqrt(head_dim)``."""
+        return self.scale if self.scale is not None else self.head_dim ** -0.5
+
+    def _rotary(self, num_steps: int, like: torch.Tensor, offset: int = 0):
+        """RoPE's ``(cos, sin)`` for positions ``offset .. offset + num_steps - 1``, from one table grown by
+        doubling (a row depends only on its position) and keyed on everything it depends on."""
         key = (like.device, like.dtype, self.rope_theta, self.rotary_dim, self.head_dim, repr(self.rope_scaling))
         end = offset + num_steps
         cached = self._rotary_cache.get(key)
@@ -670,48 +555,25 @@ class MultiHeadAttention(nn.Module):
         cos, sin = cached
         return cos[offset:end], sin[offset:end]
 
-    def _query_scales(self, num_steps: int, like: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """The query factors ``1 + beta * log(1 + floor((p + offset) / period))`` for ``p = start .. start + n-1``.
-
-        Ministral 3 (``offset`` 0) and Llama 4's temperature tuning (``offset`` 1).
-        Computed in float32, cast to ``like``'s dtype; shape ``(num_steps, 1)`` (broadcasts
-        over ``(b, h, n, head_dim)``). Needs ``query_scaling`` (``ValueError`` otherwise).
-        """
-        if self.query_scaling is None:
-            raise ValueError("_query_scales needs query_scaling=(beta, period) or (beta, period, offset)")
-        beta, period, offset = (*self.query_scaling, 0)[:3]
-        positions = torch.arange(start, start + num_steps, dtype=torch.float32, device=like.device) + offset
-        return (1 + beta * torch.log(1 + torch.floor(positions / period)))[:, None].to(like.dtype)
-
-    @property
-    def logit_scale(self) -> float:
-        """The factor ``q . k`` is multiplied by before the softmax: ``scale``, or ``1/sqrt(head_dim)``."""
-        return self.scale if self.scale is not None else self.head_dim ** -0.5
-
     @shown_in("ch06")
     def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor,
                          start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries and keys exactly as they enter the attention kernel.
+        """Queries and keys exactly as they enter the attention kernel (a hook).
 
-        Project, QK-normalize (if ``qk_norm``: the whole projection, or each head),
-        split into heads, then rotate by RoPE (if ``rope_theta``): the norm comes before
-        the rotation, as in Qwen3, OLMo 2 and Gemma 3 -- except ``qk_norm='l2'``, after it,
-        as in Llama 4; then scale the queries by position (if ``query_scaling``, Ministral 3,
-        Llama 4's NoPE layers). Used by :meth:`forward` and by
-        the chapter "QK-norm" (logits ``logit_scale * q @ k.transpose(-1, -2)``).
+        Project, QK-normalize (the whole projection, or each head), split into heads, rotate by
+        RoPE: the norm before the rotation, as in Qwen3, OLMo 2 and Gemma 3. The chapter "QK-norm"
+        reads the logits ``logit_scale * q @ k.transpose(-1, -2)``.
 
         Args:
-            queries: ``(b, n_q, d)``; keys: ``(b, n_k, d)``.
-            start: the position of the first query and key (RoPE and ``query_scaling``): 0, or
-                the number of positions already in a key/value cache.
+            queries: ``(b, n_q, d)``; keys: ``(b, n_k, d)``; start: the position of the first
+                query and key (0, or the number of positions already cached).
 
         Returns:
-            ``(q, k)``, shapes ``(b, h, n_q, head_dim)`` and ``(b, h_kv, n_k, head_dim)``;
-            with grouped-query attention query head ``i`` reads key head ``i // (h // h_kv)``.
+            ``(q, k)``, shapes ``(b, h, n_q, head_dim)`` and ``(b, h_kv, n_k, head_dim)``.
 
         Raises:
-            TypeError / ValueError: inputs that are not floating ``(b, n, d)`` tensors of
-                the weights' dtype and one batch size (with RoPE, also one length).
+            TypeError / ValueError: inputs that are not floating ``(b, n, d)`` tensors of the
+                weights' dtype and one batch size (with RoPE, also one length).
         """
         self._check_inputs(queries, keys, start)
         q, k = self.W_q(queries), self.W_k(keys)  # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
@@ -725,21 +587,10 @@ class MultiHeadAttention(nn.Module):
         if self.rope_theta is not None:
             cos, sin = self._rotary(q.shape[2], q, start)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if self.qk_norm == QK_NORM_L2:  # Llama 4: per head, no gain, after RoPE
-            q = unweighted_rms_norm(q, self.qk_norm_eps, rounding="float32")
-            k = unweighted_rms_norm(k, self.qk_norm_eps, rounding="float32")
-        if self.query_scaling is not None:  # q * (1 + beta log(1 + floor((p + offset) / period)))
-            q = q * self._query_scales(q.shape[2], q, start)
         return q, k
 
     def _check_inputs(self, queries: torch.Tensor, keys: torch.Tensor, start: int = 0) -> None:
-        """Raise for inputs :meth:`queries_and_keys` cannot take (``start``: an int >= 0).
-
-        Raises:
-            TypeError: inputs that are not floating tensors, or not of the weights' dtype.
-            ValueError: inputs that are not ``(b, n, d)``, different batch sizes, or RoPE
-                with different query and key lengths.
-        """
+        """Raise for inputs :meth:`queries_and_keys` cannot take (``start``: an int >= 0)."""
         check_nonnegative_int("start", start)
         check_sequence_tensor("queries", queries, self.num_hiddens)
         check_dtype_matches("queries", queries, self)
@@ -750,58 +601,35 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("RoPE needs as many queries as keys (self-attention), "
                              f"got {queries.shape[1]} queries and {keys.shape[1]} keys")
 
-    def _mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device,
-              start: int = 0) -> torch.Tensor | None:
-        """:func:`attention_mask` with this module's ``causal``, ``window`` and ``chunk``."""
+    def value_heads(self, values: torch.Tensor) -> torch.Tensor:
+        """The values projected and split into heads, ``(b, n_k, d)`` -> ``(b, h_kv, n_k, head_dim)`` (a hook)."""
+        return self.W_v(values).unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
+
+    def mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device,
+             start: int = 0) -> torch.Tensor | None:
+        """The boolean mask of :func:`attention_mask` with this module's ``causal`` and ``window`` (a hook)."""
         return attention_mask(valid_lens, batch_size, num_queries, num_keys, device, causal=self.causal,
-                              window=self.window, chunk=self.chunk, start=start)
+                              window=self.window, start=start)
 
-    def forward(self, queries, keys, values, valid_lens=None, cache: LayerCache | None = None) -> torch.Tensor:
-        """Attend from ``queries`` (b, q, d) to ``keys``/``values`` (b, k, d); returns (b, q, d).
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
+        """The kernel (a hook): each query head's softmax over its keys, times the values.
 
-        ``valid_lens``: ``None``, ``(b,)`` or ``(b, q)`` integer lengths in ``[1, k]``;
-        keys at positions >= the length are masked. ``cache``: a :class:`~d2lmini.cache.LayerCache`
-        for causal self-attention during generation; the inputs are then the new positions only, they
-        attend to every cached key as well, and their keys and values are appended to the cache
-        (``ValueError`` without ``causal=True`` or with ``valid_lens``). See the class docstring for
-        the other errors.
+        ``q`` ``(b, h, n_q, head_dim)``, ``k``, ``v`` ``(b, h_kv, n_k, head_dim)``, ``mask`` ``None`` or
+        boolean (``True``: the query may see the key); returns ``(b, h, n_q, head_dim)``. Fused SDPA;
+        with ``sinks``, one zero key and value more, whose logit a float mask sets to the head's sink.
         """
-        start = 0
-        if cache is not None:
-            if not self.causal or valid_lens is not None:
-                raise ValueError("a key/value cache is for causal self-attention without padding: "
-                                 f"causal must be True (got {self.causal}) and valid_lens None")
-            start = len(cache)
-        q, k = self.queries_and_keys(queries, keys, start)
-        check_sequence_tensor("values", values, self.num_hiddens)
-        if keys.shape != values.shape:
-            raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} and {tuple(values.shape)}")
-        v = (self.W_k if self.k_eq_v else self.W_v)(values)  # k_eq_v: the raw key projection (Gemma 4)
-        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        if self.value_norm:  # Gemma 4: each value head over its root mean square, no gain
-            v = unweighted_rms_norm(v, self.qk_norm_eps, rounding="float32")
-        if cache is not None:  # attend to every position so far; remember this step's keys and values
-            k, v = cache.update(k, v)
-        mask = self._mask(valid_lens, queries.shape[0], queries.shape[1], k.shape[2], queries.device, start)
         extra = {}
         if self.num_kv_heads != self.num_heads:
             if _SDPA_HAS_GQA:  # SDPA reads the shared heads in place: no copies saved for backward
                 extra["enable_gqa"] = True
             else:
                 group = self.num_heads // self.num_kv_heads
-                k = k.repeat_interleave(group, dim=1)
-                v = v.repeat_interleave(group, dim=1)
-        dropout_p = self.dropout if self.training else 0.0
-        if self.logit_softcap is not None:
-            out = self._explicit_attention(q, k, v, mask, dropout_p)
-        elif self.sinks is not None:  # one zero key/value per head, whose logit the float mask sets to the sink's
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if self.sinks is not None:  # one zero key/value per head, whose logit the float mask sets to the sink's
             k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self._sink_mask(mask, q, k.shape[2] - 1),
-                                                 scale=self.scale, dropout_p=dropout_p, **extra)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
-                                                 dropout_p=dropout_p, **extra)
-        return self.W_o(out.transpose(1, 2).flatten(-2))
+            mask = self._sink_mask(mask, q, k.shape[2] - 1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
+                                              dropout_p=self.dropout if self.training else 0.0, **extra)
 
     def _sink_mask(self, mask, q: torch.Tensor, num_keys: int) -> torch.Tensor:
         """The float mask (b, h, n_q, n_k + 1) of attention sinks: 0 / -inf from ``mask``, then each head's sink logit."""
@@ -812,39 +640,33 @@ class MultiHeadAttention(nn.Module):
         out[..., num_keys] = self.sinks.to(q.dtype)[:, None]  # (h, 1) -> every batch element and query
         return out
 
-    def _explicit_attention(self, q, k, v, mask, dropout_p: float) -> torch.Tensor:
-        """Unfused attention with logit soft-capping (Gemma 2), as ``eager_attention_forward``.
+    @shown_in("ch08")
+    def forward(self, queries, keys, values, valid_lens=None, cache: LayerCache | None = None) -> torch.Tensor:
+        """Attend from ``queries`` (b, n_q, d) to ``keys`` and ``values`` (b, n_k, d); returns (b, n_q, d).
 
-        ``logits = tanh(scale * q k^T / cap) * cap`` (no cap: the plain scaled logits), then the mask, a float32 softmax,
-        dropout and the weighted sum of values; returns ``(b, h, n_q, head_dim)``. With ``sinks``, each head's sink
-        logit joins the softmax as one more column after the cap and the mask (gpt-oss), and is dropped after it.
-        """
-        if k.shape[1] != q.shape[1]:  # grouped-query attention: share the key/value heads
-            group = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        logits = q @ k.transpose(-1, -2) * self.logit_scale
-        if self.logit_softcap is not None:
-            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
-        if mask is not None:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        if self.sinks is not None:  # gpt-oss: one more logit per head and query, not capped, dropped after the softmax
-            sinks = self.sinks.to(logits.dtype)[:, None, None].expand(*logits.shape[:-1], 1)
-            weights = torch.softmax(torch.cat((logits, sinks), dim=-1), dim=-1, dtype=torch.float32)[..., :-1].to(q.dtype)
-        else:
-            weights = torch.softmax(logits, dim=-1, dtype=torch.float32).to(q.dtype)
-        weights = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
-        return weights @ v
+        ``cache``: a :class:`~d2lmini.cache.LayerCache` during generation (causal, no ``valid_lens``): the
+        inputs are the new positions, which also attend to the cached keys; the cache keeps theirs."""
+        if cache is not None and (not self.causal or valid_lens is not None):
+            raise ValueError("a key/value cache is for causal self-attention without padding: "
+                             f"causal must be True (got {self.causal}) and valid_lens None")
+        start = 0 if cache is None else len(cache)  # the positions already cached
+        q, k = self.queries_and_keys(queries, keys, start)  # (b, h, n_q, head_dim), (b, h_kv, n_k, head_dim)
+        check_sequence_tensor("values", values, self.num_hiddens)
+        if keys.shape != values.shape:
+            raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} and {tuple(values.shape)}")
+        v = self.value_heads(values)  # (b, h_kv, n_k, head_dim)
+        if cache is not None:  # every position so far; the cache keeps this step's keys and values
+            k, v = cache.update(k, v)
+        mask = self.mask(valid_lens, queries.shape[0], queries.shape[1], k.shape[2], queries.device, start)
+        heads = self.attend(q, k, v, mask)  # (b, h, n_q, head_dim)
+        return self.W_o(heads.transpose(1, 2).flatten(-2))  # the heads side by side, projected back to d
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"causal={self.causal}, window={self.window}, qk_norm={self.qk_norm!r}, rope_theta={self.rope_theta}"
-                + (f", chunk={self.chunk}" if self.chunk is not None else "")
-                + (f", logit_softcap={self.logit_softcap}" if self.logit_softcap is not None else "")
                 + (f", rotary_dim={self.rotary_dim}" if self.rotary_dim is not None else "")
                 + (f", rope_scaling={self.rope_scaling}" if self.rope_scaling is not None else "")
-                + (f", query_scaling={self.query_scaling}" if self.query_scaling is not None else "")
-                + (", sinks=True" if self.sinks is not None else "")
-                + (", value_norm=True" if self.value_norm else "") + (", k_eq_v=True" if self.k_eq_v else ""))
+                + (", sinks=True" if self.sinks is not None else ""))
 
 
 class GatedAttention(nn.Module):
@@ -901,7 +723,6 @@ class GatedAttention(nn.Module):
     rope_theta = property(lambda self: self.attention.rope_theta)
     causal = property(lambda self: self.attention.causal)
     window = property(lambda self: self.attention.window)
-    chunk = property(lambda self: self.attention.chunk)
 
     @shown_in("ch11")
     def forward(self, queries, keys, values, valid_lens=None) -> torch.Tensor:

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._checks import (check_bool, check_bool_or_choice, check_choice, check_dtype_matches, check_left_at_default,
+from ._checks import (check_bool, check_choice, check_dtype_matches, check_left_at_default,
                       check_positive_float, check_positive_int, check_probability, check_sequence_tensor)
 from ._shown import shown_in
 from .attention import MultiHeadAttention
@@ -72,12 +72,11 @@ class AddNorm(nn.Module):
         residual: ``True`` adds the branch to the stream; ``False`` *replaces* the stream
             by the branch (no skip connection; for the experiments of the chapter
             "Residual connections", He et al. 2016).
-        residual_multiplier: a finite float ``m > 0`` scaling the branch output before it
-            is added: ``x <- x + m * F(Norm(x))``, as IBM Granite's ``residual_multiplier``
-            (Hugging Face ``GraniteDecoderLayer``: ``residual + hidden_states *
-            self.residual_multiplier``). Defined only for ``placement='pre'`` with
-            ``residual=True`` (the one combination a released model uses); ``m = 1``
-            (the default) is the plain block, bit for bit.
+
+    Attributes:
+        residual_multiplier: a constant ``m`` scaling the branch output before it is added,
+            ``x <- x + m * F(Norm(x))``; 1.0 (the plain connection, bit for bit) unless
+            :meth:`TransformerBlock.set_scales` changes it.
 
     Shape:
         ``forward(X, branch)``: ``X`` is ``(b, n, d)``; ``branch`` is a callable
@@ -85,27 +84,20 @@ class AddNorm(nn.Module):
 
     Raises:
         ValueError: unknown ``placement``/``norm`` (the message lists the allowed
-            names), ``sublayer_norm_gain`` given for a placement without a
-            sublayer-output norm, or ``residual_multiplier`` not a finite float > 0, or
-            not 1 with a placement other than ``'pre'`` or with ``residual=False``.
-        TypeError: ``residual_multiplier`` not a real number.
+            names), or ``sublayer_norm_gain`` given for a placement without a
+            sublayer-output norm.
     """
 
     def __init__(self, num_hiddens: int, placement: str = "pre", *, norm: str = "rms",
                  eps: float | None = None, dropout: float = 0.0, sublayer_norm_gain: float | None = None,
-                 residual: bool = True, residual_multiplier: float = 1.0):
+                 residual: bool = True):
         super().__init__()
         if placement in PARALLEL_PLACEMENTS:
             raise ValueError(f"placement={placement!r} combines two sublayers, so one AddNorm cannot apply it; "
                              f"use TransformerBlock(placement={placement!r}) or one of {SEQUENTIAL_PLACEMENTS}")
         self.placement = check_choice("placement", placement, SEQUENTIAL_PLACEMENTS)
         self.residual = check_bool("residual", residual)
-        self.residual_multiplier = check_positive_float("residual_multiplier", residual_multiplier)
-        if self.residual_multiplier != 1.0 and (placement != "pre" or not self.residual):
-            raise ValueError(
-                f"residual_multiplier applies only to placement='pre' with residual=True (IBM Granite), "
-                f"got residual_multiplier={residual_multiplier!r} with placement={placement!r}, residual={residual!r}"
-            )
+        self.residual_multiplier = 1.0  # set by TransformerBlock.set_scales (the one place it is checked)
         check_choice("norm", norm, NORMS)
         if sublayer_norm_gain is not None and placement not in SUBLAYER_NORM_PLACEMENTS:
             raise ValueError(
@@ -233,8 +225,7 @@ class TransformerBlock(nn.Module):
         norm: ``'layer'`` (LayerNorm), ``'rms'`` (RMSNorm), ``'layer_no_bias'`` (LayerNorm
             without bias, Cohere Command R) or ``'layer_nonparametric'`` (LayerNorm without
             gain or bias, OLMo 1); see :func:`d2lmini.norms.make_norm`.
-        act: FFN activation: ``'relu'``, ``'gelu'``, ``'gelu_tanh'``, ``'swiglu'``, ``'geglu'`` or
-            ``'swiglu_clamped'`` (gpt-oss, limit 7.0); see :class:`~d2lmini.ffn.FeedForward`.
+        act: FFN activation, one of :data:`~d2lmini.ffn.ACTS` (see :class:`~d2lmini.ffn.FeedForward`).
         placement: where the norms go: ``'post'``, ``'pre'``, ``'post_sublayer'``,
             ``'sandwich'``, or attention and FFN in parallel, ``x <- x + Attn(N_1(x)) +
             FFN(N_2(x))``, with one shared norm ``N_1 = N_2`` (``'parallel'``: GPT-J, PaLM,
@@ -245,8 +236,7 @@ class TransformerBlock(nn.Module):
             takes neither ``sublayer_norm_gain`` nor ``residual_multiplier``, and
             ``residual=False`` leaves ``Attn(N_1(x)) + FFN(N_2(x))``. With ``'parallel'``,
             ``addnorm2.norm_in`` *is* ``addnorm1.norm_in`` (one module, one set of weights).
-        bias: whether the attention and FFN linear layers have biases; ``'qkv'``: biases on
-            the attention's query, key and value projections only (Qwen2), none elsewhere.
+        bias: whether the attention and FFN linear layers have biases.
         ffn_num_hiddens: FFN hidden width (default ``4d``, or ``round(8d/3)`` gated).
         eps: epsilon of every norm (default: 1e-5 for LayerNorm, 1e-6 for RMSNorm).
         residual: ``False`` removes both skip connections (see :class:`AddNorm`).
@@ -257,22 +247,19 @@ class TransformerBlock(nn.Module):
             :class:`MultiHeadAttention` built from ``**attention_kwargs``. When given, the
             module is configured by the factory alone: ``attention_kwargs`` must be empty, and
             ``num_heads`` must equal the module's ``num_heads`` if it has one (``ValueError``
-            otherwise). A converter of a released model builds its attention this way.
+            otherwise). A released model's attention (:mod:`d2lmini.reference`) comes this way.
         ffn_factory: zero-argument callable returning the FFN module, called as
             ``ffn(X)``; default a :class:`~d2lmini.ffn.FeedForward`. When given, ``act``
             and ``ffn_num_hiddens`` must keep their defaults.
         **attention_kwargs: the attention's own options, passed to :class:`MultiHeadAttention`
             with ``dropout`` and ``bias`` (see :func:`make_attention`, the one place they go
-            through). Those the chapters teach: ``num_kv_heads`` (grouped-query attention,
-            default ``num_heads``), ``causal`` (decoder-only models), ``qk_norm`` (QK-norm
-            variant), ``rope_theta`` (RoPE base, ``None``: no rotary positions), ``window``
-            (sliding window, query ``i`` sees keys ``i - window < j <= i``; needs
-            ``causal=True``), ``head_dim``; the rest serve released models (``scale``,
-            ``logit_softcap``, ``chunk``, ``rotary_dim``, ``rope_scaling``, ``query_scaling``,
-            ``sinks``, ``value_norm``, ``k_eq_v``, ``qk_norm_eps``; :data:`ATTENTION_OPTIONS`).
+            through): ``num_kv_heads`` (grouped-query attention, default ``num_heads``),
+            ``causal`` (decoder-only models), ``head_dim``, ``qk_norm`` (QK-norm variant),
+            ``rope_theta`` (RoPE base, ``None``: no rotary positions), ``rotary_dim``,
+            ``rope_scaling``, ``window`` (sliding window; needs ``causal=True``) and ``sinks``
+            (:data:`ATTENTION_OPTIONS`).
 
-    Released models' two stream scalings (IBM Granite's ``residual_multiplier``, Gemma 4's
-    ``layer_scalar``) are set by their converters with :meth:`set_scales`.
+    Two constant scalings of the stream that some released models use are set with :meth:`set_scales`.
 
     Attributes:
         attention, ffn: the two sublayers.
@@ -299,7 +286,7 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, norm: str = "rms",
-                 act: str = "swiglu", placement: str = "pre", bias: bool | str = False,
+                 act: str = "swiglu", placement: str = "pre", bias: bool = False,
                  ffn_num_hiddens: int | None = None, eps: float | None = None, residual: bool = True,
                  sublayer_norm_gain: float | None = None, attn_factory: Callable[[], nn.Module] | None = None,
                  ffn_factory: Callable[[], nn.Module] | None = None, **attention_kwargs):
@@ -307,10 +294,7 @@ class TransformerBlock(nn.Module):
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.placement = check_choice("placement", placement, PLACEMENTS)
         self.norm = check_choice("norm", norm, NORMS)
-        check_bool_or_choice("bias", bias, ("qkv",))
-        for name, factory in (("attn_factory", attn_factory), ("ffn_factory", ffn_factory)):
-            if factory is not None and not callable(factory):
-                raise TypeError(f"{name} must be None or a callable returning an nn.Module, got {type(factory).__name__}")
+        check_bool("bias", bias)
         moved = {name: MOVED[name] for name in attention_kwargs if name in MOVED}
         if moved:
             raise TypeError(f"TransformerBlock takes no {', '.join(moved)}: "
@@ -318,7 +302,7 @@ class TransformerBlock(nn.Module):
         shared = {} if attn_factory is not None else dict(dropout=dropout, bias=bias)  # the block's, given to MHA
         self.attention = make_attention(num_hiddens, num_heads, attn_factory, **shared, **attention_kwargs)
         if ffn_factory is None:
-            self.ffn = FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias is True, dropout=dropout)
+            self.ffn = FeedForward(num_hiddens, ffn_num_hiddens, act=act, bias=bias, dropout=dropout)
         else:
             check_left_at_default("ffn_factory builds the FFN, so set these on the module it returns",
                                   TransformerBlock.__init__, act=act, ffn_num_hiddens=ffn_num_hiddens)
@@ -340,17 +324,13 @@ class TransformerBlock(nn.Module):
 
         Args:
             residual_multiplier: a finite float ``m > 0`` scaling both sublayer outputs before
-                they are added, ``x <- x + m * F(Norm(x))``: IBM Granite's ``residual_multiplier``
-                (Hugging Face ``GraniteDecoderLayer``: ``residual + hidden_states *
-                self.residual_multiplier``; pair it with the attention's
-                ``scale=config.attention_multiplier``). Only for ``placement='pre'`` with
-                ``residual=True`` (see :class:`AddNorm`). ``1.0`` is the plain block, bit for bit.
+                they are added, ``x <- x + m * F(Norm(x))`` (IBM Granite, see
+                :func:`d2lmini.reference.from_granite_layer`). Only for ``placement='pre'`` with
+                ``residual=True``. ``1.0`` is the plain block, bit for bit.
             layer_scalar: a finite float ``s > 0`` multiplying the block's whole output, stream
-                included, after both sublayers, ``x <- s * block(x)``: Gemma 4's ``layer_scalar``
-                (Hugging Face ``transformers`` 5.24, ``models/gemma4/modeling_gemma4.py``,
-                ``Gemma4TextDecoderLayer``: a buffer, not trained, ``hidden_states *=
-                self.layer_scalar`` at the end of ``forward``); a plain float here (no gradient,
-                not in the ``state_dict``). ``1.0`` is the plain block, bit for bit.
+                included, after both sublayers, ``x <- s * block(x)`` (Gemma 4, see
+                :func:`d2lmini.reference.from_gemma4_layer`); a plain float (no gradient, not in
+                the ``state_dict``). ``1.0`` is the plain block, bit for bit.
 
         Returns:
             ``self``, so that a converter can write ``TransformerBlock(...).set_scales(...)``.

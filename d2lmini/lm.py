@@ -110,8 +110,9 @@ class LanguageModel(nn.Module):
             raise TypeError(f"LanguageModel needs the blocks' {' and '.join(missing)} (keyword arguments)")
         if "causal" in block_kwargs:
             raise TypeError("a language model's blocks are always causal; do not pass causal")
-        if positions == "rope" and block_kwargs.get("attn_factory") is None:  # a factory's module has its own
-            block_kwargs.setdefault("rope_theta", 10000.0)
+        if positions == "rope":
+            if block_kwargs.get("attn_factory") is None:  # a factory's module has its own
+                block_kwargs.setdefault("rope_theta", 10000.0)
         elif block_kwargs.get("rope_theta") is not None:
             raise ValueError(f"rope_theta={block_kwargs['rope_theta']!r} needs positions='rope', got {positions!r}")
         num_hiddens = check_positive_int("num_hiddens", block_kwargs.pop("num_hiddens"))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import (check_bool, check_choice, check_last_dim, check_nonnegative_int,
+from ._checks import (check_bool, check_callable, check_choice, check_last_dim, check_nonnegative_int,
                       check_positive_float, check_positive_int)
 from ._shown import shown_in
 from .ffn import ACTS, FeedForward
@@ -35,8 +37,8 @@ class MixtureOfExperts(nn.Module):
     zero by default). The softmax router's weights equal a softmax over the ``top_k``
     selected logits alone, which is how OpenAI gpt-oss computes them (Hugging Face
     ``GptOssTopKRouter``: top-k of the logits, then a softmax over those k); gpt-oss's
-    router also has a bias (``router_bias=True``) and its experts are
-    ``act='swiglu_clamped'`` FFNs with biases (``bias=True``). Each token runs through
+    router also has a bias (``router_bias=True``) and its experts clamped SwiGLU FFNs
+    with biases (``expert=``, ``bias=True``). Each token runs through
     only ``top_k`` experts, so the parameters grow with ``num_experts`` while the
     computation per token grows with ``top_k``. With ``num_groups > 1`` the routing is
     *group-limited*, as in DeepSeek-V3 (Hugging Face ``DeepseekV3TopkRouter``: ``n_group``,
@@ -70,9 +72,10 @@ class MixtureOfExperts(nn.Module):
         bias: whether the experts' linear layers have biases.
         router_bias: whether the router has a bias, ``router(x) = W x + b`` (gpt-oss); default
             ``False`` (Mixtral, DeepSeek, Qwen3-MoE, Trinity).
-        swiglu_limit: the experts' (and shared expert's) clamp for ``act='swiglu_clamped'``
-            (``None``: its default, 7.0) or ``act='swiglu'`` (DeepSeek-V4; ``None``: no clamp);
-            see :class:`~d2lmini.ffn.FeedForward`.
+        expert: ``None`` (default: :class:`~d2lmini.ffn.FeedForward`) or a callable
+            ``expert(num_hiddens, ffn_num_hiddens, act=act, bias=bias)`` returning each expert (and
+            the shared expert, with its width): a subclass of FeedForward such as the clamped
+            SwiGLU of gpt-oss and DeepSeek-V4 (:class:`d2lmini.reference.gpt_oss.ClampedSwiGLU`).
         num_groups: expert groups for group-limited routing; must divide ``num_experts``
             (default 1: no groups, every expert can be chosen).
         topk_groups: how many groups a token's experts may come from, ``1 <= topk_groups <=
@@ -95,7 +98,7 @@ class MixtureOfExperts(nn.Module):
     Raises:
         ValueError / TypeError: for sizes out of range, ``top_k > num_experts``, groups that
             do not divide the experts or cannot supply ``top_k`` of them, an
-            unknown ``router`` or ``act``, a ``swiglu_limit`` with another act, a
+            unknown ``router`` or ``act``, an ``expert`` that is not callable, a
             ``shared_expert_gate`` that is not a bool or has no shared expert to gate; at call
             time an input whose last dimension is not ``d``.
 
@@ -105,7 +108,7 @@ class MixtureOfExperts(nn.Module):
     def __init__(self, num_hiddens: int, num_experts: int = 8, *, top_k: int = 2, ffn_num_hiddens: int | None = None,
                  act: str = "swiglu", router: str = "softmax", num_shared_experts: int = 0,
                  route_scale: float = 1.0, bias: bool = False, router_bias: bool = False,
-                 swiglu_limit: float | None = None, num_groups: int = 1, topk_groups: int | None = None,
+                 expert: Callable[..., nn.Module] | None = None, num_groups: int = 1, topk_groups: int | None = None,
                  shared_expert_gate: bool = False):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
@@ -113,18 +116,17 @@ class MixtureOfExperts(nn.Module):
         self.top_k = check_positive_int("top_k", top_k)
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k must be <= num_experts={num_experts}, got top_k={top_k}")
-        self.act = check_choice("act", act, ACTS)
+        check_choice("act", act, ACTS)
         self.router_kind = check_choice("router", router, ROUTERS)
         self.num_shared_experts = check_nonnegative_int("num_shared_experts", num_shared_experts)
         self.route_scale = check_positive_float("route_scale", route_scale)
         check_bool("bias", bias)
         self.router = nn.Linear(num_hiddens, num_experts, bias=check_bool("router_bias", router_bias))
-        expert = {"act": act, "bias": bias, "swiglu_limit": swiglu_limit}
-        self.experts = nn.ModuleList(FeedForward(num_hiddens, ffn_num_hiddens, **expert)
-                                     for _ in range(num_experts))
+        make = FeedForward if expert is None else check_callable("expert", expert)
+        self.experts = nn.ModuleList(make(num_hiddens, ffn_num_hiddens, act=act, bias=bias) for _ in range(num_experts))
         width = self.experts[0].ffn_num_hiddens
-        self.shared = (FeedForward(num_hiddens, width * num_shared_experts, **expert)
-                       if num_shared_experts else None)
+        self.act = self.experts[0].act  # as the experts name it (a clamped SwiGLU's name, say)
+        self.shared = make(num_hiddens, width * num_shared_experts, act=act, bias=bias) if num_shared_experts else None
         if check_bool("shared_expert_gate", shared_expert_gate) and self.shared is None:
             raise ValueError("shared_expert_gate=True needs num_shared_experts >= 1, got num_shared_experts=0")
         self.shared_expert_gate = nn.Linear(num_hiddens, 1, bias=False) if shared_expert_gate else None

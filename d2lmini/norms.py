@@ -181,8 +181,8 @@ def unweighted_rms_norm(X: torch.Tensor, eps: float, *, rounding: str = "statist
       the hyper-connections of :mod:`d2lmini.hyper` (the chapter "Beyond one residual stream")
       and DeepSeek-V4's compressed attention.
     * ``'float32'``: ``X`` is cast to float32 (float64 too), normalized there and the result cast
-      back, as Llama 4's ``Llama4TextL2Norm`` (``qk_norm='l2'``) and Gemma 4's gainless value norm
-      (``Gemma4RMSNorm(with_scale=False)``); :class:`~d2lmini.attention.MultiHeadAttention`.
+      back, as Llama 4's ``Llama4TextL2Norm`` and Gemma 4's gainless value norm
+      (``Gemma4RMSNorm(with_scale=False)``); :mod:`d2lmini.reference`'s ``Llama4Attention`` and ``GemmaAttention``.
 
     Args:
         X: a floating tensor ``(..., features)``.

@@ -39,8 +39,7 @@ SUPPORTED = {"positions": ("learned", "sinusoidal", "rope"), "placement": ("post
              "act": ("relu", "swiglu"), "qk_norm": (None, "per_head")}
 
 #: Attention options the page does not compute, with the value each must keep.
-_ATTENTION_DEFAULTS = dict(window=None, chunk=None, logit_softcap=None, rotary_dim=None, rope_scaling=None,
-                           query_scaling=None, sinks=None, value_norm=False, k_eq_v=False, scale=None, causal=True)
+_ATTENTION_DEFAULTS = dict(window=None, rotary_dim=None, rope_scaling=None, sinks=None, scale=None, causal=True)
 
 
 def _unsupported(model: LanguageModel) -> list[str]:
@@ -57,8 +56,8 @@ def _unsupported(model: LanguageModel) -> list[str]:
             continue
         problems += [f"block {i}'s {key}={getattr(b.attention, key)!r}" for key, value in _ATTENTION_DEFAULTS.items()
                      if getattr(b.attention, key) != value]
-        if b.ffn.swiglu_limit is not None or b.layer_scalar != 1.0 or not b.addnorm1.residual:
-            problems.append(f"block {i}'s swiglu_limit, layer_scalar or residual=False")
+        if b.layer_scalar != 1.0 or not b.addnorm1.residual:
+            problems.append(f"block {i}'s layer_scalar or residual=False")
         if any(a.residual_multiplier != 1.0 for a in (b.addnorm1, b.addnorm2)):
             problems.append(f"block {i}'s residual_multiplier")
     return problems

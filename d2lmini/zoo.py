@@ -297,9 +297,9 @@ def describe(block: TransformerBlock) -> dict:
         attention.append(f"window {att.window}")
     if getattr(att, "chunk", None) is not None:
         attention.append(f"chunks of {att.chunk}")
-    if att.logit_softcap is not None:
+    if getattr(att, "logit_softcap", None) is not None:  # Gemma 2 (d2lmini.reference.gemma.GemmaAttention)
         attention.append(f"soft-cap {att.logit_softcap:g}")
-    if att.query_scaling is not None:
+    if getattr(att, "query_scaling", None) is not None:  # Ministral 3, Llama 4 (reference.llama.LlamaVariantAttention)
         beta, period, offset = (*att.query_scaling, 0)[:3]
         p = f"(p + {offset})" if offset else "p"
         attention.append(f"query scaling 1 + {beta:g} log(1 + floor({p} / {period}))")
@@ -494,7 +494,7 @@ def block_features(block: TransformerBlock) -> dict[str, bool]:
             "RoPE": att.rope_theta is not None,
             "partial RoPE": att.rope_theta is not None and att.rotary_dim not in (None, att.head_dim),
             "QK-norm": att.qk_norm is not None, "sliding window": att.window is not None,
-            "logit soft-cap": att.logit_softcap is not None, "attention sinks": att.sinks is not None,
+            "logit soft-cap": getattr(att, "logit_softcap", None) is not None, "attention sinks": att.sinks is not None,
             "gated attention": gated}
 
 

@@ -24,6 +24,7 @@ from d2lmini.attention import (
     valid_lens_mask,
 )
 from d2lmini.block import TransformerBlock
+from d2lmini.reference.llama import LlamaVariantAttention
 
 tf = pytest.importorskip("transformers")
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
@@ -206,8 +207,8 @@ def _stablelm(implementation, seed):
     config = _hf_config(tf.StableLmConfig, implementation, hidden_size=64, num_attention_heads=4,
                         num_key_value_heads=2, intermediate_size=96, partial_rotary_factor=0.25, use_qkv_bias=True)
     hf = reference.randomize_(tf.models.stablelm.modeling_stablelm.StableLmAttention(config, layer_idx=0), seed).eval()
-    ours = MultiHeadAttention(64, 4, num_kv_heads=2, bias="qkv", causal=True,
-                              rope_theta=config.rope_parameters["rope_theta"], rotary_dim=4).eval()
+    ours = LlamaVariantAttention(64, 4, num_kv_heads=2, qkv_bias=True, causal=True,
+                                 rope_theta=config.rope_parameters["rope_theta"], rotary_dim=4).eval()
     _copy_qkvo(ours, hf)
     return ours, hf, tf.models.stablelm.modeling_stablelm.StableLmRotaryEmbedding(config)
 
@@ -274,8 +275,8 @@ def _ministral3(implementation, beta=0.5, period=4, seed=4):
                                seed).eval()
     scaling = {key: rope[key] for key in ("rope_type", "factor", "original_max_position_embeddings", "beta_fast",
                                           "beta_slow", "mscale", "mscale_all_dim")}
-    ours = MultiHeadAttention(64, 4, num_kv_heads=2, head_dim=16, causal=True, rope_theta=rope["rope_theta"],
-                              rope_scaling=scaling, query_scaling=(beta, period)).eval()
+    ours = LlamaVariantAttention(64, 4, num_kv_heads=2, head_dim=16, causal=True, rope_theta=rope["rope_theta"],
+                                 rope_scaling=scaling, query_scaling=(beta, period)).eval()
     _copy_qkvo(ours, hf)
     return ours, hf, tf.models.ministral3.modeling_ministral3.Ministral3RotaryEmbedding(config)
 
@@ -293,9 +294,9 @@ def test_ministral3_attention_matches_transformers(implementation):
 
 def test_query_scales_follow_get_llama_4_attn_scale():
     from transformers.models.ministral3.modeling_ministral3 import get_llama_4_attn_scale
-    attn = MultiHeadAttention(32, 4, causal=True, rope_theta=100.0, query_scaling=(0.3, 4))
+    attn = LlamaVariantAttention(32, 4, causal=True, rope_theta=100.0, query_scaling=(0.3, 4))
     theirs = get_llama_4_attn_scale(torch.arange(17)[None], 0.3, 4)[0, 0]  # (n, 1)
-    ours = attn._query_scales(17, torch.zeros(()))
+    ours = attn.query_scales(17, torch.zeros(()))
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-7)
     assert torch.equal(ours[:4], torch.ones(4, 1)) and ours[16, 0] == pytest.approx(1 + 0.3 * math.log(5))
 
@@ -303,7 +304,7 @@ def test_query_scales_follow_get_llama_4_attn_scale():
 def test_query_scaling_scales_only_the_queries_from_the_first_period_on():
     torch.manual_seed(0)
     plain = MultiHeadAttention(32, 4, causal=True, rope_theta=100.0)
-    scaled = MultiHeadAttention(32, 4, causal=True, rope_theta=100.0, query_scaling=(0.5, 3))
+    scaled = LlamaVariantAttention(32, 4, causal=True, rope_theta=100.0, query_scaling=(0.5, 3))
     scaled.load_state_dict(plain.state_dict())
     X = torch.randn(2, 8, 32)
     q0, k0 = plain.queries_and_keys(X, X)
@@ -382,21 +383,23 @@ def test_bad_rope_frequencies_arguments():
 ])
 def test_bad_query_scaling_is_rejected_naming_it(value, error, match):
     with pytest.raises(error, match=f"query_scaling.*{match}|{match}.*query_scaling"):
-        MultiHeadAttention(32, 4, query_scaling=value)
-    with pytest.raises(error, match="query_scaling"):
-        TransformerBlock(32, 4, query_scaling=value)
+        LlamaVariantAttention(32, 4, query_scaling=value)
 
 
 def test_new_options_are_keyword_only_passed_by_the_block_and_refused_with_a_factory():
-    options = {"rotary_dim": 4, "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "query_scaling": (0.1, 4)}
+    options = {"rotary_dim": 4, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
     block = TransformerBlock(32, 4, causal=True, rope_theta=100.0, **options)
-    assert block.attention.rotary_dim == 4 and block.attention.query_scaling == (0.1, 4)
+    assert block.attention.rotary_dim == 4
     assert block.attention.rope_scaling == {"rope_type": "linear", "factor": 2.0}
     for name, value in options.items():
         with pytest.raises(ValueError, match=f"{name}=.* would be ignored"):
             TransformerBlock(32, 4, **{name: value},
                              attn_factory=lambda: MultiHeadAttention(32, 4, causal=True, rope_theta=100.0))
-    assert "rotary_dim=4" in repr(block.attention) and "query_scaling=(0.1, 4)" in repr(block.attention)
+    assert "rotary_dim=4" in repr(block.attention)
+    with pytest.raises(TypeError, match="unknown argument.*query_scaling"):  # a released model's: LlamaVariantAttention
+        TransformerBlock(32, 4, causal=True, rope_theta=100.0, query_scaling=(0.1, 4))
+    scaled = LlamaVariantAttention(32, 4, causal=True, rope_theta=100.0, query_scaling=(0.1, 4))
+    assert scaled.query_scaling == (0.1, 4) and "query_scaling=(0.1, 4)" in repr(scaled)
     import inspect
     params = inspect.signature(MultiHeadAttention.__init__).parameters
     assert all(params[name].kind is inspect.Parameter.KEYWORD_ONLY for name in (*options, "sinks"))

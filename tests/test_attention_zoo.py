@@ -1,4 +1,5 @@
-"""Qwen2's q/k/v-only biases (bias='qkv') and Gemma 2's attention logit soft-capping (logit_softcap=).
+"""Qwen2's q/k/v-only biases (LlamaVariantAttention(qkv_bias=True)) and Gemma 2's attention logit soft-capping
+(GemmaAttention(logit_softcap=)).
 
 Checked against Hugging Face ``transformers`` 5.24: ``models/qwen2/modeling_qwen2.py``
 (``Qwen2Attention``: q/k/v_proj ``bias=True``, o_proj ``bias=False``) and
@@ -12,11 +13,13 @@ import torch
 from d2lmini import reference
 from d2lmini.attention import MultiHeadAttention
 from d2lmini.block import TransformerBlock
+from d2lmini.reference.gemma import GemmaAttention
+from d2lmini.reference.llama import LlamaVariantAttention
 
 tf = pytest.importorskip("transformers")
 
 
-@pytest.mark.parametrize("bias, error", [("qk", ValueError), ("QKV", ValueError), (1, TypeError), (None, TypeError)])
+@pytest.mark.parametrize("bias, error", [("qkv", TypeError), ("QKV", TypeError), (1, TypeError), (None, TypeError)])
 def test_bad_bias_is_rejected_naming_it(bias, error):
     with pytest.raises(error, match="bias"):
         MultiHeadAttention(32, 4, bias=bias)
@@ -30,21 +33,22 @@ def test_bad_bias_is_rejected_naming_it(bias, error):
                                         ("50", TypeError), (True, TypeError)])
 def test_bad_logit_softcap_is_rejected_naming_it(cap, error):
     with pytest.raises(error, match="logit_softcap"):
-        MultiHeadAttention(32, 4, logit_softcap=cap)
-    with pytest.raises(error, match="logit_softcap"):
-        TransformerBlock(32, 4, logit_softcap=cap)
+        GemmaAttention(32, 4, logit_softcap=cap)
 
 
-def test_logit_softcap_is_refused_with_a_factory():
-    with pytest.raises(ValueError, match="logit_softcap"):
-        TransformerBlock(32, 4, logit_softcap=50.0, attn_factory=lambda: MultiHeadAttention(32, 4))
+def test_released_models_options_are_not_the_blocks():
+    for name, value in (("logit_softcap", 50.0), ("qkv_bias", True)):
+        with pytest.raises(TypeError, match=f"unknown argument.*{name}"):
+            TransformerBlock(32, 4, **{name: value})
 
 
 def test_qkv_bias_shapes():
-    attn = MultiHeadAttention(32, 4, num_kv_heads=2, head_dim=16, bias="qkv")
+    attn = LlamaVariantAttention(32, 4, num_kv_heads=2, head_dim=16, qkv_bias=True)
     assert attn.W_q.bias.shape == (64,) and attn.W_k.bias.shape == (32,) and attn.W_v.bias.shape == (32,)
-    assert attn.W_o.bias is None
-    block = TransformerBlock(32, 4, bias="qkv")
+    assert attn.W_o.bias is None and "qkv_bias=True" in repr(attn)
+    with pytest.raises(ValueError, match="qkv_bias"):
+        LlamaVariantAttention(32, 4, qkv_bias=True, bias=True)
+    block = TransformerBlock(32, 4, attn_factory=lambda: LlamaVariantAttention(32, 4, qkv_bias=True))
     assert block.attention.W_q.bias is not None and block.attention.W_o.bias is None
     assert all(m.bias is None for m in block.ffn.modules() if isinstance(m, torch.nn.Linear))
 
@@ -54,7 +58,7 @@ def test_huge_cap_equals_uncapped_and_small_cap_differs():
     valid_lens = torch.tensor([7, 4])
     torch.manual_seed(0)
     plain = MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, rope_theta=10000.0).eval()
-    capped = MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, rope_theta=10000.0, logit_softcap=1e6).eval()
+    capped = GemmaAttention(32, 4, num_kv_heads=2, causal=True, rope_theta=10000.0, logit_softcap=1e6).eval()
     capped.load_state_dict(plain.state_dict())
     for vl in (None, valid_lens):
         assert (capped(X, X, X, vl) - plain(X, X, X, vl)).abs().max() < 1e-6
@@ -107,7 +111,7 @@ def test_qwen2_attention_and_layer_match_transformers(valid):
     valid_lens = torch.tensor([9, 5]) if valid else None
     mask = reference.additive_mask(valid_lens, 9, True, X.dtype, 2)
     theta = float(config.rope_parameters["rope_theta"]) if getattr(config, "rope_parameters", None) else config.rope_theta
-    attn = MultiHeadAttention(64, 4, num_kv_heads=2, causal=True, rope_theta=theta, bias="qkv").eval()
+    attn = LlamaVariantAttention(64, 4, num_kv_heads=2, causal=True, rope_theta=theta, qkv_bias=True).eval()
     _copy_attention(attn, layer.self_attn)
     rot = tf.models.qwen2.modeling_qwen2.Qwen2RotaryEmbedding
     out, grad = _compare(attn, layer.self_attn, X,
@@ -115,8 +119,9 @@ def test_qwen2_attention_and_layer_match_transformers(valid):
                          lambda m, Y: m(Y, Y, Y, valid_lens))
     print("qwen2 attention", out, grad)
     assert out <= 1e-5 and grad <= 1e-5
-    block = TransformerBlock(64, 4, norm="rms", act="swiglu", placement="pre", bias="qkv", num_kv_heads=2,
-                             ffn_num_hiddens=96, eps=config.rms_norm_eps, causal=True, rope_theta=theta).eval()
+    block = TransformerBlock(64, 4, norm="rms", act="swiglu", placement="pre", ffn_num_hiddens=96,
+                             eps=config.rms_norm_eps, attn_factory=lambda: LlamaVariantAttention(
+                                 64, 4, num_kv_heads=2, causal=True, rope_theta=theta, qkv_bias=True)).eval()
     _copy_attention(block.attention, layer.self_attn)
     with torch.no_grad():
         block.ffn.W_g.weight.copy_(layer.mlp.gate_proj.weight)
@@ -149,8 +154,8 @@ def test_gemma2_softcapped_attention_matches_transformers(valid):
     valid_lens = torch.tensor([9, 5]) if valid else None
     mask = reference.additive_mask(valid_lens, 9, True, X.dtype, 2)
     theta = float(config.rope_parameters["rope_theta"]) if getattr(config, "rope_parameters", None) else config.rope_theta
-    ours = MultiHeadAttention(64, 4, num_kv_heads=2, head_dim=32, causal=True, rope_theta=theta,
-                              scale=24 ** -0.5, logit_softcap=2.0).eval()
+    ours = GemmaAttention(64, 4, num_kv_heads=2, head_dim=32, causal=True, rope_theta=theta, logit_softcap=2.0).eval()
+    ours.scale = 24 ** -0.5
     _copy_attention(ours, attn_hf)
     rot = tf.models.gemma2.modeling_gemma2.Gemma2RotaryEmbedding
     out, grad = _compare(ours, attn_hf, X,
@@ -162,15 +167,14 @@ def test_gemma2_softcapped_attention_matches_transformers(valid):
     assert (ours(X, X, X, valid_lens) - attn_hf(X, attention_mask=mask, **_rotary_kwargs(rot, config, X))[0]).abs().max() > 1e-4
 
 
-def test_explicit_path_without_a_cap_equals_sdpa():
+def test_explicit_path_with_a_huge_cap_equals_sdpa():
     torch.manual_seed(1)
-    attn = MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, window=3, rope_theta=10000.0).eval()
+    attn = GemmaAttention(32, 4, num_kv_heads=2, causal=True, window=3, rope_theta=10000.0, logit_softcap=1e6).eval()
     X = torch.randn(2, 7, 32)
     for valid_lens in (None, torch.tensor([7, 4]), torch.tensor([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]])):
         q, k = attn.queries_and_keys(X, X)
-        v = attn.W_v(X).unflatten(-1, (2, 8)).transpose(1, 2)
-        mask = attn._mask(valid_lens, 2, 7, 7, X.device)
-        explicit = attn._explicit_attention(q, k, v, mask, 0.0)
-        fused = torch.nn.functional.scaled_dot_product_attention(
-            q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), attn_mask=mask)
+        v = attn.value_heads(X)
+        mask = attn.mask(valid_lens, 2, 7, 7, X.device)
+        explicit = attn.attend(q, k, v, mask)
+        fused = MultiHeadAttention.attend(attn, q, k, v, mask)  # the base class's kernel: fused SDPA
         assert (explicit - fused).abs().max() < 1e-6

@@ -17,6 +17,7 @@ from d2lmini.deepseek_v4 import (
     visible_entries,
 )
 from d2lmini.ffn import FeedForward
+from d2lmini.reference.gpt_oss import ClampedSwiGLU
 from d2lmini.hyper import HyperConnectedBlock
 from d2lmini.moe import MixtureOfExperts
 from d2lmini.reference import (
@@ -79,7 +80,7 @@ MUTATIONS = {
     "hash table": (0, _shuffle_table),
     "sinks": (0, lambda b: b.attention.sinks.zero_()),
     "window": (0, lambda b: setattr(b.attention, "window", 7)),
-    "V4's SwiGLU clamp": (0, lambda b: [setattr(e, "swiglu_limit", None) for e in b.ffn.experts]),
+    "V4's SwiGLU clamp": (0, lambda b: [setattr(e, "swiglu_limit", 1e9) for e in b.ffn.experts]),
     "HCA compressor gate": (1, lambda b: b.attention.compressor.position_bias.add_(
         torch.randn(b.attention.compressor.position_bias.shape))),
     "CSA overlap (the previous window's first halves)": (
@@ -168,7 +169,7 @@ def test_sqrtsoftplus_router_weights():
 
 
 def test_swiglu_limit_clamps_without_shift():
-    ffn = FeedForward(4, 6, act="swiglu", swiglu_limit=0.5)
+    ffn = ClampedSwiGLU(4, 6, swiglu_limit=0.5)  # DeepSeek-V4's form: no slope, no + 1
     X = torch.randn(3, 4) * 5
     G, U = ffn.W_g(X).clamp(max=0.5), ffn.W_1(X).clamp(-0.5, 0.5)
     assert torch.allclose(ffn(X), ffn.W_2(torch.nn.functional.silu(G) * U))

@@ -16,6 +16,7 @@ import torch
 from conftest import mutated
 from d2lmini import TransformerBlock
 from d2lmini.attention import MultiHeadAttention, rope_frequencies
+from d2lmini.reference.gemma import GemmaAttention
 from d2lmini.reference import (
     HF_CONVERTERS,
     TOLERANCE,
@@ -124,27 +125,28 @@ def test_bad_values_are_rejected():
         MultiHeadAttention(32, 2, rope_theta=10.0, rotary_dim=8,
                            rope_scaling={"rope_type": "proportional", "partial_rotary_factor": 0.5})
     with pytest.raises(TypeError, match="value_norm"):
-        MultiHeadAttention(32, 2, value_norm="yes")
+        GemmaAttention(32, 2, value_norm="yes")
     with pytest.raises(TypeError, match="k_eq_v"):
-        MultiHeadAttention(32, 2, k_eq_v=1)
+        GemmaAttention(32, 2, k_eq_v=1)
     for bad in (0.0, -1.0, float("inf")):
         with pytest.raises(ValueError, match="layer_scalar"):
             TransformerBlock(32, 2).set_scales(layer_scalar=bad)
-    with pytest.raises(ValueError, match="attn_factory"):
-        TransformerBlock(32, 2, k_eq_v=True, attn_factory=lambda: MultiHeadAttention(32, 2))
+    with pytest.raises(TypeError, match="unknown argument.*k_eq_v"):  # Gemma's own: GemmaAttention
+        TransformerBlock(32, 2, k_eq_v=True)
 
 
 def test_defaults_change_nothing_and_options_change_the_output():
     torch.manual_seed(0)
     X = torch.randn(2, 6, 32)
     base = TransformerBlock(32, 4, causal=True, rope_theta=10.0)
-    for kwargs in (dict(value_norm=True), dict(layer_scalar=0.5),
-                   dict(rope_scaling={"rope_type": "proportional", "partial_rotary_factor": 0.5})):
+    gemma = dict(attn_factory=lambda: GemmaAttention(32, 4, causal=True, rope_theta=10.0, value_norm=True))
+    for kwargs in (gemma, dict(layer_scalar=0.5),
+                   dict(causal=True, rope_theta=10.0, rope_scaling={"rope_type": "proportional", "partial_rotary_factor": 0.5})):
         scales = {"layer_scalar": kwargs.pop("layer_scalar")} if "layer_scalar" in kwargs else {}
-        other = TransformerBlock(32, 4, causal=True, rope_theta=10.0, **kwargs).set_scales(**scales)
+        other = TransformerBlock(32, 4, **(kwargs or dict(causal=True, rope_theta=10.0))).set_scales(**scales)
         other.load_state_dict(base.state_dict())
         assert not torch.allclose(base(X), other(X), atol=1e-4), kwargs
-    keqv = TransformerBlock(32, 4, causal=True, k_eq_v=True)
+    keqv = TransformerBlock(32, 4, attn_factory=lambda: GemmaAttention(32, 4, causal=True, k_eq_v=True))
     assert keqv.attention.W_v is None and "W_v" not in dict(keqv.attention.named_children())
     with torch.no_grad():  # keys as values: equal to a block whose W_v is W_k
         ref = TransformerBlock(32, 4, causal=True)

@@ -1,4 +1,4 @@
-"""gpt-oss's mixture of experts: FeedForward(act='swiglu_clamped') and MixtureOfExperts(router_bias=True).
+"""gpt-oss's mixture of experts: reference.gpt_oss.ClampedSwiGLU experts and MixtureOfExperts(router_bias=True).
 
 Checked against Hugging Face ``GptOssMLP`` (``GptOssTopKRouter`` + ``GptOssExperts``, eager
 experts) on a tiny random config, float32, with inputs large enough that the clamps of
@@ -7,30 +7,30 @@ the SwiGLU engage (counted below); outputs and input gradients to 1e-5.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from torch.nn import functional as F
 
 from d2lmini import FeedForward, MixtureOfExperts, TransformerBlock
 from d2lmini.chapters.ch07_ffn import ffn_as_memories
-from d2lmini.ffn import (
-    ACTS,
-    SWIGLU_CLAMPED_ALPHA,
-    SWIGLU_CLAMPED_LIMIT,
-    default_ffn_num_hiddens,
-)
+from d2lmini.ffn import ACTS, default_ffn_num_hiddens
 from d2lmini.reference import copy_gptoss_experts, randomize_
 from d2lmini.reference.base import copy_linear
+from d2lmini.reference.gpt_oss import SWIGLU_CLAMPED_ALPHA, SWIGLU_CLAMPED_LIMIT, ClampedSwiGLU
+
+GPT_OSS = dict(alpha=SWIGLU_CLAMPED_ALPHA)  # ClampedSwiGLU's gpt-oss form: the slope and the + 1
 
 D, E, K, H_FFN = 64, 4, 2, 32
 
 
-# --------------------------------------------------------------------------- FeedForward(act='swiglu_clamped')
+# --------------------------------------------------------------------------- ClampedSwiGLU(alpha=1.702)
 
 
-def _clamped_ffn(limit=None, seed=0):
+def _clamped_ffn(limit=SWIGLU_CLAMPED_LIMIT, seed=0):
     torch.manual_seed(seed)
-    return randomize_(FeedForward(16, 24, act="swiglu_clamped", bias=True, swiglu_limit=limit), seed)
+    return randomize_(ClampedSwiGLU(16, 24, bias=True, swiglu_limit=limit, **GPT_OSS), seed)
 
 
 def test_swiglu_clamped_is_the_gpt_oss_formula():
@@ -43,13 +43,14 @@ def test_swiglu_clamped_is_the_gpt_oss_formula():
 
 
 def test_swiglu_clamped_defaults_and_constants():
-    assert "swiglu_clamped" in ACTS
+    assert "swiglu_clamped" not in ACTS  # a released model's: d2lmini.reference.gpt_oss
     assert SWIGLU_CLAMPED_ALPHA == 1.702 and SWIGLU_CLAMPED_LIMIT == 7.0
-    ffn = FeedForward(48, act="swiglu_clamped")
-    assert ffn.swiglu_limit == 7.0 and ffn.gated
+    ffn = ClampedSwiGLU(48, **GPT_OSS)
+    assert ffn.swiglu_limit == 7.0 and ffn.gated and ffn.act == "swiglu_clamped"
     assert ffn.ffn_num_hiddens == default_ffn_num_hiddens(48, "swiglu") == 128
     assert "swiglu_limit=7.0" in repr(ffn)
-    assert FeedForward(48, act="swiglu").swiglu_limit is None
+    assert ClampedSwiGLU(48).act == "swiglu"  # DeepSeek-V4's form
+    assert not hasattr(FeedForward(48, act="swiglu"), "swiglu_limit")
 
 
 def test_without_clamps_the_plus_one_is_the_only_difference_from_a_slope_1702_swish():
@@ -79,22 +80,25 @@ def test_existing_gated_acts_are_unchanged():
                                           ("7", TypeError), (True, TypeError)])
 def test_bad_swiglu_limit_is_rejected(limit, error):
     with pytest.raises(error, match="swiglu_limit"):
-        FeedForward(16, act="swiglu_clamped", swiglu_limit=limit)
+        ClampedSwiGLU(16, swiglu_limit=limit, **GPT_OSS)
 
 
-@pytest.mark.parametrize("act", ["geglu", "gelu"])  # "swiglu" takes one: DeepSeek-V4's clamp
-def test_swiglu_limit_with_another_act_is_rejected(act):
-    with pytest.raises(ValueError, match="swiglu_limit applies only to act='swiglu_clamped'"):
-        FeedForward(16, act=act, swiglu_limit=7.0)
-    with pytest.raises(ValueError, match="swiglu_limit applies only"):
-        MixtureOfExperts(16, 4, act=act, swiglu_limit=7.0)
+@pytest.mark.parametrize("act", ["geglu", "gelu"])
+def test_a_clamp_on_another_act_is_rejected(act):
+    with pytest.raises(ValueError, match="act must be 'swiglu'"):
+        ClampedSwiGLU(16, act=act)
+    with pytest.raises(ValueError, match="act must be 'swiglu'"):
+        MixtureOfExperts(16, 4, act=act, expert=ClampedSwiGLU)
+    for name in ("swiglu_limit", "swiglu_clamped"):  # the chapters' FFN takes neither
+        with pytest.raises((TypeError, ValueError), match=name):
+            FeedForward(16, **({"swiglu_limit": 7.0} if name == "swiglu_limit" else {"act": name}))
 
 
-def test_block_takes_the_clamped_act_and_chapter_seven_refuses_its_memories():
-    block = TransformerBlock(32, 4, act="swiglu_clamped")
+def test_block_takes_the_clamped_ffn_and_chapter_seven_refuses_its_memories():
+    block = TransformerBlock(32, 4, ffn_factory=lambda: ClampedSwiGLU(32, **GPT_OSS))
     assert block.ffn.swiglu_limit == 7.0
     assert block(torch.randn(1, 3, 32)).shape == (1, 3, 32)
-    with pytest.raises(ValueError, match="swiglu_clamped"):
+    with pytest.raises(ValueError, match="ClampedSwiGLU"):
         ffn_as_memories(block.ffn, torch.randn(3, 32))
 
 
@@ -129,7 +133,7 @@ def test_defaults_build_the_same_moe_as_before():
     torch.manual_seed(0)
     a = MixtureOfExperts(16, 4)
     torch.manual_seed(0)
-    b = MixtureOfExperts(16, 4, router_bias=False, swiglu_limit=None)
+    b = MixtureOfExperts(16, 4, router_bias=False, expert=FeedForward)
     X = torch.randn(5, 16)
     assert torch.equal(a(X), b(X))
 
@@ -147,8 +151,8 @@ def _gptoss(seed=0, limit=7.0):
     mlp = randomize_(tf.models.gpt_oss.modeling_gpt_oss.GptOssMLP(config), seed).eval()
     with torch.no_grad():  # clamped hidden units reach (7 + 1) * 7: keep the outputs O(1), so 1e-5 is tight
         mlp.experts.down_proj.mul_(0.1)
-    moe = MixtureOfExperts(D, E, top_k=K, ffn_num_hiddens=H_FFN, act="swiglu_clamped", bias=True, router_bias=True,
-                           swiglu_limit=limit).eval()
+    moe = MixtureOfExperts(D, E, top_k=K, ffn_num_hiddens=H_FFN, bias=True, router_bias=True,
+                           expert=partial(ClampedSwiGLU, swiglu_limit=limit, **GPT_OSS)).eval()
     copy_linear(moe.router, mlp.router.weight, mlp.router.bias)
     copy_gptoss_experts(moe.experts, mlp.experts)
     return mlp, moe
@@ -214,12 +218,14 @@ def test_a_smaller_limit_on_both_sides_still_matches():
 def test_copy_gptoss_experts_rejects_mismatched_experts():
     mlp, _ = _gptoss(0)
     with pytest.raises(ValueError, match="experts"):
-        copy_gptoss_experts(MixtureOfExperts(D, 3, act="swiglu_clamped", bias=True).experts, mlp.experts)
+        copy_gptoss_experts(MixtureOfExperts(D, 3, bias=True, expert=partial(ClampedSwiGLU, **GPT_OSS)).experts,
+                            mlp.experts)
     with pytest.raises(ValueError, match="swiglu_clamped"):
         copy_gptoss_experts(MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, bias=True).experts, mlp.experts)
     with pytest.raises(ValueError, match="swiglu_limit=7.0"):
-        other = MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, act="swiglu_clamped", bias=True, swiglu_limit=3.0)
+        other = MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, bias=True,
+                                 expert=partial(ClampedSwiGLU, swiglu_limit=3.0, **GPT_OSS))
         copy_gptoss_experts(other.experts, mlp.experts)
     with pytest.raises(ValueError, match="bias mismatch"):
-        unbiased = MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, act="swiglu_clamped")
+        unbiased = MixtureOfExperts(D, E, ffn_num_hiddens=H_FFN, expert=partial(ClampedSwiGLU, **GPT_OSS))
         copy_gptoss_experts(unbiased.experts, mlp.experts)

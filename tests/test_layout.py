@@ -1,7 +1,7 @@
 """The package's shape, read from its source: layers that only look down, no circle, no private imports.
 
-``d2lmini`` is layered (the design notes, "d2lmini: the shape"): at the bottom the
-model parts, importing only each other and the shared checks; above them the real models' layers
+``d2lmini`` is layered (the README's table "Layout" says so, and a test below holds it to this file): at the
+bottom the model parts, importing only each other and the helpers beside them; above them the real models' layers
 (``d2lmini.reference``, one module per family); above those the experiments, explorers and
 chapter modules. Every module is parsed with :mod:`ast` (nothing is imported, so the test is
 quick and sees imports inside functions too) and its imports of other ``d2lmini`` modules become
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -20,10 +21,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "d2lmini"
 
-#: The model parts: they may import only each other (the shared checks and the code marker included).
+#: The model parts: they may import only each other (the helpers beside them included: the argument checks,
+#: the printed-code marker, the parameter counts, seeded randomness).
 MODEL_PARTS = {f"d2lmini.{name}" for name in (
     "_checks", "_shown", "attention", "block", "cache", "deepseek_v4", "deltanet", "ffn", "hyper", "lm", "mla",
-    "moe", "norms", "parameters", "probes", "seeding")}
+    "moe", "norms", "parameters", "seeding")}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -121,6 +123,17 @@ def test_model_parts_import_only_model_parts():
     upward = sorted(f"{module} -> {target}" for module in MODEL_PARTS for target in GRAPH[module]
                     if target not in MODEL_PARTS)
     assert upward == [], "a model part imports a module above it"
+
+
+def test_the_readme_names_the_same_model_parts():
+    # The README's layout table lists the package's top-level modules: the model parts (and the helpers beside
+    # them) before "the shared machinery above them", the rest after. Fails if the table and MODEL_PARTS part ways.
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `d2lmini/` |"))
+    below, above = row.split("the shared machinery above them")
+    named = lambda text: {f"d2lmini.{name}" for name in re.findall(r"`(\w+)\.py`", text)}
+    top_level = {name for name, path in MODULES.items() if path.parent == PACKAGE and path.name != "__init__.py"}
+    assert named(below) == MODEL_PARTS
+    assert named(above) == top_level - MODEL_PARTS
 
 
 def test_reference_imports_model_parts_and_itself_only():

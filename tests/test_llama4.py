@@ -4,8 +4,8 @@ Llama 4 has two attention kinds -- RoPE layers (interleaved RoPE, gainless "L2" 
 RoPE, chunked attention) and NoPE layers (no positions, attention temperature tuning, full
 causal attention) -- and two FFNs, a dense SwiGLU MLP and a mixture whose top-1 router's
 sigmoid scales the expert's input, plus a shared expert. ``reference.from_llama4_layer``
-builds each as a ``TransformerBlock`` with ``chunk=``, ``qk_norm='l2'``,
-``query_scaling=(attn_scale, floor_scale, 1)`` and ``MixtureOfExperts(router='sigmoid_input')``;
+builds each as a ``TransformerBlock`` whose attention is a ``Llama4Attention`` with ``chunk=``,
+``l2_norm_eps=``, ``query_scaling=(attn_scale, floor_scale, 1)``, and ``MixtureOfExperts(router='sigmoid_input')``;
 the comparison runs the HF layer with the masks its model builds (``hf_call``).
 """
 
@@ -20,6 +20,7 @@ import torch
 from d2lmini import MultiHeadAttention, TransformerBlock
 from d2lmini.chapters.ch09_the_2026_block import ROWS_2026, verify_2026
 from d2lmini.moe import MixtureOfExperts
+from d2lmini.reference.llama4 import Llama4Attention
 from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, Reference, compare_with_reference, from_hf,
                                from_llama4_layer, hf_reference, tiny_config)
 
@@ -57,7 +58,7 @@ def test_every_layer_kind_matches_hugging_face(layer_idx, padded):
     assert result["max_abs_output"] > 0.1
     rope, moe = KINDS[layer_idx]
     att, ffn = result["block"].attention, result["block"].ffn
-    assert (att.chunk, att.qk_norm, att.rope_theta is not None) == ((5, "l2", True) if rope else (None, None, False))
+    assert (att.chunk, att.l2_norm_eps, att.rope_theta is not None) == ((5, 1e-5, True) if rope else (None, None, False))
     assert att.query_scaling == (None if rope else (0.5, 3, 1))
     assert isinstance(ffn, MixtureOfExperts) == moe
     if moe:
@@ -98,7 +99,7 @@ def _unpermuted(block, layer, config):
 
 MUTATIONS = {
     "chunk": (0, lambda block, layer, config: setattr(block.attention, "chunk", None)),
-    "l2 qk-norm": (2, lambda block, layer, config: setattr(block.attention, "qk_norm", None)),
+    "l2 qk-norm": (2, lambda block, layer, config: setattr(block.attention, "l2_norm_eps", None)),
     "interleaved rope": (0, _unpermuted),
     "temperature": (1, lambda block, layer, config: setattr(block.attention, "query_scaling", None)),
     "temperature offset": (3, lambda block, layer, config: setattr(block.attention, "query_scaling", (0.5, 3))),
@@ -142,8 +143,8 @@ def test_the_2026_row_is_verified_and_nothing_is_missing():
 
 
 def test_chunk_mask_is_causal_within_chunks():
-    attn = MultiHeadAttention(16, 2, causal=True, chunk=3)
-    mask = attn._mask(None, 1, 8, 8, "cpu")
+    attn = Llama4Attention(16, 2, causal=True, chunk=3)
+    mask = attn.mask(None, 1, 8, 8, "cpu")
     i, j = torch.arange(8)[:, None], torch.arange(8)[None]
     assert torch.equal(mask, (j <= i) & (i // 3 == j // 3))
 
@@ -153,17 +154,17 @@ def test_chunk_changes_the_output_and_a_long_chunk_is_plain_causal():
     X = torch.randn(2, 10, 16)
     causal = MultiHeadAttention(16, 2, causal=True).eval()
     for chunk, same in ((4, False), (10, True), (25, True)):
-        chunked = MultiHeadAttention(16, 2, causal=True, chunk=chunk).eval()
+        chunked = Llama4Attention(16, 2, causal=True, chunk=chunk).eval()
         chunked.load_state_dict(causal.state_dict())
         assert torch.allclose(chunked(X, X, X), causal(X, X, X), atol=1e-6) == same
     # the first query of each chunk sees itself alone: its output is its own value, projected
-    chunked = MultiHeadAttention(16, 2, causal=True, chunk=4).eval()
+    chunked = Llama4Attention(16, 2, causal=True, chunk=4).eval()
     alone = chunked.W_o(chunked.W_v(X[:, 4]))
     assert torch.allclose(chunked(X, X, X)[:, 4], alone, atol=1e-6)
 
 
 def test_chunk_with_padding_stays_finite():
-    attn = MultiHeadAttention(16, 2, causal=True, chunk=3)
+    attn = Llama4Attention(16, 2, causal=True, chunk=3)
     X = torch.randn(2, 8, 16)
     out = attn(X, X, X, torch.tensor([8, 2]))  # queries 3..7 of the second sequence see no real key
     assert torch.isfinite(out).all()
@@ -172,27 +173,24 @@ def test_chunk_with_padding_stays_finite():
 @pytest.mark.parametrize("value, error", [(0, ValueError), (-2, ValueError), (2.0, TypeError), (True, TypeError)])
 def test_bad_chunk_is_rejected_naming_it(value, error):
     with pytest.raises(error, match="chunk"):
-        MultiHeadAttention(16, 2, causal=True, chunk=value)
-    with pytest.raises(error, match="chunk"):
-        TransformerBlock(16, 2, causal=True, chunk=value)
+        Llama4Attention(16, 2, causal=True, chunk=value)
 
 
-def test_chunk_needs_causal_and_is_refused_with_an_attention_factory():
+def test_chunk_needs_causal_and_reaches_a_block_through_its_factory():
     with pytest.raises(ValueError, match="chunk.*causal"):
-        MultiHeadAttention(16, 2, chunk=4)
-    with pytest.raises(ValueError, match="chunk"):
-        TransformerBlock(16, 2, causal=True, chunk=4, attn_factory=lambda: MultiHeadAttention(16, 2))
-    assert TransformerBlock(16, 2, causal=True, chunk=4).attention.chunk == 4
-    assert inspect.signature(MultiHeadAttention).parameters["chunk"].kind is inspect.Parameter.KEYWORD_ONLY
-    assert "chunk" not in inspect.signature(TransformerBlock).parameters  # it reaches the attention as an option
+        Llama4Attention(16, 2, chunk=4)
+    with pytest.raises(TypeError, match="unknown argument.*chunk"):  # not an option of the chapters' attention
+        TransformerBlock(16, 2, causal=True, chunk=4)
+    assert TransformerBlock(16, 2, attn_factory=lambda: Llama4Attention(16, 2, causal=True, chunk=4)).attention.chunk == 4
+    assert inspect.signature(Llama4Attention).parameters["chunk"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
-# --------------------------------------------------------------------------- qk_norm='l2', query_scaling offset
+# --------------------------------------------------------------------------- l2_norm_eps, query_scaling offset
 
 
 def test_l2_qk_norm_is_a_gainless_rms_norm_after_rope():
     torch.manual_seed(0)
-    attn = MultiHeadAttention(32, 4, causal=True, qk_norm="l2", qk_norm_eps=1e-5, rope_theta=100.0)
+    attn = Llama4Attention(32, 4, causal=True, l2_norm_eps=1e-5, rope_theta=100.0)
     assert attn.q_norm is None and attn.k_norm is None and sum(p.numel() for p in attn.parameters()) == 4 * 32 * 32
     X = torch.randn(2, 6, 32)
     q, _ = attn.queries_and_keys(X, X)
@@ -202,14 +200,17 @@ def test_l2_qk_norm_is_a_gainless_rms_norm_after_rope():
     q0, _ = plain.queries_and_keys(X, X)
     assert torch.allclose(q, q0 * torch.rsqrt(q0.pow(2).mean(-1, keepdim=True) + 1e-5), atol=1e-6)
     assert not torch.allclose(attn(X, X, X), plain(X, X, X), atol=1e-3)
+    for other in (dict(qk_norm="per_head"), dict(query_scaling=(0.5, 3))):
+        with pytest.raises(ValueError, match="l2_norm_eps"):
+            Llama4Attention(32, 4, causal=True, l2_norm_eps=1e-5, rope_theta=100.0, **other)
 
 
 def test_query_scaling_offset_shifts_the_positions():
-    attn = MultiHeadAttention(16, 2, causal=True, query_scaling=(0.5, 3, 1))
-    scales = attn._query_scales(7, torch.zeros(()))[:, 0]
+    attn = Llama4Attention(16, 2, causal=True, query_scaling=(0.5, 3, 1))
+    scales = attn.query_scales(7, torch.zeros(()))[:, 0]
     expected = [1 + 0.5 * math.log(1 + math.floor((p + 1) / 3)) for p in range(7)]
     assert torch.allclose(scales, torch.tensor(expected))
-    assert MultiHeadAttention(16, 2, query_scaling=(0.5, 3, 0)).query_scaling == (0.5, 3)
+    assert Llama4Attention(16, 2, query_scaling=(0.5, 3, 0)).query_scaling == (0.5, 3)
     assert attn.query_scaling == (0.5, 3, 1)
 
 

@@ -10,6 +10,8 @@ import d2lmini
 from d2lmini import KVCache, LanguageModel, generate
 from d2lmini.cache import LayerCache
 from d2lmini.seeding import seeded
+from d2lmini.reference.gemma import GemmaAttention
+from d2lmini.reference.llama4 import Llama4Attention
 
 VOCAB = 40
 
@@ -20,8 +22,12 @@ CONFIGS = {
                                     placement="post", bias=True),
     "sinusoidal": dict(positions="sinusoidal", num_hiddens=32, num_heads=4),
     "window and sinks": dict(positions="rope", num_hiddens=32, num_heads=4, window=5, sinks=True),
-    "chunk, softcap, query scaling": dict(positions="rope", num_hiddens=32, num_heads=4, chunk=6, logit_softcap=30.0,
-                                          query_scaling=(0.1, 4)),
+    "chunk, query scaling (Llama 4's attention)": dict(
+        positions="rope", num_hiddens=32, num_heads=4,
+        attn_factory=lambda: Llama4Attention(32, 4, causal=True, rope_theta=1e4, chunk=6, query_scaling=(0.1, 4))),
+    "softcap (Gemma 2's attention)": dict(
+        positions="rope", num_hiddens=32, num_heads=4,
+        attn_factory=lambda: GemmaAttention(32, 4, causal=True, rope_theta=1e4, logit_softcap=30.0)),
 }
 
 
@@ -139,6 +145,8 @@ def test_generate_rejects_bad_arguments_by_name(call, error, match):
     (dict(num_hiddens=32, num_heads=4, positions="alibi"), ValueError, "positions"),
     (dict(num_hiddens=31, num_heads=1, positions="sinusoidal"), ValueError, "even"),
     (dict(num_hiddens=32, num_heads=4, attn_factory=lambda: d2lmini.MultiHeadAttention(32, 4)), ValueError, "causal"),
+    (dict(num_hiddens=32, num_heads=4, rope_theta=1e4,
+          attn_factory=lambda: d2lmini.MultiHeadAttention(32, 4, causal=True)), ValueError, "rope_theta=10000.0 would be ignored"),
 ])
 def test_language_model_checks_its_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -290,13 +298,16 @@ def test_generate_with_an_attention_that_takes_no_cache_says_so():
     (dict(norm="layer"), "norm='layer'"),
     (dict(act="gelu"), "act='gelu'"),
     (dict(sinks=True), "sinks=True"),
-    (dict(scale=0.5), "scale=0.5"),
+    ("scale", "scale=0.5"),
 ])
 def test_to_hf_refuses_what_llama_and_qwen3_cannot_express(change, match):
     from d2lmini.reference import to_hf
 
+    model = LanguageModel(VOCAB, 1, 16, **{**CONFIGS["MQA"], **({} if change == "scale" else change)})
+    if change == "scale":
+        model.blocks[0].attention.scale = 0.5
     with pytest.raises(ValueError, match=match):
-        to_hf(LanguageModel(VOCAB, 1, 16, **{**CONFIGS["MQA"], **change}))
+        to_hf(model)
 
 
 def test_to_hf_refuses_a_head_bias_other_kinds_and_unlike_blocks():

@@ -415,9 +415,12 @@ def test_saturation_probe_sees_the_softmax_saturate_without_qk_norm_only():
     layer = make_attention(None, 32, 2, seed=0).double()
     ((layer(X, X, X) * R).sum() / math.sqrt(R.numel())).backward()
     assert math.isclose(probe[None, 1.0]["grad_W_q"], float(layer.W_q.weight.grad.norm()), rel_tol=1e-9)
-    for bad in (dict(causal=True), dict(num_kv_heads=1), dict(scale=0.5)):
+    scaled = make_attention(None, 32, 2, seed=0).double()
+    scaled.scale = 0.5
+    for bad in (make_attention(None, 32, 2, seed=0, causal=True), make_attention(None, 32, 2, seed=0, num_kv_heads=1),
+                scaled):
         with pytest.raises(ValueError, match="saturation_probe needs"):
-            saturation_probe(make_attention(None, 32, 2, seed=0, **bad).double(), X, R)
+            saturation_probe(bad.double(), X, R)
     with pytest.raises(TypeError, match="MultiHeadAttention"):
         saturation_probe(torch.nn.Linear(32, 32), X, R)
 

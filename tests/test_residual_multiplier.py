@@ -16,8 +16,12 @@ from d2lmini.reference.llama import gated_decoder
 def test_bad_residual_multiplier(value, error):
     with pytest.raises(error, match="residual_multiplier"):
         TransformerBlock(16, 2).set_scales(residual_multiplier=value)
-    with pytest.raises(error, match="residual_multiplier"):
-        AddNorm(16, residual_multiplier=value)
+
+
+def test_addnorm_takes_the_multiplier_from_set_scales_only():
+    with pytest.raises(TypeError, match="residual_multiplier"):
+        AddNorm(16, residual_multiplier=0.5)
+    assert AddNorm(16).residual_multiplier == 1.0
 
 
 @pytest.mark.parametrize("kwargs", [dict(placement="post"), dict(placement="post_sublayer"),

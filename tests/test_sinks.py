@@ -14,19 +14,20 @@ from torch.nn import functional as F
 from d2lmini import reference
 from d2lmini.attention import MultiHeadAttention, valid_lens_mask
 from d2lmini.block import TransformerBlock
+from d2lmini.reference.gemma import GemmaAttention
 
 tf = pytest.importorskip("transformers")
 
 TOL = 1e-5
 
 
-def _pair(seed=0, **kwargs):
+def _pair(seed=0, cls=MultiHeadAttention, **kwargs):
     """Two attentions with the same weights and random sinks: one with, one without sinks."""
     torch.manual_seed(seed)
-    with_sinks = MultiHeadAttention(32, 4, sinks=True, **kwargs).eval()
+    with_sinks = cls(32, 4, sinks=True, **kwargs).eval()
     with torch.no_grad():
         with_sinks.sinks.normal_(0, 2)
-    without = MultiHeadAttention(32, 4, **kwargs).eval()
+    without = cls(32, 4, **kwargs).eval()
     without.load_state_dict({k: v for k, v in with_sinks.state_dict().items() if k != "sinks"})
     return with_sinks, without
 
@@ -73,7 +74,7 @@ def test_fused_sinks_equal_the_formula_with_gradients(kwargs, valid):
     attn, _ = _pair(**kwargs)
     X = torch.randn(2, 7, 32, requires_grad=True)
     valid_lens = {None: None, "b": torch.tensor([7, 4]), "bq": torch.tensor([[7] * 7, [1, 2, 3, 4, 4, 4, 4]])}[valid]
-    mask = attn._mask(valid_lens, 2, 7, 7, X.device)
+    mask = attn.mask(valid_lens, 2, 7, 7, X.device)
     ours = attn(X, X, X, valid_lens)
     expected, weights = _by_formula(attn, X, mask)
     assert (ours - expected).abs().max() <= TOL
@@ -106,23 +107,23 @@ def test_sinks_keep_the_fused_path_and_softcap_takes_the_explicit_one(monkeypatc
     X = torch.randn(2, 5, 32)
     attn(X, X, X)
     assert calls == [1]
-    capped, _ = _pair(causal=True, logit_softcap=2.0)
+    capped, _ = _pair(causal=True, cls=GemmaAttention, logit_softcap=2.0)
     capped(X, X, X)
     assert calls == [1]
 
 
 @pytest.mark.parametrize("valid", [False, True])
 def test_softcap_with_sinks_caps_the_logits_not_the_sinks(valid):
-    attn, _ = _pair(num_kv_heads=2, causal=True, rope_theta=100.0, logit_softcap=0.5)
+    attn, _ = _pair(num_kv_heads=2, causal=True, rope_theta=100.0, cls=GemmaAttention, logit_softcap=0.5)
     with torch.no_grad():
         attn.sinks.copy_(torch.tensor([3.0, -2.0, 0.7, 1.5]))  # beyond the cap: capping them would change them
     X = torch.randn(2, 7, 32, requires_grad=True)
     valid_lens = torch.tensor([7, 4]) if valid else None
     ours = attn(X, X, X, valid_lens)
-    expected, _ = _by_formula(attn, X, attn._mask(valid_lens, 2, 7, 7, X.device), cap=0.5)
+    expected, _ = _by_formula(attn, X, attn.mask(valid_lens, 2, 7, 7, X.device), cap=0.5)
     assert (ours - expected).abs().max() <= TOL
-    huge_cap = MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, rope_theta=100.0, logit_softcap=1e9,
-                                  sinks=True).eval()
+    huge_cap = GemmaAttention(32, 4, num_kv_heads=2, causal=True, rope_theta=100.0, logit_softcap=1e9,
+                              sinks=True).eval()
     fused = MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, rope_theta=100.0, sinks=True).eval()
     huge_cap.load_state_dict(attn.state_dict())
     fused.load_state_dict(attn.state_dict())

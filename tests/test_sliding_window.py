@@ -66,7 +66,7 @@ def test_window_mask_matches_the_band_with_padding():
     n, window = 6, 3
     attn = _attention(window)
     valid_lens = torch.tensor([6, 3])
-    mask = attn._mask(valid_lens, 2, n, n, "cpu")[:, 0]  # (b, q, k)
+    mask = attn.mask(valid_lens, 2, n, n, "cpu")[:, 0]  # (b, q, k)
     i, j = torch.arange(n)[:, None], torch.arange(n)[None]
     band = (j <= i) & (j > i - window)
     assert torch.equal(mask[0], band)

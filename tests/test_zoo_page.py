@@ -17,6 +17,8 @@ import yaml
 from conftest import ROOT
 from d2lmini import TransformerBlock, reference, zoo
 from d2lmini.chapters import ch09_the_2026_block as catalog
+from d2lmini.reference.gemma import GemmaAttention
+from d2lmini.reference.llama import LlamaVariantAttention
 
 pytest.importorskip("transformers")
 
@@ -80,8 +82,8 @@ def test_features_by_year_counts_the_rows_of_each_year(table):
 def test_block_features_reads_the_block():
     plain = zoo.block_features(TransformerBlock(8, 2))
     assert plain["RMSNorm"] and plain["gated FFN"] and not plain["post-norm"] and not plain["RoPE"]
-    block = TransformerBlock(8, 2, norm="layer", placement="post", act="relu", bias=True, causal=True,
-                             rope_theta=1e4, qk_norm="per_head", window=3, logit_softcap=10.0)
+    block = TransformerBlock(8, 2, norm="layer", placement="post", act="relu", bias=True, attn_factory=lambda: GemmaAttention(
+        8, 2, bias=True, causal=True, rope_theta=1e4, qk_norm="per_head", window=3, logit_softcap=10.0))
     features = zoo.block_features(block)
     assert features["post-norm"] and features["biases"] and features["RoPE"] and features["QK-norm"]
     assert features["sliding window"] and features["logit soft-cap"] and not features["gated FFN"]
@@ -217,11 +219,16 @@ def test_zoo_switches_reports_a_row_this_transformers_lacks(monkeypatch):
 def test_block_switches_reads_the_constructor_arguments_back():
     assert catalog.block_switches(TransformerBlock(8, 2))["bias"] is False
     assert catalog.block_switches(TransformerBlock(8, 2, bias=True))["bias"] is True
-    switches = catalog.block_switches(TransformerBlock(8, 2, bias="qkv", window=4, causal=True, rope_theta=1e4))
+    qwen2 = TransformerBlock(8, 2, attn_factory=lambda: LlamaVariantAttention(8, 2, qkv_bias=True, window=4, causal=True,
+                                                                              rope_theta=1e4))
+    switches = catalog.block_switches(qwen2)
     assert (switches["bias"], switches["window"], switches["rope_theta"]) == ("qkv", 4, 1e4)
     assert tuple(switches) == catalog.SWITCHES
-    assert catalog.block_switches(TransformerBlock(8, 2, scale=0.25))["scale"] == 0.25
+    scaled = TransformerBlock(8, 2)
+    scaled.attention.scale = 0.25
+    assert catalog.block_switches(scaled)["scale"] == 0.25
     # the rows are named as the constructor's arguments, so a reader can type them
-    assert set(catalog.SWITCHES) <= set(catalog.constructor_arguments())
+    # (scale and logit_softcap: the attribute of the attention, the argument of GemmaAttention)
+    assert set(catalog.SWITCHES) <= set(catalog.constructor_arguments()) | {"scale", "logit_softcap"}
     with pytest.raises(TypeError, match="block"):
         catalog.block_switches(torch.nn.Linear(2, 2))

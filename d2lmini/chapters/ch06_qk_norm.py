@@ -329,9 +329,9 @@ def _check_probe_layer(layer) -> None:
     """Raise ValueError unless ``layer`` is what :func:`saturation_probe` computes by hand."""
     _check_attention(layer)
     if layer.causal or layer.num_kv_heads != layer.num_heads or layer.scale is not None \
-            or layer.query_scaling is not None:
-        raise ValueError("saturation_probe needs a bidirectional layer with one key head per query head, "
-                         "the scale 1/sqrt(d_h) and no query scaling (make_attention's defaults)")
+            or type(layer) is not MultiHeadAttention:
+        raise ValueError("saturation_probe needs a bidirectional MultiHeadAttention (not a subclass) with one key "
+                         "head per query head and the scale 1/sqrt(d_h) (make_attention's defaults)")
 
 
 @shown_in("ch06")

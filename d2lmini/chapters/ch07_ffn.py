@@ -219,14 +219,14 @@ def ffn_as_memories(ffn: FeedForward, X: torch.Tensor, top_k: int = 10) -> Memor
     Raises:
         TypeError: if ``ffn`` is not a ``FeedForward`` or ``X`` not a tensor.
         ValueError: if ``X``'s last dimension is not ``ffn.num_hiddens``, ``top_k`` is
-            out of range, or ``ffn.act`` is ``'swiglu_clamped'``.
+            out of range, or ``ffn`` is a subclass (a clamped SwiGLU's units are not ``act(g_i . x) (k_i . x)``).
 
     Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
     """
     check_instance("ffn", ffn, FeedForward, "a d2lmini FeedForward")
-    if ffn.act == "swiglu_clamped":  # its coefficients are not act(g_i . x) (k_i . x)
-        raise ValueError("ffn_as_memories reads coefficients act(g_i . x) (k_i . x); act='swiglu_clamped' "
-                         "(gpt-oss) clamps both and adds 1, so its memories are not read here")
+    if type(ffn) is not FeedForward:  # a subclass may change gated_units: its coefficients are not read here
+        raise ValueError("ffn_as_memories reads coefficients act(g_i . x) (k_i . x) of a FeedForward; a subclass "
+                         f"({type(ffn).__name__}) may compute its units otherwise, so its memories are not read here")
     check_last_dim("X", check_float_tensor("X", X, min_dim=2), ffn.num_hiddens)
     top_k = check_int_in("top_k", top_k, 1, ffn.ffn_num_hiddens)
     return memory_reading(ffn, X.reshape(-1, ffn.num_hiddens), top_k)

@@ -43,9 +43,8 @@ DEEPSEEK_V3 = dict(num_hiddens=7168, num_heads=128, q_lora_rank=1536, kv_lora_ra
 
 
 #: Options of :class:`~d2lmini.attention.MultiHeadAttention` that :func:`decode_step` does not
-#: reproduce, with the value that switches each off.
-_PLAIN = dict(qk_norm=None, rope_theta=None, window=None, chunk=None, logit_softcap=None, query_scaling=None,
-              sinks=None, value_norm=False, k_eq_v=False)
+#: reproduce (each is off when ``None``).
+_PLAIN = ("qk_norm", "rope_theta", "window", "sinks")
 
 
 def decode_step(attention: MultiHeadAttention, X: torch.Tensor, cache: tuple | None = None):
@@ -60,8 +59,7 @@ def decode_step(attention: MultiHeadAttention, X: torch.Tensor, cache: tuple | N
     "Attention for generation", whose reader writes the same computation as ``MyGQA``.
 
     Args:
-        attention: a causal ``MultiHeadAttention`` without QK-norm, RoPE, window, chunks,
-            soft-capping, query scaling, sinks, value norm or shared key/value projection.
+        attention: a causal ``MultiHeadAttention`` without QK-norm, RoPE, window or sinks.
         X: the new tokens, ``(b, n, d)``.
         cache: ``None`` (no earlier tokens) or the ``(k, v)`` a previous call returned,
             each ``(b, num_kv_heads, past, head_dim)``.
@@ -76,8 +74,7 @@ def decode_step(attention: MultiHeadAttention, X: torch.Tensor, cache: tuple | N
             cache that is not a pair of ``(b, num_kv_heads, past, head_dim)`` tensors.
     """
     check_instance("attention", attention, MultiHeadAttention, "a d2lmini MultiHeadAttention")
-    options = [name for name, off in _PLAIN.items()
-               if (getattr(attention, name) is not None if off is None else getattr(attention, name) != off)]
+    options = [name for name in _PLAIN if getattr(attention, name) is not None]
     if options or not attention.causal:
         raise ValueError(f"decode_step needs a plain causal MultiHeadAttention; this one has {options or 'causal=False'}")
     check_sequence_tensor("X", X, attention.num_hiddens)

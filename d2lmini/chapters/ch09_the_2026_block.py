@@ -1431,7 +1431,7 @@ def block_switches(block: TransformerBlock) -> dict:
     if bias and block.ffn.W_1.bias is None:
         bias = "qkv"
     values = (block.norm, block.placement, block.ffn.act, bias, att.causal, att.qk_norm, att.rope_theta, att.window,
-              att.logit_softcap, att.scale, block.addnorm1.residual_multiplier)
+              getattr(att, "logit_softcap", None), att.scale, block.addnorm1.residual_multiplier)
     return dict(zip(SWITCHES, values))
 
 

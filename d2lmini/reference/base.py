@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .._checks import check_int_in, check_nonnegative_int, check_positive_int
+from .._checks import check_int_in, check_nonnegative_int, check_positive_float, check_positive_int
 from ..attention import ROPE_SCALINGS, GatedAttention, interleaved_to_half_order
 from ..block import TransformerBlock
 from ..hyper import HyperConnectedBlock
@@ -67,6 +67,21 @@ def copy_norm(dst: nn.Module, src: nn.Module, unit_offset: bool = False) -> None
     copy_weight(dst.weight, weight.to(dst.weight.dtype))
     if getattr(src, "bias", None) is not None:
         copy_weight(dst.bias, src.bias)
+
+
+def set_qk_norm_eps(attention, eps: float):
+    """Give an attention's QK-norms the epsilon ``eps`` (a released model's ``rms_norm_eps``); returns the attention.
+
+    :class:`~d2lmini.attention.MultiHeadAttention` builds its QK-norms with epsilon 1e-6; a converter whose
+    model uses another sets it here, on ``q_norm`` and ``k_norm``.
+
+    Raises:
+        ValueError: an attention without QK-norms, or ``eps`` not a finite float > 0.
+    """
+    if attention.q_norm is None or attention.k_norm is None:
+        raise ValueError("set_qk_norm_eps needs an attention with QK-norms (qk_norm set)")
+    attention.q_norm.eps = attention.k_norm.eps = check_positive_float("eps", eps)
+    return attention
 
 
 def copy_qkv_packed(attention, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -303,7 +318,8 @@ def rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False,
         layer_type: the layer's type (``config.layer_types[layer_idx]``) or ``None``.
         partial: whether the model's attention applies partial RoPE (rotates only the
             first ``rotary_dim`` features); if not, a ``partial_rotary_factor`` below 1 is refused.
-        query_scaling: also return ``'query_scaling'``: ``(beta, L)`` with ``beta =
+        query_scaling: also return ``'query_scaling'`` (an argument of
+            :class:`~d2lmini.reference.llama.LlamaVariantAttention`): ``(beta, L)`` with ``beta =
             rope_parameters['llama_4_scaling_beta']`` and ``L =
             rope_parameters['original_max_position_embeddings']`` (Ministral 3's Llama 4-style
             query scaling, ``modeling_ministral3.get_llama_4_attn_scale``), or ``None`` where ``beta`` is 0.

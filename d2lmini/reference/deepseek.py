@@ -11,6 +11,8 @@ hyper-connected streams (:class:`~d2lmini.hyper.HyperConnectedBlock`).
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from ..attention import interleaved_to_half_order, valid_lens_mask
@@ -21,6 +23,7 @@ from ..mla import DSAIndexer, MultiHeadLatentAttention
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_gated_mlp, copy_linear, copy_norm, copy_weight, rope_kwargs,
                    start_conversion)
+from .gpt_oss import ClampedSwiGLU
 from .harness import output_and_grad_differences, randomize_
 from .tiny import tiny_config
 
@@ -289,7 +292,8 @@ def from_deepseek_v4_layer(layer, config, layer_idx: int | None = None):
                            index_topk=config.index_topk)
     moe_kwargs = dict(top_k=config.num_experts_per_tok, ffn_num_hiddens=config.moe_intermediate_size, act="swiglu",
                       router=config.scoring_func, num_shared_experts=1,
-                      route_scale=float(config.routed_scaling_factor), swiglu_limit=float(config.swiglu_limit))
+                      route_scale=float(config.routed_scaling_factor),
+                      expert=partial(ClampedSwiGLU, swiglu_limit=float(config.swiglu_limit)))
     experts = moe.experts.num_experts
     if mlp_kind == "hash_moe":
         def ffn():

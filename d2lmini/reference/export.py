@@ -31,8 +31,7 @@ def _hf_causal_lm_config(lm) -> tuple[str, dict]:
     attention = first.attention
     if type(first.ffn) is not FeedForward:
         raise ValueError(f"to_hf supports d2lmini's FeedForward (SwiGLU), got {type(first.ffn).__name__}")
-    wanted = {"placement": ("pre", first.placement), "norm": ("rms", first.norm), "act": ("swiglu", first.ffn.act),
-              "swiglu_limit": (None, first.ffn.swiglu_limit)}
+    wanted = {"placement": ("pre", first.placement), "norm": ("rms", first.norm), "act": ("swiglu", first.ffn.act)}
     if type(attention) is not MultiHeadAttention:
         raise ValueError(f"to_hf supports d2lmini's MultiHeadAttention (MHA, GQA), got {type(attention).__name__}")
     if attention.qk_norm not in (None, "per_head"):
@@ -40,11 +39,10 @@ def _hf_causal_lm_config(lm) -> tuple[str, dict]:
                          "Qwen3ForCausalLM (allowed: None, or 'per_head' as Qwen3)")
     wanted.update({"attention bias": (False, attention.W_q.bias is not None or attention.W_o.bias is not None),
                    "FFN bias": (False, first.ffn.W_1.bias is not None)})
-    for name in ("window", "chunk", "logit_softcap", "rotary_dim", "rope_scaling", "query_scaling", "scale"):
+    for name in ("window", "rotary_dim", "rope_scaling", "scale"):
         wanted[name] = (None, getattr(attention, name))
     wanted["sinks"] = (False, attention.sinks is not None)
-    wanted.update({"value_norm": (False, attention.value_norm), "k_eq_v": (False, attention.k_eq_v),
-                   "residual": (True, first.addnorm1.residual), "layer_scalar": (1.0, first.layer_scalar),
+    wanted.update({"residual": (True, first.addnorm1.residual), "layer_scalar": (1.0, first.layer_scalar),
                    "residual_multiplier": (1.0, first.addnorm1.residual_multiplier)})
     for name, (allowed, value) in wanted.items():
         if value != allowed:

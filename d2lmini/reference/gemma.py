@@ -10,11 +10,79 @@ global layers their own head width and proportional RoPE.
 
 from __future__ import annotations
 
+import torch
+
+from .._checks import check_bool, check_positive_float
+from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
-from ..ffn import FeedForward
+from ..norms import DEFAULT_EPS, unweighted_rms_norm
 from .base import (converter, copy_linear, copy_mlp, copy_norm, gated_act, layer_type_of, rope_kwargs,
-                   start_conversion, window_of)
+                   set_qk_norm_eps, start_conversion, window_of)
 from .llama import gated_decoder
+
+
+class GemmaAttention(MultiHeadAttention):
+    r""":class:`~d2lmini.attention.MultiHeadAttention` with Gemma's options that no chapter teaches.
+
+    Args:
+        num_hiddens, num_heads, **kwargs: as :class:`~d2lmini.attention.MultiHeadAttention`.
+        logit_softcap: ``None`` or a float ``c > 0``: Gemma 2's attention-logit soft-capping
+            (``attn_logit_softcapping``; Hugging Face ``transformers`` 5.24
+            ``modeling_gemma2.eager_attention_forward``), ``logits = tanh(logits / c) * c`` on the
+            scaled logits, before the mask and the softmax. The fused kernel cannot cap, so
+            :meth:`attend` then computes attention explicitly: matmul, cap, mask, float32 softmax,
+            dropout, matmul.
+        value_norm: ``True``: each value head divided by its root mean square, without a gain,
+            ``v / sqrt(mean(v**2) + eps)`` (float32, cast back) -- Gemma 4's ``v_norm``
+            (``modeling_gemma4.Gemma4TextAttention``: ``Gemma4RMSNorm(head_dim, with_scale=False)``).
+        k_eq_v: ``True``: no value projection (``W_v`` is ``None``); the values are ``W_k`` of the
+            ``values`` input, before the key's QK-norm and RoPE -- the global layers of Gemma 4 with
+            ``attention_k_eq_v`` (``v_proj`` is ``None``, ``value_states = key_states`` before ``k_norm``).
+        eps: the epsilon of the value norm (Gemma 4: ``rms_norm_eps``).
+
+    Raises:
+        ValueError / TypeError: as :class:`~d2lmini.attention.MultiHeadAttention`, ``logit_softcap`` not a
+            finite float > 0, ``eps`` not a finite float > 0.
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, *, logit_softcap: float | None = None,
+                 value_norm: bool = False, k_eq_v: bool = False, eps: float = DEFAULT_EPS["rms"], **kwargs):
+        super().__init__(num_hiddens, num_heads, **kwargs)
+        self.logit_softcap = None if logit_softcap is None else check_positive_float("logit_softcap", logit_softcap)
+        self.value_norm, self.k_eq_v = check_bool("value_norm", value_norm), check_bool("k_eq_v", k_eq_v)
+        self.eps = check_positive_float("eps", eps)
+        if self.k_eq_v:
+            self.W_v = None
+
+    def value_heads(self, values: torch.Tensor) -> torch.Tensor:
+        """The value heads: ``W_k``'s projection with ``k_eq_v``, each head over its RMS with ``value_norm``."""
+        if self.k_eq_v:
+            v = self.W_k(values).unflatten(-1, (self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        else:
+            v = super().value_heads(values)
+        return unweighted_rms_norm(v, self.eps, rounding="float32") if self.value_norm else v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
+        """The kernel; with ``logit_softcap``, explicit as ``eager_attention_forward`` (sinks join after the cap)."""
+        if self.logit_softcap is None:
+            return super().attend(q, k, v, mask)
+        group = self.num_heads // self.num_kv_heads  # grouped-query attention: share the key/value heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        logits = q @ k.transpose(-1, -2) * self.logit_scale
+        logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        if self.sinks is not None:  # one more logit per head and query, not capped, dropped after the softmax
+            sinks = self.sinks.to(logits.dtype)[:, None, None].expand(*logits.shape[:-1], 1)
+            weights = torch.softmax(torch.cat((logits, sinks), dim=-1), dim=-1, dtype=torch.float32)[..., :-1].to(q.dtype)
+        else:
+            weights = torch.softmax(logits, dim=-1, dtype=torch.float32).to(q.dtype)
+        dropout_p = self.dropout if self.training else 0.0
+        return torch.nn.functional.dropout(weights, p=dropout_p, training=dropout_p > 0) @ v
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr() + (f", logit_softcap={self.logit_softcap}" if self.logit_softcap is not None else "")
+                + (", value_norm=True" if self.value_norm else "") + (", k_eq_v=True" if self.k_eq_v else ""))
 
 
 def _sandwich_decoder(layer, config, qk_norm: str | None, layer_idx: int, **kwargs) -> TransformerBlock:
@@ -23,7 +91,8 @@ def _sandwich_decoder(layer, config, qk_norm: str | None, layer_idx: int, **kwar
         raise ValueError("bidirectional Gemma layers (use_bidirectional_attention) are not supported")
     block = gated_decoder(layer, config, "sandwich", qk_norm, act=gated_act(config.hidden_activation),
                           unit_offset=True, attn_scale=config.query_pre_attn_scalar ** -0.5,
-                          layer_type=layer_type_of(config, layer_idx), window=window_of(config, layer_idx), **kwargs)
+                          layer_type=layer_type_of(config, layer_idx), window=window_of(config, layer_idx),
+                          attention=GemmaAttention, **kwargs)
     copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
     copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm, unit_offset=True)
     copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm, unit_offset=True)
@@ -140,14 +209,17 @@ def from_gemma4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     d, head_dim = config.hidden_size, attn.head_dim
     bias = bool(config.attention_bias)
     act, width = gated_act(config.hidden_activation), layer.mlp.intermediate_size
-    ffn = ({"ffn_factory": lambda: FeedForward(d, width, act=act, bias=False)} if bias
-           else {"act": act, "ffn_num_hiddens": width})
-    block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="sandwich", bias=bias,
-                             num_kv_heads=attn.k_proj.out_features // head_dim, head_dim=head_dim,
-                             eps=config.rms_norm_eps, causal=True, qk_norm="per_head",
-                             qk_norm_eps=config.rms_norm_eps, scale=float(attn.scaling),
-                             window=window_of(config, layer_idx), value_norm=True, k_eq_v=attn.v_proj is None,
-                             **rope_kwargs(config.per_layer_config[layer_idx], layer_type_of(config, layer_idx)), **ffn)
+
+    def attention():
+        module = GemmaAttention(d, config.num_attention_heads, bias=bias, num_kv_heads=attn.k_proj.out_features // head_dim,
+                                head_dim=head_dim, causal=True, qk_norm="per_head", window=window_of(config, layer_idx),
+                                value_norm=True, k_eq_v=attn.v_proj is None, eps=config.rms_norm_eps,
+                                **rope_kwargs(config.per_layer_config[layer_idx], layer_type_of(config, layer_idx)))
+        module.scale = float(attn.scaling)
+        return set_qk_norm_eps(module, config.rms_norm_eps)
+
+    block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="sandwich", act=act,
+                             ffn_num_hiddens=width, eps=config.rms_norm_eps, attn_factory=attention)
     block.set_scales(layer_scalar=float(layer.layer_scalar))
     ours = block.attention
     for name, src in (("W_q", attn.q_proj), ("W_k", attn.k_proj), ("W_v", attn.v_proj), ("W_o", attn.o_proj)):

@@ -7,13 +7,75 @@ mixture of experts whose experts are stored fused and interleaved (:func:`copy_g
 
 from __future__ import annotations
 
+from functools import partial
+
+import torch
 from torch import nn
 
+from .._checks import check_positive_float
 from ..block import TransformerBlock
-from ..ffn import SWIGLU_CLAMPED_ALPHA
+from ..ffn import FeedForward
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_attention, copy_linear, copy_norm, copy_weight, rope_kwargs, start_conversion,
                    window_of)
+
+
+#: gpt-oss's Swish slope: its gate is ``z * sigmoid(1.702 z)`` (the sigmoid approximation
+#: of GELU, Hendrycks & Gimpel 2016), where SwiGLU's SiLU is ``z * sigmoid(z)``.
+SWIGLU_CLAMPED_ALPHA = 1.702
+#: gpt-oss's default ``swiglu_limit``.
+SWIGLU_CLAMPED_LIMIT = 7.0
+
+
+class ClampedSwiGLU(FeedForward):
+    r"""The clamped SwiGLU FFN of gpt-oss and DeepSeek-V4: :class:`~d2lmini.ffn.FeedForward` with its gate and linear
+    half clamped.
+
+    With ``g = min(W_g x, L)`` and ``u = clamp(W_1 x, -L, L)`` for the limit ``L = swiglu_limit``:
+
+    * gpt-oss (``alpha=1.702``; Hugging Face ``transformers`` 5.24 ``GptOssExperts._apply_gate``):
+      ``W_2(g sigmoid(alpha g) * (u + 1))``, a Swish gate of slope ``alpha`` times the clamped linear
+      half plus one; its ``act`` is ``'swiglu_clamped'``. (gpt-oss stores ``W_g`` and ``W_1`` fused and
+      interleaved, gate in the even columns; see :func:`copy_gptoss_experts`.)
+    * DeepSeek-V4 (``alpha=None``; ``DeepseekV4MLP`` and ``DeepseekV4Experts._apply_gate``,
+      ``swiglu_limit = 10``): ``W_2(SiLU(g) * u)``, the same clamps without the slope and the ``+ 1``;
+      its ``act`` is ``'swiglu'``.
+
+    Without the clamps, the ``+ 1`` and with slope 1 it is SwiGLU.
+
+    Args:
+        num_hiddens, ffn_num_hiddens, bias, dropout: as :class:`~d2lmini.ffn.FeedForward`.
+        act: ``'swiglu'`` (the only gated act it clamps; the argument lets
+            :class:`~d2lmini.moe.MixtureOfExperts` build it as any expert).
+        swiglu_limit: the clamp ``L > 0`` (default :data:`SWIGLU_CLAMPED_LIMIT`, gpt-oss's 7.0).
+        alpha: ``None`` (DeepSeek-V4) or the gate's Swish slope with the ``+ 1`` shift (gpt-oss: 1.702).
+
+    Raises:
+        ValueError / TypeError: as :class:`~d2lmini.ffn.FeedForward`, an ``act`` other than ``'swiglu'``,
+            ``swiglu_limit`` or ``alpha`` not a finite float > 0.
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int | None = None, *, act: str = "swiglu",
+                 swiglu_limit: float = SWIGLU_CLAMPED_LIMIT, alpha: float | None = None, bias: bool = False,
+                 dropout: float = 0.0):
+        if act != "swiglu":
+            raise ValueError(f"ClampedSwiGLU clamps a SwiGLU: act must be 'swiglu', got {act!r}")
+        super().__init__(num_hiddens, ffn_num_hiddens, act=act, bias=bias, dropout=dropout)
+        self.swiglu_limit = check_positive_float("swiglu_limit", swiglu_limit)
+        self.alpha = None if alpha is None else check_positive_float("alpha", alpha)
+        if self.alpha is not None:
+            self.act = "swiglu_clamped"
+
+    def gated_units(self, G: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
+        """``SiLU(min(G, L)) * clamp(U, -L, L)``; with ``alpha`` (gpt-oss) ``g sigmoid(alpha g) * (u + 1)``."""
+        G, U = G.clamp(max=self.swiglu_limit), U.clamp(-self.swiglu_limit, self.swiglu_limit)
+        if self.alpha is None:
+            return self._act(G) * U
+        return G * torch.sigmoid(self.alpha * G) * (U + 1)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", swiglu_limit={self.swiglu_limit}" + (
+            f", alpha={self.alpha}" if self.alpha is not None else "")
 
 
 @converter("GptOssDecoderLayer")
@@ -28,7 +90,7 @@ def from_gpt_oss_layer(layer, config, layer_idx: int | None = None) -> Transform
     (:class:`~d2lmini.moe.MixtureOfExperts`): a router with a bias taking the top-k
     logits and a softmax over them (``GptOssTopKRouter``; equal to the renormalized
     softmax router), experts with biases and the clamped SwiGLU
-    (``act='swiglu_clamped'``, ``swiglu_limit=config.swiglu_limit``; ``GptOssExperts``,
+    (:class:`ClampedSwiGLU` with ``alpha=1.702``, ``swiglu_limit=config.swiglu_limit``; ``GptOssExperts``,
     weights copied by :func:`copy_gptoss_experts`), no shared expert.
 
     Args:
@@ -51,8 +113,9 @@ def from_gpt_oss_layer(layer, config, layer_idx: int | None = None) -> Transform
 
     def ffn():
         return MixtureOfExperts(d, num_experts, top_k=config.num_experts_per_tok,
-                                ffn_num_hiddens=config.intermediate_size, act="swiglu_clamped", router="softmax",
-                                bias=True, router_bias=True, swiglu_limit=float(config.swiglu_limit))
+                                ffn_num_hiddens=config.intermediate_size, router="softmax", bias=True, router_bias=True,
+                                expert=partial(ClampedSwiGLU, swiglu_limit=float(config.swiglu_limit),
+                                               alpha=SWIGLU_CLAMPED_ALPHA))
 
     block = TransformerBlock(d, config.num_attention_heads, norm="rms", placement="pre",
                              bias=bool(config.attention_bias), num_kv_heads=config.num_key_value_heads,
@@ -79,7 +142,7 @@ def copy_gptoss_experts(experts: nn.ModuleList, src) -> None:
     (out, in), biases included.
 
     Args:
-        experts: ``E`` :class:`~d2lmini.ffn.FeedForward` modules with ``act='swiglu_clamped'``,
+        experts: ``E`` :class:`ClampedSwiGLU` modules of gpt-oss (``act='swiglu_clamped'``),
             biases and the source's ``swiglu_limit`` (e.g. ``MixtureOfExperts.experts``).
         src: a ``GptOssExperts`` (``GptOssMLP.experts``).
 
@@ -92,9 +155,10 @@ def copy_gptoss_experts(experts: nn.ModuleList, src) -> None:
     if float(src.alpha) != SWIGLU_CLAMPED_ALPHA:
         raise ValueError(f"only gpt-oss's swiglu_alpha={SWIGLU_CLAMPED_ALPHA} is supported, got {src.alpha}")
     for e, ffn in enumerate(experts):
-        if ffn.act != "swiglu_clamped" or ffn.swiglu_limit != float(src.limit):
+        limit = getattr(ffn, "swiglu_limit", None)
+        if ffn.act != "swiglu_clamped" or limit != float(src.limit):
             raise ValueError(f"experts[{e}] must have act='swiglu_clamped' and swiglu_limit={float(src.limit)}, "
-                             f"got act={ffn.act!r}, swiglu_limit={ffn.swiglu_limit}")
+                             f"got act={ffn.act!r}, swiglu_limit={limit}")
         gate_up, gate_up_bias = src.gate_up_proj[e], src.gate_up_proj_bias[e]  # (d, 2h), (2h,)
         copy_linear(ffn.W_g, gate_up[:, ::2].t(), gate_up_bias[::2])
         copy_linear(ffn.W_1, gate_up[:, 1::2].t(), gate_up_bias[1::2])

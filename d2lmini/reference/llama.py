@@ -11,31 +11,107 @@ Trinity, gpt-oss and Llama 4 change more and have modules of their own.
 
 from __future__ import annotations
 
+import torch
+from torch import nn
+
+from .._checks import check_bool, check_nonnegative_int, check_positive_float, check_positive_int
+from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
-from ..ffn import FeedForward
-from .base import (converter, copy_attention, copy_mlp, copy_norm, gated_act, hf_act, rope_kwargs, start_conversion,
-                   window_of)
+from .base import (converter, copy_attention, copy_mlp, copy_norm, gated_act, hf_act, rope_kwargs, set_qk_norm_eps,
+                   start_conversion, window_of)
+
+
+def check_query_scaling(value) -> tuple:
+    """Return ``query_scaling`` checked: ``(beta, period)`` or ``(beta, period, offset)`` (a float > 0, an int >= 1,
+    an int >= 0) as a tuple, a triple with ``offset`` 0 as the pair.
+
+    Raises:
+        TypeError: not a pair or triple, or a member of the wrong type. ValueError: a member out of range.
+    """
+    if not isinstance(value, (tuple, list)) or len(value) not in (2, 3):
+        raise TypeError("query_scaling must be None, a pair (beta, period) or a triple (beta, period, offset), "
+                        f"got {type(value).__name__} {value!r}")
+    out = (check_positive_float("query_scaling beta", value[0]), check_positive_int("query_scaling period", value[1]))
+    offset = check_nonnegative_int("query_scaling offset", value[2]) if len(value) == 3 else 0
+    return out + (offset,) if offset else out
+
+
+class LlamaVariantAttention(MultiHeadAttention):
+    """:class:`~d2lmini.attention.MultiHeadAttention` with the two options of Llama-family models that no chapter teaches.
+
+    Args:
+        num_hiddens, num_heads, **kwargs: as :class:`~d2lmini.attention.MultiHeadAttention`.
+        qkv_bias: ``True``: biases on ``W_q``, ``W_k`` and ``W_v`` only, ``W_o`` without one -- Qwen2
+            (Hugging Face ``transformers`` 5.24 ``Qwen2Attention``: ``q/k/v_proj`` with ``bias=True``,
+            ``o_proj`` without) and StableLM 2 (``use_qkv_bias``). Excludes ``bias=True``.
+        query_scaling: ``None``, ``(beta, period)`` or ``(beta, period, offset)`` (a float ``beta > 0``,
+            an int ``period >= 1``, an int ``offset >= 0``, default 0): after RoPE the query at position
+            ``p`` is multiplied by ``1 + beta * log(1 + floor((p + offset) / period))``, so the logits
+            grow as positions pass multiples of ``period``. ``(beta, period)`` is Ministral 3
+            (``modeling_ministral3.get_llama_4_attn_scale`` with ``rope_parameters['llama_4_scaling_beta']``
+            and ``['original_max_position_embeddings']``); ``(attn_scale, floor_scale, 1)`` is Llama 4's
+            ``attn_temperature_tuning`` on its NoPE layers (``Llama4TextAttention.forward``). A triple
+            with ``offset`` 0 is kept as the pair.
+
+    Raises:
+        ValueError / TypeError: as :class:`~d2lmini.attention.MultiHeadAttention`, ``qkv_bias`` with
+            ``bias=True``, a bad ``query_scaling`` (:func:`check_query_scaling`).
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, *, qkv_bias: bool = False, query_scaling: tuple | None = None,
+                 **kwargs):
+        if check_bool("qkv_bias", qkv_bias) and kwargs.get("bias"):
+            raise ValueError("qkv_bias=True puts biases on W_q, W_k and W_v only; it excludes bias=True")
+        super().__init__(num_hiddens, num_heads, **{**kwargs, "bias": qkv_bias or kwargs.get("bias", False)})
+        if qkv_bias:
+            self.W_o.register_parameter("bias", None)  # Qwen2: o_proj has no bias
+        self.query_scaling = None if query_scaling is None else check_query_scaling(query_scaling)
+
+    def query_scales(self, num_steps: int, like: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """The factors ``1 + beta * log(1 + floor((p + offset) / period))`` for ``p = start .. start + n - 1``.
+
+        Computed in float32, cast to ``like``'s dtype; shape ``(num_steps, 1)`` (broadcasts over
+        ``(b, h, n, head_dim)``). Raises ``ValueError`` without ``query_scaling``.
+        """
+        if self.query_scaling is None:
+            raise ValueError("query_scales needs query_scaling=(beta, period) or (beta, period, offset)")
+        beta, period, offset = (*self.query_scaling, 0)[:3]
+        positions = torch.arange(start, start + num_steps, dtype=torch.float32, device=like.device) + offset
+        return (1 + beta * torch.log(1 + torch.floor(positions / period)))[:, None].to(like.dtype)
+
+    def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor, start: int = 0):
+        """As :meth:`MultiHeadAttention.queries_and_keys`, then the queries scaled by position (``query_scaling``)."""
+        q, k = super().queries_and_keys(queries, keys, start)
+        if self.query_scaling is not None:
+            q = q * self.query_scales(q.shape[2], q, start)
+        return q, k
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr() + (", qkv_bias=True" if self.W_q.bias is not None and self.W_o.bias is None else "")
+                + (f", query_scaling={self.query_scaling}" if self.query_scaling is not None else ""))
 
 
 def gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str = "swiglu",
                   unit_offset: bool = False, attn_scale: float | None = None,
                   layer_type: str | None = None, window: int | None = None,
                   residual_multiplier: float = 1.0, *, norm: str = "rms", eps: float | None = None,
-                  bias: bool | str | None = None, rope: bool = True,
-                  logit_softcap: float | None = None,
-                  query_scaling: bool = False) -> TransformerBlock:
+                  bias: bool | str | None = None, rope: bool = True, query_scaling: bool = False,
+                  attention: type = MultiHeadAttention, **attention_options) -> TransformerBlock:
     """Shared mapping of the Llama family (q/k/v/o_proj; gate/up/down_proj or c_fc/c_proj; RoPE).
 
     ``norm``/``eps`` are the block norms' type and epsilon (default RMSNorm with
-    ``config.rms_norm_eps``); ``bias`` is the attention's (q, k, v and o; ``'qkv'``: q, k, v),
-    default ``config.attention_bias``; the gated MLP has biases when ``config.mlp_bias`` (Llama,
-    Granite, SmolLM3), and where they differ from the attention's the FFN comes from
-    ``ffn_factory`` (any combination of ``attention_bias`` and ``mlp_bias`` is reproduced);
+    ``config.rms_norm_eps``, also the QK-norms' epsilon); ``bias`` is the attention's (q, k, v
+    and o; ``'qkv'``: q, k, v, as :class:`LlamaVariantAttention`), default ``config.attention_bias``;
+    the gated MLP has biases when ``config.mlp_bias`` (Llama, Granite, SmolLM3);
     ``rope=False`` is a NoPE layer, else the layer's RoPE (base, scaling and, with
     ``query_scaling``, Ministral 3's query scaling, as :func:`rope_kwargs` reads them); a plain
-    MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain
-    activation and the attention's biases (``use_bias``). The block norms are *not* copied (their
-    names differ by family: :func:`pre_norm_decoder`, OLMo's and Gemma's converters copy them).
+    MLP (``c_fc``/``c_proj``, StarCoder2) takes ``act`` as a plain activation and the attention's
+    biases (``use_bias``). ``attn_scale`` is the attention's logit scale (``None``:
+    ``1/sqrt(head_dim)``). The attention is an ``attention`` (a subclass of
+    :class:`~d2lmini.attention.MultiHeadAttention`; :class:`LlamaVariantAttention` where ``bias='qkv'`` or
+    ``query_scaling``) with ``attention_options`` too, handed to the block by ``attn_factory``. The block
+    norms are *not* copied (their names differ by family: :func:`pre_norm_decoder`, OLMo's and Gemma's
+    converters copy them).
 
     Returns:
         The causal :class:`~d2lmini.block.TransformerBlock` with the attention's, the MLP's and the
@@ -51,15 +127,25 @@ def gated_decoder(layer, config, placement: str, qk_norm: str | None, act: str =
     bias = bool(getattr(config, "attention_bias", False)) if bias is None else bias
     plain = hasattr(mlp, "c_fc")  # a plain two-matrix MLP (StarCoder2), biased as the attention
     ffn_bias = bias is True if plain else bool(getattr(config, "mlp_bias", False))
-    ffn = {"act": act, "ffn_num_hiddens": config.intermediate_size}
-    if ffn_bias != (bias is True):
-        ffn = {"ffn_factory": lambda: FeedForward(config.hidden_size, config.intermediate_size, act=act, bias=ffn_bias)}
-    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm=norm,
-                             placement=placement, bias=bias, num_kv_heads=config.num_key_value_heads, **ffn,
-                             eps=rms_eps if eps is None else eps, causal=True, head_dim=head_dim, qk_norm=qk_norm,
-                             qk_norm_eps=rms_eps if qk_norm else None,
-                             scale=attn_scale, window=window, logit_softcap=logit_softcap,
-                             **(rope_kwargs(config, layer_type, query_scaling=query_scaling) if rope else {}))
+    options = dict(num_kv_heads=config.num_key_value_heads, causal=True, head_dim=head_dim, qk_norm=qk_norm,
+                   window=window, **(rope_kwargs(config, layer_type, query_scaling=query_scaling) if rope else {}),
+                   **attention_options)
+    if bias == "qkv" or query_scaling:
+        attention = LlamaVariantAttention
+    if bias == "qkv":
+        options["qkv_bias"] = True
+    else:
+        options["bias"] = bias
+
+    def make_attention():
+        module = attention(config.hidden_size, config.num_attention_heads, **options)
+        if attn_scale is not None:
+            module.scale = float(attn_scale)
+        return set_qk_norm_eps(module, rms_eps) if qk_norm else module
+
+    block = TransformerBlock(config.hidden_size, config.num_attention_heads, norm=norm, placement=placement,
+                             bias=ffn_bias, act=act, ffn_num_hiddens=config.intermediate_size,
+                             eps=rms_eps if eps is None else eps, attn_factory=make_attention)
     block.set_scales(residual_multiplier=residual_multiplier)  # Granite's; 1.0 elsewhere
     copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
     if plain:

@@ -8,11 +8,69 @@ expert whose input the router's sigmoid scales, plus a shared expert.
 
 from __future__ import annotations
 
+import torch
+
+from .._checks import check_positive_float, check_positive_int
+from ..attention import attention_mask
 from ..block import TransformerBlock
 from ..ffn import FeedForward
 from ..moe import MixtureOfExperts
+from ..norms import unweighted_rms_norm
 from .base import (converter, copy_attention, copy_gated_mlp, copy_linear, copy_norm, gated_act, layer_type_of,
                    rope_kwargs, start_conversion)
+from .llama import LlamaVariantAttention
+
+
+class Llama4Attention(LlamaVariantAttention):
+    """Llama 4's attention: :class:`~d2lmini.reference.llama.LlamaVariantAttention` with chunks and an L2 QK-norm.
+
+    Args:
+        num_hiddens, num_heads, **kwargs: as :class:`~d2lmini.reference.llama.LlamaVariantAttention`
+            (``query_scaling=(attn_scale, floor_scale, 1)``: the temperature tuning of the NoPE layers).
+        chunk: ``None`` or an int ``C >= 1``: chunked attention, query ``i`` sees only keys ``j <= i`` of
+            its own chunk, ``floor(j / C) == floor(i / C)`` -- the ``'chunked_attention'`` layers
+            (``Llama4TextConfig.attention_chunk_size``; ``transformers`` 5.24 ``masking_utils.chunked_overlay``,
+            and-ed with the causal mask, chunks counted from position 0). Needs ``causal=True``. One more
+            term of the boolean mask (:func:`~d2lmini.attention.attention_mask`); with ``valid_lens`` a
+            padded query whose chunk holds no real key attends to itself.
+        l2_norm_eps: ``None`` or a float ``eps > 0``: each query and key head divided by its root mean
+            square, without a gain, *after* RoPE, in float32 (``Llama4TextL2Norm``, eps ``rms_norm_eps``,
+            applied after ``apply_rotary_emb`` on the RoPE layers with ``use_qk_norm``). Excludes
+            ``qk_norm`` and ``query_scaling`` (Llama 4 uses it on its RoPE layers, the query scaling on
+            its NoPE layers).
+
+    Raises:
+        ValueError / TypeError: as :class:`~d2lmini.reference.llama.LlamaVariantAttention`, ``chunk`` below 1
+            or without ``causal=True``, ``l2_norm_eps`` not a float > 0 or given with ``qk_norm`` or ``query_scaling``.
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, *, chunk: int | None = None,
+                 l2_norm_eps: float | None = None, **kwargs):
+        super().__init__(num_hiddens, num_heads, **kwargs)
+        self.chunk = None if chunk is None else check_positive_int("chunk", chunk)
+        if self.chunk is not None and not self.causal:
+            raise ValueError(f"chunk={chunk} needs causal=True (chunked attention is causal: query i sees keys "
+                             "j <= i of its own chunk); pass causal=True or chunk=None")
+        self.l2_norm_eps = None if l2_norm_eps is None else check_positive_float("l2_norm_eps", l2_norm_eps)
+        if self.l2_norm_eps is not None and (self.qk_norm is not None or self.query_scaling is not None):
+            raise ValueError("l2_norm_eps (Llama 4's RoPE layers) excludes qk_norm and query_scaling (its NoPE layers')")
+
+    def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor, start: int = 0):
+        """As :meth:`LlamaVariantAttention.queries_and_keys`, then (with ``l2_norm_eps``) the gainless norm per head."""
+        q, k = super().queries_and_keys(queries, keys, start)
+        if self.l2_norm_eps is not None:
+            q = unweighted_rms_norm(q, self.l2_norm_eps, rounding="float32")
+            k = unweighted_rms_norm(k, self.l2_norm_eps, rounding="float32")
+        return q, k
+
+    def mask(self, valid_lens, batch_size: int, num_queries: int, num_keys: int, device, start: int = 0):
+        """The mask of :func:`~d2lmini.attention.attention_mask` with ``causal``, ``window`` and ``chunk``."""
+        return attention_mask(valid_lens, batch_size, num_queries, num_keys, device, causal=self.causal,
+                              window=self.window, chunk=self.chunk, start=start)
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr() + (f", chunk={self.chunk}" if self.chunk is not None else "")
+                + (f", l2_norm_eps={self.l2_norm_eps}" if self.l2_norm_eps is not None else ""))
 
 
 @converter("Llama4TextDecoderLayer")
@@ -33,7 +91,7 @@ def from_llama4_layer(layer, config, layer_idx: int | None = None) -> Transforme
       numbers, by ``freqs_cis``), reproduced by permuting the rows of ``W_q`` and ``W_k``
       (:func:`rope_interleaved_to_half`), base and scaling read by :func:`rope_kwargs`; and,
       with ``use_qk_norm``, the gainless ``Llama4TextL2Norm`` on each query and key head
-      *after* RoPE (``qk_norm='l2'``, eps ``rms_norm_eps``).
+      *after* RoPE (:class:`Llama4Attention`'s ``l2_norm_eps=rms_norm_eps``).
     * NoPE layers (``no_rope_layers[layer_idx] == 0``): no positions, no QK-norm and, with
       ``attn_temperature_tuning``, the query at position ``p`` times
       ``1 + attn_scale * log(1 + floor((p + 1) / floor_scale))``
@@ -68,7 +126,7 @@ def from_llama4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     d, h, hd = config.hidden_size, config.num_attention_heads, attn.head_dim
     act = gated_act(config.hidden_act)
     chunk = config.attention_chunk_size if layer_type_of(config, layer_idx) == "chunked_attention" else None
-    attention = {"qk_norm": "l2" if use_rope and config.use_qk_norm else None, "qk_norm_eps": config.rms_norm_eps}
+    attention = {"l2_norm_eps": config.rms_norm_eps if use_rope and config.use_qk_norm else None}
     if use_rope:
         attention.update(rope_kwargs(config))
     elif config.attn_temperature_tuning and config.attn_scale:
@@ -81,9 +139,10 @@ def from_llama4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     else:
         def ffn():
             return FeedForward(d, config.intermediate_size_mlp, act=act, bias=False)
-    block = TransformerBlock(d, h, norm="rms", placement="pre", bias=bool(config.attention_bias),
-                             num_kv_heads=config.num_key_value_heads, eps=config.rms_norm_eps, causal=True,
-                             head_dim=hd, chunk=chunk, ffn_factory=ffn, **attention)
+    block = TransformerBlock(d, h, norm="rms", placement="pre", eps=config.rms_norm_eps, ffn_factory=ffn,
+                             attn_factory=lambda: Llama4Attention(d, h, bias=bool(config.attention_bias), causal=True,
+                                                                  num_kv_heads=config.num_key_value_heads, head_dim=hd,
+                                                                  chunk=chunk, **attention))
     copy_attention(block, attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, interleaved=hd if use_rope else None)
     copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
     copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)

@@ -16,10 +16,11 @@ from functools import partial
 import torch
 from torch import nn
 
+from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
-from ..ffn import FeedForward
 from .base import (converter, copy_attention, copy_gated_mlp, copy_mlp, copy_norm, gated_act, hf_act,
                    start_conversion, unscaled_rope_theta)
+from .llama import LlamaVariantAttention
 
 
 def _refuse_layernorm_qk_norm(config, model: str, option: str) -> None:
@@ -35,18 +36,19 @@ def _rotary_block(config, *, num_kv_heads: int, head_dim: int, placement: str, n
                   rotary_dim: int | None, window: int | None = None) -> TransformerBlock:
     """A causal block for the RoPE families below; ``rotary_dim == head_dim`` is full RoPE.
 
-    ``bias`` is the attention's (``True``, ``False`` or ``'qkv'``); an FFN whose biases
-    differ from it (GPT-J, GPT-NeoX without ``attention_bias``, Cohere with it) comes from
-    ``ffn_factory``.
+    ``bias`` is the attention's (``True``, ``False`` or ``'qkv'``: q, k and v only, as
+    :class:`~d2lmini.reference.llama.LlamaVariantAttention`), ``ffn_bias`` the FFN's (they differ in
+    GPT-J, GPT-NeoX without ``attention_bias``, Cohere with it).
     """
-    d = config.hidden_size
-    kwargs = {"act": act, "ffn_num_hiddens": ffn_num_hiddens}
-    if ffn_bias != (bias is True):
-        kwargs = {"ffn_factory": partial(FeedForward, d, ffn_num_hiddens, act=act, bias=ffn_bias)}
-    return TransformerBlock(d, config.num_attention_heads, norm=norm, placement=placement, bias=bias,
-                            num_kv_heads=num_kv_heads, eps=eps, causal=True, head_dim=head_dim,
-                            rope_theta=rope_theta, rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-                            window=window, **kwargs)
+    d, h = config.hidden_size, config.num_attention_heads
+    options = dict(num_kv_heads=num_kv_heads, causal=True, head_dim=head_dim, rope_theta=rope_theta,
+                   rotary_dim=None if rotary_dim == head_dim else rotary_dim, window=window)
+    if bias == "qkv":
+        attention = partial(LlamaVariantAttention, d, h, qkv_bias=True, **options)
+    else:
+        attention = partial(MultiHeadAttention, d, h, bias=bias, **options)
+    return TransformerBlock(d, h, norm=norm, placement=placement, bias=ffn_bias, eps=eps, act=act,
+                            ffn_num_hiddens=ffn_num_hiddens, attn_factory=attention)
 
 
 def _copy_parallel_or_pre_norms(block: TransformerBlock, first: nn.Module, second: nn.Module | None) -> None:

@@ -17,7 +17,7 @@ from ..block import TransformerBlock
 from ..deltanet import GatedDeltaNet
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_gated_mlp, copy_linear, copy_norm, layer_type_of, rope_kwargs,
-                   start_conversion)
+                   set_qk_norm_eps, start_conversion)
 
 
 def from_qwen3_5_gated_deltanet(layer) -> GatedDeltaNet:
@@ -61,7 +61,8 @@ def from_qwen3_5_attention(attn, config) -> GatedAttention:
         raise ValueError("Qwen3.5 with attention_bias=True has a gate bias, which GatedAttention.W_gate lacks")
     h, hd, d = config.num_attention_heads, attn.head_dim, config.hidden_size
     ours = GatedAttention(d, h, num_kv_heads=config.num_key_value_heads, head_dim=hd, causal=True,
-                          qk_norm="per_head", qk_norm_eps=config.rms_norm_eps, **rope_kwargs(config, partial=True))
+                          qk_norm="per_head", **rope_kwargs(config, partial=True))
+    set_qk_norm_eps(ours.attention, config.rms_norm_eps)
     q_and_gate = attn.q_proj.weight.view(h, 2, hd, d)  # per head: hd query rows, then hd gate rows
     copy_linear(ours.attention.W_q, q_and_gate[:, 0].reshape(h * hd, d))
     copy_linear(ours.W_gate, q_and_gate[:, 1].reshape(h * hd, d))

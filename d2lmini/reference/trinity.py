@@ -13,7 +13,7 @@ from ..block import TransformerBlock
 from ..ffn import FeedForward
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_attention, copy_gated_mlp, copy_linear, copy_norm, copy_weight, gated_act,
-                   layer_type_of, rope_kwargs, start_conversion, window_of)
+                   layer_type_of, rope_kwargs, set_qk_norm_eps, start_conversion, window_of)
 
 
 @converter("AfmoeDecoderLayer")
@@ -58,8 +58,11 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     local_kwargs = dict(window=window_of(config, layer_idx), **rope_kwargs(config)) if local else {}
 
     def attention():
-        return GatedAttention(d, h, num_kv_heads=kv, head_dim=attn.head_dim, causal=True, qk_norm="per_head",
-                              qk_norm_eps=config.rms_norm_eps, scale=attn.scaling, bias=bias, **local_kwargs)
+        gated = GatedAttention(d, h, num_kv_heads=kv, head_dim=attn.head_dim, causal=True, qk_norm="per_head",
+                               bias=bias, **local_kwargs)
+        gated.attention.scale = float(attn.scaling)
+        set_qk_norm_eps(gated.attention, config.rms_norm_eps)
+        return gated
 
     if layer.moe_enabled:
         def ffn():
