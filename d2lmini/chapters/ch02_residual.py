@@ -365,7 +365,8 @@ def plot_depth_gradients(result: DepthGradients, width: float = 10.0, height: fl
     """Three panels on log scales: the gradient reaching block 1 versus depth ``L`` for the
     stacks without norms, the same for the stacks with norms (each panel with its own
     y-range, so that the curves with skips do not merge), and the token spread after every
-    block of the deepest stacks. Stacks without skips are dashed.
+    block of the deepest stacks, with an inset that shows the stacks with skips on a
+    linear scale. Stacks without skips are dashed.
 
     Args:
         result: a :class:`DepthGradients`.
@@ -402,6 +403,15 @@ def plot_depth_gradients(result: DepthGradients, width: float = 10.0, height: fl
         axes[2].set(xlabel="block k", ylabel=r"$\|X-\bar{X}\|_F \,/\, \|X\|_F$",
                     title=f"Token spread, L = {depths[-1]}")
         axes[2].set_xlim(0, depths[-1])
+        # On the log scale the stacks with skips run along the top edge: an inset
+        # shows them on a linear scale, in the empty middle of the panel.
+        inset = axes[2].inset_axes([0.35, 0.3, 0.6, 0.4])
+        for probe in result.probes:
+            if probe.residual:
+                inset.plot(range(depths[-1] + 1), probe.token_spread, color=SKIP_COLORS[probe.placement])
+        inset.set(xlim=(0, depths[-1]), ylim=(0, 1), title="with skips, linear scale")
+        inset.title.set_fontsize(8)
+        inset.tick_params(labelsize=7)
         fig.legend(*axes[2].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=9)
     return fig
 

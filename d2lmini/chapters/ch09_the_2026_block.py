@@ -396,11 +396,12 @@ RATE_COLORS = {"rate 0.005": "#2471a3", "rate 0.01": "#c0392b", "rate 0.005, see
 
 def plot_capstone(runs: list[Run], corpus):
     """Training loss (50-step mean, lines) and validation loss (dots) of the 2017 block (left) and the
-    2026 block (right) of the headline pair at each rate and seed, with the loss of predicting each
-    character from its frequency alone."""
+    2026 block (right) of the headline pair at each rate and seed, with the loss on the training
+    text of predicting each character from its frequency alone (the yardstick of the lines)."""
     with styled_figure(2, width=10, height=3.6, sharey=True) as (fig, axes):
         for ax, name in zip(axes, ("2017 block", "2026 block")):
-            ax.axhline(frequency_loss(corpus), ls=":", color="#7f8c8d", label="character frequencies alone")
+            ax.axhline(frequency_loss(corpus, split="train"), ls=":", color="#7f8c8d",
+                       label="character frequencies alone, training text")
             curves = {f"rate {r.rate:g}" + (f", seed {r.seed}" if r.seed else ""): r
                       for r in runs if r.name == name and r.depth == CAPSTONE_MODEL["num_blocks"]}
             plot_loss_curves(curves, fig=fig, ax=ax, title=name, colors=RATE_COLORS, window=50)
