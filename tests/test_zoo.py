@@ -26,7 +26,7 @@ def test_row_reproduces_its_layer(name, padded):
 
 
 def test_zoo_has_the_rows_and_every_supported_class():
-    assert len(zoo.ZOO) == len(ROWS) == 31
+    assert len(zoo.ZOO) == len(ROWS) == 33
     # Qwen3.5's two layer types, dense and MoE (a Gated DeltaNet has no zoo description), are checked in
     # tests/test_qwen3_5_layer.py, tests/test_qwen3_5_moe.py and in chapter 10's 2026 table instead; so
     # are GLM-5's layers (tests/test_glm5.py), Llama 4's four layer kinds (tests/test_llama4.py) and Gemma 4's
@@ -60,7 +60,8 @@ def test_zoo_table_reads_its_columns_from_the_blocks():
     ("Gemma 2 (local)", "sliding_attention", 5), ("Gemma 2 (global)", "full_attention", None),
     ("Gemma 3 (local)", "sliding_attention", 5), ("Gemma 3 (global)", "full_attention", None),
     ("OLMo 3 (sliding)", "sliding_attention", 5), ("OLMo 3 (full)", "full_attention", None),
-    ("Ministral 8B", "sliding_attention", 5), ("Mistral 7B", None, 5), ("StarCoder2", None, 5),
+    ("Ministral 8B (sliding)", "sliding_attention", 5), ("Ministral 8B (full)", "full_attention", None),
+    ("gpt-oss", "sliding_attention", 5), ("gpt-oss (full)", "full_attention", None), ("Mistral 7B", None, 5), ("StarCoder2", None, 5),
     ("Qwen2", "full_attention", None),
 ])
 def test_layer_idx_selects_the_layer_type(name, layer_type, window):

@@ -941,7 +941,13 @@ SIZES = {"DeepSeek-V3": "DeepSeek-V3 671B", "gpt-oss": "gpt-oss-120b", "Llama 4"
 CLASS_DEFAULT_CELLS = {
     "Kimi K2.5": {"positions": "DeepSeek-V3's class default; Kimi's own base is larger"},
     "Qwen3.5": {"positions": "class default; the released models use a larger base"},
+    "GLM-5": {"positions": "GlmMoeDsaConfig's class default"},
 }
+
+#: DeepSeek-V4's RoPE labels (``rope_parameters``' keys) as the layers that use them: in
+#: ``DeepseekV4Attention``, ``rope_layer_type = "main" if layer_type == "sliding_attention"
+#: else "compress"``, so a CSA or HCA layer rotates all of its attention with "compress".
+_ROPE_LABELS = {"main": "sliding-only layers", "compress": "CSA and HCA layers"}
 
 
 def config_2026(row: Row2026):
@@ -1067,7 +1073,7 @@ def _positions(c, m: dict, counts: dict) -> str:
     else:  # one RoPE per layer type (or V4's main / compressed)
         texts = {kind: _rope_text(p) for kind, p in params.items()}
         text = next(iter(texts.values())) if len(set(texts.values())) == 1 else \
-            "; ".join(f"{kind.replace('_attention', '')}: {t}" for kind, t in texts.items())
+            "; ".join(f"{_ROPE_LABELS.get(kind, kind.replace('_attention', ''))}: {t}" for kind, t in texts.items())
     no_rope = getattr(c, "no_rope_layers", None)
     if no_rope:
         text += f"; NoPE in {no_rope.count(0)} of {len(no_rope)} layers"
@@ -1240,7 +1246,7 @@ CHECKS = {
     "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
     "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
     "Gemma 4 (local and global layers, dense)": _check_gemma4,
-    "gpt-oss": _check_zoo("gpt-oss"),
+    "gpt-oss": _check_zoo("gpt-oss", "gpt-oss (full)"),  # its sliding and full-attention layers
     "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
     "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
 }

@@ -328,6 +328,7 @@ def verify_gated_attention(seed: int = 0) -> dict:
 ROPE_SETTINGS = {
     "RoFormer / Llama 2": dict(theta=1e4, head_dim=128, rotary_dim=None),
     "Llama 3": dict(theta=5e5, head_dim=128, rotary_dim=None),
+    # theta: Qwen3_5TextConfig's default (rope_parameters' rope_theta 10,000), a class default
     "Qwen3.5 (partial)": dict(theta=1e4, head_dim=256, rotary_dim=64),
     "gpt-oss, unscaled": dict(theta=1.5e5, head_dim=64, rotary_dim=None),
     "gpt-oss, YaRN x32": dict(theta=1.5e5, head_dim=64, rotary_dim=None,
