@@ -689,8 +689,9 @@ class MultiHeadAttention(nn.Module):
         return self.scale if self.scale is not None else self.head_dim ** -0.5
 
     @shown_in("ch06")
-    def queries_and_keys(self, queries: torch.Tensor, keys: torch.Tensor,
-                         start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def queries_and_keys(
+        self, queries: torch.Tensor, keys: torch.Tensor, start: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys exactly as they enter the attention kernel.
 
         Project, QK-normalize (if ``qk_norm``: the whole projection, or each head),
@@ -714,12 +715,14 @@ class MultiHeadAttention(nn.Module):
                 the weights' dtype and one batch size (with RoPE, also one length).
         """
         self._check_inputs(queries, keys, start)
-        q, k = self.W_q(queries), self.W_k(keys)  # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
+        # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
+        q, k = self.W_q(queries), self.W_k(keys)
         if self.qk_norm == "projection":  # one statistic over all heads (OLMo 2)
             q, k = self.q_norm(q), self.k_norm(k)
         q = q.unflatten(-1, (self.num_heads, self.head_dim))  # (b, n_q, h, head_dim)
         k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))  # (b, n_k, h_kv, head_dim)
-        if self.qk_norm in ("per_head", "per_head_distinct"):  # one statistic per head (Qwen3)
+        # one statistic per head (Qwen3)
+        if self.qk_norm in ("per_head", "per_head_distinct"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # heads first
         if self.rope_theta is not None:
@@ -728,7 +731,8 @@ class MultiHeadAttention(nn.Module):
         if self.qk_norm == QK_NORM_L2:  # Llama 4: per head, no gain, after RoPE
             q = unweighted_rms_norm(q, self.qk_norm_eps, rounding="float32")
             k = unweighted_rms_norm(k, self.qk_norm_eps, rounding="float32")
-        if self.query_scaling is not None:  # q * (1 + beta log(1 + floor((p + offset) / period)))
+        # q * (1 + beta log(1 + floor((p + offset) / period)))
+        if self.query_scaling is not None:
             q = q * self._query_scales(q.shape[2], q, start)
         return q, k
 

@@ -347,7 +347,8 @@ def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None
 
 
 @shown_in("zoo")
-def zoo_row(row: ZooRow, seed: int = 0, num_steps: int = 16, padded: bool = True) -> dict:
+def zoo_row(row: ZooRow, seed: int = 0, num_steps: int = 16,
+            padded: bool = True) -> dict:
     """One row of the zoo's table: the layer built tiny, converted, compared, described.
 
     Args:
@@ -367,21 +368,24 @@ def zoo_row(row: ZooRow, seed: int = 0, num_steps: int = 16, padded: bool = True
     Raises:
         ImportError: if ``transformers`` is not installed.
     """
-    out = {"name": row.name, "family": row.family, "year": row.year, "layer_class": row.layer_class,
-           "layer_idx": row.layer_idx, "note": row.note}
+    out = {"name": row.name, "family": row.family, "year": row.year,
+           "layer_class": row.layer_class, "layer_idx": row.layer_idx, "note": row.note}
     try:
-        result = compare_with_reference(row.reference(), num_steps=num_steps, seed=seed, padded=padded)
+        result = compare_with_reference(row.reference(), num_steps=num_steps, seed=seed,
+                                        padded=padded)
     except (ImportError, AttributeError) as error:
         if missing_from_transformers(error) is None:
             raise  # a real failure, not an older transformers
-        return {**out, "max_abs_diff": None, "max_abs_grad_diff": None, "max_abs_output": None,
-                "reproduced": False, "status": f"not in this transformers {transformers_version()}",
+        status = f"not in this transformers {transformers_version()}"
+        return {**out, "max_abs_diff": None, "max_abs_grad_diff": None,
+                "max_abs_output": None, "reproduced": False, "status": status,
                 "block": None}
     diff, grad_diff = result["max_abs_diff"], result["max_abs_grad_diff"]
     reproduced = max(diff, grad_diff) <= TOLERANCE
-    return {**out, **describe(result["block"]), "max_abs_diff": diff, "max_abs_grad_diff": grad_diff,
-            "max_abs_output": result["max_abs_output"], "reproduced": reproduced,
-            "status": "reproduced" if reproduced else "MISMATCH", "block": result["block"]}
+    return {**out, **describe(result["block"]), "max_abs_diff": diff,
+            "max_abs_grad_diff": grad_diff, "max_abs_output": result["max_abs_output"],
+            "reproduced": reproduced, "block": result["block"],
+            "status": "reproduced" if reproduced else "MISMATCH"}
 
 
 def missing_from_transformers(error: BaseException) -> str | None:

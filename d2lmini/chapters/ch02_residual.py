@@ -274,8 +274,13 @@ class DepthGradients:
 
 
 @shown_in("ch02")
-def readout_gradients(Y: torch.Tensor, R: torch.Tensor, X0: torch.Tensor, weights: list[list[torch.Tensor]],
-                      retain_graph: bool = False) -> tuple[float, list[float]]:
+def readout_gradients(
+    Y: torch.Tensor,
+    R: torch.Tensor,
+    X0: torch.Tensor,
+    weights: list[list[torch.Tensor]],
+    retain_graph: bool = False,
+) -> tuple[float, list[float]]:
     r"""Backpropagate the read-out :math:`\ell = \sum_{ij} Y_{ij} R_{ij} / \sqrt{nd}` and measure its gradients.
 
     ``Y`` is the stack's output and ``R`` the fixed read-out, both ``(1, n, d)``;
@@ -284,10 +289,15 @@ def readout_gradients(Y: torch.Tensor, R: torch.Tensor, X0: torch.Tensor, weight
     Frobenius norms, each block's matrices taken together.
     """
     loss = (Y * R).sum() / math.sqrt(Y.numel())
-    grads = torch.autograd.grad(loss, [X0] + [w for ws in weights for w in ws], retain_graph=retain_graph)
+    grads = torch.autograd.grad(
+        loss, [X0] + [w for ws in weights for w in ws], retain_graph=retain_graph
+    )
     per_block, i = [], 1
-    for ws in weights:  # block k's share of the gradient: sqrt of its squared entries' sum
-        per_block.append(math.sqrt(sum(float(g.pow(2).sum()) for g in grads[i:i + len(ws)])))
+    # block k's share of the gradient: sqrt of its squared entries' sum
+    for ws in weights:
+        per_block.append(
+            math.sqrt(sum(float(g.pow(2).sum()) for g in grads[i : i + len(ws)]))
+        )
         i += len(ws)
     return float(grads[0].norm()), per_block
 
@@ -437,7 +447,9 @@ def zero_output_projections_(block: nn.Module) -> nn.Module:
     try:
         layers = (block.attention.W_o, block.ffn.W_2)
     except AttributeError:
-        raise TypeError(f"block must have attention.W_o and ffn.W_2, got {type(block).__name__}") from None
+        raise TypeError(
+            f"block must have attention.W_o and ffn.W_2, got {type(block).__name__}"
+        ) from None
     with torch.no_grad():
         for layer in layers:
             layer.weight.zero_()
