@@ -107,19 +107,23 @@ class CharCorpus:
         return windows[:, :-1], windows[:, 1:]
 
 
-def frequency_loss(corpus: CharCorpus) -> float:
-    """The validation loss of predicting every character from its frequency alone (nats per character).
+def frequency_loss(corpus: CharCorpus, split: str = "val") -> float:
+    """The loss of predicting every character from its frequency alone (nats per character).
 
-    The cross-entropy on the validation split of the training split's character
-    frequencies (each count plus one, so that no character has probability 0): what a
-    model that ignores the context can reach at best.
+    The cross-entropy on one split of the training split's character frequencies (each
+    count plus one, so that no character has probability 0): what a model that ignores the
+    context can reach at best. Compare it with losses on the same text: ``split="val"``
+    (the default) with validation losses, ``split="train"`` with training losses.
 
     Raises:
         TypeError: if ``corpus`` is not a :class:`~d2lmini.data.CharCorpus`.
+        ValueError: if ``split`` is not ``"train"`` or ``"val"``.
     """
     check_instance("corpus", corpus, CharCorpus, "a CharCorpus")
+    if split not in ("train", "val"):
+        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double() + 1
-    return float(-(counts / counts.sum()).log()[corpus.val].mean())
+    return float(-(counts / counts.sum()).log()[getattr(corpus, split)].mean())
 
 
 def python_reference_corpus(val_fraction: float = 0.1) -> CharCorpus:

@@ -56,8 +56,9 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 @shown_in("ch11")
-def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                     initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                     beta: torch.Tensor, initial_state: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The gated delta rule, one token at a time: ``S <- e^g S + beta k (v - e^g S^T k)^T``, ``o = S^T q``.
 
     Per batch entry and head, the state ``S`` (``d_k x d_v``) maps keys to values: each step
@@ -79,14 +80,15 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
     """
     _check_rule_inputs(q, k, v, g, beta, initial_state)
     b, n, h, d_k = k.shape
-    S = v.new_zeros(b, h, d_k, v.shape[-1]) if initial_state is None else initial_state.to(v.dtype)
+    S = (v.new_zeros(b, h, d_k, v.shape[-1]) if initial_state is None
+         else initial_state.to(v.dtype))
     outs = []
     for t in range(n):
-        S = S * g[:, t, :, None, None].exp()                             # decay:     S <- e^g S
-        stored = torch.einsum("bhkv,bhk->bhv", S, k[:, t])                # read:      S^T k
-        delta = beta[:, t, :, None] * (v[:, t] - stored)                  # error:     beta (v - S^T k)
-        S = S + torch.einsum("bhk,bhv->bhkv", k[:, t], delta)             # write:     S += k delta^T
-        outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))            # output:    S^T q
+        S = S * g[:, t, :, None, None].exp()                  # decay:  S <- e^g S
+        stored = torch.einsum("bhkv,bhk->bhv", S, k[:, t])     # read:   S^T k
+        delta = beta[:, t, :, None] * (v[:, t] - stored)       # error:  beta(v - S^T k)
+        S = S + torch.einsum("bhk,bhv->bhkv", k[:, t], delta)  # write:  S += k delta^T
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))  # output: S^T q
     out = torch.stack(outs, dim=1) if outs else v.new_zeros(v.shape)
     return out, S
 

@@ -204,28 +204,39 @@ class HyperConnection(nn.Module):
         self.alpha = nn.Parameter(torch.ones(3))
 
     @shown_in("ch10")
-    def mappings(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def mappings(
+        self, streams: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(H^pre, H^post, H^res)`` of ``streams`` ``(b, n_steps, n, d)``, in float32 (see the class)."""
         _check_streams(streams, self.num_streams, self.num_hiddens)
         n = self.num_streams
-        x = unweighted_rms_norm(streams.flatten(2).float(), self.norm_eps)  # (b, n_steps, n d)
+        # (b, n_steps, n d)
+        x = unweighted_rms_norm(streams.flatten(2).float(), self.norm_eps)
         pre, post, res = (x @ self.phi.float().T).split([n, n, n * n], dim=-1)
         b_pre, b_post, b_res = self.bias.float().split([n, n, n * n])
         a_pre, a_post, a_res = self.alpha.float()
         h_pre = torch.sigmoid(a_pre * pre + b_pre) + self.eps
         h_post = 2 * torch.sigmoid(a_post * post + b_post)
-        comb = sinkhorn_knopp((a_res * res + b_res).unflatten(-1, (n, n)), iters=self.sinkhorn_iters, eps=self.eps)
+        comb = sinkhorn_knopp(
+            (a_res * res + b_res).unflatten(-1, (n, n)),
+            iters=self.sinkhorn_iters,
+            eps=self.eps,
+        )
         return h_pre, h_post, comb.transpose(-1, -2)
 
     @shown_in("ch10")
-    def forward(self, streams: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, streams: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
         """``H^res x + H^post F(H^pre x)``: collapse ``streams`` (b, n_steps, n, d), apply ``sublayer``, expand, mix."""
         check_callable("sublayer", sublayer)
         h_pre, h_post, h_res = self.mappings(streams)
-        collapsed = (h_pre.unsqueeze(-1) * streams).sum(dim=2).to(streams.dtype)  # H^pre x: (b, n_steps, d)
+        # H^pre x: (b, n_steps, d)
+        collapsed = (h_pre.unsqueeze(-1) * streams).sum(dim=2).to(streams.dtype)
         out = sublayer(collapsed)  # (b, n_steps, d)
         h_post, h_res = h_post.to(streams.dtype), h_res.to(streams.dtype)
-        return h_post.unsqueeze(-1) * out.unsqueeze(-2) + h_res @ streams  # (b, n_steps, n, d)
+        # (b, n_steps, n, d)
+        return h_post.unsqueeze(-1) * out.unsqueeze(-2) + h_res @ streams
 
     def extra_repr(self) -> str:
         return (f"{self.num_hiddens}, num_streams={self.num_streams}, sinkhorn_iters={self.sinkhorn_iters}, "

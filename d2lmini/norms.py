@@ -76,7 +76,8 @@ class RMSNorm(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize ``X``, shape ``(*, num_hiddens)``, over its last dimension; returns the same shape."""
         check_last_dim("X", X, self.num_hiddens)
-        X32 = X if X.dtype == torch.float64 else X.float()  # at least float32; float64 stays
+        # at least float32; float64 stays
+        X32 = X if X.dtype == torch.float64 else X.float()
         Y = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return Y.to(X.dtype) * self.weight
 

@@ -21,7 +21,9 @@ BLOCK_PARTS = {"attention": ("attention.", "cross_attention."), "ffn": ("ffn.",)
 
 
 @shown_in("ch01")
-def num_parameters(module: nn.Module, parts: dict | None = None) -> int | dict[str, int]:
+def num_parameters(
+    module: nn.Module, parts: dict | None = None
+) -> int | dict[str, int]:
     """Count the parameters of ``module``, in total or per part.
 
     Every parameter tensor is counted once, even if the module holds it twice (tied
@@ -52,9 +54,14 @@ def num_parameters(module: nn.Module, parts: dict | None = None) -> int | dict[s
         return total
     counts = dict.fromkeys(parts, 0)
     for name, p in module.named_parameters():
-        part = next((part for part, prefixes in parts.items() if name.startswith(prefixes)), None)
+        part = next(
+            (part for part, prefixes in parts.items() if name.startswith(prefixes)),
+            None,
+        )
         if part is None:
-            raise ValueError(f"parameter {name!r} belongs to none of the parts {list(parts)}")
+            raise ValueError(
+                f"parameter {name!r} belongs to none of the parts {list(parts)}"
+            )
         counts[part] += p.numel()
     return {**counts, "total": total}
 

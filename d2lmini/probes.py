@@ -50,7 +50,8 @@ def token_spread(X: torch.Tensor) -> float:
     if X.dim() == 3 and X.shape[0] == 1:
         X = X[0]
     if X.dim() != 2:
-        raise ValueError(f"X must have shape (num_steps, num_hiddens) or (1, num_steps, num_hiddens), got {tuple(X.shape)}")
+        raise ValueError(f"X must have shape (num_steps, num_hiddens) or "
+                         f"(1, num_steps, num_hiddens), got {tuple(X.shape)}")
     X = X.double()
     return float((X - X.mean(dim=0, keepdim=True)).norm() / X.norm())
 
@@ -283,7 +284,12 @@ def probe_memory_bytes(depth: int = 32, num_hiddens: int = 128, num_heads: int =
 
 
 @shown_in("ch04", "ch10")
-def measure_stack(blocks: nn.ModuleList, final_norm: nn.Module | None, X: torch.Tensor, R: torch.Tensor):
+def measure_stack(
+    blocks: nn.ModuleList,
+    final_norm: nn.Module | None,
+    X: torch.Tensor,
+    R: torch.Tensor,
+):
     r"""The measurements of :func:`probe_depth`: one forward and one backward pass through ``blocks``.
 
     Records the stream RMS and :func:`token_spread` of the input ``X`` ``(1, n, d)`` (or the

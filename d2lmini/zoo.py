@@ -155,8 +155,10 @@ ZOO: tuple[ZooRow, ...] = (
     hf_row("Gemma 2 (global)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _T["gemma2"],
            layer_idx=1, attn_implementation="eager", unit_offset_norms=True,
            note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
-    hf_row("Ministral 8B", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
+    hf_row("Ministral 8B (sliding)", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
            _T["ministral"], layer_idx=1),
+    hf_row("Ministral 8B (full)", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
+           _T["ministral"], layer_idx=0),
     hf_row("Granite 3.0", "Granite", 2024, "granite", "GraniteDecoderLayer", "GraniteConfig",
            _T["granite"],
            note="embedding_multiplier and logits_scaling act on the embeddings and logits (outside the layer)"),
@@ -178,7 +180,9 @@ ZOO: tuple[ZooRow, ...] = (
     hf_row("Arcee Trinity (global)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _T["afmoe"],
            layer_idx=1, note=_TRINITY_NOTE + "; no position encoding in global layers"),
     hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _T["gpt_oss"], layer_idx=0,
-           attn_implementation="eager", note="sliding layer shown; full-attention layers alternate with it"),
+           attn_implementation="eager", note="sliding layer; the full-attention layers alternate with it"),
+    hf_row("gpt-oss (full)", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _T["gpt_oss"],
+           layer_idx=1, attn_implementation="eager", note="full-attention layer"),
     # Parallel attention + FFN, partial and interleaved RoPE.
     hf_row("Phi-2", "Phi", 2023, "phi", "PhiDecoderLayer", "PhiConfig",
            _T["phi"]),
@@ -343,7 +347,8 @@ def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None
 
 
 @shown_in("zoo")
-def zoo_row(row: ZooRow, seed: int = 0, num_steps: int = 16, padded: bool = True) -> dict:
+def zoo_row(row: ZooRow, seed: int = 0, num_steps: int = 16,
+            padded: bool = True) -> dict:
     """One row of the zoo's table: the layer built tiny, converted, compared, described.
 
     Args:
@@ -363,21 +368,24 @@ def zoo_row(row: ZooRow, seed: int = 0, num_steps: int = 16, padded: bool = True
     Raises:
         ImportError: if ``transformers`` is not installed.
     """
-    out = {"name": row.name, "family": row.family, "year": row.year, "layer_class": row.layer_class,
-           "layer_idx": row.layer_idx, "note": row.note}
+    out = {"name": row.name, "family": row.family, "year": row.year,
+           "layer_class": row.layer_class, "layer_idx": row.layer_idx, "note": row.note}
     try:
-        result = compare_with_reference(row.reference(), num_steps=num_steps, seed=seed, padded=padded)
+        result = compare_with_reference(row.reference(), num_steps=num_steps, seed=seed,
+                                        padded=padded)
     except (ImportError, AttributeError) as error:
         if missing_from_transformers(error) is None:
             raise  # a real failure, not an older transformers
-        return {**out, "max_abs_diff": None, "max_abs_grad_diff": None, "max_abs_output": None,
-                "reproduced": False, "status": f"not in this transformers {transformers_version()}",
+        status = f"not in this transformers {transformers_version()}"
+        return {**out, "max_abs_diff": None, "max_abs_grad_diff": None,
+                "max_abs_output": None, "reproduced": False, "status": status,
                 "block": None}
     diff, grad_diff = result["max_abs_diff"], result["max_abs_grad_diff"]
     reproduced = max(diff, grad_diff) <= TOLERANCE
-    return {**out, **describe(result["block"]), "max_abs_diff": diff, "max_abs_grad_diff": grad_diff,
-            "max_abs_output": result["max_abs_output"], "reproduced": reproduced,
-            "status": "reproduced" if reproduced else "MISMATCH", "block": result["block"]}
+    return {**out, **describe(result["block"]), "max_abs_diff": diff,
+            "max_abs_grad_diff": grad_diff, "max_abs_output": result["max_abs_output"],
+            "reproduced": reproduced, "block": result["block"],
+            "status": "reproduced" if reproduced else "MISMATCH"}
 
 
 def missing_from_transformers(error: BaseException) -> str | None:

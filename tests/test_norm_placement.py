@@ -141,8 +141,12 @@ def test_frequency_loss_is_the_cross_entropy_of_the_training_frequencies():
     counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double() + 1
     expected = -sum(math.log(counts[c] / counts.sum()) for c in corpus.val.tolist()) / len(corpus.val)
     assert frequency_loss(corpus) == pytest.approx(float(expected))
+    on_train = -sum(math.log(counts[c] / counts.sum()) for c in corpus.train.tolist()) / len(corpus.train)
+    assert frequency_loss(corpus, split="train") == pytest.approx(float(on_train))  # beside training losses
     with pytest.raises(TypeError, match="corpus"):
         frequency_loss("aab")
+    with pytest.raises(ValueError, match="split"):
+        frequency_loss(corpus, split="test")
 
 
 # --------------------------------------------------------------------------- five placements

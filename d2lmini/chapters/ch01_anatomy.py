@@ -343,7 +343,8 @@ def alone_vs_in_sequence(sublayer, X: torch.Tensor) -> tuple[float, float]:
     full = sublayer(X)
     gap = relative = 0.0
     for i in range(X.shape[1]):
-        diff = sublayer(X[:, i:i + 1]) - full[:, i:i + 1]  # token i alone vs. in the sequence
+        # token i alone vs. in the sequence
+        diff = sublayer(X[:, i : i + 1]) - full[:, i : i + 1]
         gap = max(gap, float(diff.abs().max()))
         relative = max(relative, float(diff.norm() / full[:, i].norm()))
     return gap, relative
@@ -513,7 +514,9 @@ def parameter_table(rows: list[dict], formatted: bool = False):
 
 
 @shown_in("ch01")
-def add_sublayer(addnorm: nn.Module, branch, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def add_sublayer(
+    addnorm: nn.Module, branch, X: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One sublayer's step on the stream, as :meth:`d2lmini.block.AddNorm.forward` takes it.
 
     ``addnorm`` is the block's :class:`~d2lmini.block.AddNorm` (``addnorm1`` or
@@ -521,11 +524,13 @@ def add_sublayer(addnorm: nn.Module, branch, X: torch.Tensor) -> tuple[torch.Ten
     ``(b, n, d)``. Returns ``(X', C)``: the stream after the step and ``C``, what the
     sublayer added to it (both ``(b, n, d)``).
     """
-    C = branch(X if addnorm.norm_in is None else addnorm.norm_in(X))  # pre-LN: norm before F
+    # pre-LN: norm before F
+    C = branch(X if addnorm.norm_in is None else addnorm.norm_in(X))
     if addnorm.norm_out is not None:  # 'post_sublayer', 'sandwich': norm F's output
         C = addnorm.norm_out(C)
     C = addnorm.dropout(C)
-    X = X + C if getattr(addnorm, "residual", True) else C  # residual=False: C replaces X
+    # residual=False: C replaces X
+    X = X + C if getattr(addnorm, "residual", True) else C
     if addnorm.norm_post is not None:  # post-LN: norm the stream after the addition
         X = addnorm.norm_post(X)
     return X, C
@@ -688,7 +693,9 @@ def residual_sum(placement: str = "pre", depth: int = 6, num_hiddens: int = 64, 
 
 
 @shown_in("ch01")
-def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: torch.Tensor, t: int) -> dict:
+def decoder_effects(
+    block: TransformerDecoderBlock, X: torch.Tensor, memory: torch.Tensor, t: int
+) -> dict:
     """How far a decoder block's outputs move when a decoder token or the encoder output changes.
 
     Draws a new random decoder token at position ``t`` and, separately, a new random
@@ -710,11 +717,13 @@ def decoder_effects(block: TransformerDecoderBlock, X: torch.Tensor, memory: tor
     memory2 = torch.randn(memory.shape)  # a new encoder output
     with torch.no_grad():
         Y, Y_future, Y_memory = block(X, memory), block(X2, memory), block(X, memory2)
-    return {"output_shape": tuple(Y.shape),
-            "future_leak": float((Y_future - Y)[:, :t].abs().max()),
-            "future_effect": float((Y_future - Y)[:, t:].abs().max()),
-            "memory_effect": float((Y_memory - Y).abs().max()),
-            "memory_effect_least": float((Y_memory - Y).abs().amax(dim=(0, 2)).min())}
+    return {
+        "output_shape": tuple(Y.shape),
+        "future_leak": float((Y_future - Y)[:, :t].abs().max()),
+        "future_effect": float((Y_future - Y)[:, t:].abs().max()),
+        "memory_effect": float((Y_memory - Y).abs().max()),
+        "memory_effect_least": float((Y_memory - Y).abs().amax(dim=(0, 2)).min()),
+    }
 
 
 def decoder_block_checks(num_hiddens: int = 64, num_heads: int = 4, num_steps: int = 10, memory_steps: int = 7,

@@ -274,8 +274,13 @@ class DepthGradients:
 
 
 @shown_in("ch02")
-def readout_gradients(Y: torch.Tensor, R: torch.Tensor, X0: torch.Tensor, weights: list[list[torch.Tensor]],
-                      retain_graph: bool = False) -> tuple[float, list[float]]:
+def readout_gradients(
+    Y: torch.Tensor,
+    R: torch.Tensor,
+    X0: torch.Tensor,
+    weights: list[list[torch.Tensor]],
+    retain_graph: bool = False,
+) -> tuple[float, list[float]]:
     r"""Backpropagate the read-out :math:`\ell = \sum_{ij} Y_{ij} R_{ij} / \sqrt{nd}` and measure its gradients.
 
     ``Y`` is the stack's output and ``R`` the fixed read-out, both ``(1, n, d)``;
@@ -284,10 +289,15 @@ def readout_gradients(Y: torch.Tensor, R: torch.Tensor, X0: torch.Tensor, weight
     Frobenius norms, each block's matrices taken together.
     """
     loss = (Y * R).sum() / math.sqrt(Y.numel())
-    grads = torch.autograd.grad(loss, [X0] + [w for ws in weights for w in ws], retain_graph=retain_graph)
+    grads = torch.autograd.grad(
+        loss, [X0] + [w for ws in weights for w in ws], retain_graph=retain_graph
+    )
     per_block, i = [], 1
-    for ws in weights:  # block k's share of the gradient: sqrt of its squared entries' sum
-        per_block.append(math.sqrt(sum(float(g.pow(2).sum()) for g in grads[i:i + len(ws)])))
+    # block k's share of the gradient: sqrt of its squared entries' sum
+    for ws in weights:
+        per_block.append(
+            math.sqrt(sum(float(g.pow(2).sum()) for g in grads[i : i + len(ws)]))
+        )
         i += len(ws)
     return float(grads[0].norm()), per_block
 
@@ -365,7 +375,8 @@ def plot_depth_gradients(result: DepthGradients, width: float = 10.0, height: fl
     """Three panels on log scales: the gradient reaching block 1 versus depth ``L`` for the
     stacks without norms, the same for the stacks with norms (each panel with its own
     y-range, so that the curves with skips do not merge), and the token spread after every
-    block of the deepest stacks. Stacks without skips are dashed.
+    block of the deepest stacks, with an inset that shows the stacks with skips on a
+    linear scale. Stacks without skips are dashed.
 
     Args:
         result: a :class:`DepthGradients`.
@@ -402,6 +413,15 @@ def plot_depth_gradients(result: DepthGradients, width: float = 10.0, height: fl
         axes[2].set(xlabel="block k", ylabel=r"$\|X-\bar{X}\|_F \,/\, \|X\|_F$",
                     title=f"Token spread, L = {depths[-1]}")
         axes[2].set_xlim(0, depths[-1])
+        # On the log scale the stacks with skips run along the top edge: an inset
+        # shows them on a linear scale, in the empty middle of the panel.
+        inset = axes[2].inset_axes([0.35, 0.3, 0.6, 0.4])
+        for probe in result.probes:
+            if probe.residual:
+                inset.plot(range(depths[-1] + 1), probe.token_spread, color=SKIP_COLORS[probe.placement])
+        inset.set(xlim=(0, depths[-1]), ylim=(0, 1), title="with skips, linear scale")
+        inset.title.set_fontsize(8)
+        inset.tick_params(labelsize=7)
         fig.legend(*axes[2].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=9)
     return fig
 
@@ -427,7 +447,9 @@ def zero_output_projections_(block: nn.Module) -> nn.Module:
     try:
         layers = (block.attention.W_o, block.ffn.W_2)
     except AttributeError:
-        raise TypeError(f"block must have attention.W_o and ffn.W_2, got {type(block).__name__}") from None
+        raise TypeError(
+            f"block must have attention.W_o and ffn.W_2, got {type(block).__name__}"
+        ) from None
     with torch.no_grad():
         for layer in layers:
             layer.weight.zero_()

@@ -298,7 +298,8 @@ def training_table(results):
         rate first, then the shortest warm-up, with columns ``'post-LN'`` and ``'pre-LN'`` (the mean
         validation loss over seeds, nats per character) and ``'post-LN spread'`` and
         ``'pre-LN spread'`` (largest minus smallest over seeds); NaN where that placement was
-        not trained in that configuration.
+        not trained in that configuration. The columns' name says they hold the final
+        validation loss.
 
     Raises:
         TypeError: if ``results`` is not such a list.
@@ -314,7 +315,9 @@ def training_table(results):
     keys = sorted(rows, key=lambda key: (-key[0], -key[1], key[2]))
     index = pd.MultiIndex.from_tuples(keys, names=["blocks", "peak rate", "warm-up steps"])
     columns = list(PLACEMENT_SHORT.values()) + [name + " spread" for name in PLACEMENT_SHORT.values()]
-    return pd.DataFrame([rows[key] for key in keys], index=index, columns=columns)
+    table = pd.DataFrame([rows[key] for key in keys], index=index, columns=columns)
+    table.columns.name = "final validation loss"  # shown above the columns: which loss they hold
+    return table
 
 
 def plot_training(results, reference: float | None = None, window: int = 20):
@@ -368,8 +371,9 @@ def plot_training(results, reference: float | None = None, window: int = 20):
         for ax in axes:
             ax.set_ylim(low, high)  # one scale for both panels
         axes[0].set_ylabel(f"training loss (nats/char, {window}-step mean)")
+        # Long legend handles: at a short length a wide dash-dotted line shows as one solid dash.
         fig.legend(list(handles.values()), list(handles), loc="outside upper center", ncol=3, frameon=False,
-                   fontsize=8.5)
+                   fontsize=8.5, handlelength=4)
     return fig
 
 

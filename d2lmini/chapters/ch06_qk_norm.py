@@ -335,7 +335,9 @@ def _check_probe_layer(layer) -> None:
 
 
 @shown_in("ch06")
-def saturation_probe(layer: MultiHeadAttention, X: torch.Tensor, R: torch.Tensor) -> dict:
+def saturation_probe(
+    layer: MultiHeadAttention, X: torch.Tensor, R: torch.Tensor
+) -> dict:
     """One layer's softmax saturation: entropy, logits, gradients at q, k, v and W_q.
 
     Runs ``layer`` (bidirectional, one key head per query head: :func:`make_attention`)
@@ -344,20 +346,28 @@ def saturation_probe(layer: MultiHeadAttention, X: torch.Tensor, R: torch.Tensor
     the keys of :attr:`LogitScaleSweep.SERIES` (Dehghani et al., 2023). Chapter "QK-norm".
     Raises ValueError for another kind of layer; errors on bad shapes propagate.
     """
-    _check_probe_layer(layer)  # bidirectional, one key head per query head, scale 1/sqrt(d_h)
-    q, k = layer.queries_and_keys(X, X)  # (b, h, n, d_h), QK-normalized if the layer has it
+    # bidirectional, one key head per query head, scale 1/sqrt(d_h)
+    _check_probe_layer(layer)
+    # (b, h, n, d_h), QK-normalized if the layer has it
+    q, k = layer.queries_and_keys(X, X)
     v = layer.W_v(X).unflatten(-1, (layer.num_heads, layer.head_dim)).transpose(1, 2)
-    logits = q @ k.transpose(-1, -2) / layer.head_dim ** 0.5  # no mask
+    logits = q @ k.transpose(-1, -2) / layer.head_dim**0.5  # no mask
     weights = torch.softmax(logits, dim=-1)
     Y = layer.W_o((weights @ v).transpose(1, 2).flatten(-2))  # (b, n, d)
     loss = (Y * R).sum() / math.sqrt(Y.numel())  # the fixed random read-out
     g_q, g_k, g_v, g_W_q = torch.autograd.grad(loss, (q, k, v, layer.W_q.weight))
-    per_q, per_k = g_q.norm(dim=-1).flatten(), g_k.norm(dim=-1).flatten()  # one per head and token
-    return {"entropy": float(attention_entropy(weights.detach()).mean()),
-            "max_logit": float(logits.detach().max()), "rms_logit": float(logits.detach().pow(2).mean().sqrt()),
-            "grad_q": float(per_q.median()), "grad_k": float(per_k.median()),
-            "zero_q": float((per_q == 0).double().mean()),
-            "grad_W_q": float(g_W_q.norm()), "grad_v": float(g_v.norm())}
+    # one per head and token
+    per_q, per_k = g_q.norm(dim=-1).flatten(), g_k.norm(dim=-1).flatten()
+    return {
+        "entropy": float(attention_entropy(weights.detach()).mean()),
+        "max_logit": float(logits.detach().max()),
+        "rms_logit": float(logits.detach().pow(2).mean().sqrt()),
+        "grad_q": float(per_q.median()),
+        "grad_k": float(per_k.median()),
+        "zero_q": float((per_q == 0).double().mean()),
+        "grad_W_q": float(g_W_q.norm()),
+        "grad_v": float(g_v.norm()),
+    }
 
 
 def plot_logit_scale_sweep(result: LogitScaleSweep, floor: float = 1e-20, mark: float | None = None,

@@ -923,7 +923,9 @@ MOE_MODELS = {
 
 
 @shown_in("ch07")
-def balance_by_bias(moe: MixtureOfExperts, tokens: torch.Tensor, num_updates: int, gamma: float) -> list:
+def balance_by_bias(
+    moe: MixtureOfExperts, tokens: torch.Tensor, num_updates: int, gamma: float
+) -> list:
     """DeepSeek-V3's balancing without an auxiliary loss, on fixed ``tokens`` ``(T, d)``.
 
     After each round of routing, every overloaded expert's ``expert_bias`` drops by
@@ -934,11 +936,14 @@ def balance_by_bias(moe: MixtureOfExperts, tokens: torch.Tensor, num_updates: in
     loads = []
     with torch.no_grad():
         for update in range(num_updates + 1):
-            _, experts = moe.route(tokens)                                   # (T, top_k) chosen experts
+            # (T, top_k) chosen experts
+            _, experts = moe.route(tokens)
             load = torch.bincount(experts.flatten(), minlength=moe.num_experts).float()
-            loads.append(load / load.mean())                                 # 1.0: the fair share
+            # 1.0: the fair share
+            loads.append(load / load.mean())
             if update < num_updates:
-                moe.expert_bias += gamma * torch.sign(load.mean() - load)    # up if underloaded, down if over
+                # up if underloaded, down if over
+                moe.expert_bias += gamma * torch.sign(load.mean() - load)
     return loads
 
 

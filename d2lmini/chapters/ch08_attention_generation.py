@@ -167,7 +167,9 @@ def attention_variants(size: dict) -> dict:
 
 
 @shown_in("ch08")
-def kv_cache_rows(variants: dict, *, num_layers: int, context: int, dtype_bytes: int = 2) -> list[dict]:
+def kv_cache_rows(
+    variants: dict, *, num_layers: int, context: int, dtype_bytes: int = 2
+) -> list[dict]:
     """Cache per token and per model of each attention variant, read off modules on the meta device.
 
     The meta device gives every parameter a shape but no memory and no values, so a
@@ -185,9 +187,15 @@ def kv_cache_rows(variants: dict, *, num_layers: int, context: int, dtype_bytes:
         with torch.device("meta"):
             attention = build()
         per_token = kv_cache_bytes_per_token(attention, dtype_bytes)
-        rows.append({"attention": name, "parameters": num_parameters(attention),
-                     "numbers": per_token // dtype_bytes, "bytes": per_token,
-                     "GiB": per_token * num_layers * context / 2**30})
+        rows.append(
+            {
+                "attention": name,
+                "parameters": num_parameters(attention),
+                "numbers": per_token // dtype_bytes,
+                "bytes": per_token,
+                "GiB": per_token * num_layers * context / 2**30,
+            }
+        )
     return rows
 
 

@@ -396,11 +396,12 @@ RATE_COLORS = {"rate 0.005": "#2471a3", "rate 0.01": "#c0392b", "rate 0.005, see
 
 def plot_capstone(runs: list[Run], corpus):
     """Training loss (50-step mean, lines) and validation loss (dots) of the 2017 block (left) and the
-    2026 block (right) of the headline pair at each rate and seed, with the loss of predicting each
-    character from its frequency alone."""
+    2026 block (right) of the headline pair at each rate and seed, with the loss on the training
+    text of predicting each character from its frequency alone (the yardstick of the lines)."""
     with styled_figure(2, width=10, height=3.6, sharey=True) as (fig, axes):
         for ax, name in zip(axes, ("2017 block", "2026 block")):
-            ax.axhline(frequency_loss(corpus), ls=":", color="#7f8c8d", label="character frequencies alone")
+            ax.axhline(frequency_loss(corpus, split="train"), ls=":", color="#7f8c8d",
+                       label="character frequencies alone, training text")
             curves = {f"rate {r.rate:g}" + (f", seed {r.seed}" if r.seed else ""): r
                       for r in runs if r.name == name and r.depth == CAPSTONE_MODEL["num_blocks"]}
             plot_loss_curves(curves, fig=fig, ax=ax, title=name, colors=RATE_COLORS, window=50)
@@ -940,7 +941,13 @@ SIZES = {"DeepSeek-V3": "DeepSeek-V3 671B", "gpt-oss": "gpt-oss-120b", "Llama 4"
 CLASS_DEFAULT_CELLS = {
     "Kimi K2.5": {"positions": "DeepSeek-V3's class default; Kimi's own base is larger"},
     "Qwen3.5": {"positions": "class default; the released models use a larger base"},
+    "GLM-5": {"positions": "GlmMoeDsaConfig's class default"},
 }
+
+#: DeepSeek-V4's RoPE labels (``rope_parameters``' keys) as the layers that use them: in
+#: ``DeepseekV4Attention``, ``rope_layer_type = "main" if layer_type == "sliding_attention"
+#: else "compress"``, so a CSA or HCA layer rotates all of its attention with "compress".
+_ROPE_LABELS = {"main": "sliding-only layers", "compress": "CSA and HCA layers"}
 
 
 def config_2026(row: Row2026):
@@ -1066,7 +1073,7 @@ def _positions(c, m: dict, counts: dict) -> str:
     else:  # one RoPE per layer type (or V4's main / compressed)
         texts = {kind: _rope_text(p) for kind, p in params.items()}
         text = next(iter(texts.values())) if len(set(texts.values())) == 1 else \
-            "; ".join(f"{kind.replace('_attention', '')}: {t}" for kind, t in texts.items())
+            "; ".join(f"{_ROPE_LABELS.get(kind, kind.replace('_attention', ''))}: {t}" for kind, t in texts.items())
     no_rope = getattr(c, "no_rope_layers", None)
     if no_rope:
         text += f"; NoPE in {no_rope.count(0)} of {len(no_rope)} layers"
@@ -1239,7 +1246,7 @@ CHECKS = {
     "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
     "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
     "Gemma 4 (local and global layers, dense)": _check_gemma4,
-    "gpt-oss": _check_zoo("gpt-oss"),
+    "gpt-oss": _check_zoo("gpt-oss", "gpt-oss (full)"),  # its sliding and full-attention layers
     "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
     "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
 }

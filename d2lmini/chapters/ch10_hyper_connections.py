@@ -59,14 +59,17 @@ def probe_streams(depth: int = 32, streams=(1, 2, 4, 8), **kwargs) -> dict:
     """
     probes = {"pre": probe_depth("pre", norm="rms", depth=depth, **kwargs)}
     for n in check_int_sequence("streams", streams, minimum=1, distinct=True):
-        probes[n] = probe_depth(HYPER_PLACEMENT, norm="rms", depth=depth, num_streams=n, **kwargs)
+        probes[n] = probe_depth(
+            HYPER_PLACEMENT, norm="rms", depth=depth, num_streams=n, **kwargs
+        )
     return probes
 
 
 @shown_in("ch10")
-def stream_divergence(depth: int = 32, num_streams: int = 4, num_hiddens: int = 128, num_heads: int = 4,
-                      num_steps: int = 64, act: str = "relu", init: str = "xavier_uniform",
-                      dtype: torch.dtype = torch.float64, seed: int = 0) -> list[float]:
+def stream_divergence(depth: int = 32, num_streams: int = 4, num_hiddens: int = 128,
+                      num_heads: int = 4, num_steps: int = 64, act: str = "relu",
+                      init: str = "xavier_uniform", dtype: torch.dtype = torch.float64,
+                      seed: int = 0) -> list[float]:
     """How far the streams of :func:`probe_streams`' mHC stack are from their mean, after every block.
 
     Rebuilds the stack of ``probe_depth('mhc', ...)`` with the same arguments (the same draws:
@@ -77,8 +80,11 @@ def stream_divergence(depth: int = 32, num_streams: int = 4, num_hiddens: int = 
         ValueError / TypeError: bad sizes, ``init`` or seed (as :func:`~d2lmini.probes.probe_depth`).
     """
     with seeded(check_seed(seed)):  # the draws of probe_depth, in its order
-        blocks = [init_linear_weights_(HyperConnectedBlock(num_hiddens, num_heads, num_streams=num_streams,
-                                                           act=act), init) for _ in range(depth)]
+        blocks = []
+        for _ in range(depth):  # a block, then its weights, as probe_depth draws them
+            block = HyperConnectedBlock(num_hiddens, num_heads, num_streams=num_streams,
+                                        act=act)
+            blocks.append(init_linear_weights_(block, init))
         HyperHead(num_hiddens, num_streams)  # drawn by probe_depth before the input
         X = torch.randn(1, num_steps, num_hiddens, dtype=torch.float32).to(dtype)
     X = expand_streams(X, num_streams)  # (1, n, streams, d), equal streams
@@ -86,7 +92,7 @@ def stream_divergence(depth: int = 32, num_streams: int = 4, num_hiddens: int = 
     with torch.no_grad():
         for block in blocks:
             X = block.to(dtype)(X)
-            deviation = X - X.mean(dim=2, keepdim=True)  # each stream minus the streams' mean
+            deviation = X - X.mean(dim=2, keepdim=True)  # each stream minus their mean
             gaps.append(float(deviation.pow(2).mean().sqrt() / X.pow(2).mean().sqrt()))
     return gaps
 
@@ -111,8 +117,8 @@ def streams_table(probes: dict, ks=(8, 16, 32)):
 
 
 @shown_in("ch10")
-def first_block(num_hiddens: int, num_heads: int, num_streams: int = 4, num_steps: int = 16,
-                seed: int = 0) -> dict:
+def first_block(num_hiddens: int, num_heads: int, num_streams: int = 4,
+                num_steps: int = 16, seed: int = 0) -> dict:
     """One fresh :class:`~d2lmini.hyper.HyperConnectedBlock` of width ``num_hiddens`` on equal streams.
 
     Attention and FFN (ReLU) drawn by Xavier-uniform, the mappings as ``transformers``'
@@ -126,18 +132,23 @@ def first_block(num_hiddens: int, num_heads: int, num_streams: int = 4, num_step
         ValueError / TypeError: sizes that are not ints >= 1 (``num_steps`` >= 2), a bad seed.
     """
     with seeded(check_seed(seed)):
-        block = init_linear_weights_(HyperConnectedBlock(num_hiddens, num_heads, num_streams=num_streams,
-                                                         act="relu"), "xavier_uniform")
-        X = expand_streams(torch.randn(1, check_int_at_least("num_steps", num_steps, 2), num_hiddens), num_streams)
+        block = HyperConnectedBlock(num_hiddens, num_heads, num_streams=num_streams,
+                                    act="relu")
+        block = init_linear_weights_(block, "xavier_uniform")
+        num_steps = check_int_at_least("num_steps", num_steps, 2)
+        X = expand_streams(torch.randn(1, num_steps, num_hiddens), num_streams)
     with torch.no_grad():
-        flat = X.flatten(2) / X.flatten(2).pow(2).mean(dim=-1, keepdim=True).sqrt()  # RMS-normalized, n d numbers
+        # RMS-normalized, n d numbers
+        flat = X.flatten(2) / X.flatten(2).pow(2).mean(dim=-1, keepdim=True).sqrt()
         logits = flat @ block.hc1.phi.T  # before alpha and bias (1 and 0 here)
         mappings = dict(zip(("H^pre", "H^post", "H^res"), block.hc1.mappings(X)))
         Y = block(X)
-    apart = (Y - Y.mean(dim=2, keepdim=True)).pow(2).mean().sqrt() / Y.pow(2).mean().sqrt()
-    return {"d": num_hiddens, "logit std, predicted": v4_logit_std(num_hiddens, num_streams),
-            "logit std, measured": float(logits.std()),
-            **{name: (float(h.min()), float(h.max())) for name, h in mappings.items()}, "apart": float(apart)}
+    apart = ((Y - Y.mean(dim=2, keepdim=True)).pow(2).mean().sqrt()
+             / Y.pow(2).mean().sqrt())
+    ranges = {name: (float(h.min()), float(h.max())) for name, h in mappings.items()}
+    predicted = v4_logit_std(num_hiddens, num_streams)
+    return {"d": num_hiddens, "logit std, predicted": predicted,
+            "logit std, measured": float(logits.std()), **ranges, "apart": float(apart)}
 
 
 def regime_table(results):
@@ -158,8 +169,8 @@ def regime_table(results):
 
 
 @shown_in("ch10")
-def mixing_matrices(kind: str, depth: int, num_streams: int = 4, logit_std: float = 1.0, num_stacks: int = 1,
-                    seed: int = 0) -> torch.Tensor:
+def mixing_matrices(kind: str, depth: int, num_streams: int = 4, logit_std: float = 1.0,
+                    num_stacks: int = 1, seed: int = 0) -> torch.Tensor:
     """Random residual mixings ``H^res`` for ``num_stacks`` stacks of ``depth`` layers, ``(stacks, depth, n, n)``, float64.
 
     One standard normal ``n x n`` draw ``Z`` per layer. ``'sinkhorn'``: mHC's mixing of the
@@ -174,14 +185,18 @@ def mixing_matrices(kind: str, depth: int, num_streams: int = 4, logit_std: floa
         ValueError / TypeError: ``kind`` not in :data:`MIXINGS`; bad sizes, ``logit_std`` or seed.
     """
     check_choice("kind", kind, MIXINGS)
-    depth, n = check_positive_int("depth", depth), check_positive_int("num_streams", num_streams)
+    depth = check_positive_int("depth", depth)
+    n = check_positive_int("num_streams", num_streams)
     with seeded(check_seed(seed)):
-        Z = torch.randn(check_positive_int("num_stacks", num_stacks), depth, n, n, dtype=torch.float64)
-    mhc = sinkhorn_knopp(check_positive_float("logit_std", logit_std) * Z).transpose(-1, -2)  # H^res = comb^T
+        num_stacks = check_positive_int("num_stacks", num_stacks)
+        Z = torch.randn(num_stacks, depth, n, n, dtype=torch.float64)
+    logit_std = check_positive_float("logit_std", logit_std)
+    mhc = sinkhorn_knopp(logit_std * Z).transpose(-1, -2)  # H^res = comb^T
     if kind == "sinkhorn":
         return mhc
     spread = (mhc - 1 / n).std()  # how far the mHC mixings are from their centre J / n
-    return torch.eye(n, dtype=torch.float64) + spread * Z  # HC-style: as far from the identity
+    # HC-style: as far from the identity
+    return torch.eye(n, dtype=torch.float64) + spread * Z
 
 
 @shown_in("ch10")
@@ -199,13 +214,17 @@ def product_gains(matrices: torch.Tensor) -> dict[str, torch.Tensor]:
     """
     _check_matrices(matrices)
     H = matrices if matrices.dim() == 4 else matrices.unsqueeze(0)
-    P = torch.eye(H.shape[-1], dtype=H.dtype).expand(H.shape[0], -1, -1)  # (stacks, n, n)
+    # (stacks, n, n)
+    P = torch.eye(H.shape[-1], dtype=H.dtype).expand(H.shape[0], -1, -1)
     spectral, drift = [], []
     for k in range(H.shape[1]):
         P = H[:, k] @ P
         spectral.append(torch.linalg.matrix_norm(P, ord=2))
         drift.append((P.sum(dim=-2) - 1).abs().amax(dim=-1))
-    return {"spectral": torch.stack(spectral, dim=1), "mean_drift": torch.stack(drift, dim=1)}
+    return {
+        "spectral": torch.stack(spectral, dim=1),
+        "mean_drift": torch.stack(drift, dim=1),
+    }
 
 
 def _check_matrices(matrices) -> None:

@@ -157,7 +157,9 @@ def local_global_stack(pattern: str, depth: int, *, window: int, num_hiddens: in
 
 
 @shown_in("ch11")
-def receptive_field(blocks, num_steps: int, *, position: int = -1, seed: int = 0) -> torch.Tensor:
+def receptive_field(
+    blocks, num_steps: int, *, position: int = -1, seed: int = 0
+) -> torch.Tensor:
     """Which input positions can change the output at ``position``: a bool vector of length ``n``.
 
     Runs a random batch of one sequence through ``blocks`` and backpropagates a random
@@ -227,15 +229,20 @@ def sink_share(attention: MultiHeadAttention, X: torch.Tensor) -> torch.Tensor:
     ``1 - p_sink``. Needs ``bias=True`` and ``num_heads * head_dim == d``.
     """
     a = attention
-    if a.W_v.bias is None or a.num_heads * a.head_dim != a.num_hiddens or a.num_kv_heads != a.num_heads:
-        raise ValueError("sink_share needs bias=True, num_kv_heads == num_heads and num_heads * head_dim == d")
+    if (
+        a.W_v.bias is None
+        or a.num_heads * a.head_dim != a.num_hiddens
+        or a.num_kv_heads != a.num_heads
+    ):
+        raise ValueError("sink_share needs bias=True, num_kv_heads == num_heads "
+                         "and num_heads * head_dim == d")
     with torch.no_grad():
         a.W_v.weight.zero_()
         a.W_v.bias.fill_(1.0)
         a.W_o.weight.copy_(torch.eye(a.num_hiddens))
         a.W_o.bias.zero_()
         out = a(X, X, X)[0]  # (n, h * head_dim)
-    return 1 - out[:, ::a.head_dim].T  # the first feature of each head
+    return 1 - out[:, :: a.head_dim].T  # the first feature of each head
 
 
 def sink_sweep(sink_logits, *, num_steps: int = 64, num_hiddens: int = 16, num_heads: int = 2,
@@ -328,6 +335,7 @@ def verify_gated_attention(seed: int = 0) -> dict:
 ROPE_SETTINGS = {
     "RoFormer / Llama 2": dict(theta=1e4, head_dim=128, rotary_dim=None),
     "Llama 3": dict(theta=5e5, head_dim=128, rotary_dim=None),
+    # theta: Qwen3_5TextConfig's default (rope_parameters' rope_theta 10,000), a class default
     "Qwen3.5 (partial)": dict(theta=1e4, head_dim=256, rotary_dim=64),
     "gpt-oss, unscaled": dict(theta=1.5e5, head_dim=64, rotary_dim=None),
     "gpt-oss, YaRN x32": dict(theta=1.5e5, head_dim=64, rotary_dim=None,
@@ -348,10 +356,17 @@ def rope_settings_table(settings: dict, context: int) -> list[dict]:
         dim = s["rotary_dim"] or s["head_dim"]
         inv_freq, attention_factor = rope_frequencies(dim, s["theta"], s.get("scaling"))
         wavelength = 2 * math.pi / inv_freq.double()
-        rows.append({"setting": name, "rotated": f"{dim} of {s['head_dim']}", "pairs": dim // 2,
-                     "shortest": float(wavelength.min()), "longest": float(wavelength.max()),
-                     f"pairs > {context:,}": int((wavelength > context).sum()),
-                     "attention factor": attention_factor})
+        rows.append(
+            {
+                "setting": name,
+                "rotated": f"{dim} of {s['head_dim']}",
+                "pairs": dim // 2,
+                "shortest": float(wavelength.min()),
+                "longest": float(wavelength.max()),
+                f"pairs > {context:,}": int((wavelength > context).sum()),
+                "attention factor": attention_factor,
+            }
+        )
     return rows
 
 
@@ -441,15 +456,19 @@ def qwen3_5_mixers(window: int = 4096) -> dict:
 
 
 @shown_in("ch11")
-def stack_state_bytes(layer_types: list, mixers: dict, lengths, *, dtype=torch.bfloat16) -> list[int]:
+def stack_state_bytes(
+    layer_types: list, mixers: dict, lengths, *, dtype=torch.bfloat16
+) -> list[int]:
     """Bytes a stack of layers keeps between decoding steps after each number of tokens in ``lengths``.
 
     Layer ``l`` is the mixer ``mixers[layer_types[l]]``; each layer's share is
     :func:`~d2lmini.deltanet.inference_state_bytes` (a Gated DeltaNet's constant state, an
     attention's key/value cache of ``min(n, window)`` tokens), for one sequence.
     """
-    per_kind = {kind: [inference_state_bytes(mixers[kind], n, dtype=dtype) for n in lengths]
-                for kind in set(layer_types)}
+    per_kind = {
+        kind: [inference_state_bytes(mixers[kind], n, dtype=dtype) for n in lengths]
+        for kind in set(layer_types)
+    }
     return [sum(per_kind[kind][i] for kind in layer_types) for i in range(len(lengths))]
 
 

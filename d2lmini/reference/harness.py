@@ -394,7 +394,9 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
 
 
 @shown_in("zoo")
-def output_and_grad_differences(runs, X: torch.Tensor, R: torch.Tensor, keep: torch.Tensor) -> dict:
+def output_and_grad_differences(
+    runs, X: torch.Tensor, R: torch.Tensor, keep: torch.Tensor
+) -> dict:
     """Feed two implementations the same input; compare their outputs and input gradients.
 
     Each of the two ``runs`` maps a ``(b, n, d)`` input to a ``(b, n, d)`` output (or a
@@ -408,13 +410,16 @@ def output_and_grad_differences(runs, X: torch.Tensor, R: torch.Tensor, keep: to
     """
     outputs, grads = [], []
     for run in runs:
-        Z = X.clone().requires_grad_(True)  # grad mode: nn.TransformerEncoderLayer takes its exact path
+        # grad mode: nn.TransformerEncoderLayer takes its exact path
+        Z = X.clone().requires_grad_(True)
         Y = run(Z)
         Y = Y[0] if isinstance(Y, tuple) else Y
         (Y * R * keep).sum().backward()
         outputs.append(Y.detach())
         grads.append(Z.grad)
     keep = keep.expand_as(outputs[0])
-    return {"max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
-            "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
-            "max_abs_output": float(outputs[0][keep].abs().max())}
+    return {
+        "max_abs_diff": float((outputs[0] - outputs[1])[keep].abs().max()),
+        "max_abs_grad_diff": float((grads[0] - grads[1]).abs().max()),
+        "max_abs_output": float(outputs[0][keep].abs().max()),
+    }

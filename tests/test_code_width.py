@@ -1,0 +1,144 @@
+"""The code the book shows fits its page: at most 88 characters a line.
+
+The HTML book's column shows about 88 characters of code; a longer line scrolls sideways,
+and a comment at its end is out of sight. Two kinds of code are shown: the visible code
+cells of every page in ``_toc.yml`` (chapters, the zoo, the solutions), and the listings
+that ``d2lmini.show_code`` prints from the package (every object marked ``@shown_in``,
+printed as ``source_without_docstrings`` prints it). A code cell is hidden, and not
+checked, when a tag removes or folds its code in the HTML book (:data:`HIDDEN_TAGS`).
+
+The cells and listings that are still wider are named below, in two allow-lists. Each
+entry must still be too wide (a stale entry fails), so the lists only shrink; empty them
+by wrapping the code where its meaning allows, never by cutting a comment the reader needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import nbformat
+import pytest
+
+import d2lmini
+from conftest import chapter_notebooks
+
+# Every module, so every @shown_in marker is registered.
+for _module in pkgutil.walk_packages(d2lmini.__path__, "d2lmini."):
+    importlib.import_module(_module.name)
+from d2lmini._shown import SHOWN, source_without_docstrings  # noqa: E402
+
+WIDTH = 88
+
+#: Tags that remove or fold a code cell's source in the HTML book (Jupyter Book 1.x).
+HIDDEN_TAGS = {"remove-input", "remove-cell", "hide-input", "hide-cell"}
+
+#: Visible code cells still wider than WIDTH, by page and cell id: chapters 1 to 9,
+#: whose experiment and Build-it cells were being rewritten when the rest was wrapped.
+WIDE_CELLS = {
+    "01_anatomy": {"aa84487e", "2aee054a", "d6841b15", "a1-predict-ask", "d17121cf", "def66c17",
+                   "720823c4"},
+    "02_residual": {"cell-06", "cell-08", "cell-13", "cell-14", "a2-predict-reveal", "cell-23",
+                    "cell-25"},
+    "03_normalization": {"7723ee7e", "b24816d1", "n3-predict-ask", "9bf3fd95",
+                         "n3-predict-reveal", "d9949975", "2595549a"},
+    "04_norm_placement": {"cell-02", "cell-04", "cell-05", "n4-predict-ask", "cell-08",
+                          "n4-predict-reveal", "cell-12", "cell-13", "cell-18", "cell-21",
+                          "cell-22"},
+    "05_rmsnorm": {"cell-05", "cell-07", "cell-09", "cell-13a", "cell-14", "cell-16a", "cell-20",
+                   "cell-22"},
+    "06_qk_norm": {"cd4f07c9", "fcdae1c5", "987d9285", "qk-predict", "96294ec2", "dc4a41ac",
+                   "qk-reveal", "c1351d8d", "3478dc6b"},
+    "07_ffn": {"predict-07", "cell-18", "cell-20", "reveal-07", "b34e661e", "cell-23", "cell-26",
+               "cell-28", "cell-31"},
+    "08_attention_generation": {"3ce540b5", "18721ad1", "predict-08", "8f43ed61", "reveal-08",
+                                "ecaa1dd5", "aac1f49b"},
+    "09_the_2026_block": {"cell-05", "cell-07", "cell-09", "cell-16", "5823bbbe", "f5d525aa",
+                          "reveal-09", "cf1657cd", "de5dfae1", "2016e2c3", "d565bd61",
+                          "6823cdd6"},
+}
+
+#: Printed listings still wider than WIDTH, by module and qualified name: those of modules
+#: that were being rewritten when the rest was wrapped, and those that wrapping would take
+#: past the 25 lines a listing may have (tests/test_shown.py) without shortening the code.
+WIDE_LISTINGS = {
+    "d2lmini.chapters.ch03_normalization.padding_measurements",
+    "d2lmini.chapters.ch03_normalization.same_sentence_elsewhere",
+    "d2lmini.chapters.ch04_norm_placement.train_placements",
+    "d2lmini.chapters.ch06_qk_norm.probed_training",
+    "d2lmini.chapters.ch07_ffn.ffn_parameter_counts",
+    "d2lmini.chapters.ch08_attention_generation.time_next_token",
+    "d2lmini.chapters.ch09_the_2026_block.cache_measurements",
+    "d2lmini.chapters.ch09_the_2026_block.describe_block",
+    "d2lmini.chapters.ch09_the_2026_block.sampled_word_shares",
+    "d2lmini.chapters.ch09_the_2026_block.substitution_steps",
+    "d2lmini.chapters.ch09_the_2026_block.train_capstone",
+    "d2lmini.chapters.ch09_the_2026_block.verify_2026",
+    "d2lmini.lm.LanguageModel.forward",
+    "d2lmini.lm.generate",
+    "d2lmini.lm.next_token",
+    "d2lmini.reference.export.to_hf",
+    "d2lmini.train.lr_at",
+    "d2lmini.train.train_and_evaluate",
+    "d2lmini.train.train_step",
+}
+
+
+def _page(path) -> str:
+    return f"solutions/{path.stem}" if path.parent.name == "solutions" else path.stem
+
+
+def wide_cells() -> dict[tuple[str, str], list[str]]:
+    """``{(page, cell id): [its lines wider than WIDTH]}`` over the visible code cells."""
+    found = {}
+    for path in chapter_notebooks():
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code" or HIDDEN_TAGS & set(cell.metadata.get("tags", [])):
+                continue
+            wide = [line for line in cell.source.splitlines() if len(line) > WIDTH]
+            if wide:
+                found[(_page(path), cell.get("id"))] = wide
+    return found
+
+
+def wide_listings() -> dict[str, list[str]]:
+    """``{module.qualname: [its printed lines wider than WIDTH]}`` over the marked objects."""
+    found = {}
+    for obj in SHOWN:
+        wide = [line for line in source_without_docstrings(obj).splitlines() if len(line) > WIDTH]
+        if wide:
+            found[f"{obj.__module__}.{obj.__qualname__}"] = wide
+    return found
+
+
+def test_visible_code_cells_fit_the_page():
+    allowed = {(page, cell) for page, cells in WIDE_CELLS.items() for cell in cells}
+    wide = wide_cells()
+    new = {key: lines for key, lines in wide.items() if key not in allowed}
+    assert not new, "visible code lines over %d characters (wrap them):\n%s" % (WIDTH, "\n".join(
+        f"{page}, cell {cell}: {line}" for (page, cell), lines in new.items() for line in lines))
+
+
+def test_the_wide_cells_allow_list_only_shrinks():
+    allowed = {(page, cell) for page, cells in WIDE_CELLS.items() for cell in cells}
+    stale = sorted(allowed - set(wide_cells()))
+    assert not stale, f"these cells fit now (or are gone): remove them from WIDE_CELLS: {stale}"
+
+
+def test_printed_listings_fit_the_page():
+    new = {name: lines for name, lines in wide_listings().items() if name not in WIDE_LISTINGS}
+    assert not new, "printed lines over %d characters (wrap them):\n%s" % (WIDTH, "\n".join(
+        f"{name}: {line}" for name, lines in new.items() for line in lines))
+
+
+def test_the_wide_listings_allow_list_only_shrinks():
+    stale = sorted(WIDE_LISTINGS - set(wide_listings()))
+    assert not stale, f"these listings fit now (or are gone): remove them from WIDE_LISTINGS: {stale}"
+
+
+@pytest.mark.parametrize("tag", sorted(HIDDEN_TAGS))
+def test_hidden_tags_are_tags_the_book_uses(tag):
+    # A tag listed here must hide something somewhere, or it exempts nothing and hides a typo.
+    tags = {t for path in chapter_notebooks() for cell in nbformat.read(path, as_version=4).cells
+            for t in cell.metadata.get("tags", [])}
+    assert tag in tags
