@@ -576,12 +576,13 @@ class MultiHeadAttention(nn.Module):
                 weights' dtype and one batch size (with RoPE, also one length).
         """
         self._check_inputs(queries, keys, start)
-        q, k = self.W_q(queries), self.W_k(keys)  # (b, n_q, h * head_dim), (b, n_k, h_kv * head_dim)
+        # (b, n_q, h * head_dim) and (b, n_k, h_kv * head_dim)
+        q, k = self.W_q(queries), self.W_k(keys)
         if self.qk_norm == "projection":  # one statistic over all heads (OLMo 2)
             q, k = self.q_norm(q), self.k_norm(k)
         q = q.unflatten(-1, (self.num_heads, self.head_dim))  # (b, n_q, h, head_dim)
         k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))  # (b, n_k, h_kv, head_dim)
-        if self.qk_norm in ("per_head", "per_head_distinct"):  # one statistic per head (Qwen3)
+        if self.qk_norm in ("per_head", "per_head_distinct"):  # one statistic a head
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # heads first
         if self.rope_theta is not None:
@@ -641,25 +642,31 @@ class MultiHeadAttention(nn.Module):
         return out
 
     @shown_in("ch08")
-    def forward(self, queries, keys, values, valid_lens=None, cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(self, queries, keys, values, valid_lens=None,
+                cache: LayerCache | None = None) -> torch.Tensor:
         """Attend from ``queries`` (b, n_q, d) to ``keys`` and ``values`` (b, n_k, d); returns (b, n_q, d).
 
         ``cache``: a :class:`~d2lmini.cache.LayerCache` during generation (causal, no ``valid_lens``): the
         inputs are the new positions, which also attend to the cached keys; the cache keeps theirs."""
         if cache is not None and (not self.causal or valid_lens is not None):
-            raise ValueError("a key/value cache is for causal self-attention without padding: "
-                             f"causal must be True (got {self.causal}) and valid_lens None")
+            raise ValueError("a key/value cache is for causal self-attention without "
+                             f"padding: causal must be True (got {self.causal}) and "
+                             "valid_lens None")
         start = 0 if cache is None else len(cache)  # the positions already cached
-        q, k = self.queries_and_keys(queries, keys, start)  # (b, h, n_q, head_dim), (b, h_kv, n_k, head_dim)
+        # (b, h, n_q, head_dim) and (b, h_kv, n_k, head_dim)
+        q, k = self.queries_and_keys(queries, keys, start)
         check_sequence_tensor("values", values, self.num_hiddens)
         if keys.shape != values.shape:
-            raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} and {tuple(values.shape)}")
+            raise ValueError(f"keys and values must have the same shape, got "
+                             f"{tuple(keys.shape)} and {tuple(values.shape)}")
         v = self.value_heads(values)  # (b, h_kv, n_k, head_dim)
-        if cache is not None:  # every position so far; the cache keeps this step's keys and values
+        if cache is not None:  # every position so far; the cache keeps this step's k, v
             k, v = cache.update(k, v)
-        mask = self.mask(valid_lens, queries.shape[0], queries.shape[1], k.shape[2], queries.device, start)
+        mask = self.mask(valid_lens, queries.shape[0], queries.shape[1], k.shape[2],
+                         queries.device, start)
         heads = self.attend(q, k, v, mask)  # (b, h, n_q, head_dim)
-        return self.W_o(heads.transpose(1, 2).flatten(-2))  # the heads side by side, projected back to d
+        # the heads side by side, projected back to d
+        return self.W_o(heads.transpose(1, 2).flatten(-2))
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
