@@ -33,7 +33,7 @@ def _has_afmoe() -> bool:
 
 def test_constructor_groups_cover_every_argument_once():
     groups = constructor_groups()
-    assert list(groups) == ["sizes", "flags", "factories", "released models"]
+    assert list(groups) == ["sizes", "flags", "factories", "long context", "released models"]
     names = [n for n in inspect.signature(TransformerBlock.__init__).parameters
              if n not in ("self", "attention_kwargs")]
     names += [n for n in inspect.signature(MultiHeadAttention.__init__).parameters
@@ -43,7 +43,8 @@ def test_constructor_groups_cover_every_argument_once():
     assert sorted(listed) == sorted(names) and len(listed) == len(set(listed))
     assert groups["factories"] == ["attn_factory", "ffn_factory"]
     assert {"norm", "placement", "act", "qk_norm", "rope_theta"} <= set(groups["flags"])
-    assert "window" in groups["released models"] and "num_kv_heads" in groups["sizes"]
+    assert "window" in groups["long context"] and "num_kv_heads" in groups["sizes"]
+    assert groups["released models"] == ["sublayer_norm_gain", "residual_multiplier", "layer_scalar"]
 
 
 def test_a_grouped_argument_the_constructor_lost_is_caught(monkeypatch):

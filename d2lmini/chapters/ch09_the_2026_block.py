@@ -66,13 +66,15 @@ from ..seeding import seeded
 
 #: The arguments of :class:`~d2lmini.block.TransformerBlock` the chapters teach, by group:
 #: sizes (the weight matrices' shapes), flags (the variants Parts I and II measure, with
-#: ``residual``, chapter 2's switch for the skips, and the norms' ``eps``) and factories
-#: (a whole sublayer handed over). Every other argument is an option only a released
-#: model's converter needs (:func:`constructor_groups`).
+#: ``residual``, chapter 2's switch for the skips, and the norms' ``eps``), factories
+#: (a whole sublayer handed over) and long context (the sliding window of chapter 8, the
+#: sinks and RoPE's partial rotation and scaling of chapter 11). Every other argument is
+#: an option only a released model's converter needs (:func:`constructor_groups`).
 CONSTRUCTOR_GROUPS = {
     "sizes": ("num_hiddens", "num_heads", "num_kv_heads", "head_dim", "ffn_num_hiddens"),
     "flags": ("norm", "placement", "act", "bias", "causal", "qk_norm", "rope_theta", "residual", "eps", "dropout"),
     "factories": ("attn_factory", "ffn_factory"),
+    "long context": ("window", "sinks", "rotary_dim", "rope_scaling"),
 }
 
 
