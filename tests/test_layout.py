@@ -109,7 +109,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_every_module_and_the_known_edges():
     assert "d2lmini.norms" in GRAPH and "d2lmini.reference" in GRAPH
     assert "d2lmini.norms" in GRAPH["d2lmini.attention"]  # attention builds its QK-norms from norms
-    assert any(name.startswith("d2lmini.reference") for name in GRAPH["d2lmini.zoo"])
+    assert any(name.startswith("d2lmini.reference") for name in GRAPH["d2lmini.chapters.zoo"])
 
 
 def test_the_import_graph_has_no_cycle():
@@ -220,3 +220,23 @@ def test_one_registry_filled_by_one_decorator_with_one_signature():
     with pytest.raises(TypeError, match="must be strings"):
         converter(3)
     assert "LlamaDecoderLayer" in HF_CONVERTERS and HF_CONVERTERS["LlamaDecoderLayer"] is reference.from_llama_layer
+
+
+def test_one_chapter_module_per_notebook_and_each_notebook_imports_its_own():
+    """``d2lmini/chapters/chNN_x.py`` serves ``chapters/NN_x.ipynb`` (``errors.py``, ``zoo.py``: the page of that
+    name), and a page imports no other page's module: what two pages share lives below the chapter modules."""
+    import re
+
+    import nbformat
+
+    def page(module: str) -> str:
+        name = module.rsplit(".", 1)[1]
+        return re.sub(r"^ch(\d\d)_", r"\1_", name) + ".ipynb"
+
+    chapter_modules = {name for name in MODULES if name.startswith("d2lmini.chapters.")}
+    assert "d2lmini.chapters.zoo" in chapter_modules
+    assert [m for m in sorted(chapter_modules) if not (ROOT / "chapters" / page(m)).exists()] == []
+    for notebook in sorted((ROOT / "chapters").glob("*.ipynb")):
+        code = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code")
+        imported = set(re.findall(r"d2lmini\.chapters(?: import |\.)(\w+)", code))
+        assert {page(f"d2lmini.chapters.{name}") for name in imported} <= {notebook.name}, notebook.name
