@@ -478,19 +478,18 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _worker_context(function: Callable):
-    """The start method of :func:`run_in_workers`' processes: a fork server that imports torch,
-    ``d2lmini.train`` and the d2lmini module of the first ``function`` it serves once, so that each
-    worker starts in a fraction of a second instead of importing them again; ``spawn`` where the
-    platform has no fork server (Windows). Either way a worker is a fresh process that shares no
-    state with the caller."""
+def _worker_context():
+    """The start method of :func:`run_in_workers`' processes: a fork server that imports torch (with
+    ``torch._dynamo``, which an optimizer's first construction imports), ``d2lmini.train`` and
+    ``d2lmini.plot`` (matplotlib, which every chapter module imports) once, so that each worker starts
+    in a fraction of a second instead of importing them again; ``spawn`` where the platform has no
+    fork server (Windows). Either way a worker is a fresh process that shares no state with the caller."""
     import multiprocessing
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    module = getattr(function, "__module__", None) or ""
-    context.set_forkserver_preload(["torch", "d2lmini.train"] + ([module] if module.startswith("d2lmini.") else []))
+    context.set_forkserver_preload(["torch", "torch._dynamo", "d2lmini.train", "d2lmini.plot"])
     return context
 
 
@@ -536,7 +535,7 @@ def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
             torch.set_num_threads(threads)
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(num_workers, mp_context=_worker_context(function),
+    with ProcessPoolExecutor(num_workers, mp_context=_worker_context(),
                              initializer=_one_thread) as pool:
         futures = [pool.submit(_run_and_tally, function, job) for job in jobs]
         results = []
