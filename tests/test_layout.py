@@ -23,7 +23,7 @@ PACKAGE = ROOT / "d2lmini"
 #: The model parts: they may import only each other (the shared checks and the code marker included).
 MODEL_PARTS = {f"d2lmini.{name}" for name in (
     "_checks", "_shown", "attention", "block", "cache", "deepseek_v4", "deltanet", "ffn", "hyper", "lm", "mla",
-    "moe", "norms", "parameters", "probes", "seeding")}
+    "moe", "norms", "parameters", "placements", "probes", "seeding")}
 
 
 def _module_name(path: pathlib.Path) -> str:
