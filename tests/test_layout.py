@@ -11,6 +11,7 @@ the edges of a graph, on which the tests below check the rules.
 from __future__ import annotations
 
 import ast
+import json
 import pathlib
 import subprocess
 import sys
@@ -155,19 +156,46 @@ def test_no_module_imports_another_modules_private_name():
     assert found == []
 
 
-def _loaded_after(statement: str) -> list[str]:
-    """The modules a fresh interpreter holds after ``statement``."""
-    code = f"import sys\n{statement}\nprint('\\n'.join(sorted(sys.modules)))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-                            env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-                                 "PATH": "/usr/bin:/bin", "HOME": str(pathlib.Path.home())})
-    return result.stdout.split()
+#: The import statements whose cost :func:`test_imports_load_no_chapter_module_and_no_transformers` checks.
+STATEMENTS = ["import d2lmini", "import d2lmini.norms", "from d2lmini import TransformerBlock", "import d2lmini.reference"]
 
 
-@pytest.mark.parametrize("statement", ["import d2lmini", "import d2lmini.norms", "from d2lmini import TransformerBlock",
-                                       "import d2lmini.reference"])
-def test_imports_load_no_chapter_module_and_no_transformers(statement):
-    loaded = _loaded_after(statement)
+@pytest.fixture(scope="module")
+def loaded_after() -> dict[str, list[str]]:
+    """``statement -> the modules a fresh interpreter holds after it``, for each of :data:`STATEMENTS`.
+
+    One interpreter imports torch (every statement imports it first: d2lmini's ``__init__`` does), then
+    forks a child per statement that runs it and reports ``sys.modules``: torch is imported once, not
+    once per statement, and each child starts with nothing of d2lmini, matplotlib or transformers.
+    """
+    code = ("import json, os, sys\nimport torch\nout = {}\n"
+            "for statement in json.loads(sys.argv[1]):\n"
+            "    read, write = os.pipe()\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        os.close(read)\n"
+            "        try:\n"
+            "            exec(statement, {})\n"
+            "        except BaseException:\n"
+            "            os._exit(1)\n"
+            "        with os.fdopen(write, 'w') as f:\n"
+            "            f.write('\\n'.join(sorted(sys.modules)))\n"
+            "        os._exit(0)\n"
+            "    os.close(write)\n"
+            "    with os.fdopen(read) as f:\n"
+            "        out[statement] = f.read().split()\n"
+            "    if os.waitpid(pid, 0)[1] != 0:\n"
+            "        raise SystemExit(f'{statement!r} failed')\n"
+            "print(json.dumps(out))\n")
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(STATEMENTS)], capture_output=True, text=True,
+                            check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                                                       "PATH": "/usr/bin:/bin", "HOME": str(pathlib.Path.home())})
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("statement", STATEMENTS)
+def test_imports_load_no_chapter_module_and_no_transformers(statement, loaded_after):
+    loaded = loaded_after[statement]
     assert "d2lmini" in loaded
     heavy = [name for name in loaded if name.startswith("d2lmini.chapters") or name.split(".")[0] == "transformers"]
     assert heavy == []
