@@ -43,6 +43,7 @@ chapter                                                       module
 10. Beyond one residual stream: hyper-connections and mHC     :mod:`d2lmini.chapters.ch10_hyper_connections`
 11. Beyond softmax attention                                  :mod:`d2lmini.chapters.ch11_beyond_softmax`
 Errors and their messages                                     :mod:`d2lmini.chapters.errors`
+The block zoo                                                 :mod:`d2lmini.chapters.zoo`
 ============================================================  =============================================
 """
 
@@ -66,7 +67,7 @@ from ._shown import show_code
 # ``transformers``, no matplotlib.
 _CHAPTER_MODULES = ("ch01_anatomy", "ch02_residual", "ch03_normalization", "ch04_norm_placement", "ch05_rmsnorm",
                     "ch06_qk_norm", "ch07_ffn", "ch08_attention_generation", "ch09_the_2026_block",
-                    "ch10_hyper_connections", "ch11_beyond_softmax", "errors")
+                    "ch10_hyper_connections", "ch11_beyond_softmax", "errors", "zoo")
 #: The names re-exported from chapter modules -> the module that defines them.
 _FROM_CHAPTERS = {"residual_explorer": "ch02_residual", "DepthExplorer": "ch04_norm_placement",
                   "depth_explorer": "ch04_norm_placement", "depth_explorer_static": "ch04_norm_placement",
@@ -75,7 +76,7 @@ _FROM_CHAPTERS = {"residual_explorer": "ch02_residual", "DepthExplorer": "ch04_n
 #: The names re-exported from the widgets module (which loads matplotlib).
 _FROM_WIDGETS = ("FrameExplorer", "StaticTwin")
 #: The package's other modules, loaded on first use as attributes (``d2lmini.train.train_step``).
-_SUBMODULES = ("chapters", "data", "exercises", "plot", "reference", "timing", "train", "webmodel", "widgets", "zoo")
+_SUBMODULES = ("chapters", "data", "exercises", "plot", "reference", "timing", "train", "webmodel", "widgets")
 
 
 def __getattr__(name: str):

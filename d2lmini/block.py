@@ -19,6 +19,7 @@ from ._shown import shown_in
 from .attention import MultiHeadAttention
 from .ffn import FeedForward
 from .norms import NORMS, make_norm
+from .placements import PLACEMENT_TABLE, placements
 
 #: Where the norm goes, with the update each placement applies to the stream x
 #: for a sublayer F:
@@ -37,17 +38,17 @@ from .norms import NORMS, make_norm
 #: * ``'parallel_two_norms'``: ``x <- x + Attn(Norm_1(x)) + FFN(Norm_2(x))`` -- GPT-NeoX and
 #:   Pythia (``use_parallel_residual``: ``input_layernorm``, ``post_attention_layernorm``),
 #:   Falcon-40B/180B (``new_decoder_architecture``: ``ln_attn``, ``ln_mlp``).
-PLACEMENTS = ("post", "pre", "post_sublayer", "sandwich", "parallel", "parallel_two_norms")
+PLACEMENTS = placements(in_block=True)  # one record each: d2lmini.placements.PLACEMENT_TABLE
 
 #: Placements with one residual connection per sublayer, applied one after the other
 #: (those :class:`AddNorm` implements, and the ones the chapters compare).
-SEQUENTIAL_PLACEMENTS = ("post", "pre", "post_sublayer", "sandwich")
+SEQUENTIAL_PLACEMENTS = placements(in_block=True, parallel=False)
 
 #: Placements where attention and FFN read the same stream (see :data:`PLACEMENTS`).
-PARALLEL_PLACEMENTS = ("parallel", "parallel_two_norms")
+PARALLEL_PLACEMENTS = placements(in_block=True, parallel=True)
 
 #: Placements that normalize the sublayer's output (where ``sublayer_norm_gain`` applies).
-SUBLAYER_NORM_PLACEMENTS = ("post_sublayer", "sandwich")
+SUBLAYER_NORM_PLACEMENTS = placements(in_block=True, norm_out=True)
 
 
 class AddNorm(nn.Module):
@@ -105,9 +106,10 @@ class AddNorm(nn.Module):
                 f"got placement={placement!r}"
             )
         gain = 1.0 if sublayer_norm_gain is None else sublayer_norm_gain
-        self.norm_in = make_norm(norm, num_hiddens, eps) if placement in ("pre", "sandwich") else None
-        self.norm_out = make_norm(norm, num_hiddens, eps, gain) if placement in SUBLAYER_NORM_PLACEMENTS else None
-        self.norm_post = make_norm(norm, num_hiddens, eps) if placement == "post" else None
+        norms = PLACEMENT_TABLE[placement]  # which norms this placement has
+        self.norm_in = make_norm(norm, num_hiddens, eps) if norms.norm_in else None
+        self.norm_out = make_norm(norm, num_hiddens, eps, gain) if norms.norm_out else None
+        self.norm_post = make_norm(norm, num_hiddens, eps) if norms.norm_post else None
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     @shown_in("ch04")

@@ -16,25 +16,12 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from ._checks import check_bool, check_choice
+from .placements import placement_field
 
-#: One colour per norm placement, used by every figure and widget.
-PLACEMENT_COLORS = {
-    "post": "#c0392b",
-    "pre": "#2471a3",
-    "post_sublayer": "#7d3c98",
-    "sandwich": "#229954",
-    "sandwich_scaled": "#d68910",
-    "mhc": "#17a589",
-}
+#: One colour per norm placement, used by every figure and widget (:data:`d2lmini.placements.PLACEMENT_TABLE`).
+PLACEMENT_COLORS = placement_field("color")
 #: Human-readable names of the placements, for legends and dropdowns.
-PLACEMENT_LABELS = {
-    "post": "post-LN (2017)",
-    "pre": "pre-LN (GPT-2)",
-    "post_sublayer": "post-sublayer (OLMo 2)",
-    "sandwich": "sandwich (Gemma 2/3)",
-    "sandwich_scaled": "depth-scaled sandwich",
-    "mhc": "mHC (DeepSeek-V4)",
-}
+PLACEMENT_LABELS = placement_field("label")
 #: Colours of the attention weights in gradient plots: queries/keys blue, values/outputs red
 #: (the second of each pair is drawn dashed).
 WEIGHT_COLORS = {"W_q": "#1f5fa8", "W_k": "#1f5fa8", "W_v": "#c0392b", "W_o": "#c0392b"}
@@ -93,8 +80,7 @@ ACT_FUNCTION_COLORS = {"relu": ACT_COLORS["relu"], "gelu": ACT_COLORS["gelu"], "
                        "silu": ACT_COLORS["swiglu"]}
 
 #: Short names for the "who uses what" table of the block zoo (appendix).
-PLACEMENT_SHORT_LABELS = {"post": "post", "pre": "pre", "post_sublayer": "post-sublayer", "sandwich": "sandwich",
-                          "parallel": "parallel", "parallel_two_norms": "parallel, two norms"}
+PLACEMENT_SHORT_LABELS = placement_field("short_label")
 QK_SHORT_LABELS = {None: "—", "per_head": "per head", "projection": "whole projection",
                    "per_head_distinct": "per head, own gains"}
 ACT_SHORT_LABELS = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "swiglu": "SwiGLU", "geglu": "GeGLU",
@@ -290,12 +276,6 @@ def plot_loss_curves(results: dict, window: int = 20, fig=None, ax=None, title: 
 
 
 #: The update each placement applies, as printed under its diagram.
-PLACEMENT_FORMULAS = {
-    "post": r"$x \leftarrow \mathrm{N}(x + F(x))$",
-    "pre": r"$x \leftarrow x + F(\mathrm{N}(x))$",
-    "post_sublayer": r"$x \leftarrow x + \mathrm{N}(F(x))$",
-    "sandwich": r"$x \leftarrow x + \mathrm{N}(F(\mathrm{N}(x)))$",
-    "sandwich_scaled": r"$x \leftarrow x + \mathrm{N}_{\gamma_0}(F(\mathrm{N}(x)))$",
-}
+PLACEMENT_FORMULAS = placement_field("formula")
 
 

@@ -484,11 +484,27 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+def _worker_context():
+    """The start method of :func:`run_in_workers`' processes: a fork server that imports torch (with
+    ``torch._dynamo``, which an optimizer's first construction imports), ``d2lmini.train`` and
+    ``d2lmini.plot`` (matplotlib, which every chapter module imports) once, so that each worker starts
+    in a fraction of a second instead of importing them again; ``spawn`` where the platform has no
+    fork server (Windows). Either way a worker is a fresh process that shares no state with the caller."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "torch._dynamo", "d2lmini.train", "d2lmini.plot"])
+    return context
+
+
 def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
     """``[function(**job) for job in jobs]``, the jobs spread over ``num_workers`` processes.
 
-    Each worker is a fresh Python process (``spawn``, so it works in Jupyter, Colab and scripts
-    alike) running one torch thread; the results come back in the order of ``jobs``. A job must
+    Each worker is a fresh Python process (forked from a server that has imported torch, or spawned
+    where there is none: it works in Jupyter, Colab and scripts alike) running one torch thread; the
+    results come back in the order of ``jobs``. A job must
     draw all its randomness from its own seeds (as :func:`seeded_tiny_lm` and
     :func:`train_models` do), so every result is the same whatever ``num_workers``: with
     ``num_workers=1`` the jobs run here, one after another, on one torch thread (the thread count
@@ -523,10 +539,9 @@ def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
             return [function(**job) for job in jobs]
         finally:
             torch.set_num_threads(threads)
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("spawn"),
+    with ProcessPoolExecutor(num_workers, mp_context=_worker_context(),
                              initializer=_one_thread) as pool:
         futures = [pool.submit(_run_and_tally, function, job) for job in jobs]
         results = []

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from d2lmini import FeedForward, MultiHeadAttention, TransformerBlock
-from d2lmini.chapters import ch09_the_2026_block as catalog
+from d2lmini.chapters import ch09_the_2026_block as ch09
+from d2lmini.chapters import zoo
 from d2lmini.chapters.ch07_ffn import dense_mixture
 from d2lmini import GatedAttention, MixtureOfExperts
-from d2lmini.chapters.ch09_the_2026_block import (constructor_groups, describe_block,
-                                                  rope_relative_check, sinusoidal_positions, step_table,
-                                                  substitution_steps, who_uses_what)
+from d2lmini.chapters.ch09_the_2026_block import (constructor_groups, rope_relative_check, sinusoidal_positions,
+                                                  step_table, substitution_steps)
+from d2lmini.chapters.zoo import describe_block, who_uses_what
 
 TOLERANCE = 1e-5  # max |Δ| in float32
 
@@ -48,7 +49,7 @@ def test_constructor_groups_cover_every_argument_once():
 
 
 def test_a_grouped_argument_the_constructor_lost_is_caught(monkeypatch):
-    monkeypatch.setitem(catalog.CONSTRUCTOR_GROUPS, "flags", catalog.CONSTRUCTOR_GROUPS["flags"] + ("gone",))
+    monkeypatch.setitem(ch09.CONSTRUCTOR_GROUPS, "flags", ch09.CONSTRUCTOR_GROUPS["flags"] + ("gone",))
     with pytest.raises(KeyError, match="gone"):
         constructor_groups()
 
@@ -141,7 +142,7 @@ def test_gated_attention_with_a_zero_gate_halves_plain_attention():
 def test_substitution_steps_keep_the_skeleton_and_change_what_they_should():
     d, h = 64, 8
     steps = substitution_steps(num_hiddens=d, num_heads=h, batch_size=2, num_steps=5, seed=0)
-    assert len(steps) == len(catalog.SUBSTITUTIONS) + 1 and sum(s.core for s in steps[1:]) == 5
+    assert len(steps) == len(ch09.SUBSTITUTIONS) + 1 and sum(s.core for s in steps[1:]) == 5
     assert all(s.output_shape == (2, 5, d) for s in steps)
     totals = [s.parameters["total"] for s in steps]
     delta = [b - a for a, b in zip(totals, totals[1:])]
@@ -220,10 +221,10 @@ def test_descriptive_columns_come_from_the_configured_blocks(rows):
     assert by_model["Arcee Trinity"]["attention"].startswith("gated GQA")
     for model in ("Llama 3", "Qwen3", "Gemma 3", "OLMo 2"):
         assert by_model[model]["positions"] == "RoPE"
-    table = catalog.catalog_table(rows)
+    table = zoo.catalog_table(rows)
     assert list(table.columns) == ["norm", "placement", "QK-norm", "FFN", "attention (test layer)",
                                    "positions"]
-    assert len(catalog.verification_table(rows)) == 8
+    assert len(zoo.verification_table(rows)) == 8
 
 
 def test_describe_block_reads_the_modules():
@@ -250,7 +251,7 @@ def test_trinity_comparison_can_fail(monkeypatch):
         return block
 
     monkeypatch.setitem(HF_CONVERTERS, "AfmoeDecoderLayer", off_by_one_percent)
-    assert catalog.compare_with_trinity()["max_abs_diff"] > 100 * TOLERANCE
+    assert zoo.compare_with_trinity()["max_abs_diff"] > 100 * TOLERANCE
 
 
 @pytest.mark.skipif(not _has_afmoe(), reason="this transformers has no AfmoeDecoderLayer")
@@ -260,9 +261,9 @@ def test_trinity_converter_is_the_reference_one_and_takes_local_layers():
 
     from d2lmini import reference
 
-    assert catalog.from_afmoe_layer is reference.from_afmoe_layer  # one converter, re-exported for the chapter
+    assert zoo.from_afmoe_layer is reference.from_afmoe_layer  # one converter, re-exported for the chapter
     config = AfmoeConfig(**reference.tiny_config("afmoe_global", layer_types=["sliding_attention"], sliding_window=5))
-    block = catalog.from_afmoe_layer(AfmoeDecoderLayer(config, layer_idx=0), config)
+    block = zoo.from_afmoe_layer(AfmoeDecoderLayer(config, layer_idx=0), config)
     assert block.attention.window == 5 and block.attention.rope_theta == config.rope_parameters["rope_theta"]
 
 

@@ -11,6 +11,7 @@ the edges of a graph, on which the tests below check the rules.
 from __future__ import annotations
 
 import ast
+import json
 import pathlib
 import re
 import subprocess
@@ -25,7 +26,7 @@ PACKAGE = ROOT / "d2lmini"
 #: the printed-code marker, the parameter counts, seeded randomness).
 MODEL_PARTS = {f"d2lmini.{name}" for name in (
     "_checks", "_shown", "attention", "block", "cache", "deepseek_v4", "deltanet", "ffn", "hyper", "lm", "mla",
-    "moe", "norms", "parameters", "seeding")}
+    "moe", "norms", "parameters", "placements", "seeding")}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -111,7 +112,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_every_module_and_the_known_edges():
     assert "d2lmini.norms" in GRAPH and "d2lmini.reference" in GRAPH
     assert "d2lmini.norms" in GRAPH["d2lmini.attention"]  # attention builds its QK-norms from norms
-    assert any(name.startswith("d2lmini.reference") for name in GRAPH["d2lmini.zoo"])
+    assert any(name.startswith("d2lmini.reference") for name in GRAPH["d2lmini.chapters.zoo"])
 
 
 def test_the_import_graph_has_no_cycle():
@@ -168,19 +169,46 @@ def test_no_module_imports_another_modules_private_name():
     assert found == []
 
 
-def _loaded_after(statement: str) -> list[str]:
-    """The modules a fresh interpreter holds after ``statement``."""
-    code = f"import sys\n{statement}\nprint('\\n'.join(sorted(sys.modules)))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-                            env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-                                 "PATH": "/usr/bin:/bin", "HOME": str(pathlib.Path.home())})
-    return result.stdout.split()
+#: The import statements whose cost :func:`test_imports_load_no_chapter_module_and_no_transformers` checks.
+STATEMENTS = ["import d2lmini", "import d2lmini.norms", "from d2lmini import TransformerBlock", "import d2lmini.reference"]
 
 
-@pytest.mark.parametrize("statement", ["import d2lmini", "import d2lmini.norms", "from d2lmini import TransformerBlock",
-                                       "import d2lmini.reference"])
-def test_imports_load_no_chapter_module_and_no_transformers(statement):
-    loaded = _loaded_after(statement)
+@pytest.fixture(scope="module")
+def loaded_after() -> dict[str, list[str]]:
+    """``statement -> the modules a fresh interpreter holds after it``, for each of :data:`STATEMENTS`.
+
+    One interpreter imports torch (every statement imports it first: d2lmini's ``__init__`` does), then
+    forks a child per statement that runs it and reports ``sys.modules``: torch is imported once, not
+    once per statement, and each child starts with nothing of d2lmini, matplotlib or transformers.
+    """
+    code = ("import json, os, sys\nimport torch\nout = {}\n"
+            "for statement in json.loads(sys.argv[1]):\n"
+            "    read, write = os.pipe()\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        os.close(read)\n"
+            "        try:\n"
+            "            exec(statement, {})\n"
+            "        except BaseException:\n"
+            "            os._exit(1)\n"
+            "        with os.fdopen(write, 'w') as f:\n"
+            "            f.write('\\n'.join(sorted(sys.modules)))\n"
+            "        os._exit(0)\n"
+            "    os.close(write)\n"
+            "    with os.fdopen(read) as f:\n"
+            "        out[statement] = f.read().split()\n"
+            "    if os.waitpid(pid, 0)[1] != 0:\n"
+            "        raise SystemExit(f'{statement!r} failed')\n"
+            "print(json.dumps(out))\n")
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(STATEMENTS)], capture_output=True, text=True,
+                            check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                                                       "PATH": "/usr/bin:/bin", "HOME": str(pathlib.Path.home())})
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("statement", STATEMENTS)
+def test_imports_load_no_chapter_module_and_no_transformers(statement, loaded_after):
+    loaded = loaded_after[statement]
     assert "d2lmini" in loaded
     heavy = [name for name in loaded if name.startswith("d2lmini.chapters") or name.split(".")[0] == "transformers"]
     assert heavy == []
@@ -233,3 +261,23 @@ def test_one_registry_filled_by_one_decorator_with_one_signature():
     with pytest.raises(TypeError, match="must be strings"):
         converter(3)
     assert "LlamaDecoderLayer" in HF_CONVERTERS and HF_CONVERTERS["LlamaDecoderLayer"] is reference.from_llama_layer
+
+
+def test_one_chapter_module_per_notebook_and_each_notebook_imports_its_own():
+    """``d2lmini/chapters/chNN_x.py`` serves ``chapters/NN_x.ipynb`` (``errors.py``, ``zoo.py``: the page of that
+    name), and a page imports no other page's module: what two pages share lives below the chapter modules."""
+    import re
+
+    import nbformat
+
+    def page(module: str) -> str:
+        name = module.rsplit(".", 1)[1]
+        return re.sub(r"^ch(\d\d)_", r"\1_", name) + ".ipynb"
+
+    chapter_modules = {name for name in MODULES if name.startswith("d2lmini.chapters.")}
+    assert "d2lmini.chapters.zoo" in chapter_modules
+    assert [m for m in sorted(chapter_modules) if not (ROOT / "chapters" / page(m)).exists()] == []
+    for notebook in sorted((ROOT / "chapters").glob("*.ipynb")):
+        code = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code")
+        imported = set(re.findall(r"d2lmini\.chapters(?: import |\.)(\w+)", code))
+        assert {page(f"d2lmini.chapters.{name}") for name in imported} <= {notebook.name}, notebook.name

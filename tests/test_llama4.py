@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from d2lmini import MultiHeadAttention, TransformerBlock
-from d2lmini.chapters.ch09_the_2026_block import ROWS_2026, verify_2026
+from d2lmini.chapters.zoo import ROWS_2026, verify_2026
 from d2lmini.moe import MixtureOfExperts
 from d2lmini.reference.llama4 import Llama4Attention
 from d2lmini.reference import (HF_CONVERTERS, TOLERANCE, Reference, compare_with_reference, from_hf,

@@ -19,7 +19,7 @@ def test_depth_explorer_redraws_its_one_figure_in_place():
     import matplotlib.pyplot as plt
 
     figures_before = plt.get_fignums()
-    explorer = d2lmini.depth_explorer(max_depth=8, depth=4, placement="post", **SMALL)
+    explorer = d2lmini.depth_explorer(max_depth=4, depth=4, placement="post", **SMALL)  # each depth: one PNG drawn
     first = explorer.image.value
     assert first[:8] == b"\x89PNG\r\n\x1a\n"
     with warnings.catch_warnings():
@@ -27,14 +27,14 @@ def test_depth_explorer_redraws_its_one_figure_in_place():
         # ...but not a library's deprecation notice (old matplotlib under new pyparsing says some)
         warnings.simplefilter("ignore", DeprecationWarning)
         for move in range(25):
-            explorer.depth_slider.value = 1 + move % 8
+            explorer.depth_slider.value = 1 + move % 4
     assert plt.get_fignums() == figures_before, "the explorer must not open pyplot figures"
     explorer.depth_slider.value = 4
     assert explorer.image.value == first, "same controls, same picture"
     explorer.placement_dropdown.value = "pre"
     assert explorer.image.value != first
     explorer.norm_toggle.value = "rms"
-    assert len(explorer._cache) == 8 + 2  # 8 depths of post-LN, then pre-LN and pre-RMS at depth 4
+    assert len(explorer._cache) == 4 + 2  # 4 depths of post-LN, then pre-LN and pre-RMS at depth 4
 
 
 def test_depth_explorer_caches_each_configuration():

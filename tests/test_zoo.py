@@ -7,7 +7,8 @@ import pytest
 from torch import nn
 
 from conftest import made_with, mutated
-from d2lmini import reference, zoo
+from d2lmini import reference
+from d2lmini.chapters import zoo
 from d2lmini.reference import HF_CONVERTERS, compare_with_reference, from_hf
 
 pytest.importorskip("transformers")

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from conftest import mutated
-from d2lmini import TransformerBlock, reference, zoo
+from d2lmini import TransformerBlock, reference
+from d2lmini.chapters import zoo
 from d2lmini.reference import TINY_CONFIGS, compare_with_reference, from_hf, hf_reference
 from d2lmini.reference.base import rope_kwargs
 
@@ -89,9 +90,7 @@ def test_trinity_check_catches_a_wrong_block(name, mutate):
 
 
 def test_compare_with_trinity_is_unchanged():
-    from d2lmini.chapters import ch09_the_2026_block as catalog
-
-    result = catalog.compare_with_trinity()
+    result = zoo.compare_with_trinity()
     assert result["max_abs_diff"] <= TOLERANCE and result["max_abs_grad_diff"] <= TOLERANCE
     assert abs(result["max_abs_output"] - 7.174245357513428) < 1e-6  # the chapter's numbers do not move
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from d2lmini import reference, zoo
+from d2lmini import reference
+from d2lmini.chapters import zoo
 from d2lmini.attention import MultiHeadAttention
 from d2lmini.reference import (
     TINY,

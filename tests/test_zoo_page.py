@@ -15,8 +15,9 @@ import torch
 import yaml
 
 from conftest import ROOT
-from d2lmini import TransformerBlock, reference, zoo
-from d2lmini.chapters import ch09_the_2026_block as catalog
+from d2lmini import TransformerBlock, reference
+from d2lmini.chapters import ch09_the_2026_block as ch09
+from d2lmini.chapters import zoo
 from d2lmini.reference.gemma import GemmaAttention
 from d2lmini.reference.llama import LlamaVariantAttention
 
@@ -199,36 +200,36 @@ def test_the_page_names_the_rows_it_could_not_measure():
 
 
 def test_zoo_switches_puts_three_rows_side_by_side():
-    decade, rows = catalog.zoo_switches()
+    decade, rows = zoo.zoo_switches()
     assert list(decade.columns) == ["BERT, 2018", "Gemma 2 (local), 2024", "OLMo 3 (sliding), 2025"]
-    assert list(decade.index) == list(catalog.SWITCHES)
+    assert list(decade.index) == list(zoo.SWITCHES)
     assert all(r["reproduced"] for r in rows)
     assert decade.loc["placement"].tolist() == ["'post'", "'sandwich'", "'post_sublayer'"]
     assert decade.loc["rope_theta", "BERT, 2018"] == "None" and decade.loc["causal", "BERT, 2018"] == "False"
     assert decade.loc["qk_norm", "OLMo 3 (sliding), 2025"] == "'projection'"
     with pytest.raises(ValueError, match="names.*Llama 4.*rows"):
-        catalog.zoo_switches(["BERT", "Llama 4"])
+        zoo.zoo_switches(["BERT", "Llama 4"])
 
 
 def test_zoo_switches_reports_a_row_this_transformers_lacks(monkeypatch):
     monkeypatch.setattr(zoo, "ZOO", (ROWS["BERT"], _future_row()))
-    decade, _ = catalog.zoo_switches(["BERT", "Future"])
+    decade, _ = zoo.zoo_switches(["BERT", "Future"])
     assert set(decade["Future, 2027"]) == {f"not in this transformers {zoo.transformers_version()}"}
 
 
 def test_block_switches_reads_the_constructor_arguments_back():
-    assert catalog.block_switches(TransformerBlock(8, 2))["bias"] is False
-    assert catalog.block_switches(TransformerBlock(8, 2, bias=True))["bias"] is True
+    assert zoo.block_switches(TransformerBlock(8, 2))["bias"] is False
+    assert zoo.block_switches(TransformerBlock(8, 2, bias=True))["bias"] is True
     qwen2 = TransformerBlock(8, 2, attn_factory=lambda: LlamaVariantAttention(8, 2, qkv_bias=True, window=4, causal=True,
                                                                               rope_theta=1e4))
-    switches = catalog.block_switches(qwen2)
+    switches = zoo.block_switches(qwen2)
     assert (switches["bias"], switches["window"], switches["rope_theta"]) == ("qkv", 4, 1e4)
-    assert tuple(switches) == catalog.SWITCHES
+    assert tuple(switches) == zoo.SWITCHES
     scaled = TransformerBlock(8, 2)
     scaled.attention.scale = 0.25
-    assert catalog.block_switches(scaled)["scale"] == 0.25
+    assert zoo.block_switches(scaled)["scale"] == 0.25
     # the rows are named as the constructor's arguments, so a reader can type them
     # (scale and logit_softcap: the attribute of the attention, the argument of GemmaAttention)
-    assert set(catalog.SWITCHES) <= set(catalog.constructor_arguments()) | {"scale", "logit_softcap"}
+    assert set(zoo.SWITCHES) <= set(ch09.constructor_arguments()) | {"scale", "logit_softcap"}
     with pytest.raises(TypeError, match="block"):
-        catalog.block_switches(torch.nn.Linear(2, 2))
+        zoo.block_switches(torch.nn.Linear(2, 2))

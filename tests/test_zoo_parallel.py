@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from conftest import made_with, mutated
-from d2lmini import TransformerBlock, reference, zoo
+from d2lmini import TransformerBlock, reference
+from d2lmini.chapters import zoo
 from d2lmini.attention import apply_rotary, rotary_cos_sin
 from d2lmini.reference import compare_with_reference, from_hf, rope_interleaved_to_half
 

@@ -7,7 +7,7 @@ The model parts they measure live one level up (:mod:`d2lmini.norms`,
 #: The chapter modules, loaded on first use as attributes of this package (``d2lmini.chapters.ch04_norm_placement``).
 _MODULES = ("ch01_anatomy", "ch02_residual", "ch03_normalization", "ch04_norm_placement", "ch05_rmsnorm",
             "ch06_qk_norm", "ch07_ffn", "ch08_attention_generation", "ch09_the_2026_block", "ch10_hyper_connections",
-            "ch11_beyond_softmax", "errors")
+            "ch11_beyond_softmax", "errors", "zoo")
 
 
 def __getattr__(name: str):

@@ -456,7 +456,7 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock | H
     ``valid_lens``, the block equals the layer called with its model's own masks (causal,
     sliding-window or chunked where the layer has one, right padding), rotary tables for
     positions ``0 .. n-1`` and position ids ``0 .. n-1`` -- at the valid positions (see
-    :mod:`d2lmini.zoo`, which checks every row).
+    :mod:`d2lmini.chapters.zoo`, which checks every row).
 
     Supported classes: the keys of :data:`HF_CONVERTERS`; each family module of
     :mod:`d2lmini.reference` registers its own (Llama-like models in

@@ -351,7 +351,7 @@ def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, 
 
     Args:
         name: a key of :data:`REFERENCES`, or a :class:`Reference` object (for a
-            reference kept elsewhere, e.g. Arcee Trinity in :mod:`d2lmini.chapters.ch09_the_2026_block`).
+            reference kept elsewhere, e.g. Arcee Trinity in :mod:`d2lmini.chapters.zoo`).
         batch_size, num_steps: the batch's shape (batch >= 1, steps >= 2).
         seed: seeds the weights and the inputs.
         padded: whether to pad the second sequence (``valid_lens``).

@@ -1,0 +1,1370 @@
+"""The block zoo: released models' blocks, described from d2lmini blocks and checked against their layers.
+
+Introduced in the appendix "The Block Zoo" (``chapters/zoo.ipynb``). It holds what that page shows:
+
+* :func:`who_uses_what` -- eight models' blocks, each described from a d2lmini block
+  configured like the model and, where a reference layer class exists, verified
+  against it (via :mod:`d2lmini.reference`, plus :func:`compare_with_trinity` for
+  Arcee Trinity's ``AfmoeDecoderLayer``);
+* :func:`table_2026` -- the 2026 table: ten models of late 2024 to 2026 described from
+  their ``transformers`` configuration classes (:func:`describe_config`, with the
+  modeling-file facts of :data:`MODELING`) and, where d2lmini rebuilds their layers,
+  verified (:func:`verify_2026`, :data:`CHECKS`; :func:`deepseek_v4_wiring_check` for
+  DeepSeek-V4's hyper-connections); :func:`feature_counts` and :func:`the_2026_block`,
+  the block most of those rows share;
+* :func:`zoo_switches` -- three rows of the zoo side by side, as the constructor
+  arguments their converted blocks hold;
+* :func:`zoo_table` -- the zoo itself, below.
+
+Every row of :data:`ZOO` names a model (and, for models that alternate layer types,
+which layer: Gemma 2's local or global layers, SmolLM3's RoPE or NoPE layers), the
+Hugging Face layer class that implements it, and how to build a tiny random
+instance of that layer (no download) and call it as its model would: with the
+model's own causal, sliding-window and padding masks from
+``transformers.masking_utils`` and its own rotary tables
+(:func:`d2lmini.reference.hf_call`). :func:`zoo_table` converts every row's layer
+with :func:`d2lmini.reference.from_hf`, runs both on the same padded batch
+(:func:`d2lmini.reference.compare_with_reference`) and describes the block it got
+(:func:`describe`): the table's descriptive columns are read from the converted
+block, not typed by hand.
+
+Each line comes from :func:`zoo_row`, which reports a row whose layer class the
+installed ``transformers`` lacks (an older release, as Colab may have) instead of
+raising. The appendix prints the table with :func:`zoo_frame` and
+counts features by year with :func:`features_by_year`.
+
+Adding a model: one :class:`ZooRow` built with :func:`hf_row` (a tiny config in
+:data:`d2lmini.reference.tiny.TINY_CONFIGS`, whose windows are shorter than the test
+sequence of 16 steps), a converter in
+:data:`d2lmini.reference.HF_CONVERTERS`, and, for a new block feature, a column in
+:func:`describe`.
+
+Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import types
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Callable
+
+import torch
+
+from .._checks import check_bool, check_instance, check_int_at_least, check_seed
+from .._shown import shown_in
+from ..attention import GatedAttention, MultiHeadAttention
+from ..block import TransformerBlock
+from ..ffn import FeedForward
+from ..moe import MixtureOfExperts
+from ..plot import ACT_SHORT_LABELS, NORM_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS, table_style
+from ..reference import TOLERANCE as _TOLERANCE
+from ..reference import (
+    REFERENCES,
+    TINY_CONFIGS,
+    Reference,
+    compare_with_reference,
+    from_hf,
+    hf_reference,
+)
+from ..reference import from_afmoe_layer  # Trinity's converter (global and local layers); re-exported here
+from ..seeding import seeded
+
+#: Largest absolute difference (float32) of outputs and of input gradients for a row to count as verified or
+#: reproduced (:data:`d2lmini.reference.TOLERANCE`), in every table of the zoo.
+TOLERANCE = _TOLERANCE
+
+
+# --------------------------------------------------------------------------- Arcee Trinity (AFMoE)
+
+
+def compare_with_trinity(batch_size: int = 2, num_steps: int = 16, seed: int = 0, padded: bool = True) -> dict:
+    """Arcee Trinity's layer and its d2lmini twin on one batch: the differences.
+
+    :func:`d2lmini.reference.compare_with_reference` on a tiny seeded global
+    ``AfmoeDecoderLayer`` (the tiny configuration ``"afmoe_global"``, called as
+    ``AfmoeModel`` calls it), converted with :func:`from_afmoe_layer`: both get the same
+    random batch (the second sequence padded to 5/8 of its length when ``padded``) and the
+    same random read-out is backpropagated to the inputs. Only valid positions are compared.
+
+    Returns:
+        dict with ``max_abs_diff`` (outputs), ``max_abs_grad_diff`` (input gradients),
+        ``max_abs_output`` and ``block``.
+
+    Raises:
+        ImportError: if ``transformers`` has no AFMoE model.
+
+    Introduced in the chapter "The 2026 block".
+    """
+    from ..reference import compare_with_reference, hf_reference, tiny_config
+
+    trinity = hf_reference("Arcee Trinity", "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", tiny_config("afmoe_global"))
+    return compare_with_reference(trinity, batch_size, num_steps, seed, padded)
+
+
+# --------------------------------------------------------------------------- who uses what
+
+#: The models of the "who uses what" table, in order: (model, reference layer name,
+#: bibliography key, where its positions come from when its blocks have no RoPE).
+#: A reference name is a key of :data:`d2lmini.reference.REFERENCES`, or
+#: ``'AfmoeDecoderLayer'`` (:func:`compare_with_trinity`).
+MODELS = (
+    ("Transformer (2017)", "TransformerEncoderLayer(norm_first=False, activation='relu')",
+     "vaswani2017attention", "sinusoidal, added to the input"),
+    ("BERT", "BertLayer", "devlin2019bert", "learned, added to the input"),
+    ("GPT-2", "GPT2Block", "radford2019language", "learned, added to the input"),
+    ("Llama 3", "LlamaDecoderLayer", "grattafiori2024llama3", None),
+    ("Qwen3", "Qwen3DecoderLayer", "yang2025qwen3", None),
+    ("Gemma 3", "Gemma3DecoderLayer", "gemma2025gemma3", None),
+    ("OLMo 2", "Olmo2DecoderLayer", "olmo2024olmo2", None),
+    ("Arcee Trinity", "AfmoeDecoderLayer", "singh2026trinity", "none in global layers (RoPE in local ones)"),
+)
+
+@shown_in("zoo")
+def describe_block(block: TransformerBlock, positions_note: str | None = None) -> dict:
+    """The "who uses what" columns, read from a block's modules rather than typed.
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock` (its attention may be a
+            :class:`GatedAttention`, its FFN a :class:`MixtureOfExperts`).
+        positions_note: where the positions come from when the block has no RoPE.
+
+    Returns:
+        dict of short strings: ``norm``, ``placement``, ``qk_norm``, ``ffn``,
+        ``attention`` and ``positions``.
+
+    Raises:
+        TypeError: if ``block`` is not a TransformerBlock.
+        ValueError: if the block has no RoPE and no ``positions_note`` is given.
+    """
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    att, ffn = block.attention, block.ffn
+    if isinstance(ffn, MixtureOfExperts):
+        ffn_name = f"{ACT_SHORT_LABELS[ffn.act]} MoE ({ffn.router_kind} router"
+        ffn_name += ", shared expert)" if ffn.shared is not None else ")"
+    else:
+        ffn_name = ACT_SHORT_LABELS[ffn.act]
+    kind = "MHA" if att.num_kv_heads == att.num_heads else "GQA"
+    kind = ("gated " + kind) if isinstance(att, GatedAttention) else kind
+    if att.rope_theta is not None:
+        positions = "RoPE"
+    elif positions_note is None:
+        raise ValueError("the block has no RoPE: pass positions_note (where the model's positions come from)")
+    else:
+        positions = positions_note
+    return {"norm": NORM_LABELS[block.norm], "placement": PLACEMENT_SHORT_LABELS[block.placement],
+            "qk_norm": QK_SHORT_LABELS[att.qk_norm], "ffn": ffn_name,
+            "attention": f"{kind}, {'causal' if att.causal else 'bidirectional'}", "positions": positions}
+
+
+def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
+    """Configure a d2lmini block as each model of :data:`MODELS`, describe it, verify it.
+
+    For every model with a reference layer class, a tiny random instance of that
+    layer is converted into a d2lmini block and both are run on the same padded
+    batch (:func:`d2lmini.reference.compare_with_reference`, or
+    :func:`compare_with_trinity`); the table's descriptive columns are then read
+    from that very block (:func:`describe_block`).
+
+    Args:
+        seed: seeds every reference layer and batch.
+        num_steps: length of the test sequences.
+
+    Returns:
+        One dict per model: ``model``, ``cite``, ``layer``, the columns of
+        :func:`describe_block`, ``max_abs_diff``, ``max_abs_grad_diff``,
+        ``max_abs_output`` (``None`` when not verified) and ``status``
+        (``'verified'``, ``'MISMATCH'`` or ``'not verified (...)'``).
+
+    Raises:
+        ImportError: if ``transformers`` is not installed (the Hugging Face rows need it).
+
+    Introduced in the chapter "The 2026 block".
+    """
+    from ..reference import compare_with_reference
+
+    rows = []
+    with torch.random.fork_rng(devices=[]):
+        for model, layer_name, cite, note in MODELS:
+            row = {"model": model, "cite": cite, "layer": layer_name}
+            try:
+                result = (compare_with_trinity(num_steps=num_steps, seed=seed) if layer_name == "AfmoeDecoderLayer"
+                          else compare_with_reference(layer_name, num_steps=num_steps, seed=seed))
+            except ImportError:
+                if layer_name != "AfmoeDecoderLayer":
+                    raise
+                row.update(describe_trinity_without_reference(note), max_abs_diff=None, max_abs_grad_diff=None,
+                           max_abs_output=None, status="not verified (no reference layer)", layer="—")
+                rows.append(row)
+                continue
+            row.update(describe_block(result["block"], note))
+            ok = max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE
+            row.update(max_abs_diff=result["max_abs_diff"], max_abs_grad_diff=result["max_abs_grad_diff"],
+                       max_abs_output=result["max_abs_output"], status="verified" if ok else "MISMATCH")
+            rows.append(row)
+    return rows
+
+
+def describe_trinity_without_reference(positions_note: str) -> dict:
+    """:func:`describe_block` of a Trinity-like block built without a reference layer.
+
+    Used when ``transformers`` has no ``AfmoeDecoderLayer``: the block is configured
+    from the tiny configuration ``"afmoe_global"`` directly, so the row still describes a d2lmini block.
+    """
+    from ..reference import tiny_config
+
+    c = tiny_config("afmoe_global")
+    block = TransformerBlock(c["hidden_size"], c["num_attention_heads"], norm="rms", placement="sandwich",
+                             attn_factory=lambda: GatedAttention(c["hidden_size"], c["num_attention_heads"],
+                                                                 num_kv_heads=c["num_key_value_heads"],
+                                                                 head_dim=c["head_dim"], causal=True,
+                                                                 qk_norm="per_head"),
+                             ffn_factory=lambda: MixtureOfExperts(c["hidden_size"], c["num_experts"],
+                                                                  top_k=c["num_experts_per_tok"],
+                                                                  ffn_num_hiddens=c["moe_intermediate_size"],
+                                                                  router="sigmoid",
+                                                                  num_shared_experts=c["num_shared_experts"]))
+    return describe_block(block, positions_note)
+
+
+def catalog_table(rows: list[dict]):
+    """The "who uses what" table: a DataFrame indexed by model with the six descriptive columns.
+
+    The attention column is headed "attention (test layer)": whether it says MHA or GQA
+    depends on the tiny test instance's key/value heads, not on every released model.
+    """
+    import pandas as pd
+
+    columns = {"norm": "norm", "placement": "placement", "qk_norm": "QK-norm", "ffn": "FFN",
+               "attention": "attention (test layer)", "positions": "positions"}
+    return pd.DataFrame([{"model": r["model"], **{label: r[key] for key, label in columns.items()}}
+                         for r in rows]).set_index("model")
+
+
+def fit_to_page(table, font_size: str = "0.9em"):
+    """Style a wide DataFrame so it wraps inside the book's text column instead of scrolling.
+
+    Args:
+        table: a ``pandas.DataFrame``.
+        font_size: CSS font size of the cells.
+
+    Returns:
+        A ``pandas.io.formats.style.Styler`` whose HTML table takes the column's full
+        width, wraps long cells and aligns text to the left.
+    """
+    return (table_style(table).set_table_attributes('class="dataframe" style="width: 100%"')
+            .set_table_styles([{"selector": "td, th",
+                                "props": [("white-space", "normal"), ("text-align", "left"),
+                                          ("font-size", font_size)]}]))
+
+
+def verification_table(rows: list[dict]):
+    """The verification table: reference layer, largest output and input-gradient differences, status."""
+    import pandas as pd
+
+    def fmt(value):
+        return "—" if value is None else f"{value:.2g}"
+
+    return pd.DataFrame([{"model": r["model"], "reference layer": r["layer"].split("(")[0],
+                          "max |Δ| output": fmt(r["max_abs_diff"]),
+                          "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "status": r["status"]}
+                         for r in rows]).set_index("model")
+
+
+# --------------------------------------------------------------------------- the 2026 table
+
+#: The facts of each 2026 row that a configuration class does not hold, read from the model's
+#: modeling file in ``transformers`` 5.24 (the decoder layer's and attention's ``__init__``):
+#: the norms and where they sit, QK-norm, an output gate on the attention, sinks, NoPE layers.
+MODELING = {
+    "DeepSeek-V3": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents",
+                        router="sigmoid"),
+    "Kimi K2.5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
+    "DeepSeek-V4": dict(norm="RMSNorm, pre (inside each hyper-connection)", act="clamped SwiGLU",
+                        qk_norm="QK-norm: RMSNorm without gain on each query head, with gain on the shared K/V head",
+                        sinks=True),
+    "Qwen3.5": dict(norm="RMSNorm (1 + w), pre", qk_norm="QK-norm per head", gate=True, router="softmax"),
+    "Gemma 4": dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head; RMSNorm without gain on the values"),
+    "gpt-oss": dict(norm="RMSNorm, pre", sinks=True, router="softmax", act="clamped SwiGLU"),
+    "Llama 4": dict(norm="RMSNorm, pre", qk_norm="QK-norm per head: RMSNorm without gain, after RoPE (RoPE layers only)", shared_experts=1,
+                    router="sigmoid"),
+    "OLMo 3": dict(norm="RMSNorm, on each sublayer's output", qk_norm="QK-norm over the whole projection"),
+    "GLM-5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
+    "Arcee Trinity": dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head", gate=True,
+                          nope="full-attention layers", router="sigmoid"),
+}
+
+
+@dataclass(frozen=True)
+class Row2026:
+    """One model of the 2026 table.
+
+    Attributes:
+        model, year: the model and the year of the release described.
+        cite: its bibliography key (a report or model card).
+        config: the ``transformers`` configuration class whose defaults the descriptive
+            columns are read from (``'Kimi_K25Config.text_config'`` for a sub-configuration).
+        report: values the report or model card gives for the released model where the
+            class defaults describe another model (Kimi K2.5's defaults are DeepSeek-V3's).
+        check: the name of the check in :data:`CHECKS` that reproduces its layer, or ``None``.
+        missing: what d2lmini does not reproduce of the model's layers.
+    """
+
+    model: str
+    year: int
+    cite: str
+    config: str
+    report: dict = field(default_factory=dict)
+    check: str | None = None
+    missing: str = ""
+
+
+ROWS_2026 = (
+    Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config", check="DeepSeek-V3 layers"),
+    Row2026("Kimi K2.5", 2026, "kimi2025k2", "Kimi_K25Config.text_config",
+            report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1,
+                        topk_group=1),
+            check="DeepSeek-V3 layers, no expert groups"),
+    Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config",
+            check="DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)",
+            missing="the key/value cache of the compressors (decoding token by token)"),
+    Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig", check="Qwen3.5 (both layer types, dense and MoE)"),
+    Row2026("Gemma 4", 2026, "", "Gemma4TextConfig", check="Gemma 4 (local and global layers, dense)",
+            missing="per-layer inputs (a second input to each layer), the MoE block (26B-A4B) and key/value "
+                    "sharing across layers"),
+    Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig", check="gpt-oss"),
+    Row2026("Llama 4", 2025, "", "Llama4TextConfig", check="Llama 4 (RoPE and NoPE layers, dense and MoE)"),
+    Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config", check="OLMo 3"),
+    Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig", check="GLM-5 (sparse attention, dense and MoE layers)",
+            missing="cross-layer top-k sharing (indexer_types 'shared', off by default)"),
+    Row2026("Arcee Trinity", 2025, "singh2026trinity", "AfmoeConfig", check="Arcee Trinity"),
+)
+ROWS_2026 = tuple(sorted(ROWS_2026, key=lambda row: row.year))  # release order (a stable sort)
+
+#: The released model that each row's configuration (class defaults plus ``report``) describes, read off
+#: the layer count, width and expert count; ``None`` where the defaults match no released model (Gemma 4:
+#: the class docstring names gemma-4-e2b-it, whose width and depth differ; Trinity: the defaults have
+#: 16 K/V heads and 64 experts, every released Trinity GQA and more experts). Such a row shows the class's
+#: defaults and is left out of :func:`feature_counts`.
+SIZES = {"DeepSeek-V3": "DeepSeek-V3 671B", "gpt-oss": "gpt-oss-120b", "Llama 4": "Llama 4 Scout 17B-16E",
+         "OLMo 3": "OLMo 3 7B", "Kimi K2.5": "Kimi K2.5 1T", "DeepSeek-V4": "DeepSeek-V4-Flash",
+         "Qwen3.5": "Qwen3.5-35B-A3B", "Gemma 4": None, "GLM-5": "GLM-5 744B", "Arcee Trinity": None}
+
+#: Cells of a named size that still hold a class default the released model does not share.
+CLASS_DEFAULT_CELLS = {
+    "Kimi K2.5": {"positions": "DeepSeek-V3's class default; Kimi's own base is larger"},
+    "Qwen3.5": {"positions": "class default; the released models use a larger base"},
+    "GLM-5": {"positions": "GlmMoeDsaConfig's class default"},
+}
+
+#: DeepSeek-V4's RoPE labels (``rope_parameters``' keys) as the layers that use them: in
+#: ``DeepseekV4Attention``, ``rope_layer_type = "main" if layer_type == "sliding_attention"
+#: else "compress"``, so a CSA or HCA layer rotates all of its attention with "compress".
+_ROPE_LABELS = {"main": "sliding-only layers", "compress": "CSA and HCA layers"}
+
+
+def config_2026(row: Row2026):
+    """The configuration of ``row``: its class's defaults, with ``row.report`` set on top.
+
+    Raises:
+        ImportError / AttributeError: ``transformers`` lacks the class (see
+            :func:`missing_from_transformers`).
+    """
+    import transformers
+
+    name, _, sub = row.config.partition(".")
+    config = getattr(transformers, name)()
+    config = getattr(config, sub) if sub else config
+    for key, value in row.report.items():
+        setattr(config, key, value)
+    return config
+
+
+def _ratio(a: int, b: int) -> str:
+    g = math.gcd(a, b) or 1
+    return f"{a // g}:{b // g}"
+
+
+def _layer_counts(config) -> dict:
+    types = list(getattr(config, "layer_types", None) or [])
+    return {t: types.count(t) for t in dict.fromkeys(types)}
+
+
+def _first(config, *names, default=None):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def _rope_text(params: dict) -> str:
+    text = f"RoPE θ = {params.get('rope_theta', 0):,.0f}"
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        text += f" on {params['partial_rotary_factor']:g} of each head"
+    return text  # long-context scaling (YaRN) is left out: a class default carries it for some rows only
+
+
+def describe_config(row: Row2026) -> dict:
+    """The descriptive columns of a 2026 row, read from its configuration (:func:`config_2026`).
+
+    Returns:
+        dict of short strings: ``shape`` (layers and width), ``norm`` (type and placement,
+        from :data:`MODELING`), ``residual`` (one stream, or ``n`` hyper-connected ones:
+        ``hc_mult``), ``mixer`` (softmax, or hybrid with the count of linear-attention
+        layers in ``layer_types``), ``attention`` (MHA/GQA/MQA/MLA from the head counts and
+        ``kv_lora_rank``; the layer pattern from ``layer_types`` with the window or chunk;
+        output gate, sinks and QK-norm from :data:`MODELING`), ``positions`` (the RoPE of
+        each layer type from ``rope_parameters``: base and partial fraction, without
+        long-context scaling; NoPE layers) and ``ffn`` (dense and its gated activation, or
+        experts / active / shared, the dense layers first and the router), each cell of
+        :data:`CLASS_DEFAULT_CELLS` with its note; ``size`` (:data:`SIZES`); ``local_global``
+        (the ratio of sliding-window to global layers, or ``None``) and ``features`` (a dict
+        feature -> bool, for :func:`feature_counts`: from the configuration and from the
+        notes of :data:`MODELING`; RoPE is in every row, by inspection).
+    """
+    c, m = config_2026(row), MODELING[row.model]
+    counts, n = _layer_counts(c), c.num_hidden_layers
+    h, kv = c.num_attention_heads, c.num_key_value_heads
+    linear = counts.get("linear_attention", 0)
+    mixer = f"hybrid: {linear} Gated DeltaNet, {n - linear} softmax ({_ratio(linear, n - linear)})" if linear \
+        else "softmax"
+    if getattr(c, "kv_lora_rank", None):
+        heads = f"MLA, {h} heads, latent {c.kv_lora_rank}"
+    elif kv == 1:
+        heads = f"MQA, {h} heads, one K/V head of {c.head_dim}"
+    else:
+        heads = f"GQA {h}/{kv}" if kv < h else f"MHA, {h} heads"
+    parts = [heads]
+    full = counts.get("full_attention", 0)
+    if counts.get("sliding_attention") and full:
+        parts.append(f"window {c.sliding_window}, local:global {_ratio(counts['sliding_attention'], full)}")
+    if counts.get("chunked_attention"):
+        parts.append(f"chunks of {c.attention_chunk_size}, chunked:global {_ratio(counts['chunked_attention'], full)}")
+    if counts.get("compressed_sparse_attention"):  # the class's default layer pattern is V4-Pro's: no counts
+        parts.append(f"compressed (CSA and HCA layers), window {c.sliding_window}")
+    if counts.get("indexed_attention"):
+        parts.append(f"sparse: top {c.index_topk} tokens (DSA)")
+    parts += [label for key, label in (("gate", "output gate"), ("sinks", "sinks")) if m.get(key)]
+    parts += [m["qk_norm"]] if m.get("qk_norm") else []
+    ffn = _ffn(c, m)
+    params = c.rope_parameters
+    mla = bool(getattr(c, "kv_lora_rank", None))
+    partial = any(p.get("partial_rotary_factor", 1.0) < 1.0  # or MLA's rotary slice of each head
+                  for p in ([params] if "rope_theta" in params else params.values())) \
+        or (mla and getattr(c, "qk_nope_head_dim", 0) > 0)
+    qk = m.get("qk_norm", "")
+    features = {"RMSNorm": m["norm"].startswith("RMSNorm"), "pre-norm": ", pre" in m["norm"],
+                "fewer keys and values than MHA (GQA, MQA or MLA)": kv < h or mla,
+                "fewer K/V heads than query heads (GQA, MQA)": kv < h and not mla, "latent K/V (MLA)": mla,
+                "sliding-window and global layers": bool(counts.get("sliding_attention")),
+                "chunked and global layers": bool(counts.get("chunked_attention")),
+                "QK-norm (any form)": qk.startswith("QK-norm"),
+                "QK-norm per head": "per head" in qk or "each query head" in qk,
+                "RoPE (by inspection)": True, "partial RoPE (incl. MLA's rotary slice)": partial,
+                "softmax layers without positions (NoPE)": bool(getattr(c, "no_rope_layers", None) or m.get("nope")),
+                "SwiGLU": "SwiGLU" in ffn, "MoE": ffn.startswith("MoE"), "shared expert": "shared" in ffn,
+                "sigmoid router": ffn.endswith("sigmoid router"),
+                "MoE with a shared expert and a sigmoid router": "shared" in ffn and ffn.endswith("sigmoid router"),
+                "linear attention (hybrid)": bool(linear), "attention output gate": bool(m.get("gate")),
+                "sinks": bool(m.get("sinks")), "hyper-connections": bool(getattr(c, "hc_mult", None))}
+    cells = {"shape": f"{n} layers, d = {c.hidden_size}", "norm": m["norm"], "ffn": ffn,
+             "residual": f"{c.hc_mult} streams (mHC)" if getattr(c, "hc_mult", None) else "one stream",
+             "mixer": mixer, "attention": "; ".join(parts), "positions": _positions(c, m, counts)}
+    for key, note in CLASS_DEFAULT_CELLS.get(row.model, {}).items():  # after the RoPE base, else at the end
+        cells[key] = re.sub(r"(RoPE θ = [\d,]+)", rf"\1 ({note})", cells[key], count=1) \
+            if "RoPE θ" in cells[key] else cells[key] + f" ({note})"
+    return {**cells, "features": features, "size": SIZES[row.model],
+            "local_global": _ratio(counts["sliding_attention"], full)
+            if full and counts.get("sliding_attention") else None}
+
+
+def _positions(c, m: dict, counts: dict) -> str:
+    params = c.rope_parameters
+    if "rope_theta" in params:
+        text = _rope_text(params)
+    else:  # one RoPE per layer type (or V4's main / compressed)
+        texts = {kind: _rope_text(p) for kind, p in params.items()}
+        text = next(iter(texts.values())) if len(set(texts.values())) == 1 else \
+            "; ".join(f"{_ROPE_LABELS.get(kind, kind.replace('_attention', ''))}: {t}" for kind, t in texts.items())
+    no_rope = getattr(c, "no_rope_layers", None)
+    if no_rope:
+        text += f"; NoPE in {no_rope.count(0)} of {len(no_rope)} layers"
+    if m.get("nope"):
+        text += f"; NoPE in the {counts.get('full_attention', 0)} {m['nope']}"
+    if counts.get("linear_attention"):
+        text += " (softmax layers); the Gated DeltaNet layers take order from their recurrence"
+    return text
+
+
+def _ffn(c, m: dict) -> str:
+    act = m.get("act") or {"silu": "SwiGLU", "gelu_pytorch_tanh": "GeGLU"}.get(
+        _first(c, "hidden_act", "hidden_activation"), "?")
+    experts = _first(c, "n_routed_experts", "num_experts", "num_local_experts")
+    if not experts:
+        return f"dense {act}, width {c.intermediate_size}"
+    router = _first(c, "scoring_func", default=m.get("router", "?")).replace("sqrtsoftplus", "sqrt-softplus")
+    text = f"MoE, {experts} {act} experts, {_first(c, 'num_experts_per_tok', 'top_k_experts')} active"
+    shared = _first(c, "n_shared_experts", "num_shared_experts", default=m.get("shared_experts", 0))
+    shared = shared or (1 if getattr(c, "shared_expert_intermediate_size", None) else 0)
+    text += f" + {shared} shared" if shared else ""
+    kinds = list(getattr(c, "mlp_layer_types", None) or [])
+    dense = _first(c, "first_k_dense_replace", "num_dense_layers", default=kinds.count("dense"))
+    if dense:
+        text += f"; first {dense} layer{'s' * (dense > 1)} dense"
+    if kinds.count("hash_moe"):
+        text += f"; first {kinds.count('hash_moe')} routed by token hash"
+    return text + f"; {router} router"
+
+
+def _check_deepseek_v3(layer_indices=(0, 1), **overrides):
+    def check(seed: int) -> list[dict]:
+        from ..reference import Reference, compare_with_reference, from_deepseek_v3_layer, hf_call, hf_make, tiny_config
+
+        results = []
+        for i in layer_indices:  # 0: dense, 1: MoE
+            make = hf_make("deepseek_v3", "DeepseekV3DecoderLayer", "DeepseekV3Config",
+                           tiny_config("deepseek_v3", **overrides), layer_idx=i)
+            call = hf_call("deepseek_v3", "DeepseekV3DecoderLayer", layer_idx=i, rotary="DeepseekV3RotaryEmbedding")
+            ref = Reference("DeepseekV3DecoderLayer", "DeepSeek-V3", make, from_deepseek_v3_layer, call, causal=True)
+            results.append(compare_with_reference(ref, seed=seed))
+        return results
+    return check
+
+
+def _check_glm5(seed: int) -> list[dict]:
+    from ..reference import (Reference, compare_with_reference, from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, hf_make,
+                             tiny_config)
+
+    return [compare_with_reference(Reference("GlmMoeDsaDecoderLayer", "GLM-5",
+                                             hf_make("glm_moe_dsa", "GlmMoeDsaDecoderLayer", "GlmMoeDsaConfig",
+                                                     tiny_config("glm_moe_dsa"), layer_idx=i),
+                                             from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, causal=True), seed=seed)
+            for i in (0, 1)]  # 0: dense, 1: MoE
+
+
+def _check_qwen3_5(seed: int) -> list[dict]:
+    from ..reference import compare_with_reference, hf_reference, tiny_config
+
+    return [compare_with_reference(hf_reference("Qwen3.5", model_type, f"{prefix}DecoderLayer", f"{prefix}TextConfig",
+                                                tiny_config(model_type), layer_idx=i, unit_offset_norms=True,
+                                                rotary=f"{prefix}TextRotaryEmbedding"), seed=seed)
+            for model_type, prefix in (("qwen3_5", "Qwen3_5"), ("qwen3_5_moe", "Qwen3_5Moe"))
+            for i in (0, 1)]  # 0: Gated DeltaNet, 1: gated attention; dense, then MoE
+
+
+def _check_llama4(seed: int) -> list[dict]:
+    from ..reference import compare_with_reference, hf_reference, tiny_config
+
+    return [compare_with_reference(hf_reference(f"Llama 4 (layer {i})", "llama4", "Llama4TextDecoderLayer",
+                                                "Llama4TextConfig", tiny_config("llama4"), layer_idx=i), seed=seed)
+            for i in range(4)]
+
+
+def _check_gemma4(seed: int) -> list[dict]:
+    from ..reference import compare_with_reference, hf_reference, tiny_config
+
+    return [compare_with_reference(hf_reference(f"Gemma 4 (layer {i})", "gemma4", "Gemma4TextDecoderLayer",
+                                                "Gemma4TextConfig", tiny_config("gemma4"), layer_idx=i), seed=seed)
+            for i in (0, 1)]  # 0: local (sliding), 1: global
+
+
+def _check_zoo(*names: str):
+    def check(seed: int) -> list[dict]:
+        from ..reference import compare_with_reference
+
+        return [compare_with_reference(row.reference(), seed=seed) for row in ZOO if row.name in names]
+    return check
+
+
+def _check_deepseek_v4(seed: int) -> list[dict]:
+    """Whole ``DeepseekV4DecoderLayer``s of each type (:func:`d2lmini.reference.compare_deepseek_v4_layer`)."""
+    from ..reference import compare_deepseek_v4_layer
+
+    return [compare_deepseek_v4_layer(i, seed) for i in (0, 1, 2)]  # sliding + hash MoE, HCA, CSA
+
+
+def deepseek_v4_wiring_check(seed: int = 0, num_streams: int = 4, num_steps: int = 8) -> dict:
+    """d2lmini's :class:`~d2lmini.hyper.HyperConnectedBlock` against ``DeepseekV4DecoderLayer``'s wiring.
+
+    V4's attention and MoE are not reproduced, so the HF layer gets the block's own
+    attention and FFN modules (wrapped to V4's call signatures); what is compared is
+    everything around them: the two hyper-connections (their projections, Sinkhorn-Knopp
+    mixing, collapse and expansion of the ``num_streams`` streams) and the two RMSNorms,
+    with every parameter random and the same values copied into V4's ``attn_hc``,
+    ``ffn_hc``, ``input_layernorm`` and ``post_attention_layernorm``.
+
+    Returns:
+        dict with ``max_abs_diff``, ``max_abs_grad_diff`` and ``max_abs_output``, as
+        :func:`d2lmini.reference.output_and_grad_differences` gives them on a padded
+        batch of streams ``(2, num_steps, num_streams, 32)``.
+
+    Raises:
+        ImportError / AttributeError: ``transformers`` lacks DeepSeek-V4.
+    """
+    import importlib
+
+    from torch import nn
+
+    from ..hyper import HyperConnectedBlock
+    from ..reference import output_and_grad_differences, randomize_ as _randomize_
+
+    m = importlib.import_module("transformers.models.deepseek_v4.modeling_deepseek_v4")
+    from transformers import DeepseekV4Config
+
+    d = 32
+    config = DeepseekV4Config(vocab_size=50, hidden_size=d, num_hidden_layers=1, num_attention_heads=4,
+                              num_key_value_heads=1, head_dim=16, q_lora_rank=16, moe_intermediate_size=16,
+                              n_routed_experts=4, num_experts_per_tok=2, o_groups=2, o_lora_rank=16, index_n_heads=2,
+                              index_head_dim=8, index_topk=4, hc_mult=num_streams)
+    valid_lens = torch.tensor([num_steps, num_steps // 2])
+    with seeded(seed):
+        block = HyperConnectedBlock(d, 4, num_streams=num_streams, causal=True, num_kv_heads=2)
+        _randomize_(block, seed)
+        gen = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():  # the mappings far from uniform: projections large, gains around 1
+            for p in [*block.hc1.parameters(), *block.hc2.parameters()]:
+                p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() == 2 else 1.0) + (p.numel() <= 3))
+        layer = m.DeepseekV4DecoderLayer(config, 0)
+
+    class Attn(nn.Module):  # V4's call: (hidden_states, **kwargs) -> (out, weights)
+        def forward(self, hidden_states, **kwargs):
+            return block.attention(*(hidden_states,) * 3, valid_lens), None
+
+    class MLP(nn.Module):  # V4's call: (hidden_states, input_ids=None) -> out
+        def forward(self, hidden_states, input_ids=None):
+            return block.ffn(hidden_states)
+
+    layer.self_attn, layer.mlp = Attn(), MLP()
+    with torch.no_grad():
+        for theirs, ours in ((layer.attn_hc, block.hc1), (layer.ffn_hc, block.hc2)):
+            theirs.fn.copy_(ours.phi), theirs.base.copy_(ours.bias), theirs.scale.copy_(ours.alpha)
+        layer.input_layernorm.weight.copy_(block.norm1.weight)
+        layer.post_attention_layernorm.weight.copy_(block.norm2.weight)
+    gen = torch.Generator().manual_seed(seed + 2)
+    S = torch.randn(2, num_steps, num_streams, d, generator=gen)
+    R = torch.randn(S.shape, generator=gen)
+    keep = (torch.arange(num_steps)[None] < valid_lens[:, None])[..., None, None]  # (b, n, 1, 1)
+    return output_and_grad_differences([lambda Z: layer(Z), lambda Z: block(Z, valid_lens)], S, R, keep)
+
+
+#: The checks of the 2026 table, by name: ``seed -> list of comparison results``.
+CHECKS = {
+    "DeepSeek-V3 layers": _check_deepseek_v3(),
+    "DeepSeek-V3 layers, no expert groups": _check_deepseek_v3((1,), n_group=1, topk_group=1),
+    "DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)": lambda seed: [
+        deepseek_v4_wiring_check(seed), *_check_deepseek_v4(seed)],
+    "Qwen3.5 (both layer types, dense and MoE)": _check_qwen3_5,
+    "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
+    "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
+    "Gemma 4 (local and global layers, dense)": _check_gemma4,
+    "gpt-oss": _check_zoo("gpt-oss", "gpt-oss (full)"),  # its sliding and full-attention layers
+    "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
+    "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
+}
+
+
+@shown_in("zoo")
+def verify_2026(row: Row2026, seed: int = 0) -> dict:
+    """Reproduce ``row``'s layers with d2lmini where a check exists; report the largest differences.
+
+    Each check (:data:`CHECKS`) builds tiny random instances of the model's own layer
+    classes, converts each into d2lmini modules with the same weights and compares
+    outputs and input gradients on a padded batch
+    (:func:`d2lmini.reference.output_and_grad_differences`). A check whose class the
+    installed ``transformers`` lacks is reported in ``status``, not raised.
+
+    Returns:
+        dict with ``max_abs_diff``, ``max_abs_grad_diff`` (``None`` when nothing ran) and
+        ``status``: ``'verified'``, ``'MISMATCH'``, ``'not reproduced here'`` or
+        ``'not in this transformers <version>'``.
+    """
+    if row.check is None:
+        return {"max_abs_diff": None, "max_abs_grad_diff": None, "status": "not reproduced here"}
+    try:
+        results = CHECKS[row.check](seed)
+    except (ImportError, AttributeError) as error:
+        if missing_from_transformers(error) is None:
+            raise  # a real failure, not an older transformers
+        return {"max_abs_diff": None, "max_abs_grad_diff": None,
+                "status": f"not in this transformers {transformers_version()}"}
+    diff = max(r["max_abs_diff"] for r in results)
+    grad = max(r["max_abs_grad_diff"] for r in results)
+    status = "verified" if max(diff, grad) <= TOLERANCE else "MISMATCH"
+    return {"max_abs_diff": diff, "max_abs_grad_diff": grad, "status": status}
+
+
+def table_2026(seed: int = 0) -> list[dict]:
+    """Every row of :data:`ROWS_2026`: :func:`describe_config` and :func:`verify_2026`.
+
+    A row whose configuration class the installed ``transformers`` lacks keeps its name and
+    says so in ``status``.
+
+    Returns:
+        One dict per row: ``model``, ``year``, ``cite``, ``check``, ``missing``, the columns
+        of :func:`describe_config` and those of :func:`verify_2026`.
+
+    Raises:
+        ImportError: if ``transformers`` is not installed.
+    """
+    from transformers.utils import logging as hf_logging  # the table needs transformers; fails clearly without it
+
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # not the notices that the tiny layers run transformers' PyTorch fallbacks
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return _table_2026_rows(seed)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _table_2026_rows(seed: int) -> list[dict]:
+    done, rows = {}, []
+    for row in ROWS_2026:
+        out = {"model": row.model, "year": row.year, "cite": row.cite, "check": row.check, "missing": row.missing}
+        try:
+            out.update(describe_config(row))
+        except (ImportError, AttributeError) as error:
+            if missing_from_transformers(error) is None:
+                raise
+            out.update(status=f"not in this transformers {transformers_version()}", max_abs_diff=None,
+                       max_abs_grad_diff=None)
+            rows.append(out)
+            continue
+        if row.check not in done:  # Kimi K2.5 and DeepSeek-V3 share a layer class, not a check
+            done[row.check] = verify_2026(row, seed)
+        out.update(done[row.check])
+        rows.append(out)
+    return rows
+
+
+#: The columns of the 2026 table, as :func:`frame_2026` heads them.
+COLUMNS_2026 = {"shape": "layers", "norm": "norm", "residual": "residual", "mixer": "token mixer",
+                "attention": "attention", "positions": "positions", "ffn": "FFN", "verified": "reproduced"}
+
+
+def frame_2026(rows: list[dict]):
+    """The 2026 table as a DataFrame indexed by model; the last column says what was verified and how closely."""
+    import pandas as pd
+
+    def verified(r):
+        if r.get("max_abs_diff") is None:
+            return r["status"] + (f": {r['missing']}" if r.get("missing") and r["status"] != "verified" else "")
+        text = f"{r['check']}: {r['status']}, max |Δ| {max(r['max_abs_diff'], r['max_abs_grad_diff']):.1e}"
+        return text + (f"; not reproduced: {r['missing']}" if r["missing"] else "")
+
+    def name(r):
+        size = r.get("size") or f"{r['model']}: class defaults, no released size"
+        return f"{size} ({r['year']})"
+
+    return pd.DataFrame([{"model": name(r),
+                          **{label: (verified(r) if key == "verified" else r.get(key, "—"))
+                             for key, label in COLUMNS_2026.items()}} for r in rows]).set_index("model")
+
+
+def feature_counts(rows: list[dict]):
+    """How many rows of the 2026 table have each feature of :func:`describe_config`, and which.
+
+    Only rows that describe a released model (``size`` not ``None``, see :data:`SIZES`) are
+    counted, so that no count rests on a configuration class's defaults.
+
+    Returns:
+        A DataFrame indexed by feature with ``rows`` (the count) and ``models``, most common first.
+    """
+    import pandas as pd
+
+    described = [r for r in rows if "features" in r and r.get("size")]
+    names = list(described[0]["features"]) if described else []
+    table = pd.DataFrame([{"feature": f, "rows": sum(r["features"][f] for r in described),
+                           "models": ", ".join(r["model"] for r in described if r["features"][f])} for f in names])
+    return table.sort_values("rows", ascending=False, kind="stable").set_index("feature")
+
+
+def the_2026_block(num_hiddens: int = 256, num_heads: int = 8, *, num_layers: int = 4, num_kv_heads: int = 2,
+                   window: int = 64, local_global: str | None = None, qk_norm: str | None = None,
+                   rope_theta: float = 1e4, num_experts: int = 8, top_k: int = 2, expert_hiddens: int = 128,
+                   num_shared_experts: int = 1, router: str = "sigmoid") -> torch.nn.ModuleList:
+    """A stack of ``num_layers`` 2026 blocks: the most common choice per column of the 2026 table.
+
+    Pre-norm RMSNorm blocks with GQA (``num_kv_heads`` key/value heads), RoPE, ``qk_norm``
+    (``None`` or a :class:`~d2lmini.block.TransformerBlock` variant) and a mixture of SwiGLU
+    experts with shared experts; with ``local_global`` (e.g. ``'3:1'``), that many local layers
+    with a sliding ``window`` per global layer, the local ones first; with ``None``, every layer
+    global. The other arguments are those of :class:`~d2lmini.block.TransformerBlock` and
+    :class:`~d2lmini.moe.MixtureOfExperts` (which check them).
+
+    Raises:
+        ValueError: ``local_global`` neither ``None`` nor of the form ``'3:1'``, or as the block and the mixture.
+    """
+    if local_global is not None and not (isinstance(local_global, str)
+                                         and re.fullmatch(r"\d+:[1-9]\d*", local_global)):
+        raise ValueError(f"local_global must be None or read 'local:global', e.g. '3:1', got {local_global!r}")
+    local, full = (int(x) for x in (local_global or "0:1").split(":"))
+
+    def moe():
+        return MixtureOfExperts(num_hiddens, num_experts, top_k=top_k, ffn_num_hiddens=expert_hiddens, act="swiglu",
+                                router=router, num_shared_experts=num_shared_experts)
+
+    blocks = []
+    for i in range(num_layers):
+        is_local = i % (local + full) < local
+        blocks.append(TransformerBlock(num_hiddens, num_heads, norm="rms", placement="pre", bias=False,
+                                       num_kv_heads=num_kv_heads, rope_theta=rope_theta, qk_norm=qk_norm,
+                                       causal=True, window=window if is_local else None, ffn_factory=moe))
+    return torch.nn.ModuleList(blocks)
+
+
+#: The rows of the block zoo that :func:`zoo_switches` puts side by side by default:
+#: an encoder of 2018, a local layer of 2024 and a sliding-window layer of 2025.
+ZOO_DECADE = ("BERT", "Gemma 2 (local)", "OLMo 3 (sliding)")
+
+#: The arguments :func:`block_switches` reads back, in order.
+SWITCHES = ("norm", "placement", "act", "bias", "causal", "qk_norm", "rope_theta", "window", "logit_softcap",
+            "scale", "residual_multiplier")
+
+
+def block_switches(block: TransformerBlock) -> dict:
+    """The constructor arguments of a block that are not sizes, read back from its modules.
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock` with the default attention and FFN.
+
+    Returns:
+        dict ``argument -> value`` (the keys of :data:`SWITCHES`) as
+        :class:`~d2lmini.block.TransformerBlock` would take it: ``norm``, ``placement``, ``act``, ``bias`` (``True``, ``False`` or ``'qkv'``),
+        ``causal``, ``qk_norm``, ``rope_theta``, ``window``, ``logit_softcap``, ``scale`` (the
+        attention's logit scale; ``None``: ``1/sqrt(head_dim)``) and ``residual_multiplier`` (as
+        :meth:`~d2lmini.block.TransformerBlock.set_scales` takes it).
+
+    Raises:
+        TypeError: if ``block`` is not a TransformerBlock.
+    """
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    att = block.attention
+    bias = att.W_q.bias is not None
+    if bias and block.ffn.W_1.bias is None:
+        bias = "qkv"
+    values = (block.norm, block.placement, block.ffn.act, bias, att.causal, att.qk_norm, att.rope_theta, att.window,
+              getattr(att, "logit_softcap", None), att.scale, block.addnorm1.residual_multiplier)
+    return dict(zip(SWITCHES, values))
+
+
+def zoo_switches(names=ZOO_DECADE, seed: int = 0):
+    """Rows of the block zoo side by side, as the arguments their converted blocks hold.
+
+    Each named row of :data:`ZOO` is built, converted and checked by
+    :func:`zoo_table`; :func:`block_switches` then reads the arguments
+    back from the converted block.
+
+    Args:
+        names: display names of zoo rows (default :data:`ZOO_DECADE`).
+        seed: seeds the tiny layers and the check.
+
+    Returns:
+        ``(table, rows)``: a ``pandas.DataFrame`` with one line per argument and one
+        column per model (values written as in Python, e.g. ``'rms'``, ``None``; a
+        model whose layer class the installed ``transformers`` lacks has its status in
+        every line), and the rows of :func:`zoo_table`.
+
+    Raises:
+        ValueError: if a name is not a row of the zoo (the message lists them).
+    """
+    import pandas as pd
+
+    by_name = {row.name: row for row in ZOO}
+    for name in names:
+        if name not in by_name:
+            raise ValueError(f"names: {name!r} is not a row of d2lmini.chapters.zoo.ZOO; rows: {sorted(by_name)}")
+    rows = zoo_table(seed=seed, rows=[by_name[name] for name in names])
+
+    def written(value):  # as in Python, with non-round floats to four digits
+        return f"{value:.4g}" if isinstance(value, float) and not value.is_integer() else repr(value)
+
+    columns = {}
+    for row in rows:
+        header = f"{row['name']}, {row['year']}"
+        if row["block"] is None:
+            columns[header] = dict.fromkeys(SWITCHES, row["status"])
+        else:
+            columns[header] = {key: written(value) for key, value in block_switches(row["block"]).items()}
+    return pd.DataFrame(columns).rename_axis("argument"), rows
+
+
+# --------------------------------------------------------------------------- the zoo: every layer reproduced
+
+
+@dataclass(frozen=True)
+class ZooRow:
+    """One row of the zoo: a model's layer, how to build it tiny and how its model calls it.
+
+    Attributes:
+        name: display name, e.g. ``'Gemma 2 (local)'``.
+        family: the model family, e.g. ``'Gemma'``.
+        year: the year the model was released.
+        layer_class: the Hugging Face layer class, e.g. ``'Gemma2DecoderLayer'``
+            (the key :func:`d2lmini.reference.from_hf` dispatches on).
+        layer_idx: the layer's position in the tiny stack; it selects the layer type
+            of models that alternate them.
+        make: ``seed -> (layer, config)``: a tiny layer in eval mode, every parameter
+            seeded-random (:func:`d2lmini.reference.randomize_`), and its config.
+        call: ``(layer, config, X, valid_lens) -> output``: the layer run with its model's
+            own masks, rotary tables and position ids ``0 .. n-1``.
+        causal: whether the layer's self-attention is causal.
+        note: what the model does outside the layer (so not in the block), or ``''``.
+    """
+
+    name: str
+    family: str
+    year: int
+    layer_class: str
+    layer_idx: int
+    make: Callable
+    call: Callable
+    causal: bool = True
+    note: str = ""
+
+    def reference(self) -> Reference:
+        """This row as a :class:`d2lmini.reference.Reference`, converted with :func:`~d2lmini.reference.from_hf`."""
+        layer_idx = self.layer_idx
+        return Reference(self.layer_class, self.name, self.make,
+                         lambda layer, config: from_hf(layer, config, layer_idx), self.call, self.causal)
+
+
+def hf_row(name: str, family: str, year: int, model_type: str, layer_class: str, config_class: str,
+           config_kwargs: dict, *, layer_idx: int = 0, causal: bool = True, attn_implementation: str = "sdpa",
+           unit_offset_norms: bool = False, rotary: str | bool = True, note: str = "") -> ZooRow:
+    """A :class:`ZooRow` for a Hugging Face layer, made and called by :func:`~d2lmini.reference.hf_make`
+    and :func:`~d2lmini.reference.hf_call`.
+
+    Args:
+        name, family, year, layer_class, layer_idx, causal, note: the row's fields.
+        model_type: the folder under ``transformers/models`` (e.g. ``'gemma2'``).
+        config_class, config_kwargs: the tiny configuration, ``transformers.<config_class>(**config_kwargs)``.
+        attn_implementation: ``'sdpa'``, or ``'eager'`` where SDPA cannot run the layer.
+        unit_offset_norms: whether the norm gains are stored as ``w`` in ``1 + w`` (Gemma).
+        rotary: the rotary class, as :func:`~d2lmini.reference.hf_call` takes it (default: the one
+            named after the layer class; GPT-NeoX's and GPT-J's are named otherwise).
+
+    Returns:
+        The row, made and called as :func:`~d2lmini.reference.hf_reference` makes and calls it.
+
+    Raises:
+        ImportError, AttributeError: only when the row is run, for a ``model_type``,
+            ``layer_class`` or ``config_class`` the installed ``transformers`` lacks (reported by
+            :func:`zoo_row`, not raised).
+    """
+    ref = hf_reference(name, model_type, layer_class, config_class, config_kwargs, layer_idx=layer_idx,
+                       causal=causal, attn_implementation=attn_implementation, unit_offset_norms=unit_offset_norms,
+                       rotary=rotary)
+    return ZooRow(name, family, year, layer_class, layer_idx, ref.make, ref.call, causal, note)
+
+
+def _from_references(name: str, family: str, year: int, layer_class: str, note: str = "") -> ZooRow:
+    """A row for one of the Hugging Face layers already in :data:`d2lmini.reference.REFERENCES`."""
+    ref = REFERENCES[layer_class]
+    return ZooRow(name, family, year, layer_class, 0, ref.make, ref.call, ref.causal, note)
+
+
+_LEARNED = "learned absolute positions, added to the input (outside the layer)"
+_TRINITY_NOTE = "gated attention, MoE FFN (sigmoid router, shared expert)"
+_INTERLEAVED = "interleaved RoPE pairs (2l, 2l+1), converted by permuting the rows of W_q and W_k"
+_T = TINY_CONFIGS  # every row's tiny configuration, by name (d2lmini.reference.tiny)
+
+
+def _without_alibi(row: ZooRow) -> ZooRow:
+    """``row`` calling its layer with ``alibi=None``, the required argument of ``FalconDecoderLayer``
+    (``FalconModel`` passes ``None`` for its RoPE models)."""
+    call = row.call
+    return replace(row, call=lambda layer, config, X, valid_lens: call(partial(layer, alibi=None), config, X,
+                                                                       valid_lens))
+
+#: The rows of the zoo, oldest model first.
+ZOO: tuple[ZooRow, ...] = (
+    _from_references("BERT", "BERT", 2018, "BertLayer", note=_LEARNED),
+    _from_references("GPT-2", "GPT", 2019, "GPT2Block", note=_LEARNED),
+    hf_row("Mistral 7B", "Mistral", 2023, "mistral", "MistralDecoderLayer", "MistralConfig",
+           _T["mistral"]),
+    hf_row("OLMo", "OLMo", 2024, "olmo", "OlmoDecoderLayer", "OlmoConfig", _T["olmo"]),
+    hf_row("StarCoder2", "StarCoder", 2024, "starcoder2", "Starcoder2DecoderLayer", "Starcoder2Config",
+           _T["starcoder2"]),
+    _from_references("Llama 3", "Llama", 2024, "LlamaDecoderLayer"),
+    hf_row("Qwen2", "Qwen", 2024, "qwen2", "Qwen2DecoderLayer", "Qwen2Config",
+           _T["qwen2"]),
+    hf_row("Gemma 2 (local)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _T["gemma2"],
+           layer_idx=0, attn_implementation="eager", unit_offset_norms=True,
+           note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
+    hf_row("Gemma 2 (global)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _T["gemma2"],
+           layer_idx=1, attn_implementation="eager", unit_offset_norms=True,
+           note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
+    hf_row("Ministral 8B (sliding)", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
+           _T["ministral"], layer_idx=1),
+    hf_row("Ministral 8B (full)", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
+           _T["ministral"], layer_idx=0),
+    hf_row("Granite 3.0", "Granite", 2024, "granite", "GraniteDecoderLayer", "GraniteConfig",
+           _T["granite"],
+           note="embedding_multiplier and logits_scaling act on the embeddings and logits (outside the layer)"),
+    _from_references("OLMo 2", "OLMo", 2024, "Olmo2DecoderLayer"),
+    hf_row("Gemma 3 (local)", "Gemma", 2025, "gemma3", "Gemma3DecoderLayer", "Gemma3TextConfig", _T["gemma3_sliding"],
+           layer_idx=0, unit_offset_norms=True, note="embeddings scaled by sqrt(d) (outside the layer)"),
+    _from_references("Gemma 3 (global)", "Gemma", 2025, "Gemma3DecoderLayer",
+                     note="embeddings scaled by sqrt(d) (outside the layer)"),
+    _from_references("Qwen3", "Qwen", 2025, "Qwen3DecoderLayer"),
+    hf_row("SmolLM3 (RoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _T["smollm3"],
+           layer_idx=0),
+    hf_row("SmolLM3 (NoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _T["smollm3"],
+           layer_idx=3, note="every fourth layer has no positional encoding"),
+    hf_row("OLMo 3 (sliding)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _T["olmo3"], layer_idx=0),
+    hf_row("OLMo 3 (full)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _T["olmo3"], layer_idx=3),
+    hf_row("Ministral 3", "Mistral", 2025, "ministral3", "Ministral3DecoderLayer", "Ministral3Config", _T["ministral3"]),
+    hf_row("Arcee Trinity (local)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _T["afmoe"],
+           layer_idx=0, note=_TRINITY_NOTE),
+    hf_row("Arcee Trinity (global)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _T["afmoe"],
+           layer_idx=1, note=_TRINITY_NOTE + "; no position encoding in global layers"),
+    hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _T["gpt_oss"], layer_idx=0,
+           attn_implementation="eager", note="sliding layer; the full-attention layers alternate with it"),
+    hf_row("gpt-oss (full)", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _T["gpt_oss"],
+           layer_idx=1, attn_implementation="eager", note="full-attention layer"),
+    # Parallel attention + FFN, partial and interleaved RoPE.
+    hf_row("Phi-2", "Phi", 2023, "phi", "PhiDecoderLayer", "PhiConfig",
+           _T["phi"]),
+    hf_row("Phi-3 mini", "Phi", 2024, "phi3", "Phi3DecoderLayer", "Phi3Config",
+           _T["phi3"]),
+    hf_row("Phi-4-mini", "Phi", 2025, "phi3", "Phi3DecoderLayer", "Phi3Config",
+           _T["phi4_mini"],
+           note="Phi3DecoderLayer with partial_rotary_factor=0.75"),
+    hf_row("GPT-NeoX", "GPT-NeoX", 2022, "gpt_neox", "GPTNeoXLayer", "GPTNeoXConfig",
+           _T["gpt_neox"],
+           rotary="GPTNeoXRotaryEmbedding"),
+    hf_row("GPT-J", "GPT-J", 2021, "gptj", "GPTJBlock", "GPTJConfig",
+           _T["gptj"], rotary="GPTJRotaryEmbedding",
+           note=_INTERLEAVED),
+    _without_alibi(hf_row("Falcon-7B", "Falcon", 2023, "falcon", "FalconDecoderLayer", "FalconConfig",
+                          _T["falcon"],
+                          attn_implementation="eager",  # SDPA does not broadcast the single key/value head
+                          note="Falcon-40B/180B (new_decoder_architecture) convert to 'parallel_two_norms'")),
+    hf_row("Command R", "Cohere", 2024, "cohere", "CohereDecoderLayer", "CohereConfig",
+           _T["cohere"],
+           note=_INTERLEAVED + "; logit_scale multiplies the logits (outside the layer)"),
+    hf_row("StableLM 2", "StableLM", 2024, "stablelm", "StableLmDecoderLayer", "StableLmConfig",
+           _T["stablelm"]),
+)
+ZOO = tuple(sorted(ZOO, key=lambda row: row.year))  # the table reads in release order (a stable sort)
+
+_NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
+          "layer_nonparametric": "LayerNorm without gain or bias"}
+_PLACEMENTS = {"post": "post-norm", "pre": "pre-norm", "post_sublayer": "norm on sublayer output",
+               "sandwich": "sandwich", "parallel": "parallel, one shared norm",
+               "parallel_two_norms": "parallel, two norms"}
+_QK_NORMS = {"per_head": "per head", "projection": "over the projection",
+             "per_head_distinct": "per head, distinct gains", "l2": "per head, no gain, after RoPE (L2)"}
+
+
+def _describe_positions(att) -> str:
+    """The ``positions`` column of :func:`describe` for a :class:`~d2lmini.attention.MultiHeadAttention`."""
+    if att.rope_theta is None:
+        return "none in the layer"
+    out = f"RoPE, base {att.rope_theta:g}"
+    if att.rotary_dim is not None:
+        out += f", on {att.rotary_dim}/{att.head_dim} = {att.rotary_dim / att.head_dim:.0%} of each head"
+    if att.rope_scaling is not None:
+        out += f", {att.rope_scaling['rope_type']} scaling x{att.rope_scaling['factor']:g}"
+    return out
+
+
+def _describe_ffn(ffn) -> str:
+    """The ``ffn`` column of :func:`describe`: a FeedForward's activation and width, or a mixture of experts."""
+    if not isinstance(ffn, MixtureOfExperts):
+        return f"{ffn.act}, {ffn.W_1.out_features} hidden"
+    router = ffn.router_kind + " router" + (" with bias" if getattr(ffn.router, "bias", None) is not None else "")
+    shared = f", {ffn.num_shared_experts} shared" if ffn.num_shared_experts else ""
+    return (f"MoE: {ffn.num_experts} {ffn.act} experts of {ffn.experts[0].ffn_num_hiddens} hidden, "
+            f"top-{ffn.top_k}{shared}, {router}")
+
+
+def _describe_bias(block: TransformerBlock, att) -> str:
+    """The ``bias`` column of :func:`describe`: ``'all'``, ``'none'``, or the parts with biases among
+    ``'q, k, v'``, ``'o'``, ``'FFN'`` (every expert's, for a mixture of experts) and ``'router'``."""
+    ffn = block.ffn
+    moe = isinstance(ffn, MixtureOfExperts)
+    parts = {"q, k, v": att.W_q.bias is not None, "o": block.attention.W_o.bias is not None,
+             "FFN": (ffn.experts[0] if moe else ffn).W_1.bias is not None}
+    if moe:
+        parts["router"] = ffn.router.bias is not None
+    if all(parts.values()):
+        return "all"
+    return ", ".join(part for part, on in parts.items() if on) or "none"
+
+
+def describe(block: TransformerBlock) -> dict:
+    """The zoo's descriptive columns, read from a converted block's modules.
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock` whose attention is a
+            :class:`~d2lmini.attention.MultiHeadAttention` or a
+            :class:`~d2lmini.attention.GatedAttention`, and whose FFN is a
+            :class:`~d2lmini.ffn.FeedForward` or a :class:`~d2lmini.moe.MixtureOfExperts`.
+
+    Returns:
+        dict of short strings: ``norm`` (type and epsilon), ``placement``, ``attention``
+        (heads / key-value heads x head_dim, causal or not, a sigmoid output gate, QK-norm,
+        a logit scale other than ``1/sqrt(head_dim)``, window, soft-cap, query scaling
+        ``(beta, period)``, sinks), ``positions`` (``'RoPE, base ...'`` with the rotated
+        fraction of each head where it is partial and the scaling type and factor where
+        scaled, or ``'none in the layer'``), ``ffn`` (activation and hidden width, or for a
+        mixture of experts: experts, their activation and width, top-k, shared experts,
+        router and whether it has a bias), ``bias`` (``'none'``, ``'all'``, or those of
+        ``'q, k, v'``, ``'o'``, ``'FFN'`` and, for a mixture of experts, ``'router'`` that have
+        biases, e.g. ``'FFN'`` for GPT-J, ``'q, k, v, o'`` for Llama with ``attention_bias`` only)
+        and ``residual`` (the residual multiplier, or ``'1'``).
+
+    Raises:
+        TypeError: if ``block`` is not a TransformerBlock, or its attention or FFN (built by
+            ``attn_factory``/``ffn_factory``) is not one of the modules above.
+    """
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    check_instance("block.attention", block.attention, (MultiHeadAttention, GatedAttention),
+                   "a MultiHeadAttention or GatedAttention")
+    check_instance("block.ffn", block.ffn, (FeedForward, MixtureOfExperts), "a FeedForward or MixtureOfExperts")
+    gated = isinstance(block.attention, GatedAttention)
+    att = block.attention.attention if gated else block.attention  # the MultiHeadAttention inside
+    ffn, addnorm = block.ffn, block.addnorm1
+    norm = next(m for m in (addnorm.norm_in, addnorm.norm_out, addnorm.norm_post) if m is not None)
+    eps = getattr(norm, "eps", None)
+    attention = [f"{att.num_heads}/{att.num_kv_heads} heads x {att.head_dim}",
+                 "causal" if att.causal else "bidirectional"]
+    if gated:
+        attention.append("sigmoid output gate")
+    if att.qk_norm is not None:
+        attention.append(f"QK-norm {_QK_NORMS[att.qk_norm]}")
+    if att.scale is not None and abs(att.scale - att.head_dim ** -0.5) > 1e-12:
+        attention.append(f"scale {att.scale:.4g}")
+    if att.window is not None:
+        attention.append(f"window {att.window}")
+    if getattr(att, "chunk", None) is not None:
+        attention.append(f"chunks of {att.chunk}")
+    if getattr(att, "logit_softcap", None) is not None:  # Gemma 2 (d2lmini.reference.gemma.GemmaAttention)
+        attention.append(f"soft-cap {att.logit_softcap:g}")
+    if getattr(att, "query_scaling", None) is not None:  # Ministral 3, Llama 4 (reference.llama.LlamaVariantAttention)
+        beta, period, offset = (*att.query_scaling, 0)[:3]
+        p = f"(p + {offset})" if offset else "p"
+        attention.append(f"query scaling 1 + {beta:g} log(1 + floor({p} / {period}))")
+    if att.sinks is not None:
+        attention.append("sinks")
+    bias = _describe_bias(block, att)
+    return {"norm": _NORMS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
+            "placement": _PLACEMENTS[block.placement], "attention": ", ".join(attention),
+            "positions": _describe_positions(att), "ffn": _describe_ffn(ffn), "bias": bias,
+            "residual": f"{addnorm.residual_multiplier:g}"}
+
+
+def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None) -> list[dict]:
+    """Build, convert, verify and describe every row of the zoo (:func:`zoo_row` for each).
+
+    For each row, a tiny random instance of its layer is converted with
+    :func:`d2lmini.reference.from_hf`, and both run on the same batch of two sequences
+    (the second right-padded to 5/8 of ``num_steps`` when ``padded``) with the same
+    random read-out backpropagated to the inputs
+    (:func:`d2lmini.reference.compare_with_reference`; only valid positions compared).
+    A row whose layer class the installed ``transformers`` lacks (an older release, as on
+    Colab) is reported, not raised: see :func:`zoo_row`.
+
+    Args:
+        seed: seeds every layer and batch.
+        num_steps: length of the test sequences (>= 2); the zoo's windows are 5.
+        padded: whether to pad the second sequence.
+        rows: the rows to run (default :data:`ZOO`).
+
+    Returns:
+        One dict per row, as :func:`zoo_row` returns it.
+
+    Raises:
+        ImportError: if ``transformers`` is not installed.
+        TypeError / ValueError: bad ``seed``, ``num_steps`` or ``padded``.
+    """
+    seed = check_seed(seed)
+    num_steps = check_int_at_least("num_steps", num_steps, 2)
+    padded = check_bool("padded", padded)
+    return [zoo_row(row, seed=seed, num_steps=num_steps, padded=padded) for row in (ZOO if rows is None else rows)]
+
+
+@shown_in("zoo")
+def zoo_row(row: ZooRow, seed: int = 0, num_steps: int = 16,
+            padded: bool = True) -> dict:
+    """One row of the zoo's table: the layer built tiny, converted, compared, described.
+
+    Args:
+        row: a :class:`ZooRow`.
+        seed, num_steps, padded: as :func:`zoo_table` (which checks them).
+
+    Returns:
+        dict with ``name``, ``family``, ``year``, ``layer_class``, ``layer_idx``, ``note``,
+        the columns of :func:`describe`, ``max_abs_diff`` (outputs), ``max_abs_grad_diff``
+        (input gradients), ``max_abs_output`` (their scale), ``reproduced`` (both
+        differences <= :data:`TOLERANCE`), ``status`` (``'reproduced'``, ``'MISMATCH'`` or
+        ``'not in this transformers <version>'``) and ``block`` (the converted block). A
+        row whose layer class the installed ``transformers`` lacks
+        (:func:`missing_from_transformers`) has no :func:`describe` columns, ``None``
+        for the differences and the block, and ``reproduced`` False.
+
+    Raises:
+        ImportError: if ``transformers`` is not installed.
+    """
+    out = {"name": row.name, "family": row.family, "year": row.year,
+           "layer_class": row.layer_class, "layer_idx": row.layer_idx, "note": row.note}
+    try:
+        result = compare_with_reference(row.reference(), num_steps=num_steps, seed=seed,
+                                        padded=padded)
+    except (ImportError, AttributeError) as error:
+        if missing_from_transformers(error) is None:
+            raise  # a real failure, not an older transformers
+        status = f"not in this transformers {transformers_version()}"
+        return {**out, "max_abs_diff": None, "max_abs_grad_diff": None,
+                "max_abs_output": None, "reproduced": False, "status": status,
+                "block": None}
+    diff, grad_diff = result["max_abs_diff"], result["max_abs_grad_diff"]
+    reproduced = max(diff, grad_diff) <= TOLERANCE
+    return {**out, **describe(result["block"]), "max_abs_diff": diff,
+            "max_abs_grad_diff": grad_diff, "max_abs_output": result["max_abs_output"],
+            "reproduced": reproduced, "block": result["block"],
+            "status": "reproduced" if reproduced else "MISMATCH"}
+
+
+def missing_from_transformers(error: BaseException) -> str | None:
+    """What the installed ``transformers`` lacks, if ``error`` is about that; else ``None``.
+
+    A row's layer can be newer than the installed release (Colab's preinstalled
+    ``transformers`` can be older than the one this book pins). Building it then fails in
+    one of three ways, each recognized here: its modeling module is missing
+    (``ModuleNotFoundError`` for ``transformers.models.<model_type>...``), a name cannot be
+    imported from ``transformers`` (``ImportError`` naming the package), or a class is
+    missing from ``transformers`` or one of its modules (``AttributeError`` whose object
+    is that module). Any other error -- including ``transformers`` not being installed at
+    all -- returns ``None``, so the caller raises it.
+
+    Args:
+        error: the exception raised while building or calling a row's layer.
+
+    Returns:
+        The missing module or ``'<module>.<name>'``, or ``None``.
+    """
+    def ours(module: str | None) -> bool:
+        return module is not None and (module == "transformers" or module.startswith("transformers."))
+
+    if isinstance(error, ModuleNotFoundError):
+        return error.name if ours(error.name) and error.name != "transformers" else None
+    if isinstance(error, ImportError):
+        return f"{error.name}.{getattr(error, 'name_from', None) or '?'}" if ours(error.name) else None
+    obj = getattr(error, "obj", None)
+    if isinstance(error, AttributeError) and isinstance(obj, types.ModuleType) and ours(obj.__name__):
+        return f"{obj.__name__}.{error.name}"
+    return None
+
+
+def transformers_version() -> str:
+    """The installed ``transformers`` release, e.g. ``'5.24.0'``.
+
+    Raises:
+        ImportError: if ``transformers`` is not installed.
+    """
+    import transformers
+
+    return transformers.__version__
+
+
+# --------------------------------------------------------------------------- the appendix's tables
+
+#: Keys of :func:`zoo_row` that :func:`zoo_frame` shows in its own way or not at all;
+#: every other key (the :func:`describe` columns, whatever they are) becomes a column.
+_NOT_COLUMNS = ("name", "family", "year", "layer_class", "layer_idx", "note", "max_abs_diff", "max_abs_grad_diff",
+                "max_abs_output", "reproduced", "status", "block")
+_HEADERS = {"attention": "attention (test layer)", "positions": "positions (test layer)", "ffn": "FFN (test layer)",
+            "bias": "biases", "residual": "residual scale"}
+
+
+def zoo_frame(rows: list[dict]):
+    """The zoo as the appendix prints it: one line per row of :func:`zoo_table`.
+
+    Columns: ``model`` (the index), ``year``, the largest output and input-gradient
+    differences (``'0'`` when exact, ``'—'`` when not measured) and the row's ``check``
+    (:func:`zoo_row`'s status) first, so that a narrow page shows them; then
+    ``layer class``, ``norm, placement``, every other descriptive column of the rows in
+    their order (those :func:`describe` returns, whichever they are) and the ``note``
+    (what the model does outside the layer).
+
+    Args:
+        rows: dicts as :func:`zoo_row` returns them.
+
+    Returns:
+        A ``pandas.DataFrame`` of strings and years.
+    """
+    import pandas as pd
+
+    columns = list(dict.fromkeys(key for row in rows for key in row if key not in _NOT_COLUMNS))
+    columns = [key for key in columns if key not in ("norm", "placement")]
+
+    def fmt(value):
+        return "—" if value is None else "0" if value == 0 else f"{value:.1e}"
+
+    lines = []
+    for r in rows:
+        line = {"model": r["name"], "year": r["year"], "max |Δ| output": fmt(r["max_abs_diff"]),
+                "max |Δ| input grad": fmt(r["max_abs_grad_diff"]), "check": r["status"],
+                "layer class": r["layer_class"],  # no family column: the model's name says it
+                "norm, placement": f"{r['norm']}, {r['placement']}" if "norm" in r else "—"}
+        line.update({_HEADERS.get(key, key.replace("_", " ")): r.get(key, "—") for key in columns})
+        line["note"] = r["note"] or "—"
+        lines.append(line)
+    return pd.DataFrame(lines).set_index("model")
+
+
+def block_features(block: TransformerBlock) -> dict[str, bool]:
+    """Yes/no features of a converted block, for counting them over the zoo's years.
+
+    Read from the block's modules (for a :class:`~d2lmini.attention.GatedAttention`, from
+    the attention inside it): ``post-norm`` (the 2017 placement), ``parallel sublayers``
+    (a ``'parallel...'`` placement), ``RMSNorm``, ``gated FFN`` (a GLU activation, in the
+    experts too), ``mixture of experts``, ``biases`` (on the query projection), ``RoPE``,
+    ``partial RoPE`` (on fewer than all of a head's features), ``QK-norm``, ``sliding window``,
+    ``logit soft-cap``, ``attention sinks`` and ``gated attention`` (a sigmoid gate on the
+    attention's output).
+
+    Args:
+        block: a :class:`~d2lmini.block.TransformerBlock`.
+
+    Raises:
+        TypeError: if ``block`` is not a TransformerBlock.
+    """
+    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
+    gated = isinstance(block.attention, GatedAttention)
+    att, ffn = (block.attention.attention if gated else block.attention), block.ffn
+    return {"post-norm": block.placement == "post", "parallel sublayers": block.placement.startswith("parallel"),
+            "RMSNorm": block.norm == "rms", "gated FFN": ffn.act.startswith(("swiglu", "geglu")),
+            "mixture of experts": isinstance(ffn, MixtureOfExperts), "biases": att.W_q.bias is not None,
+            "RoPE": att.rope_theta is not None,
+            "partial RoPE": att.rope_theta is not None and att.rotary_dim not in (None, att.head_dim),
+            "QK-norm": att.qk_norm is not None, "sliding window": att.window is not None,
+            "logit soft-cap": getattr(att, "logit_softcap", None) is not None, "attention sinks": att.sinks is not None,
+            "gated attention": gated}
+
+
+def features_by_year(rows: list[dict]):
+    """How many rows of each year have each feature of :func:`block_features`.
+
+    Rows without a block (layer class not in the installed ``transformers``) are left
+    out; so are features no row has.
+
+    Args:
+        rows: dicts as :func:`zoo_row` returns them.
+
+    Returns:
+        A ``pandas.DataFrame`` indexed by year: ``rows`` (how many), then one column per
+        feature with the count of that year's rows that have it.
+    """
+    import pandas as pd
+
+    counted = [{"year": r["year"], "rows": 1, **block_features(r["block"])} for r in rows if r["block"] is not None]
+    table = pd.DataFrame(counted).groupby("year").sum().astype(int)
+    return table.loc[:, (table != 0).any()]
