@@ -151,12 +151,15 @@ def describe_block(block: TransformerBlock, positions_note: str | None = None) -
     if att.rope_theta is not None:
         positions = "RoPE"
     elif positions_note is None:
-        raise ValueError("the block has no RoPE: pass positions_note (where the model's positions come from)")
+        raise ValueError("the block has no RoPE: pass positions_note "
+                         "(where the model's positions come from)")
     else:
         positions = positions_note
-    return {"norm": NORM_LABELS[block.norm], "placement": PLACEMENT_SHORT_LABELS[block.placement],
+    attention = f"{kind}, {'causal' if att.causal else 'bidirectional'}"
+    return {"norm": NORM_LABELS[block.norm],
+            "placement": PLACEMENT_SHORT_LABELS[block.placement],
             "qk_norm": QK_SHORT_LABELS[att.qk_norm], "ffn": ffn_name,
-            "attention": f"{kind}, {'causal' if att.causal else 'bidirectional'}", "positions": positions}
+            "attention": attention, "positions": positions}
 
 
 def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
@@ -682,7 +685,8 @@ def verify_2026(row: Row2026, seed: int = 0) -> dict:
         ``'not in this transformers <version>'``.
     """
     if row.check is None:
-        return {"max_abs_diff": None, "max_abs_grad_diff": None, "status": "not reproduced here"}
+        return {"max_abs_diff": None, "max_abs_grad_diff": None,
+                "status": "not reproduced here"}
     try:
         results = CHECKS[row.check](seed)
     except (ImportError, AttributeError) as error:
