@@ -118,7 +118,7 @@ class AddNorm(nn.Module):
         Y = branch(X if self.norm_in is None else self.norm_in(X))
         if self.norm_out is not None:
             Y = self.norm_out(Y)
-        if self.residual_multiplier != 1.0:  # IBM Granite: x + m * F(Norm(x))
+        if self.residual_multiplier != 1.0:  # set_scales' m: x + m * F(Norm(x))
             Y = Y * self.residual_multiplier
         X = X + self.dropout(Y) if self.residual else self.dropout(Y)
         return X if self.norm_post is None else self.norm_post(X)
