@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["Exercise", "Prediction", "Reveal", "Verdict", "check", "exercise", "exercise_ids"]
+__all__ = ["Exercise", "Prediction", "Reveal", "Verdict", "check", "check_build", "exercise", "exercise_ids"]
 
 #: The chapters that have exercises, by number, and the module holding each one's.
 CHAPTER_MODULES = {n: f"ch{n:02d}" for n in range(1, 12)}
@@ -398,3 +398,6 @@ class Reveal:
 
     def __repr__(self) -> str:
         return f"{self.summary()} The run says {self.prediction.label(self.answer)}. {self.why}"
+
+
+from .build import check_build  # noqa: E402 (the check after each chapter's "Build it")
