@@ -124,6 +124,15 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
             ("the statistic is the mean of the squares over the last dimension (dim=-1, keepdim=True)",
              g * X32 * torch.rsqrt(X32.pow(2).mean((0, 1), keepdim=True) + eps)),
         ]
+        if X.dtype in (torch.bfloat16, torch.float16):  # the two orders of a 16-bit input, bit for bit
+            Xf = X.float()
+            normed = Xf * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps)
+            slips += [
+                ("upcast first: compute the statistic and normalize in float32 (X.float()), then round back",
+                 X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * weight.to(X.dtype)),
+                ("round back to the input's dtype first, then multiply by the gain",
+                 (normed * weight.float()).to(X.dtype)),
+            ]
     return slips
 
 
@@ -221,12 +230,18 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                         f"your module matches d2lmini's. See which input each one reads.")
     if _is_norm(ref) and len(ref_inputs) == 1 and isinstance(ref_inputs[0], torch.Tensor):
         for words, slipped in _norm_slips(ref, ref_inputs[0]):
-            if _differs(got.double(), slipped, 1e-4, 1e-4) is None:
+            exact = slipped.dtype in (torch.bfloat16, torch.float16)
+            if _differs(got, slipped, 0, 0) is None if exact else _differs(got.double(), slipped, 1e-4, 1e-4) is None:
                 return f"Hint: {words}{difference}."
     if _is_norm(ref) and not agreeing:
         return ("Hint: " + (hint or "check the statistic (over the last dimension), eps (inside the square root) "
                                     "and the gain") + difference + ".")
-    parts = ", ".join(f"`{name}`" for name in agreeing)
+    groups = {}
+    for name in agreeing:  # experts.0, experts.1, ... are named once, as `experts` (all 8)
+        head, _, tail = name.rpartition(".")
+        groups.setdefault(head if head and tail.isdigit() else name, []).append(name)
+    parts = ", ".join(f"`{names[0]}`" if len(names) == 1 else f"`{key}` (all {len(names)})"
+                      for key, names in groups.items())
     alone = f"Every part ({parts}) computes alone what d2lmini's does, so the difference is in forward: " \
         if agreeing else "The difference is in forward: "
     return "Hint: " + alone + (hint or "which input each part reads, the order of the steps, and where the "
