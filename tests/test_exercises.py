@@ -308,7 +308,7 @@ def test_a_cell_that_asserts_or_names_a_choice_before_the_reveal_is_found():
         found = answers_early([ask, live, experiment, reveal], 0, 3)
         assert found and expected in found[0], (experiment.source, found)
     quiet = new_code_cell("x = run()  # s = 1 ... 64\nshow(x)")
-    caption = new_markdown_cell("**Figure 1.** The gradient as it grows with s, per head.")
+    caption = new_markdown_cell("**Figure 1.** The gradient against s, per head, as it grows.")
     assert answers_early([ask, live, quiet, caption, reveal], 0, 4) == []
 
 
