@@ -15,6 +15,9 @@ answer in the chapter's solutions notebook and no check.
 
 :class:`Prediction` is the question before an experiment: a choice of two to four outcomes,
 chosen live with a small widget, and revealed, folded until opened, after the run.
+
+:func:`check_build` (in :mod:`d2lmini.exercises.build`) is the check after each chapter's
+"Build it": the reader's module against ``d2lmini``'s, with a hint naming the part that differs.
 """
 
 from __future__ import annotations
