@@ -258,6 +258,8 @@ def answers_early(cells, ask: int, reveal: int) -> list[str]:
                 tree = None
             if tree is not None and any(isinstance(node, ast.Assert) for node in ast.walk(tree)):
                 found.append(f"cell {i} asserts the outcome before the reveal")
+            if cell.source.lstrip().startswith("#@title"):
+                found.append(f"cell {i} writes the run's prose before the reveal")
             texts = comments(cell.source)
             named_by = names_a_choice
         else:  # a caption describes what is drawn: only a choice's letter or its whole text names it
@@ -304,7 +306,9 @@ def test_a_cell_that_asserts_or_names_a_choice_before_the_reveal_is_found():
                                  (new_code_cell("x = run()  # (b): flat"), "(b)"),
                                  (new_code_cell("x = run()  # so it stays flat at every s"), "it stays flat"),
                                  (new_markdown_cell("The curve stays flat, as (b) says."), "(b)"),
-                                 (new_markdown_cell("So it stays flat."), "it stays flat")):
+                                 (new_markdown_cell("So it stays flat."), "it stays flat"),
+                                 (new_code_cell('#@title Run to fill in the numbers\nMarkdown(f"{x}")'),
+                                  "prose")):
         found = answers_early([ask, live, experiment, reveal], 0, 3)
         assert found and expected in found[0], (experiment.source, found)
     quiet = new_code_cell("x = run()  # s = 1 ... 64\nshow(x)")
