@@ -1,6 +1,7 @@
 """Exercises a reader can check: every exercise has a solution, every self-check accepts the right
 answer and rejects plausible wrong ones with a hint, and each chapter of Parts I and II asks for a
-prediction before its experiment and reveals it after."""
+prediction (or more) before its experiment and reveals it after, with nothing in between that gives
+the answer away."""
 
 from __future__ import annotations
 
@@ -185,20 +186,134 @@ def ends_in_reveal(source: str) -> bool:
         and ast.unparse(body[-1].value.func) == "prediction.reveal"
 
 
+def prediction_spans(cells) -> list[tuple[int, int]]:
+    """Each prediction of a chapter as (the cell that asks it, the cell that reveals it), in order."""
+    asks = [i for i, c in enumerate(cells) if c.cell_type == "code" and "exercises.Prediction(" in c.source]
+    reveals = [i for i, c in enumerate(cells) if c.cell_type == "code" and ends_in_reveal(c.source)]
+    assert len(asks) == len(reveals), f"{len(asks)} predictions asked, {len(reveals)} revealed"
+    spans = list(zip(asks, reveals))
+    assert all(ask < reveal for ask, reveal in spans) and all(
+        reveal < ask for (_, reveal), (ask, _) in zip(spans, spans[1:])), "each prediction is revealed before the next"
+    return spans
+
+
+def prediction_choices(source: str) -> list[str]:
+    """The choices of the ``Prediction(question, choices)`` a cell asks."""
+    import ast
+
+    call = next(node for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Prediction"))
+    return list(ast.literal_eval(call.args[1]))
+
+
+def comments(source: str) -> list[str]:
+    """The comments of a code cell."""
+    import io
+    import tokenize
+
+    try:
+        return [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError):
+        return re.findall(r"#.*", source)
+
+
+def names_a_choice(text: str, choices: list[str]) -> str | None:
+    """The choice ``text`` names, by its letter, ``(b)``, or by three words in a row that this choice
+    has and not every other (words all the choices share name none of them); else None."""
+    label = re.search(r"\([a-d]\)", text)
+    if label:
+        return label[0]
+
+    def trigrams(t: str) -> set[str]:
+        w = re.findall(r"[a-z0-9%]+", t.lower())
+        return {" ".join(w[k:k + 3]) for k in range(len(w) - 2)}
+
+    said = trigrams(text)
+    shared = set.intersection(*(trigrams(c) for c in choices))
+    for choice in choices:
+        if (trigrams(choice) - shared) & said:
+            return choice
+    return None
+
+
+def names_a_choice_verbatim(text: str, choices: list[str]) -> str | None:
+    """The choice ``text`` names by its letter, ``(b)``, or by its whole text; else None."""
+    label = re.search(r"\([a-d]\)", text)
+    return label[0] if label else next((c for c in choices if c.lower() in text.lower()), None)
+
+
+def answers_early(cells, ask: int, reveal: int) -> list[str]:
+    """What the cells between a prediction (and its live widget) and its reveal give away: an
+    ``assert`` (the lesson, stated before the run is shown), or a comment or sentence naming a choice."""
+    import ast
+
+    choices = prediction_choices(cells[ask].source)
+    found = []
+    for i in range(ask + 2, reveal):
+        cell = cells[i]
+        if cell.cell_type == "code":
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:
+                tree = None
+            if tree is not None and any(isinstance(node, ast.Assert) for node in ast.walk(tree)):
+                found.append(f"cell {i} asserts the outcome before the reveal")
+            if cell.source.lstrip().startswith("#@title"):
+                found.append(f"cell {i} writes the run's prose before the reveal")
+            texts = comments(cell.source)
+            named_by = names_a_choice
+        else:  # a caption describes what is drawn: only a choice's letter or its whole text names it
+            texts = [cell.source]
+            named_by = names_a_choice_verbatim
+        for text in texts:
+            named = named_by(text, choices)
+            if named:
+                found.append(f"cell {i} names the choice {named!r}: {text.strip()[:80]!r}")
+    return found
+
+
 @pytest.mark.parametrize("path", PREDICTED, ids=lambda p: p.stem)
 def test_each_chapter_asks_for_a_prediction_before_its_experiment(path):
     cells = nbformat.read(path, as_version=4).cells
-    asks = [i for i, c in enumerate(cells) if c.cell_type == "code" and "exercises.Prediction(" in c.source]
-    assert len(asks) == 1, f"{path.name}: one prediction"
-    ask = asks[0]
-    assert cells[ask].source.rstrip().splitlines()[-1].strip() == "prediction"
-    live = cells[ask + 1]
-    assert "skip-execution" in live.metadata.get("tags", []) and live.source.startswith("prediction.widget")
-    reveals = [i for i, c in enumerate(cells) if c.cell_type == "code" and ends_in_reveal(c.source)]
-    assert len(reveals) == 1 and reveals[0] > ask + 2, f"{path.name}: the reveal comes after the experiment"
-    after = cells[ask + 2:reveals[0] + 2]  # the experiment, the reveal, and the cell right after it
-    assert any(c.cell_type == "code" and "assert" in c.source for c in after), \
-        f"{path.name}: the lesson the prediction asks about is asserted by the experiment or right after the reveal"
+    spans = prediction_spans(cells)
+    assert spans, f"{path.name}: at least one prediction"
+    for ask, reveal in spans:
+        assert cells[ask].source.rstrip().splitlines()[-1].strip() == "prediction"
+        live = cells[ask + 1]
+        assert "skip-execution" in live.metadata.get("tags", []) and live.source.startswith("prediction.widget")
+        assert reveal > ask + 2, f"{path.name}: the reveal of cell {ask}'s prediction comes after the experiment"
+        lesson = cells[reveal:reveal + 2]  # the reveal and the cell right after it
+        assert any(c.cell_type == "code" and "assert" in c.source for c in lesson), \
+            f"{path.name}: the lesson of cell {ask}'s prediction is asserted with the reveal or right after it"
+
+
+@pytest.mark.parametrize("path", PREDICTED, ids=lambda p: p.stem)
+def test_no_cell_answers_a_prediction_before_its_reveal(path):
+    cells = nbformat.read(path, as_version=4).cells
+    found = [f"prediction of cell {ask}: {what}" for ask, reveal in prediction_spans(cells)
+             for what in answers_early(cells, ask, reveal)]
+    assert not found, f"{path.name}: " + "; ".join(found)
+
+
+def test_a_cell_that_asserts_or_names_a_choice_before_the_reveal_is_found():
+    from nbformat.v4 import new_code_cell, new_markdown_cell
+
+    ask = new_code_cell('prediction = d2lmini.exercises.Prediction("Q?", ["it grows with s", "it stays flat"])\n'
+                        "prediction")
+    live = new_code_cell("prediction.widget")
+    reveal = new_code_cell("prediction.reveal(1, 'flat')")
+    for experiment, expected in ((new_code_cell("x = run()\nassert x < 1"), "asserts"),
+                                 (new_code_cell("x = run()  # (b): flat"), "(b)"),
+                                 (new_code_cell("x = run()  # so it stays flat at every s"), "it stays flat"),
+                                 (new_markdown_cell("The curve stays flat, as (b) says."), "(b)"),
+                                 (new_markdown_cell("So it stays flat."), "it stays flat"),
+                                 (new_code_cell('#@title Run to fill in the numbers\nMarkdown(f"{x}")'),
+                                  "prose")):
+        found = answers_early([ask, live, experiment, reveal], 0, 3)
+        assert found and expected in found[0], (experiment.source, found)
+    quiet = new_code_cell("x = run()  # s = 1 ... 64\nshow(x)")
+    caption = new_markdown_cell("**Figure 1.** The gradient against s, per head, as it grows.")
+    assert answers_early([ask, live, quiet, caption, reveal], 0, 4) == []
 
 
 # --------------------------------------------------------------------------- in the built book
@@ -225,5 +340,6 @@ def test_each_built_chapter_folds_its_prediction_answer(html, path):
 
     soup = BeautifulSoup((html / "chapters" / path.with_suffix(".html").name).read_text(encoding="utf-8"), "html.parser")
     details = soup.select("details.d2l-prediction")
-    assert len(details) == 1 and not details[0].has_attr("open")
+    asks = len(prediction_spans(nbformat.read(path, as_version=4).cells))
+    assert len(details) == asks and not any(d.has_attr("open") for d in details)
     assert "Predict." in soup.get_text(" ")

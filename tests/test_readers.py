@@ -236,14 +236,14 @@ BUILD_CHAPTERS = [path for path in NOTEBOOKS
 def reader_parts(nb) -> list[tuple[str, str]]:
     """``(part, check)`` for each visible code cell that defines a class or a function from
     scratch (the reader's part) and is followed by a cell that checks it with
-    ``torch.testing.assert_close`` against ``d2lmini``."""
+    ``torch.testing.assert_close`` or ``d2lmini.exercises.check_build`` against ``d2lmini``."""
     cells = [cell for cell in nb.cells if cell.cell_type == "code"]
     found = []
     for cell, after in zip(cells, cells[1:]):
         tree = ast.parse(cell.source)
         defines = any(isinstance(node, (ast.ClassDef, ast.FunctionDef)) for node in tree.body)
         if defines and "remove-input" not in cell.metadata.get("tags", []) \
-                and "assert_close" in after.source and "d2lmini." in after.source:
+                and ("assert_close" in after.source or "check_build(" in after.source) and "d2lmini." in after.source:
             found.append((cell.source, after.source))
     return found
 

@@ -15,6 +15,9 @@ answer in the chapter's solutions notebook and no check.
 
 :class:`Prediction` is the question before an experiment: a choice of two to four outcomes,
 chosen live with a small widget, and revealed, folded until opened, after the run.
+
+:func:`check_build` (in :mod:`d2lmini.exercises.build`) is the check after each chapter's
+"Build it": the reader's module against ``d2lmini``'s, with a hint naming the part that differs.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["Exercise", "Prediction", "Reveal", "Verdict", "check", "exercise", "exercise_ids"]
+__all__ = ["Exercise", "Prediction", "Reveal", "Verdict", "check", "check_build", "exercise", "exercise_ids"]
 
 #: The chapters that have exercises, by number, and the module holding each one's.
 CHAPTER_MODULES = {n: f"ch{n:02d}" for n in range(1, 12)}
@@ -398,3 +401,6 @@ class Reveal:
 
     def __repr__(self) -> str:
         return f"{self.summary()} The run says {self.prediction.label(self.answer)}. {self.why}"
+
+
+from .build import check_build  # noqa: E402 (the check after each chapter's "Build it")

@@ -221,17 +221,26 @@ EXERCISES = [
              hints=[(lambda a, e: a["n192"] < a["n3"],
                      "the ratio divides by the row in the sequence: how does an average of n vectors shrink?"),
                     (lambda a, e: all(abs(a[k] - 1 / e[k]) < 0.05 / e[k] for k in e),
-                     "you inverted the ratio: |Δ| / |row in the sequence|")],
-             wrong=[lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {**e, "n192": e["n48"]}]),
+                     "you inverted the ratio: |Δ| / |row in the sequence|"),
+                    (lambda a, e: all(0.5 < a[k] / e[k] < 2 for k in e),
+                     "the ratios named above grow with n as they should, but are not the run's (within 2%): "
+                     "hand in the measured attention_alone_relative of "
+                     "anatomy.position_mixing(num_hiddens=64, num_heads=4, num_steps=n, seed=0)")],
+             wrong=[lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {**e, "n192": e["n48"]},
+                    lambda e: {k: math.sqrt(int(k[1:])) for k in e}]),
     Exercise("1.3", "(causal, rope): how many of the 8 output rows move when the first two tokens are swapped, "
              "in the causal block, then with rope_theta=10000.0", kind="numbers", names=("causal", "rope"),
              expected=_swapped_first_two, rel=0, abs=0.1,
              hints=[(lambda a, e: a["causal"] == 8,
                      "causal: a later row sees the same tokens, in another order; does attention without positions "
                      "see the order?"),
-                    (lambda a, e: a["causal"] < 2, "causal: row 0 sees token 0 only, and that token changed"),
+                    (lambda a, e: a["causal"] < 1, "causal: row 0 sees token 0 only, and that token changed"),
+                    (lambda a, e: a["causal"] == 1,
+                     "causal: row 1 sees the same two tokens as before, but its own query is now the other "
+                     "token's"),
                     (lambda a, e: a["rope"] < 8, "rope: with RoPE a query scores a key by their distance")],
-             wrong=[lambda e: {"causal": 8, "rope": 8}, lambda e: {**e, "rope": e["causal"]}]),
+             wrong=[lambda e: {"causal": 8, "rope": 8}, lambda e: {**e, "rope": e["causal"]},
+                    lambda e: {**e, "causal": 1}]),
     Exercise("1.4", "(post_sublayer, sandwich, rms): sum_vs_output of both placements, and the mean of the "
              "sandwich stack's contribution_rms", kind="numbers", names=("post_sublayer", "sandwich", "rms"),
              expected=_branch_norms, rel=1e-2, abs=1e-4,

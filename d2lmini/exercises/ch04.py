@@ -135,6 +135,9 @@ def _training_judge(exercise_id: str, spec: dict):
 
         if isinstance(answer, TrainResult):
             answer = [answer]
+        if type(answer).__name__ in ("DataFrame", "Styler", "Series"):  # a table made from the results
+            return (f"hand in the list of results that {call} returns, not a table made from them "
+                    f"(training_table(results) and plot_training(results) read that list)")
         if not isinstance(answer, (list, tuple)) or not all(isinstance(r, TrainResult) for r in answer):
             raise ValueError(f"exercise {exercise_id}: the answer must be the list of results that {call} returns, "
                              f"got {type(answer).__name__}")
@@ -176,6 +179,11 @@ def _fake_results(spec: dict, **change) -> list:
         config.update(change)
         results.append(TrainResult(config, [3.0] * NUM_STEPS, [NUM_STEPS], [3.0], [RATE * scale] * NUM_STEPS))
     return results
+
+
+def _results_table(results: list):
+    """The chapter's table of ``results``, a DataFrame: what a reader may hand in instead of the list."""
+    return _ch04().training_table(results)
 
 
 # ------------------------------------------------------------------------------------- 4.7
@@ -241,7 +249,8 @@ EXERCISES = [
                "high rate, seed 0",
         kind="custom", judge=_training_judge("4.5", RATE_RUN),
         wrong=[lambda: _fake_results(RATE_RUN)[::-1], lambda: _fake_results(RATE_RUN, lr=RATE / 3),
-               lambda: _fake_results(RATE_RUN, num_layers=16), lambda: _fake_results(RATE_RUN)]),
+               lambda: _fake_results(RATE_RUN, num_layers=16), lambda: _fake_results(RATE_RUN),
+               lambda: _results_table(_fake_results(RATE_RUN))]),
     Exercise(
         "4.6", "the list that train_placements returns for 16-block post-LN at the high rate without clipping, "
                "seed 0",

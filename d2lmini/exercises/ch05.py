@@ -119,9 +119,17 @@ EXERCISES = [
                      "RMSNorm subtracts no mean: add 3 to every feature (X + 3) and compare "
                      "d2lmini.RMSNorm(64)'s outputs"),
                     (lambda a, e: max(a["rms_times_3"], a["ln_times_3"]) > 1e-3,
-                     "multiply the whole token (3 * X), not one feature")],
+                     "multiply the whole token (3 * X), not one feature"),
+                    (lambda a, e: 0.5 < a["rms_plus_3"] / e["rms_plus_3"] < 2,
+                     "rms_plus_3 is measured, not estimated: the largest |RMSNorm(X + 3) - RMSNorm(X)| over "
+                     "every entry of the 8 tokens, with d2lmini.RMSNorm(64) (gain 1) and X drawn right after "
+                     "torch.manual_seed(0)")],
+             hint="each difference named above is the largest entry of |norm(changed X) - norm(X)| over the "
+                  "8 tokens of X = torch.randn(8, 64) drawn right after torch.manual_seed(0), with "
+                  "d2lmini.RMSNorm(64) or nn.LayerNorm(64)",
              wrong=[lambda e: {**e, "rms_plus_3": e["ln_plus_3"], "ln_plus_3": e["rms_plus_3"]},
-                    lambda e: {**e, "rms_plus_3": e["rms_plus_3"] / 3}]),
+                    lambda e: {**e, "rms_plus_3": e["rms_plus_3"] / 3},
+                    lambda e: {**e, "rms_plus_3": 2.0}]),
     Exercise("5.2", "(diff_at_0.01, diff_at_0.1, rms_at_1_percent): two relative differences and an RMS",
              kind="numbers", expected=_eps_differences,
              names=("diff_at_0.01", "diff_at_0.1", "rms_at_1_percent"), rel=0.02,

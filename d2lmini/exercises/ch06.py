@@ -197,12 +197,16 @@ EXERCISES = [
              wrong=[lambda e: {**e, "bound": e["bound"] / 4}, lambda e: {**e, "bound": 4 * e["bound"]}]),
     Exercise("6.6", "a function cap_grad(z, c): the derivative of c * tanh(z / c) for a tensor z", kind="function",
              reference=_cap_derivative,
-             inputs=lambda g: (100 * torch.randn(64, generator=g), 50.0),
+             inputs=lambda g: (torch.cat([torch.zeros(1), 100 * torch.randn(63, generator=g)]), 50.0),  # z[0] = 0
              hints=[(lambda got, _: bool((got > 1 + 1e-6).any()), "the derivative of tanh is at most 1"),
                     (lambda got, _: bool((got < -1e-6).any()), "the derivative of a rising function is never negative"),
-                    (lambda got, _: float(got.max()) < 0.5,
-                     "At z = 0 the cap is the identity: what must the slope be there?")],
+                    (lambda got, _: abs(float(got[0]) - 1) > 1e-3,
+                     "At z = 0 the cap is the identity: what must the slope be there?"),
+                    (lambda got, _: float((got[1:] < 1e-6).float().mean()) > 0.5,
+                     "your slope is right at z = 0 but falls to zero within a few units of z, where the cap "
+                     "bends over a scale of c = 50: tanh's argument is z / c")],
              hint="Apply the chain rule to c·tanh(z/c).",
              wrong=[lambda: (lambda z, c: 1 / torch.cosh(z / c)),
-                    lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c)]),
+                    lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c),
+                    lambda: (lambda z, c: 1 / torch.cosh(z) ** 2)]),
 ]

@@ -131,10 +131,19 @@ EXERCISES = [
                     (lambda a, e: a["relu"] < 1, "divide the norm of FFN(2X) by the norm of FFN(X), not the other way"),
                     (lambda a, e: abs(a["relu"] - 2) > 1e-3,
                      "ReLU's ratio must be 2: keep the default bias=False (a bias breaks the scaling), "
-                     "and use tokens X = torch.randn(256, 48)")],
+                     "and use tokens X = torch.randn(256, 48)"),
+                    (lambda a, e: abs(a["swiglu"] - 4) < 0.05,
+                     "swiglu: 4 is the estimate for a product of two linear maps, but SiLU is not linear; "
+                     "measure it: FeedForward(48, act=\"swiglu\") on X = torch.randn(256, 48) (any seed lies "
+                     "within the check's 5%)"),
+                    (lambda a, e: all(0.75 < a[k] / e[k] < 1.33 for k in e),
+                     "the ratios named above are near the run's but not within 5%: measure each one, "
+                     "ffn(2 * X).norm() / ffn(X).norm() with FeedForward(48, act=act) and "
+                     "X = torch.randn(256, 48), rather than estimating it")],
              hint="ratios of Frobenius norms, torch.linalg.norm or .norm(), for tokens X = torch.randn(256, 48)",
              wrong=[lambda e: {"relu": 2.0, "gelu": 2.0, "swiglu": 2.0},
-                    lambda e: {k: 1 / v for k, v in e.items()}]),
+                    lambda e: {k: 1 / v for k, v in e.items()},
+                    lambda e: {**e, "swiglu": 4.0}, lambda e: {**e, "gelu": 2.4}]),
     Exercise("7.5", "a tuple (most, least loaded with gamma=0.001, most, least loaded with gamma=0.1), "
                     "as multiples of the fair share",
              kind="numbers", names=("most_0.001", "least_0.001", "most_0.1", "least_0.1"), expected=_balancing,

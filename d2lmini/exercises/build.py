@@ -1,0 +1,248 @@
+"""The check after each chapter's "Build it": the reader's module against ``d2lmini``'s, with a hint.
+
+:func:`check_build` compares the two on the same inputs after
+:func:`d2lmini.copy_parameters` has copied ``d2lmini``'s random weights into the reader's
+module. When they agree it returns quietly; when they do not, it looks for the part that
+differs, so that the error says where to look instead of only how large the difference is:
+
+1. every submodule of the reader's (``norm1``, ``ffn``, each expert, ...), run alone on a
+   random input beside the ``d2lmini`` submodule its weights came from;
+2. two submodules of the same kind and shapes used in each other's place (the two norms of a
+   block, say), found by exchanging their weights and comparing again;
+3. for a norm written by hand, the usual slips (the unbiased variance, ``eps`` outside the
+   square root, the gain forgotten, the statistic over the wrong axis);
+4. otherwise the wiring of ``forward``, in the words of the chapter's ``hint``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import torch
+from torch import nn
+
+__all__ = ["check_build"]
+
+
+def _output(value):
+    """The tensor a module returned: the first entry of a tuple (e.g. ``(output, cache)``)."""
+    return value[0] if isinstance(value, (tuple, list)) else value
+
+
+def _differs(a, b, rtol, atol) -> float | None:
+    """The largest absolute difference of ``a`` and ``b`` when they are not close, else None."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape:
+        return float("inf")
+    try:
+        torch.testing.assert_close(a, b.to(a.dtype), rtol=rtol, atol=atol)
+    except AssertionError:
+        return float((a.double() - b.double()).abs().max())
+    return None
+
+
+def _parts(module: nn.Module, prefix: str = "") -> dict[str, nn.Module]:
+    """The reader's parts: the children of ``module``, with lists and dicts of modules opened up."""
+    parts = {}
+    for name, child in module.named_children():
+        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            parts.update(_parts(child, f"{prefix}{name}."))
+        else:
+            parts[prefix + name] = child
+    return parts
+
+
+def _source_of(name: str, ref: nn.Module, rename: dict) -> str | None:
+    """The name in ``ref`` of the module whose weights ``copy_parameters(ref, mine, rename)`` put in ``name``."""
+    candidates = [source for source, target in rename.items() if target == name] + [name]
+    for candidate in candidates:
+        try:
+            ref.get_submodule(candidate)
+        except AttributeError:
+            continue
+        return candidate
+    return None
+
+
+def _width(module: nn.Module) -> int | None:
+    """The width of the last dimension ``module`` reads, from its first parameter (None without one)."""
+    weight = next(module.parameters(), None)
+    if weight is None:
+        return None
+    return int(weight.shape[-1] if weight.dim() >= 2 else weight.shape[0])
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return "norm" in type(module).__name__.lower()
+
+
+def _part_hint(name: str, source: str, module: nn.Module, gap: float) -> str:
+    what = ("its statistic (over the last dimension), eps (inside the square root) and its gain"
+            + (" and bias" if sum(1 for _ in module.parameters()) > 1 else "")
+            if _is_norm(module) else "its layers, their order and the activation between them")
+    return (f"`{name}` alone computes something else than d2lmini's `{source}`, whose weights it holds "
+            f"(largest difference {gap:.2g} on the same random input): check {what}.")
+
+
+def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """What a norm written by hand computes with a usual slip, for ``ref``'s weights and input ``X``."""
+    weight = getattr(ref, "weight", None)
+    bias = getattr(ref, "bias", None)
+    if weight is None:
+        return []
+    eps = float(ref.eps if hasattr(ref, "eps") and ref.eps is not None else 1e-5)
+    X32, g = X.double(), weight.double()
+    b = bias.double() if bias is not None else torch.zeros_like(g)
+    slips = []
+    if bias is not None:  # LayerNorm: mean and variance over the last dimension, gain and bias
+        mu = X32.mean(-1, keepdim=True)
+        var = X32.var(-1, keepdim=True, unbiased=False)
+        slips += [
+            ("the variance divides by num_hiddens, the biased variance (torch.var's default divides by "
+             "num_hiddens - 1: pass unbiased=False, or average the squares)",
+             g * (X32 - mu) / torch.sqrt(X32.var(-1, keepdim=True) + eps) + b),
+            ("eps goes inside the square root: (x - mu) / sqrt(var + eps)",
+             g * (X32 - mu) / (torch.sqrt(var) + eps) + b),
+            ("the output is gamma * x_hat + beta: multiply by the gain gamma", (X32 - mu) / torch.sqrt(var + eps) + b),
+            ("the output is gamma * x_hat + beta: add the bias beta", g * (X32 - mu) / torch.sqrt(var + eps)),
+            ("the output is gamma * x_hat + beta: the gain and the bias are both missing",
+             (X32 - mu) / torch.sqrt(var + eps)),
+            ("the output is gamma * x_hat + beta: the gain multiplies, the bias adds",
+             b * (X32 - mu) / torch.sqrt(var + eps) + g),
+        ]
+        for dims, words in (((0,), "the batch"), ((0, 1), "the batch and the positions")):
+            m, v = X32.mean(dims, keepdim=True), X32.var(dims, keepdim=True, unbiased=False)
+            slips.append((f"the statistics are per token, over its features (dim=-1), not over {words}",
+                          g * (X32 - m) / torch.sqrt(v + eps) + b))
+    else:  # RMSNorm: the root mean square over the last dimension, a gain
+        ms = X32.pow(2).mean(-1, keepdim=True)
+        slips += [
+            ("RMSNorm subtracts no mean: divide x itself by its root mean square",
+             g * (X32 - X32.mean(-1, keepdim=True)) / torch.sqrt(X32.var(-1, keepdim=True, unbiased=False) + eps)),
+            ("eps goes inside the square root: x * rsqrt(mean(x**2) + eps)", g * X32 / (torch.sqrt(ms) + eps)),
+            ("the output is multiplied by the gain gamma", X32 * torch.rsqrt(ms + eps)),
+            ("the statistic is the mean of the squares over the last dimension (dim=-1, keepdim=True)",
+             g * X32 * torch.rsqrt(X32.pow(2).mean((0, 1), keepdim=True) + eps)),
+        ]
+        if X.dtype in (torch.bfloat16, torch.float16):  # the two orders of a 16-bit input, bit for bit
+            Xf = X.float()
+            normed = Xf * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps)
+            slips += [
+                ("upcast first: compute the statistic and normalize in float32 (X.float()), then round back",
+                 X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * weight.to(X.dtype)),
+                ("round back to the input's dtype first, then multiply by the gain",
+                 (normed * weight.float()).to(X.dtype)),
+            ]
+    return slips
+
+
+def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | None = None,
+                rename: dict | None = None, rtol: float | None = None, atol: float | None = None,
+                hint: str | None = None):
+    """Check that the module a reader built computes what ``d2lmini``'s computes; say where it does not.
+
+    Call it after ``d2lmini.copy_parameters(ref, mine, rename)``. It runs ``mine(*inputs)`` and
+    ``ref(*ref_inputs)`` (``ref(*inputs)`` by default) without gradients and compares the two
+    outputs (the first entry of a tuple) with :func:`torch.testing.assert_close`.
+
+    Args:
+        mine: the reader's module; ref: ``d2lmini``'s, whose weights ``mine`` holds.
+        inputs: the arguments of ``mine``; ref_inputs: those of ``ref``, when they differ.
+        rename: the dict given to ``copy_parameters``: which part of ``ref`` each part of ``mine``
+            came from (parts of the same name need no entry).
+        rtol, atol: the tolerance, as in ``assert_close`` (None: its defaults for the dtype).
+        hint: what to check in ``forward`` when every part agrees alone (None: a general hint).
+
+    Returns:
+        ``mine``'s output.
+
+    Raises:
+        AssertionError: when the outputs differ; the message starts with ``Hint:`` and names the
+            part that differs, the two parts used in each other's place, the slip in a norm written
+            by hand, or (every part agreeing alone) what to check in ``forward``.
+        TypeError: if ``mine`` or ``ref`` is not an ``nn.Module``, or ``rename`` not a dict.
+    """
+    if not isinstance(mine, nn.Module) or not isinstance(ref, nn.Module):
+        raise TypeError(f"mine and ref must be nn.Modules, got {type(mine).__name__} and {type(ref).__name__}")
+    if rename is not None and not isinstance(rename, dict):
+        raise TypeError(f"rename must be the dict given to copy_parameters, got {type(rename).__name__}")
+    rename = rename or {}
+    ref_inputs = inputs if ref_inputs is None else tuple(ref_inputs)
+    with torch.no_grad():
+        try:
+            got = _output(mine(*inputs))
+        except Exception as error:  # the reader's forward failed: say how, as a hint
+            raise AssertionError(f"Hint: calling your module raised {type(error).__name__}: {error}") from error
+        want = _output(ref(*ref_inputs))
+        gap = _differs(got, want, rtol, atol)
+        if gap is None:
+            return got
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise AssertionError(f"Hint: your module returns {shape}; d2lmini's returns shape {tuple(want.shape)}.")
+        raise AssertionError(_diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint))
+
+
+def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint) -> str:
+    difference = f" (largest difference {gap:.2g})"
+    if _differs(got, want, 1e-3, 1e-3) is None and (rtol, atol) == (0, 0):
+        return ("Hint: your output agrees within rounding but not bit for bit" + difference + ": follow "
+                "d2lmini's order of operations, in the same dtype at each step, and torch.rsqrt for 1/sqrt.")
+    generator = torch.Generator().manual_seed(0)
+    agreeing = {}
+    for name, part in _parts(mine).items():
+        source = _source_of(name, ref, rename)
+        width = _width(part)
+        if source is None or width is None:
+            continue
+        theirs = ref.get_submodule(source)
+        dtype = next(part.parameters()).dtype
+        Z = (2 * torch.randn(3, 5, width, generator=generator, dtype=torch.float64) + 0.5).to(dtype)
+        try:
+            expected = _output(theirs(Z))
+        except Exception:  # a part that needs more than one tensor (attention): compared as a whole only
+            continue
+        try:
+            alone = _output(part(Z))
+        except Exception as error:
+            return f"Hint: `{name}` alone, on a tensor of shape {tuple(Z.shape)}, raised {type(error).__name__}: {error}"
+        part_gap = _differs(alone, expected, rtol, atol)
+        if part_gap is not None:
+            return "Hint: " + _part_hint(name, source, part, part_gap)
+        agreeing[name] = part
+    kinds = {}
+    for name, part in agreeing.items():
+        key = (type(part).__name__, tuple(tuple(t.shape) for t in part.state_dict().values()))
+        kinds.setdefault(key, []).append(name)
+    for names in kinds.values():
+        for a, b in itertools.combinations(names, 2):
+            exchanged = copy.deepcopy(mine)
+            state_a = copy.deepcopy(exchanged.get_submodule(a).state_dict())
+            exchanged.get_submodule(a).load_state_dict(exchanged.get_submodule(b).state_dict())
+            exchanged.get_submodule(b).load_state_dict(state_a)
+            try:
+                swapped = _output(exchanged(*inputs))
+            except Exception:
+                continue
+            if _differs(swapped, want, rtol, atol) is None:
+                return (f"Hint: `{a}` and `{b}` each compute alone what d2lmini's do, but your forward uses "
+                        f"`{a}` where `{b}` belongs and `{b}` where `{a}` belongs: with their weights exchanged "
+                        f"your module matches d2lmini's. See which input each one reads.")
+    if _is_norm(ref) and len(ref_inputs) == 1 and isinstance(ref_inputs[0], torch.Tensor):
+        for words, slipped in _norm_slips(ref, ref_inputs[0]):
+            exact = slipped.dtype in (torch.bfloat16, torch.float16)
+            if _differs(got, slipped, 0, 0) is None if exact else _differs(got.double(), slipped, 1e-4, 1e-4) is None:
+                return f"Hint: {words}{difference}."
+    if _is_norm(ref) and not agreeing:
+        return ("Hint: " + (hint or "check the statistic (over the last dimension), eps (inside the square root) "
+                                    "and the gain") + difference + ".")
+    groups = {}
+    for name in agreeing:  # experts.0, experts.1, ... are named once, as `experts` (all 8)
+        head, _, tail = name.rpartition(".")
+        groups.setdefault(head if head and tail.isdigit() else name, []).append(name)
+    parts = ", ".join(f"`{names[0]}`" if len(names) == 1 else f"`{key}` (all {len(names)})"
+                      for key, names in groups.items())
+    alone = f"Every part ({parts}) computes alone what d2lmini's does, so the difference is in forward: " \
+        if agreeing else "The difference is in forward: "
+    return "Hint: " + alone + (hint or "which input each part reads, the order of the steps, and where the "
+                                       "results are added to the stream") + difference + "."

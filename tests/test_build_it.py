@@ -1,0 +1,132 @@
+"""Build it from the text: each chapter's check of the part the reader writes passes the chapter's
+own part and fails a plausible wrong one with a hint that names what differs.
+
+Each case runs the chapter's code cells up to its check (the timed training cells left out), with
+the "Build it" cell changed by one plausible mistake, and reads the check's ``AssertionError``."""
+
+from __future__ import annotations
+
+import matplotlib
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+from conftest import ROOT
+from d2lmini.exercises import check_build
+
+matplotlib.use("Agg")
+
+#: (chapter, a string of the Build-it cell, a string of its check cell, the mistake as (old, new)
+#: replacements in the Build-it cell, a string the hint must hold); mistake None: the right part.
+CASES = {
+    "01 norms swapped": ("01_anatomy", "class MiniBlock", "check_build",
+                         [("self.attention(self.norm1(X))", "self.attention(self.norm2(X))"),
+                          ("self.ffn(self.norm2(X))", "self.ffn(self.norm1(X))")], "`norm1` and `norm2`"),
+    "01 GELU": ("01_anatomy", "class MiniBlock", "check_build", [("nn.ReLU()", "nn.GELU()")], "`ffn` alone"),
+    "02 norms swapped": ("02_residual", "class MiniBlock", "check_build",
+                         [("H = self.norm1(X)", "H = self.norm2(X)"),
+                          ("self.W_1(self.norm2(X))", "self.W_1(self.norm1(X))")], "`norm1` and `norm2`"),
+    "03 unbiased variance": ("03_normalization", "class MyLayerNorm", "check_build",
+                             [("var = ((X - mu) ** 2).mean(dim=-1, keepdim=True)", "var = X.var(dim=-1, keepdim=True)")],
+                             "biased variance"),
+    "03 no gain": ("03_normalization", "class MyLayerNorm", "check_build",
+                   [("return self.gamma * (X - mu)", "return (X - mu)")], "multiply by the gain"),
+    "04 norms swapped": ("04_norm_placement", "class MiniBlock", "check_build",
+                         [("self.attention(Y, Y, Y), self.norm1)", "self.attention(Y, Y, Y), self.norm2)"),
+                          ("self.ffn, self.norm2)", "self.ffn, self.norm1)")], "`norm1` and `norm2`"),
+    "05 no upcast": ("05_rmsnorm", "class MyRMSNorm", "check_build", [("X32 = X.float()", "X32 = X")],
+                     "upcast first"),
+    "05 gain before rounding": ("05_rmsnorm", "class MyRMSNorm", "check_build",
+                                [("return Y.to(X.dtype) * self.gamma", "return (Y * self.gamma).to(X.dtype)")],
+                                "round back to the input's dtype first"),
+    "06 q_norm and k_norm swapped": ("06_qk_norm", "class MyAttention", "check_build",
+                                     [("self.q_norm(q), self.k_norm(k)", "self.k_norm(q), self.q_norm(k)")],
+                                     "`q_norm` and `k_norm`"),
+    "07 gate swapped": ("07_ffn", "class MySwiGLU", "check_build(mine, ref, X)",
+                        [("F.silu(self.W_g(X)) * self.W_1(X)", "F.silu(self.W_1(X)) * self.W_g(X)")],
+                        "`W_g` and `W_1`"),
+    "07 expert_bias in the weights": ("07_ffn", "class MyMoE", "expert_bias.normal_",
+                                      [("w = p.gather(-1, chosen)", "w = (p + self.expert_bias).gather(-1, chosen)")],
+                                      "expert_bias is added to the probabilities"),
+    "08 keys and values swapped": ("08_attention_generation", "class MyGQA", "check_build",
+                                   [("k = self.W_k(X)", "k = self.W_v(X)"), ("v = self.W_v(X)", "v = self.W_k(X)")],
+                                   "`W_k` and `W_v`"),
+    "09 norms swapped": ("09_the_2026_block", "class Block2026", "check_build",
+                         [("[self.norm1(X)]", "[self.norm2(X)]"), ("self.ffn(self.norm2(X))", "self.ffn(self.norm1(X))")],
+                         "`norm1` and `norm2`"),
+}
+RIGHT = sorted({(chapter, build, check) for chapter, build, check, _, _ in CASES.values()})
+
+
+def run_to_check(chapter: str, build: str, check: str, mistake=None) -> str | None:
+    """Run the chapter's code cells up to the check; return the check's AssertionError message, or
+    None when it passes."""
+    cells = nbformat.read(ROOT / "chapters" / f"{chapter}.ipynb", as_version=4).cells
+    builds = [c for c in cells if c.cell_type == "code" and build in c.source]
+    assert len(builds) == 1, f"{chapter}: one cell holds {build!r}"
+    namespace = {}
+    for cell in cells:
+        tags = set(cell.metadata.get("tags", []))
+        if cell.cell_type != "code" or tags & {"skip-execution", "timing", "clock"} or "show_code" in cell.source \
+                or cell.source.lstrip().startswith("#@title"):
+            continue
+        source = cell.source
+        if cell is builds[0]:
+            for old, new in mistake or []:
+                assert old in source, f"{chapter}: the Build-it cell no longer holds {old!r}"
+                source = source.replace(old, new)
+        is_check = check in source and cell is not builds[0]
+        try:
+            exec(compile(source, chapter, "exec"), namespace)
+        except AssertionError as error:
+            if is_check:
+                return str(error)
+        except Exception:
+            if is_check or cell is builds[0]:
+                raise
+        if is_check:
+            return None
+    raise AssertionError(f"{chapter}: no check cell holds {check!r}")
+
+
+@pytest.mark.parametrize("chapter, build, check", RIGHT, ids=[f"{c}:{b.split()[-1]}" for c, b, _ in RIGHT])
+def test_each_build_it_check_passes_the_chapters_own_part(chapter, build, check):
+    assert run_to_check(chapter, build, check) is None
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_build_it_check_fails_a_plausible_mistake_with_a_hint_naming_it(case):
+    chapter, build, check, mistake, hint = CASES[case]
+    message = run_to_check(chapter, build, check, mistake)
+    assert message is not None, f"{case}: the check passed the wrong part"
+    assert "Hint:" in message and hint in message, f"{case}: {message}"
+
+
+def test_check_build_says_where_a_block_differs():
+    class Block(nn.Module):
+        def __init__(self, swap=False, act=nn.ReLU):
+            super().__init__()
+            self.swap = swap
+            self.norm1, self.norm2 = nn.LayerNorm(8), nn.LayerNorm(8)
+            self.ffn = nn.Sequential(nn.Linear(8, 16), act(), nn.Linear(16, 8))
+
+        def forward(self, X):
+            a, b = (self.norm2, self.norm1) if self.swap else (self.norm1, self.norm2)
+            return X + self.ffn(a(X)) + b(X)
+
+    torch.manual_seed(0)
+    ref = Block()
+    for p in (*ref.norm1.parameters(), *ref.norm2.parameters()):
+        nn.init.normal_(p)
+    X = torch.randn(2, 3, 8)
+    for mine, words in ((Block(swap=True), "`norm1` where `norm2` belongs"), (Block(act=nn.GELU), "`ffn` alone")):
+        mine.load_state_dict(ref.state_dict())
+        with pytest.raises(AssertionError, match="Hint:") as error:
+            check_build(mine, ref, X)
+        assert words in str(error.value)
+    mine = Block()
+    mine.load_state_dict(ref.state_dict())
+    assert check_build(mine, ref, X).shape == X.shape
+    with pytest.raises(TypeError, match="nn.Module"):
+        check_build(lambda X: X, ref, X)
