@@ -33,14 +33,6 @@ WIDTH = 88
 #: Tags that remove or fold a code cell's source in the HTML book (Jupyter Book 1.x).
 HIDDEN_TAGS = {"remove-input", "remove-cell", "hide-input", "hide-cell"}
 
-#: Visible code cells still wider than WIDTH, by page and cell id: two Build-it parts
-#: that wrapping would take past the 25 lines a reader's part may have
-#: (tests/test_readers.py) without changing the code.
-WIDE_CELLS = {
-    "06_qk_norm": {"fcdae1c5"},
-    "08_attention_generation": {"3ce540b5"},
-}
-
 #: Printed listings still wider than WIDTH, by module and qualified name: those of modules
 #: that were being rewritten when the rest was wrapped, and those that wrapping would take
 #: past the 25 lines a listing may have (tests/test_shown.py) without shortening the code.
@@ -93,17 +85,9 @@ def wide_listings() -> dict[str, list[str]]:
 
 
 def test_visible_code_cells_fit_the_page():
-    allowed = {(page, cell) for page, cells in WIDE_CELLS.items() for cell in cells}
     wide = wide_cells()
-    new = {key: lines for key, lines in wide.items() if key not in allowed}
-    assert not new, "visible code lines over %d characters (wrap them):\n%s" % (WIDTH, "\n".join(
-        f"{page}, cell {cell}: {line}" for (page, cell), lines in new.items() for line in lines))
-
-
-def test_the_wide_cells_allow_list_only_shrinks():
-    allowed = {(page, cell) for page, cells in WIDE_CELLS.items() for cell in cells}
-    stale = sorted(allowed - set(wide_cells()))
-    assert not stale, f"these cells fit now (or are gone): remove them from WIDE_CELLS: {stale}"
+    assert not wide, "visible code lines over %d characters (wrap them):\n%s" % (WIDTH, "\n".join(
+        f"{page}, cell {cell}: {line}" for (page, cell), lines in wide.items() for line in lines))
 
 
 def test_printed_listings_fit_the_page():
