@@ -111,8 +111,8 @@ def frequency_loss(corpus: CharCorpus, split: str = "val") -> float:
     """The loss of predicting every character from its frequency alone (nats per character).
 
     The cross-entropy on one split of the training split's character frequencies (each
-    count plus one, so that no character has probability 0): what a model that ignores the
-    context can reach at best. Compare it with losses on the same text: ``split="val"``
+    count plus one, so that no character has probability 0): what a context-free model that
+    learned the training text's frequencies reaches. Compare it with losses on the same text: ``split="val"``
     (the default) with validation losses, ``split="train"`` with training losses.
 
     Raises:

@@ -42,7 +42,8 @@ SUBLAYERS = ("attention", "ffn")
 #: Block shapes whose parameters :func:`parameter_counts` counts by default: name ->
 #: keyword arguments of :class:`~d2lmini.block.TransformerBlock`. The 2017
 #: Transformer's base model (Vaswani et al., 2017): d = 512, 8 heads, ReLU FFN of width
-#: 4d = 2048, LayerNorm after each addition, biases everywhere.
+#: 4d = 2048, LayerNorm after each addition; biases in every linear map, as PyTorch's
+#: ``nn.TransformerDecoderLayer`` has them (the paper's attention equations have none).
 BLOCK_SHAPES = {
     "Transformer 2017, d = 512": dict(num_hiddens=512, num_heads=8, norm="layer", act="relu",
                                       placement="post", bias=True),

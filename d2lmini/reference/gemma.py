@@ -25,7 +25,7 @@ class GemmaAttention(MultiHeadAttention):
     r""":class:`~d2lmini.attention.MultiHeadAttention` with Gemma's options that no chapter teaches.
 
     Args:
-        num_hiddens, num_heads, **kwargs: as :class:`~d2lmini.attention.MultiHeadAttention`.
+        num_hiddens, num_heads, ``**kwargs``: as :class:`~d2lmini.attention.MultiHeadAttention`.
         logit_softcap: ``None`` or a float ``c > 0``: Gemma 2's attention-logit soft-capping
             (``attn_logit_softcapping``; Hugging Face ``transformers`` 5.24
             ``modeling_gemma2.eager_attention_forward``), ``logits = tanh(logits / c) * c`` on the

@@ -40,7 +40,7 @@ class LlamaVariantAttention(MultiHeadAttention):
     """:class:`~d2lmini.attention.MultiHeadAttention` with the two options of Llama-family models that no chapter teaches.
 
     Args:
-        num_hiddens, num_heads, **kwargs: as :class:`~d2lmini.attention.MultiHeadAttention`.
+        num_hiddens, num_heads, ``**kwargs``: as :class:`~d2lmini.attention.MultiHeadAttention`.
         qkv_bias: ``True``: biases on ``W_q``, ``W_k`` and ``W_v`` only, ``W_o`` without one -- Qwen2
             (Hugging Face ``transformers`` 5.24 ``Qwen2Attention``: ``q/k/v_proj`` with ``bias=True``,
             ``o_proj`` without) and StableLM 2 (``use_qkv_bias``). Excludes ``bias=True``.

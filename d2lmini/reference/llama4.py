@@ -25,7 +25,7 @@ class Llama4Attention(LlamaVariantAttention):
     """Llama 4's attention: :class:`~d2lmini.reference.llama.LlamaVariantAttention` with chunks and an L2 QK-norm.
 
     Args:
-        num_hiddens, num_heads, **kwargs: as :class:`~d2lmini.reference.llama.LlamaVariantAttention`
+        num_hiddens, num_heads, ``**kwargs``: as :class:`~d2lmini.reference.llama.LlamaVariantAttention`
             (``query_scaling=(attn_scale, floor_scale, 1)``: the temperature tuning of the NoPE layers).
         chunk: ``None`` or an int ``C >= 1``: chunked attention, query ``i`` sees only keys ``j <= i`` of
             its own chunk, ``floor(j / C) == floor(i / C)`` -- the ``'chunked_attention'`` layers
