@@ -100,19 +100,19 @@ def test_variant_biases_follow_the_layer():
 def test_describe_reads_parallel_placements_partial_rope_and_biases():
     table = {r["name"]: r for r in zoo.zoo_table(rows=[ROWS[name] for name in NAMES])}
     assert all(r["reproduced"] for r in table.values())
-    assert table["Phi-2"]["placement"] == "parallel, one shared norm"
+    assert table["Phi-2"]["placement"] == "parallel"
     assert table["GPT-NeoX"]["placement"] == "parallel, two norms"
-    assert table["StableLM 2"]["placement"] == "pre-norm"
+    assert table["StableLM 2"]["placement"] == "pre"
     assert table["Phi-2"]["positions"].endswith("on 8/16 = 50% of each head")
     assert table["GPT-NeoX"]["positions"].endswith("= 25% of each head")
     assert table["GPT-J"]["positions"].endswith("= 25% of each head")
     assert table["Phi-4-mini"]["positions"].endswith("= 75% of each head")
     assert table["Phi-3 mini"]["positions"] == "RoPE, base 10000" and "window 5" in table["Phi-3 mini"]["attention"]
-    assert table["Falcon-7B"]["attention"].startswith("4/1 heads")
-    assert table["Command R"]["norm"].startswith("LayerNorm without bias")
+    assert table["Falcon-7B"]["attention"].startswith("MQA 4/1 heads")
+    assert table["Command R"]["norm"].startswith("LayerNorm (no bias)")
     assert table["GPT-J"]["bias"] == "FFN" and table["Command R"]["bias"] == "none"
     assert table["StableLM 2"]["bias"] == "q, k, v" and table["Phi-2"]["bias"] == "all"
-    assert table["GPT-J"]["ffn"].startswith("gelu_tanh") and table["Command R"]["ffn"].startswith("swiglu")
+    assert table["GPT-J"]["ffn"].startswith("GELU (tanh)") and table["Command R"]["ffn"].startswith("SwiGLU")
 
 
 # --------------------------------------------------------------------------- mutations the check catches

@@ -122,44 +122,112 @@ MODELS = (
     ("Arcee Trinity", "AfmoeDecoderLayer", "singh2026trinity", "none in global layers (RoPE in local ones)"),
 )
 
+def _describe_attention(att, gated: bool) -> str:
+    """The ``attention`` column of :func:`describe`: kind (MHA, GQA or MQA), heads / key-value heads x
+    head_dim, causal or not, then whichever it has of a sigmoid output gate, a logit scale other than
+    ``1/sqrt(head_dim)``, a window, chunks, a soft-cap, query scaling ``(beta, period)`` and sinks."""
+    kind = "MHA" if att.num_kv_heads == att.num_heads else "MQA" if att.num_kv_heads == 1 else "GQA"
+    parts = [f"{kind} {att.num_heads}/{att.num_kv_heads} heads x {att.head_dim}",
+             "causal" if att.causal else "bidirectional"]
+    if gated:
+        parts.append("sigmoid output gate")
+    if att.scale is not None and abs(att.scale - att.head_dim ** -0.5) > 1e-12:
+        parts.append(f"scale {att.scale:.4g}")
+    if att.window is not None:
+        parts.append(f"window {att.window}")
+    if getattr(att, "chunk", None) is not None:
+        parts.append(f"chunks of {att.chunk}")
+    if getattr(att, "logit_softcap", None) is not None:  # Gemma 2 (d2lmini.reference.gemma.GemmaAttention)
+        parts.append(f"soft-cap {att.logit_softcap:g}")
+    if getattr(att, "query_scaling", None) is not None:  # Ministral 3, Llama 4 (reference.llama.LlamaVariantAttention)
+        beta, period, offset = (*att.query_scaling, 0)[:3]
+        p = f"(p + {offset})" if offset else "p"
+        parts.append(f"query scaling 1 + {beta:g} log(1 + floor({p} / {period}))")
+    if att.sinks is not None:
+        parts.append("sinks")
+    return ", ".join(parts)
+
+
+def _describe_positions(att, positions_note: str | None) -> str:
+    """The ``positions`` column of :func:`describe`: RoPE's base, the rotated fraction of each head where it
+    is partial and the scaling where scaled; without RoPE, ``positions_note`` or ``'none in the layer'``."""
+    if att.rope_theta is None:
+        return positions_note or "none in the layer"
+    out = f"RoPE, base {att.rope_theta:g}"
+    if att.rotary_dim is not None:
+        out += f", on {att.rotary_dim}/{att.head_dim} = {att.rotary_dim / att.head_dim:.0%} of each head"
+    if att.rope_scaling is not None:
+        out += f", {att.rope_scaling['rope_type']} scaling x{att.rope_scaling['factor']:g}"
+    return out
+
+
+def _describe_ffn(ffn) -> str:
+    """The ``ffn`` column of :func:`describe`: a FeedForward's activation and width, or a mixture of experts."""
+    if not isinstance(ffn, MixtureOfExperts):
+        return f"{ACT_SHORT_LABELS[ffn.act]}, {ffn.W_1.out_features} hidden"
+    router = ffn.router_kind + " router" + (" with bias" if getattr(ffn.router, "bias", None) is not None else "")
+    shared = f", {ffn.num_shared_experts} shared" if ffn.num_shared_experts else ""
+    return (f"MoE: {ffn.num_experts} {ACT_SHORT_LABELS[ffn.act]} experts of {ffn.experts[0].ffn_num_hiddens} "
+            f"hidden, top-{ffn.top_k}{shared}, {router}")
+
+
+def _describe_bias(block: TransformerBlock, att) -> str:
+    """The ``bias`` column of :func:`describe`: ``'all'``, ``'none'``, or the parts with biases among
+    ``'q, k, v'``, ``'o'``, ``'FFN'`` (every expert's, for a mixture of experts) and ``'router'``."""
+    ffn = block.ffn
+    moe = isinstance(ffn, MixtureOfExperts)
+    parts = {"q, k, v": att.W_q.bias is not None, "o": block.attention.W_o.bias is not None,
+             "FFN": (ffn.experts[0] if moe else ffn).W_1.bias is not None}
+    if moe:
+        parts["router"] = ffn.router.bias is not None
+    if all(parts.values()):
+        return "all"
+    return ", ".join(part for part, on in parts.items() if on) or "none"
+
+
 @shown_in("zoo")
-def describe_block(block: TransformerBlock, positions_note: str | None = None) -> dict:
-    """The "who uses what" columns, read from a block's modules rather than typed.
+def describe(block: TransformerBlock, positions_note: str | None = None) -> dict:
+    """The descriptive columns of the zoo's tables, read from a block's modules rather than typed.
+
+    The names are :mod:`d2lmini.plot`'s (:data:`~d2lmini.plot.NORM_LABELS`,
+    :data:`~d2lmini.plot.PLACEMENT_SHORT_LABELS`, :data:`~d2lmini.plot.QK_SHORT_LABELS`,
+    :data:`~d2lmini.plot.ACT_SHORT_LABELS`), the words the chapters' figures use.
 
     Args:
-        block: a :class:`~d2lmini.block.TransformerBlock` (its attention may be a
-            :class:`GatedAttention`, its FFN a :class:`MixtureOfExperts`).
-        positions_note: where the positions come from when the block has no RoPE.
+        block: a :class:`~d2lmini.block.TransformerBlock` whose attention is a
+            :class:`~d2lmini.attention.MultiHeadAttention` or a
+            :class:`~d2lmini.attention.GatedAttention`, and whose FFN is a
+            :class:`~d2lmini.ffn.FeedForward` or a :class:`~d2lmini.moe.MixtureOfExperts`.
+        positions_note: where the model's positions come from when the block has no RoPE
+            (e.g. ``'learned, added to the input'``); default ``'none in the layer'``.
 
     Returns:
-        dict of short strings: ``norm``, ``placement``, ``qk_norm``, ``ffn``,
-        ``attention`` and ``positions``.
+        dict of short strings: ``norm`` (name and epsilon), ``placement``, ``qk_norm``
+        (``'—'`` when none), ``attention`` (:func:`_describe_attention`), ``positions``
+        (``'RoPE, base ...'`` with the rotated fraction of a partial RoPE and the scaling
+        type and factor, or the note), ``ffn`` (activation and hidden width, or the mixture
+        of experts: experts, activation, width, top-k, shared experts, router), ``bias``
+        (``'none'``, ``'all'``, or those of ``'q, k, v'``, ``'o'``, ``'FFN'``, ``'router'``
+        that have biases) and ``residual`` (the residual multiplier, or ``'1'``).
 
     Raises:
-        TypeError: if ``block`` is not a TransformerBlock.
-        ValueError: if the block has no RoPE and no ``positions_note`` is given.
+        TypeError: if ``block`` is not a TransformerBlock, or its attention or FFN (built by
+            ``attn_factory``/``ffn_factory``) is not one of the modules above.
     """
     check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
-    att, ffn = block.attention, block.ffn
-    if isinstance(ffn, MixtureOfExperts):
-        ffn_name = f"{ACT_SHORT_LABELS[ffn.act]} MoE ({ffn.router_kind} router"
-        ffn_name += ", shared expert)" if ffn.shared is not None else ")"
-    else:
-        ffn_name = ACT_SHORT_LABELS[ffn.act]
-    kind = "MHA" if att.num_kv_heads == att.num_heads else "GQA"
-    kind = ("gated " + kind) if isinstance(att, GatedAttention) else kind
-    if att.rope_theta is not None:
-        positions = "RoPE"
-    elif positions_note is None:
-        raise ValueError("the block has no RoPE: pass positions_note "
-                         "(where the model's positions come from)")
-    else:
-        positions = positions_note
-    attention = f"{kind}, {'causal' if att.causal else 'bidirectional'}"
-    return {"norm": NORM_LABELS[block.norm],
-            "placement": PLACEMENT_SHORT_LABELS[block.placement],
-            "qk_norm": QK_SHORT_LABELS[att.qk_norm], "ffn": ffn_name,
-            "attention": attention, "positions": positions}
+    check_instance("block.attention", block.attention, (MultiHeadAttention, GatedAttention),
+                   "a MultiHeadAttention or GatedAttention")
+    check_instance("block.ffn", block.ffn, (FeedForward, MixtureOfExperts), "a FeedForward or MixtureOfExperts")
+    gated = isinstance(block.attention, GatedAttention)
+    att = block.attention.attention if gated else block.attention  # the MultiHeadAttention inside
+    addnorm = block.addnorm1
+    norm = next(m for m in (addnorm.norm_in, addnorm.norm_out, addnorm.norm_post) if m is not None)
+    eps = getattr(norm, "eps", None)
+    return {"norm": NORM_LABELS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
+            "placement": PLACEMENT_SHORT_LABELS[block.placement], "qk_norm": QK_SHORT_LABELS[att.qk_norm],
+            "attention": _describe_attention(att, gated), "positions": _describe_positions(att, positions_note),
+            "ffn": _describe_ffn(block.ffn), "bias": _describe_bias(block, att),
+            "residual": f"{addnorm.residual_multiplier:g}"}
 
 
 def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
@@ -169,7 +237,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
     layer is converted into a d2lmini block and both are run on the same padded
     batch (:func:`d2lmini.reference.compare_with_reference`, or
     :func:`compare_with_trinity`); the table's descriptive columns are then read
-    from that very block (:func:`describe_block`).
+    from that very block (:func:`describe`).
 
     Args:
         seed: seeds every reference layer and batch.
@@ -177,7 +245,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
 
     Returns:
         One dict per model: ``model``, ``cite``, ``layer``, the columns of
-        :func:`describe_block`, ``max_abs_diff``, ``max_abs_grad_diff``,
+        :func:`describe`, ``max_abs_diff``, ``max_abs_grad_diff``,
         ``max_abs_output`` (``None`` when not verified) and ``status``
         (``'verified'``, ``'MISMATCH'`` or ``'not verified (...)'``).
 
@@ -202,7 +270,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
                            max_abs_output=None, status="not verified (no reference layer)", layer="—")
                 rows.append(row)
                 continue
-            row.update(describe_block(result["block"], note))
+            row.update(describe(result["block"], note))
             ok = max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE
             row.update(max_abs_diff=result["max_abs_diff"], max_abs_grad_diff=result["max_abs_grad_diff"],
                        max_abs_output=result["max_abs_output"], status="verified" if ok else "MISMATCH")
@@ -211,7 +279,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
 
 
 def describe_trinity_without_reference(positions_note: str) -> dict:
-    """:func:`describe_block` of a Trinity-like block built without a reference layer.
+    """:func:`describe` of a Trinity-like block built without a reference layer.
 
     Used when ``transformers`` has no ``AfmoeDecoderLayer``: the block is configured
     from the tiny configuration ``"afmoe_global"`` directly, so the row still describes a d2lmini block.
@@ -229,7 +297,7 @@ def describe_trinity_without_reference(positions_note: str) -> dict:
                                                                   ffn_num_hiddens=c["moe_intermediate_size"],
                                                                   router="sigmoid",
                                                                   num_shared_experts=c["num_shared_experts"]))
-    return describe_block(block, positions_note)
+    return describe(block, positions_note)
 
 
 def catalog_table(rows: list[dict]):
@@ -1057,113 +1125,6 @@ ZOO: tuple[ZooRow, ...] = (
 )
 ZOO = tuple(sorted(ZOO, key=lambda row: row.year))  # the table reads in release order (a stable sort)
 
-_NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
-          "layer_nonparametric": "LayerNorm without gain or bias"}
-_PLACEMENTS = {"post": "post-norm", "pre": "pre-norm", "post_sublayer": "norm on sublayer output",
-               "sandwich": "sandwich", "parallel": "parallel, one shared norm",
-               "parallel_two_norms": "parallel, two norms"}
-_QK_NORMS = {"per_head": "per head", "projection": "over the projection",
-             "per_head_distinct": "per head, distinct gains", "l2": "per head, no gain, after RoPE (L2)"}
-
-
-def _describe_positions(att) -> str:
-    """The ``positions`` column of :func:`describe` for a :class:`~d2lmini.attention.MultiHeadAttention`."""
-    if att.rope_theta is None:
-        return "none in the layer"
-    out = f"RoPE, base {att.rope_theta:g}"
-    if att.rotary_dim is not None:
-        out += f", on {att.rotary_dim}/{att.head_dim} = {att.rotary_dim / att.head_dim:.0%} of each head"
-    if att.rope_scaling is not None:
-        out += f", {att.rope_scaling['rope_type']} scaling x{att.rope_scaling['factor']:g}"
-    return out
-
-
-def _describe_ffn(ffn) -> str:
-    """The ``ffn`` column of :func:`describe`: a FeedForward's activation and width, or a mixture of experts."""
-    if not isinstance(ffn, MixtureOfExperts):
-        return f"{ffn.act}, {ffn.W_1.out_features} hidden"
-    router = ffn.router_kind + " router" + (" with bias" if getattr(ffn.router, "bias", None) is not None else "")
-    shared = f", {ffn.num_shared_experts} shared" if ffn.num_shared_experts else ""
-    return (f"MoE: {ffn.num_experts} {ffn.act} experts of {ffn.experts[0].ffn_num_hiddens} hidden, "
-            f"top-{ffn.top_k}{shared}, {router}")
-
-
-def _describe_bias(block: TransformerBlock, att) -> str:
-    """The ``bias`` column of :func:`describe`: ``'all'``, ``'none'``, or the parts with biases among
-    ``'q, k, v'``, ``'o'``, ``'FFN'`` (every expert's, for a mixture of experts) and ``'router'``."""
-    ffn = block.ffn
-    moe = isinstance(ffn, MixtureOfExperts)
-    parts = {"q, k, v": att.W_q.bias is not None, "o": block.attention.W_o.bias is not None,
-             "FFN": (ffn.experts[0] if moe else ffn).W_1.bias is not None}
-    if moe:
-        parts["router"] = ffn.router.bias is not None
-    if all(parts.values()):
-        return "all"
-    return ", ".join(part for part, on in parts.items() if on) or "none"
-
-
-def describe(block: TransformerBlock) -> dict:
-    """The zoo's descriptive columns, read from a converted block's modules.
-
-    Args:
-        block: a :class:`~d2lmini.block.TransformerBlock` whose attention is a
-            :class:`~d2lmini.attention.MultiHeadAttention` or a
-            :class:`~d2lmini.attention.GatedAttention`, and whose FFN is a
-            :class:`~d2lmini.ffn.FeedForward` or a :class:`~d2lmini.moe.MixtureOfExperts`.
-
-    Returns:
-        dict of short strings: ``norm`` (type and epsilon), ``placement``, ``attention``
-        (heads / key-value heads x head_dim, causal or not, a sigmoid output gate, QK-norm,
-        a logit scale other than ``1/sqrt(head_dim)``, window, soft-cap, query scaling
-        ``(beta, period)``, sinks), ``positions`` (``'RoPE, base ...'`` with the rotated
-        fraction of each head where it is partial and the scaling type and factor where
-        scaled, or ``'none in the layer'``), ``ffn`` (activation and hidden width, or for a
-        mixture of experts: experts, their activation and width, top-k, shared experts,
-        router and whether it has a bias), ``bias`` (``'none'``, ``'all'``, or those of
-        ``'q, k, v'``, ``'o'``, ``'FFN'`` and, for a mixture of experts, ``'router'`` that have
-        biases, e.g. ``'FFN'`` for GPT-J, ``'q, k, v, o'`` for Llama with ``attention_bias`` only)
-        and ``residual`` (the residual multiplier, or ``'1'``).
-
-    Raises:
-        TypeError: if ``block`` is not a TransformerBlock, or its attention or FFN (built by
-            ``attn_factory``/``ffn_factory``) is not one of the modules above.
-    """
-    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
-    check_instance("block.attention", block.attention, (MultiHeadAttention, GatedAttention),
-                   "a MultiHeadAttention or GatedAttention")
-    check_instance("block.ffn", block.ffn, (FeedForward, MixtureOfExperts), "a FeedForward or MixtureOfExperts")
-    gated = isinstance(block.attention, GatedAttention)
-    att = block.attention.attention if gated else block.attention  # the MultiHeadAttention inside
-    ffn, addnorm = block.ffn, block.addnorm1
-    norm = next(m for m in (addnorm.norm_in, addnorm.norm_out, addnorm.norm_post) if m is not None)
-    eps = getattr(norm, "eps", None)
-    attention = [f"{att.num_heads}/{att.num_kv_heads} heads x {att.head_dim}",
-                 "causal" if att.causal else "bidirectional"]
-    if gated:
-        attention.append("sigmoid output gate")
-    if att.qk_norm is not None:
-        attention.append(f"QK-norm {_QK_NORMS[att.qk_norm]}")
-    if att.scale is not None and abs(att.scale - att.head_dim ** -0.5) > 1e-12:
-        attention.append(f"scale {att.scale:.4g}")
-    if att.window is not None:
-        attention.append(f"window {att.window}")
-    if getattr(att, "chunk", None) is not None:
-        attention.append(f"chunks of {att.chunk}")
-    if getattr(att, "logit_softcap", None) is not None:  # Gemma 2 (d2lmini.reference.gemma.GemmaAttention)
-        attention.append(f"soft-cap {att.logit_softcap:g}")
-    if getattr(att, "query_scaling", None) is not None:  # Ministral 3, Llama 4 (reference.llama.LlamaVariantAttention)
-        beta, period, offset = (*att.query_scaling, 0)[:3]
-        p = f"(p + {offset})" if offset else "p"
-        attention.append(f"query scaling 1 + {beta:g} log(1 + floor({p} / {period}))")
-    if att.sinks is not None:
-        attention.append("sinks")
-    bias = _describe_bias(block, att)
-    return {"norm": _NORMS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
-            "placement": _PLACEMENTS[block.placement], "attention": ", ".join(attention),
-            "positions": _describe_positions(att), "ffn": _describe_ffn(ffn), "bias": bias,
-            "residual": f"{addnorm.residual_multiplier:g}"}
-
-
 def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None) -> list[dict]:
     """Build, convert, verify and describe every row of the zoo (:func:`zoo_row` for each).
 
@@ -1295,7 +1256,8 @@ def zoo_frame(rows: list[dict]):
     differences (``'0'`` when exact, ``'—'`` when not measured) and the row's ``check``
     (:func:`zoo_row`'s status) first, so that a narrow page shows them; then
     ``layer class``, ``norm, placement``, every other descriptive column of the rows in
-    their order (those :func:`describe` returns, whichever they are) and the ``note``
+    their order (those :func:`describe` returns, whichever they are, the QK-norm within the
+    attention's) and the ``note``
     (what the model does outside the layer).
 
     Args:
@@ -1307,7 +1269,7 @@ def zoo_frame(rows: list[dict]):
     import pandas as pd
 
     columns = list(dict.fromkeys(key for row in rows for key in row if key not in _NOT_COLUMNS))
-    columns = [key for key in columns if key not in ("norm", "placement")]
+    columns = [key for key in columns if key not in ("norm", "placement", "qk_norm")]
 
     def fmt(value):
         return "—" if value is None else "0" if value == 0 else f"{value:.1e}"
@@ -1319,6 +1281,8 @@ def zoo_frame(rows: list[dict]):
                 "layer class": r["layer_class"],  # no family column: the model's name says it
                 "norm, placement": f"{r['norm']}, {r['placement']}" if "norm" in r else "—"}
         line.update({_HEADERS.get(key, key.replace("_", " ")): r.get(key, "—") for key in columns})
+        if r.get("qk_norm", "—") != "—":  # QK-norm belongs to the attention cell here
+            line[_HEADERS["attention"]] += f", QK-norm {r['qk_norm']}"
         line["note"] = r["note"] or "—"
         lines.append(line)
     return pd.DataFrame(lines).set_index("model")
