@@ -44,11 +44,9 @@ def test_rows_reproduce_at_another_seed(name):
 
 def _variant(name, model_type, layer_class, config_class, kwargs, *, rotary=True, falcon=False,
              attn_implementation="sdpa"):
-    row = zoo.hf_row(name, name, 2024, model_type, layer_class, config_class, kwargs,
-                     attn_implementation=attn_implementation, rotary=rotary)
-    if falcon:
-        row = zoo._without_alibi(row)
-    return row
+    return zoo.hf_row(name, name, 2024, model_type, layer_class, config_class, kwargs,
+                      attn_implementation=attn_implementation, rotary=rotary,
+                      call_kwargs={"alibi": None} if falcon else None)
 
 
 _FALCON = dict(hidden_size=64, num_attention_heads=4, alibi=False, ffn_hidden_size=160, num_hidden_layers=1)

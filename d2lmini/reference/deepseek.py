@@ -23,6 +23,7 @@ from ..mla import DSAIndexer, MultiHeadLatentAttention
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_gated_mlp, copy_linear, copy_norm, copy_weight, rope_kwargs,
                    start_conversion)
+from .base import Row2026
 from .gpt_oss import ClampedSwiGLU
 from .harness import output_and_grad_differences, randomize_
 from .tiny import tiny_config
@@ -436,3 +437,27 @@ def compare_deepseek_v4_layer(layer_idx: int, seed: int = 0, num_steps: int = 24
     runs = (lambda Z: hf_deepseek_v4_call(layer, config, Z, valid_lens, ids),
             lambda Z: block(Z, valid_lens, input_ids=ours_ids))
     return {**output_and_grad_differences(runs, S, R, keep), "block": block}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+_LATENT_NORMS = "RMSNorm on the query and key/value latents"
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config",
+            dict(norm="RMSNorm, pre", qk_norm=_LATENT_NORMS, router="sigmoid"), "DeepSeek-V3 671B",
+            check="DeepSeek-V3 layers"),
+    Row2026("Kimi K2.5", 2026, "kimi2025k2", "Kimi_K25Config.text_config",
+            dict(norm="RMSNorm, pre", qk_norm=_LATENT_NORMS, router="sigmoid"), "Kimi K2.5 1T",
+            report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1,
+                        topk_group=1),
+            class_default_cells={"positions": "DeepSeek-V3's class default; Kimi's own base is larger"},
+            check="DeepSeek-V3 layers, no expert groups"),
+    Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config",
+            dict(norm="RMSNorm, pre (inside each hyper-connection)", act="clamped SwiGLU",
+                 qk_norm="QK-norm: RMSNorm without gain on each query head, with gain on the shared K/V head",
+                 sinks=True), "DeepSeek-V4-Flash",
+            check="DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)",
+            missing="the key/value cache of the compressors (decoding token by token)"),
+)

@@ -18,6 +18,7 @@ from ..block import TransformerBlock
 from ..norms import DEFAULT_EPS, unweighted_rms_norm
 from .base import (converter, copy_linear, copy_mlp, copy_norm, gated_act, layer_type_of, rope_kwargs,
                    set_qk_norm_eps, start_conversion, window_of)
+from .base import LayerRow, Row2026
 from .llama import gated_decoder
 
 
@@ -233,3 +234,32 @@ def from_gemma4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm)
     copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
     return block.to(attn.q_proj.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+_SQRT_D = "embeddings scaled by sqrt(d)"
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("Gemma 2 (local)", "Gemma", 2024, "Gemma2DecoderLayer", "gemma2", "Gemma2Config", "gemma2", layer_idx=0,
+             attn_implementation="eager", unit_offset_norms=True,
+             note=_SQRT_D + "; final-logit soft-capping (outside the layer)"),
+    LayerRow("Gemma 2 (global)", "Gemma", 2024, "Gemma2DecoderLayer", "gemma2", "Gemma2Config", "gemma2", layer_idx=1,
+             attn_implementation="eager", unit_offset_norms=True,
+             note=_SQRT_D + "; final-logit soft-capping (outside the layer)"),
+    LayerRow("Gemma 3 (local)", "Gemma", 2025, "Gemma3DecoderLayer", "gemma3", "Gemma3TextConfig", "gemma3_sliding",
+             layer_idx=0, unit_offset_norms=True, note=_SQRT_D + " (outside the layer)"),
+    LayerRow("Gemma 3 (global)", "Gemma", 2025, "Gemma3DecoderLayer", "gemma3", "Gemma3TextConfig", "gemma3",
+             unit_offset_norms=True, note=_SQRT_D + " (outside the layer)", reference="Gemma 3"),
+)
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`). ``size`` is
+#: ``None``: the class docstring names gemma-4-e2b-it, whose width and depth differ from the defaults.
+ROWS_2026 = (
+    Row2026("Gemma 4", 2026, "", "Gemma4TextConfig",
+            dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head; RMSNorm without gain on the values"), None,
+            check="Gemma 4 (local and global layers, dense)",
+            missing="per-layer inputs (a second input to each layer), the MoE block (26B-A4B) and key/value "
+                    "sharing across layers"),
+)

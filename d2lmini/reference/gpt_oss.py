@@ -18,6 +18,7 @@ from ..ffn import FeedForward
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_attention, copy_linear, copy_norm, copy_weight, rope_kwargs, start_conversion,
                    window_of)
+from .base import LayerRow, Row2026
 
 
 #: gpt-oss's Swish slope: its gate is ``z * sigmoid(1.702 z)`` (the sigmoid approximation
@@ -163,3 +164,21 @@ def copy_gptoss_experts(experts: nn.ModuleList, src) -> None:
         copy_linear(ffn.W_g, gate_up[:, ::2].t(), gate_up_bias[::2])
         copy_linear(ffn.W_1, gate_up[:, 1::2].t(), gate_up_bias[1::2])
         copy_linear(ffn.W_2, src.down_proj[e].t(), src.down_proj_bias[e])
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("gpt-oss", "gpt-oss", 2025, "GptOssDecoderLayer", "gpt_oss", "GptOssConfig", "gpt_oss", layer_idx=0,
+             attn_implementation="eager", note="sliding layer; the full-attention layers alternate with it"),
+    LayerRow("gpt-oss (full)", "gpt-oss", 2025, "GptOssDecoderLayer", "gpt_oss", "GptOssConfig", "gpt_oss",
+             layer_idx=1, attn_implementation="eager", note="full-attention layer"),
+)
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig",
+            dict(norm="RMSNorm, pre", sinks=True, router="softmax", act="clamped SwiGLU"), "gpt-oss-120b",
+            check="gpt-oss"),
+)

@@ -19,6 +19,7 @@ from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
 from .base import (converter, copy_attention, copy_mlp, copy_norm, gated_act, hf_act, rope_kwargs, set_qk_norm_eps,
                    start_conversion, window_of)
+from .base import LayerRow
 
 
 def check_query_scaling(value) -> tuple:
@@ -402,3 +403,27 @@ def from_starcoder2_layer(layer, config, layer_idx: int | None = None) -> Transf
     copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
     copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
     return block.to(layer.self_attn.q_proj.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("Mistral 7B", "Mistral", 2023, "MistralDecoderLayer", "mistral", "MistralConfig", "mistral"),
+    LayerRow("StarCoder2", "StarCoder", 2024, "Starcoder2DecoderLayer", "starcoder2", "Starcoder2Config",
+             "starcoder2"),
+    LayerRow("Llama 3", "Llama", 2024, "LlamaDecoderLayer", "llama", "LlamaConfig", "llama", reference="Llama 3"),
+    LayerRow("Qwen2", "Qwen", 2024, "Qwen2DecoderLayer", "qwen2", "Qwen2Config", "qwen2"),
+    LayerRow("Ministral 8B (sliding)", "Mistral", 2024, "MinistralDecoderLayer", "ministral", "MinistralConfig",
+             "ministral", layer_idx=1),
+    LayerRow("Ministral 8B (full)", "Mistral", 2024, "MinistralDecoderLayer", "ministral", "MinistralConfig",
+             "ministral", layer_idx=0),
+    LayerRow("Granite 3.0", "Granite", 2024, "GraniteDecoderLayer", "granite", "GraniteConfig", "granite",
+             note="embedding_multiplier and logits_scaling act on the embeddings and logits (outside the layer)"),
+    LayerRow("Qwen3", "Qwen", 2025, "Qwen3DecoderLayer", "qwen3", "Qwen3Config", "qwen3", reference="Qwen3"),
+    LayerRow("SmolLM3 (RoPE)", "SmolLM", 2025, "SmolLM3DecoderLayer", "smollm3", "SmolLM3Config", "smollm3"),
+    LayerRow("SmolLM3 (NoPE)", "SmolLM", 2025, "SmolLM3DecoderLayer", "smollm3", "SmolLM3Config", "smollm3",
+             layer_idx=3, note="every fourth layer has no positional encoding"),
+    LayerRow("Ministral 3", "Mistral", 2025, "Ministral3DecoderLayer", "ministral3", "Ministral3Config",
+             "ministral3"),
+)

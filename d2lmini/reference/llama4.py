@@ -18,6 +18,7 @@ from ..moe import MixtureOfExperts
 from ..norms import unweighted_rms_norm
 from .base import (converter, copy_attention, copy_gated_mlp, copy_linear, copy_norm, gated_act, layer_type_of,
                    rope_kwargs, start_conversion)
+from .base import Row2026
 from .llama import LlamaVariantAttention
 
 
@@ -157,3 +158,14 @@ def from_llama4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     else:
         copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
     return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("Llama 4", 2025, "", "Llama4TextConfig",
+            dict(norm="RMSNorm, pre",
+                 qk_norm="QK-norm per head: RMSNorm without gain, after RoPE (RoPE layers only)", shared_experts=1,
+                 router="sigmoid"), "Llama 4 Scout 17B-16E", check="Llama 4 (RoPE and NoPE layers, dense and MoE)"),
+)

@@ -18,6 +18,7 @@ from ..deltanet import GatedDeltaNet
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_gated_mlp, copy_linear, copy_norm, layer_type_of, rope_kwargs,
                    set_qk_norm_eps, start_conversion)
+from .base import Row2026
 
 
 def from_qwen3_5_gated_deltanet(layer) -> GatedDeltaNet:
@@ -165,3 +166,14 @@ def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> Transform
     copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
     copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm, unit_offset=True)
     return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig",
+            dict(norm="RMSNorm (1 + w), pre", qk_norm="QK-norm per head", gate=True, router="softmax"),
+            "Qwen3.5-35B-A3B", class_default_cells={"positions": "class default; the released models use a larger base"},
+            check="Qwen3.5 (both layer types, dense and MoE)"),
+)
