@@ -87,13 +87,19 @@ from . import bert_gpt2, deepseek, gemma, glm, gpt_oss, llama, llama4, olmo, par
 
 #: The family modules whose rows the zoo, the harness and the 2026 table are built from, in the order
 #: their rows are collected (within a year, the zoo lists its rows in this order). A family module
-#: declares ``ROWS`` (:class:`~d2lmini.reference.base.LayerRow`, the layers it reproduces) and/or
-#: ``ROWS_2026`` (:class:`~d2lmini.reference.base.Row2026`, its models in the 2026 table).
+#: declares its tiny configurations (``TINY_CONFIGS``) and ``ROWS`` (:class:`~d2lmini.reference.base.LayerRow`,
+#: the layers it reproduces) and/or ``ROWS_2026`` (:class:`~d2lmini.reference.base.Row2026`, its models in the
+#: 2026 table).
 FAMILIES = (bert_gpt2, llama, gpt_oss, llama4, olmo, trinity, deepseek, qwen3_5, gemma, glm, parallel)
 #: Every family's layer rows, family by family.
 LAYER_ROWS: tuple[LayerRow, ...] = tuple(row for family in FAMILIES for row in getattr(family, "ROWS", ()))
 #: Every family's rows of the 2026 table, family by family.
 ROWS_2026: tuple[Row2026, ...] = tuple(row for family in FAMILIES for row in getattr(family, "ROWS_2026", ()))
+for _family in FAMILIES:  # every family's tiny configurations, in one dict
+    if set(_family.TINY_CONFIGS) & set(TINY_CONFIGS):
+        raise ValueError(f"{_family.__name__} redefines a tiny configuration of another family")
+    TINY_CONFIGS.update(_family.TINY_CONFIGS)
+del _family
 register_references(LAYER_ROWS)
 
 __all__ = [

@@ -122,6 +122,16 @@ def from_gpt2_block(layer, config, layer_idx: int | None = None) -> TransformerB
     return block.to(W).train(layer.training)
 
 
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "bert": dict(hidden_size=64, num_attention_heads=4, intermediate_size=256),
+    "gpt2": dict(n_embd=64, n_head=4),
+}
+
+
 # --------------------------------------------------------------------------- the family's rows
 
 _LEARNED = "learned absolute positions, added to the input (outside the layer)"

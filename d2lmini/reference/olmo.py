@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..block import TransformerBlock
 from .base import converter, copy_norm, gated_act, layer_type_of, start_conversion, window_of
 from .base import LayerRow, Row2026
+from .tiny import TINY, WINDOW
 from .llama import gated_decoder
 
 
@@ -88,6 +89,17 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = None) -> Transformer
     copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
     copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
     return block.to(layer.post_attention_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "olmo2": dict(TINY, num_hidden_layers=1),
+    "olmo": dict(TINY, num_hidden_layers=1),
+    "olmo3": dict(TINY, num_hidden_layers=4, sliding_window=WINDOW),  # layers 0-2 sliding, 3 full
+}
 
 
 # --------------------------------------------------------------------------- the family's rows

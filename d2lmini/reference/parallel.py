@@ -21,6 +21,7 @@ from ..block import TransformerBlock
 from .base import (converter, copy_attention, copy_gated_mlp, copy_mlp, copy_norm, gated_act, hf_act,
                    start_conversion, unscaled_rope_theta)
 from .base import LayerRow
+from .tiny import TINY, WINDOW
 from .llama import LlamaVariantAttention
 
 
@@ -367,6 +368,25 @@ def from_stablelm_layer(layer, config, layer_idx: int | None = None) -> Transfor
     copy_mlp(block, mlp.up_proj, mlp.down_proj, gate=mlp.gate_proj)
     _copy_parallel_or_pre_norms(block, layer.input_layernorm, layer.post_attention_layernorm)
     return block.to(attn.q_proj.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "phi": dict(TINY, num_key_value_heads=4, num_hidden_layers=1, partial_rotary_factor=0.5),
+    "phi3": dict(TINY, num_key_value_heads=4, num_hidden_layers=1, sliding_window=WINDOW, pad_token_id=0),
+    "phi4_mini": dict(TINY, num_hidden_layers=1, partial_rotary_factor=0.75, pad_token_id=0),  # Phi3Config
+    "gpt_neox": dict(hidden_size=64, num_attention_heads=4, intermediate_size=160, num_hidden_layers=1,
+                     rotary_pct=0.25),
+    "gptj": dict(n_embd=64, n_head=2, n_inner=160, n_layer=1, rotary_dim=8),
+    "falcon": dict(hidden_size=64, num_attention_heads=4, multi_query=True, parallel_attn=True,
+                   new_decoder_architecture=False, alibi=False, bias=False, ffn_hidden_size=160, num_hidden_layers=1),
+    "cohere": dict(TINY, num_hidden_layers=1),  # CohereConfig's default and the released model: no biases
+    "stablelm": dict(TINY, num_hidden_layers=1, partial_rotary_factor=0.25, use_qkv_bias=True,
+                     use_parallel_residual=False),
+}
 
 
 # --------------------------------------------------------------------------- the family's rows

@@ -15,6 +15,7 @@ from ..moe import MixtureOfExperts
 from .base import (converter, copy_attention, copy_gated_mlp, copy_linear, copy_norm, copy_weight, gated_act,
                    layer_type_of, rope_kwargs, set_qk_norm_eps, start_conversion, window_of)
 from .base import LayerRow, Row2026
+from .tiny import TINY, WINDOW
 
 
 @converter("AfmoeDecoderLayer")
@@ -98,6 +99,22 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     else:
         copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
     return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    # Arcee Trinity: a local (sliding-window, RoPE) and a global (no positions) layer, both with the MoE FFN.
+    "afmoe": dict(TINY, head_dim=32, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                  num_shared_experts=1, num_dense_layers=0, num_hidden_layers=2, sliding_window=WINDOW,
+                  layer_types=["sliding_attention", "full_attention"]),
+    # one global layer of the same shapes (the chapter "The 2026 block")
+    "afmoe_global": dict(TINY, head_dim=32, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                         num_shared_experts=1, num_dense_layers=0, num_hidden_layers=1,
+                         layer_types=["full_attention"]),
+}
 
 
 # --------------------------------------------------------------------------- the family's rows
