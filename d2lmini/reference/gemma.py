@@ -19,8 +19,8 @@ from ..norms import DEFAULT_EPS, unweighted_rms_norm
 from .base import (converter, copy_linear, copy_mlp, copy_norm, gated_act, layer_type_of, rope_kwargs,
                    set_qk_norm_eps, start_conversion, window_of)
 from .base import LayerRow, Row2026
-from .tiny import TINY, WINDOW
 from .llama import gated_decoder
+from .tiny import TINY, WINDOW
 
 
 class GemmaAttention(MultiHeadAttention):

@@ -11,8 +11,8 @@ from __future__ import annotations
 from ..block import TransformerBlock
 from .base import converter, copy_norm, gated_act, layer_type_of, start_conversion, window_of
 from .base import LayerRow, Row2026
-from .tiny import TINY, WINDOW
 from .llama import gated_decoder
+from .tiny import TINY, WINDOW
 
 
 @converter("OlmoDecoderLayer")

@@ -21,8 +21,8 @@ from ..block import TransformerBlock
 from .base import (converter, copy_attention, copy_gated_mlp, copy_mlp, copy_norm, gated_act, hf_act,
                    start_conversion, unscaled_rope_theta)
 from .base import LayerRow
-from .tiny import TINY, WINDOW
 from .llama import LlamaVariantAttention
+from .tiny import TINY, WINDOW
 
 
 def _refuse_layernorm_qk_norm(config, model: str, option: str) -> None:

@@ -3,10 +3,11 @@
 Each family module declares its own (its ``TINY_CONFIGS``, next to its rows); :mod:`d2lmini.reference`
 collects them here, in :data:`TINY_CONFIGS`. Each entry is the keyword arguments of one ``transformers``
 configuration class (:func:`~d2lmini.reference.harness.hf_make` builds a layer from it): small enough that
-the layer builds and runs in milliseconds on a CPU, and shaped so that every feature its converter reads is exercised -- sliding
-windows and attention chunks shorter than the 16 steps of the test sequences, distinct widths where a swapped
-one must not pass, enough layers that the tested one has the type under test. A tiny configuration is not a
-released model: the released values are in the converters' docstrings and the zoo's notes.
+the layer builds and runs in milliseconds on a CPU, and shaped so that every feature its converter reads is
+exercised -- sliding windows and attention chunks shorter than the 16 steps of the test sequences, distinct
+widths where a swapped one must not pass, enough layers that the tested one has the type under test. A tiny
+configuration is not a released model: the released values are in the converters' docstrings and the zoo's
+notes.
 
 Not a family: it holds the shared base and the collected configurations, and imports nothing.
 """
