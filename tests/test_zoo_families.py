@@ -32,3 +32,9 @@ def test_the_tables_are_the_rows():
     assert {name for name in REFERENCES if name in HF_CONVERTERS} == set(named)
     for name, row in named.items():
         assert REFERENCES[name].model == row.reference and REFERENCES[name].causal == row.causal
+
+
+def test_a_check_made_of_zoo_rows_names_rows_of_the_zoo():
+    names = {row.name for row in zoo.ZOO}
+    for row in ROWS_2026:
+        assert set(row.zoo_rows) <= names, row.model

@@ -672,9 +672,8 @@ CHECKS = {
     "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
     "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
     "Gemma 4 (local and global layers, dense)": _check_gemma4,
-    "gpt-oss": _check_zoo("gpt-oss", "gpt-oss (full)"),  # its sliding and full-attention layers
-    "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
-    "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
+    # the models whose check is the comparison of their zoo rows (Row2026.zoo_rows): gpt-oss, OLMo 3, Trinity
+    **{row.check: _check_zoo(*row.zoo_rows) for row in ROWS_2026 if row.zoo_rows},
 }
 
 

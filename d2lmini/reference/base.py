@@ -567,6 +567,8 @@ class Row2026:
             model does not share, with the note the cell gets.
         check: the name of the zoo's check that reproduces its layers, or ``None``.
         missing: what d2lmini does not reproduce of the model's layers.
+        zoo_rows: the names of the zoo's rows (:class:`LayerRow`) whose comparisons are the check,
+            or ``()`` where the zoo has its own check for the model.
     """
 
     model: str
@@ -579,3 +581,4 @@ class Row2026:
     class_default_cells: dict = field(default_factory=dict)
     check: str | None = None
     missing: str = ""
+    zoo_rows: tuple[str, ...] = ()

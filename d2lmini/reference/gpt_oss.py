@@ -195,5 +195,5 @@ ROWS = (
 ROWS_2026 = (
     Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig",
             dict(norm="RMSNorm, pre", sinks=True, router="softmax", act="clamped SwiGLU"), "gpt-oss-120b",
-            check="gpt-oss"),
+            check="gpt-oss", zoo_rows=("gpt-oss", "gpt-oss (full)")),
 )

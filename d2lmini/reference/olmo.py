@@ -116,5 +116,6 @@ ROWS = (
 ROWS_2026 = (
     Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config",
             dict(norm="RMSNorm, on each sublayer's output", qk_norm="QK-norm over the whole projection"),
-            "OLMo 3 7B", check="OLMo 3"),
+            "OLMo 3 7B", check="OLMo 3",
+            zoo_rows=("OLMo 3 (sliding)", "OLMo 3 (full)")),
 )

@@ -134,5 +134,6 @@ ROWS = (
 ROWS_2026 = (
     Row2026("Arcee Trinity", 2025, "singh2026trinity", "AfmoeConfig",
             dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head", gate=True, nope="full-attention layers",
-                 router="sigmoid"), None, check="Arcee Trinity"),
+                 router="sigmoid"), None, check="Arcee Trinity",
+            zoo_rows=("Arcee Trinity (local)", "Arcee Trinity (global)")),
 )
