@@ -16,7 +16,7 @@ from d2lmini.chapters.ch07_ffn import dense_mixture
 from d2lmini import GatedAttention, MixtureOfExperts
 from d2lmini.chapters.ch09_the_2026_block import (constructor_groups, rope_relative_check, sinusoidal_positions,
                                                   step_table, substitution_steps)
-from d2lmini.chapters.zoo import describe_block, who_uses_what
+from d2lmini.chapters.zoo import describe, who_uses_what
 
 TOLERANCE = 1e-5  # max |Δ| in float32
 
@@ -210,32 +210,35 @@ def test_every_row_with_a_reference_layer_is_verified(rows):
 def test_descriptive_columns_come_from_the_configured_blocks(rows):
     by_model = {r["model"]: r for r in rows}
     assert by_model["Transformer (2017)"]["placement"] == "post"
-    assert by_model["GPT-2"]["placement"] == "pre" and by_model["GPT-2"]["attention"] == "MHA, causal"
-    assert by_model["BERT"]["attention"] == "MHA, bidirectional"
-    assert by_model["Llama 3"]["norm"] == "RMSNorm" and by_model["Llama 3"]["qk_norm"] == "—"
+    assert by_model["Transformer (2017)"]["positions"] == "sinusoidal, added to the input"
+    assert by_model["GPT-2"]["placement"] == "pre" and by_model["GPT-2"]["attention"].startswith("MHA ")
+    assert by_model["GPT-2"]["attention"].endswith(", causal")
+    assert by_model["BERT"]["attention"].endswith(", bidirectional")
+    assert by_model["Llama 3"]["norm"].startswith("RMSNorm (eps") and by_model["Llama 3"]["qk_norm"] == "—"
     assert by_model["Qwen3"]["qk_norm"] == "per head"
     assert by_model["OLMo 2"]["placement"] == "post-sublayer" and by_model["OLMo 2"]["qk_norm"] == "whole projection"
-    assert by_model["Gemma 3"]["placement"] == "sandwich" and by_model["Gemma 3"]["ffn"] == "GeGLU"
+    assert by_model["Gemma 3"]["placement"] == "sandwich" and by_model["Gemma 3"]["ffn"].startswith("GeGLU, ")
     assert by_model["Arcee Trinity"]["placement"] == "sandwich"
     assert "MoE" in by_model["Arcee Trinity"]["ffn"] and "sigmoid" in by_model["Arcee Trinity"]["ffn"]
-    assert by_model["Arcee Trinity"]["attention"].startswith("gated GQA")
+    assert "sigmoid output gate" in by_model["Arcee Trinity"]["attention"]
     for model in ("Llama 3", "Qwen3", "Gemma 3", "OLMo 2"):
-        assert by_model[model]["positions"] == "RoPE"
+        assert by_model[model]["positions"].startswith("RoPE, base ")
     table = zoo.catalog_table(rows)
     assert list(table.columns) == ["norm", "placement", "QK-norm", "FFN", "attention (test layer)",
                                    "positions"]
     assert len(zoo.verification_table(rows)) == 8
 
 
-def test_describe_block_reads_the_modules():
+def test_describe_reads_the_modules_with_plots_labels():
     block = TransformerBlock(16, 4, num_kv_heads=2, rope_theta=1e4, qk_norm="projection", placement="sandwich")
-    row = describe_block(block)
-    assert row == {"norm": "RMSNorm", "placement": "sandwich", "qk_norm": "whole projection", "ffn": "SwiGLU",
-                   "attention": "GQA, bidirectional", "positions": "RoPE"}
-    with pytest.raises(ValueError, match="positions_note"):
-        describe_block(TransformerBlock(16, 4))
+    assert describe(block) == {"norm": "RMSNorm (eps 1e-06)", "placement": "sandwich", "qk_norm": "whole projection",
+                               "attention": "GQA 4/2 heads x 4, bidirectional", "positions": "RoPE, base 10000",
+                               "ffn": "SwiGLU, 43 hidden", "bias": "none", "residual": "1"}
+    no_rope = TransformerBlock(16, 4)
+    assert describe(no_rope)["positions"] == "none in the layer"
+    assert describe(no_rope, "learned, added to the input")["positions"] == "learned, added to the input"
     with pytest.raises(TypeError, match="TransformerBlock"):
-        describe_block(FeedForward(16))
+        describe(FeedForward(16))
 
 
 @pytest.mark.skipif(not _has_afmoe(), reason="this transformers has no AfmoeDecoderLayer")

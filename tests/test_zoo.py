@@ -47,10 +47,10 @@ def test_zoo_table_reads_its_columns_from_the_blocks():
     gemma = rows["Gemma 2 (local)"]
     assert gemma["reproduced"] and gemma["max_abs_grad_diff"] <= TOLERANCE
     assert "window 5" in gemma["attention"] and "soft-cap 5" in gemma["attention"]
-    assert gemma["placement"] == "sandwich" and gemma["ffn"].startswith("geglu")
+    assert gemma["placement"] == "sandwich" and gemma["ffn"].startswith("GeGLU")
     assert rows["SmolLM3 (NoPE)"]["positions"] == "none in the layer"
     assert rows["Granite 3.0"]["residual"] == "0.22" and "scale 0.0078" in rows["Granite 3.0"]["attention"]
-    assert rows["OLMo"]["norm"].startswith("LayerNorm without gain or bias")
+    assert rows["OLMo"]["norm"].startswith("LayerNorm (no parameters)")
     with pytest.raises(TypeError, match="block"):
         zoo.describe(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="num_steps"):

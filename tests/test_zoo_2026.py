@@ -205,11 +205,11 @@ def test_describe_reads_the_new_features_from_the_modules():
     local, glob = rows["Arcee Trinity (local)"], rows["Arcee Trinity (global)"]
     assert "sigmoid output gate" in local["attention"] and "window 5" in local["attention"]
     assert glob["positions"] == "none in the layer" and local["positions"].startswith("RoPE")
-    assert glob["ffn"] == "MoE: 8 swiglu experts of 32 hidden, top-2, 1 shared, sigmoid router"
+    assert glob["ffn"] == "MoE: 8 SwiGLU experts of 32 hidden, top-2, 1 shared, sigmoid router"
     gpt_oss = rows["gpt-oss"]
     assert gpt_oss["attention"].endswith("window 5, sinks") and gpt_oss["bias"] == "all"
     assert gpt_oss["positions"] == "RoPE, base 150000, yarn scaling x32"
-    assert gpt_oss["ffn"] == "MoE: 4 swiglu_clamped experts of 160 hidden, top-2, softmax router with bias"
+    assert gpt_oss["ffn"] == "MoE: 4 SwiGLU (clamped) experts of 160 hidden, top-2, softmax router with bias"
     block = TransformerBlock(32, 4, rope_theta=100.0, rotary_dim=4, sinks=True, causal=True)
     described = zoo.describe(block)
     assert described["positions"] == "RoPE, base 100, on 4/8 = 50% of each head"

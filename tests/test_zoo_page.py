@@ -63,7 +63,7 @@ def test_zoo_frame_has_one_line_per_row_and_every_descriptive_column(table):
                    "max |Δ| input grad", "check", "note"):
         assert column in frame.columns, column
     bert = frame.loc["BERT"]
-    assert bert["norm, placement"].startswith("LayerNorm") and bert["norm, placement"].endswith("post-norm")
+    assert bert["norm, placement"].startswith("LayerNorm") and bert["norm, placement"].endswith(", post")
     assert bert["max |Δ| output"] == "0" and frame.loc["GPT-2", "max |Δ| output"].endswith("e-07")
     # a column describe() gains later shows up without touching zoo_frame
     extra = [dict(r, sinks="yes" if r["name"] == "BERT" else "no") for r in table[:2]]

@@ -44,11 +44,9 @@ def test_rows_reproduce_at_another_seed(name):
 
 def _variant(name, model_type, layer_class, config_class, kwargs, *, rotary=True, falcon=False,
              attn_implementation="sdpa"):
-    row = zoo.hf_row(name, name, 2024, model_type, layer_class, config_class, kwargs,
-                     attn_implementation=attn_implementation, rotary=rotary)
-    if falcon:
-        row = zoo._without_alibi(row)
-    return row
+    return zoo.hf_row(name, name, 2024, model_type, layer_class, config_class, kwargs,
+                      attn_implementation=attn_implementation, rotary=rotary,
+                      call_kwargs={"alibi": None} if falcon else None)
 
 
 _FALCON = dict(hidden_size=64, num_attention_heads=4, alibi=False, ffn_hidden_size=160, num_hidden_layers=1)
@@ -100,19 +98,19 @@ def test_variant_biases_follow_the_layer():
 def test_describe_reads_parallel_placements_partial_rope_and_biases():
     table = {r["name"]: r for r in zoo.zoo_table(rows=[ROWS[name] for name in NAMES])}
     assert all(r["reproduced"] for r in table.values())
-    assert table["Phi-2"]["placement"] == "parallel, one shared norm"
+    assert table["Phi-2"]["placement"] == "parallel"
     assert table["GPT-NeoX"]["placement"] == "parallel, two norms"
-    assert table["StableLM 2"]["placement"] == "pre-norm"
+    assert table["StableLM 2"]["placement"] == "pre"
     assert table["Phi-2"]["positions"].endswith("on 8/16 = 50% of each head")
     assert table["GPT-NeoX"]["positions"].endswith("= 25% of each head")
     assert table["GPT-J"]["positions"].endswith("= 25% of each head")
     assert table["Phi-4-mini"]["positions"].endswith("= 75% of each head")
     assert table["Phi-3 mini"]["positions"] == "RoPE, base 10000" and "window 5" in table["Phi-3 mini"]["attention"]
-    assert table["Falcon-7B"]["attention"].startswith("4/1 heads")
-    assert table["Command R"]["norm"].startswith("LayerNorm without bias")
+    assert table["Falcon-7B"]["attention"].startswith("MQA 4/1 heads")
+    assert table["Command R"]["norm"].startswith("LayerNorm (no bias)")
     assert table["GPT-J"]["bias"] == "FFN" and table["Command R"]["bias"] == "none"
     assert table["StableLM 2"]["bias"] == "q, k, v" and table["Phi-2"]["bias"] == "all"
-    assert table["GPT-J"]["ffn"].startswith("gelu_tanh") and table["Command R"]["ffn"].startswith("swiglu")
+    assert table["GPT-J"]["ffn"].startswith("GELU (tanh)") and table["Command R"]["ffn"].startswith("SwiGLU")
 
 
 # --------------------------------------------------------------------------- mutations the check catches

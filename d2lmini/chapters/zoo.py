@@ -33,11 +33,11 @@ installed ``transformers`` lacks (an older release, as Colab may have) instead o
 raising. The appendix prints the table with :func:`zoo_frame` and
 counts features by year with :func:`features_by_year`.
 
-Adding a model: one :class:`ZooRow` built with :func:`hf_row` (a tiny config in
-:data:`d2lmini.reference.tiny.TINY_CONFIGS`, whose windows are shorter than the test
-sequence of 16 steps), a converter in
+Adding a model: one :class:`~d2lmini.reference.base.LayerRow` in its family module's
+``ROWS`` (a tiny config in :data:`d2lmini.reference.tiny.TINY_CONFIGS`, whose windows are
+shorter than the test sequence of 16 steps), a converter in
 :data:`d2lmini.reference.HF_CONVERTERS`, and, for a new block feature, a column in
-:func:`describe`.
+:func:`describe`; :data:`ZOO` is built from the rows.
 
 Shapes use the legend b = batch, n = num_steps, d = num_hiddens.
 """
@@ -62,13 +62,17 @@ from ..moe import MixtureOfExperts
 from ..plot import ACT_SHORT_LABELS, NORM_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS, table_style
 from ..reference import TOLERANCE as _TOLERANCE
 from ..reference import (
+    LAYER_ROWS,
     REFERENCES,
     TINY_CONFIGS,
+    LayerRow,
     Reference,
+    Row2026,
     compare_with_reference,
     from_hf,
     hf_reference,
 )
+from ..reference import ROWS_2026 as _REFERENCE_ROWS_2026
 from ..reference import from_afmoe_layer  # Trinity's converter (global and local layers); re-exported here
 from ..seeding import seeded
 
@@ -122,44 +126,116 @@ MODELS = (
     ("Arcee Trinity", "AfmoeDecoderLayer", "singh2026trinity", "none in global layers (RoPE in local ones)"),
 )
 
+def _describe_attention(att, gated: bool) -> str:
+    """The ``attention`` column of :func:`describe`: kind (MHA, GQA or MQA), heads / key-value heads x
+    head_dim, causal or not, then whichever it has of a sigmoid output gate, a logit scale other than
+    ``1/sqrt(head_dim)``, a window, chunks, a soft-cap, query scaling ``(beta, period)`` and sinks."""
+    kind = "MHA" if att.num_kv_heads == att.num_heads else "MQA" if att.num_kv_heads == 1 else "GQA"
+    parts = [f"{kind} {att.num_heads}/{att.num_kv_heads} heads x {att.head_dim}",
+             "causal" if att.causal else "bidirectional"]
+    if gated:
+        parts.append("sigmoid output gate")
+    if att.scale is not None and abs(att.scale - att.head_dim ** -0.5) > 1e-12:
+        parts.append(f"scale {att.scale:.4g}")
+    if att.window is not None:
+        parts.append(f"window {att.window}")
+    if getattr(att, "chunk", None) is not None:
+        parts.append(f"chunks of {att.chunk}")
+    if getattr(att, "logit_softcap", None) is not None:  # Gemma 2 (d2lmini.reference.gemma.GemmaAttention)
+        parts.append(f"soft-cap {att.logit_softcap:g}")
+    if getattr(att, "query_scaling", None) is not None:  # Ministral 3, Llama 4 (reference.llama.LlamaVariantAttention)
+        beta, period, offset = (*att.query_scaling, 0)[:3]
+        p = f"(p + {offset})" if offset else "p"
+        parts.append(f"query scaling 1 + {beta:g} log(1 + floor({p} / {period}))")
+    if att.sinks is not None:
+        parts.append("sinks")
+    return ", ".join(parts)
+
+
+def _describe_positions(att, positions_note: str | None) -> str:
+    """The ``positions`` column of :func:`describe`: RoPE's base, the rotated fraction of each head where it
+    is partial and the scaling where scaled; without RoPE, ``positions_note`` or ``'none in the layer'``."""
+    if att.rope_theta is None:
+        return positions_note or "none in the layer"
+    out = f"RoPE, base {att.rope_theta:g}"
+    if att.rotary_dim is not None:
+        out += f", on {att.rotary_dim}/{att.head_dim} = {att.rotary_dim / att.head_dim:.0%} of each head"
+    if att.rope_scaling is not None:
+        out += f", {att.rope_scaling['rope_type']} scaling x{att.rope_scaling['factor']:g}"
+    return out
+
+
+def _describe_ffn(ffn) -> str:
+    """The ``ffn`` column of :func:`describe`: a FeedForward's activation and width, or a mixture of experts."""
+    if not isinstance(ffn, MixtureOfExperts):
+        return f"{ACT_SHORT_LABELS[ffn.act]}, {ffn.W_1.out_features} hidden"
+    router = ffn.router_kind + " router" + (" with bias" if getattr(ffn.router, "bias", None) is not None else "")
+    shared = f", {ffn.num_shared_experts} shared" if ffn.num_shared_experts else ""
+    return (f"MoE: {ffn.num_experts} {ACT_SHORT_LABELS[ffn.act]} experts of {ffn.experts[0].ffn_num_hiddens} "
+            f"hidden, top-{ffn.top_k}{shared}, {router}")
+
+
+def _describe_bias(block: TransformerBlock, att) -> str:
+    """The ``bias`` column of :func:`describe`: ``'all'``, ``'none'``, or the parts with biases among
+    ``'q, k, v'``, ``'o'``, ``'FFN'`` (every expert's, for a mixture of experts) and ``'router'``."""
+    ffn = block.ffn
+    moe = isinstance(ffn, MixtureOfExperts)
+    parts = {"q, k, v": att.W_q.bias is not None, "o": block.attention.W_o.bias is not None,
+             "FFN": (ffn.experts[0] if moe else ffn).W_1.bias is not None}
+    if moe:
+        parts["router"] = ffn.router.bias is not None
+    if all(parts.values()):
+        return "all"
+    return ", ".join(part for part, on in parts.items() if on) or "none"
+
+
 @shown_in("zoo")
-def describe_block(block: TransformerBlock, positions_note: str | None = None) -> dict:
-    """The "who uses what" columns, read from a block's modules rather than typed.
+def describe(block: TransformerBlock, positions_note: str | None = None) -> dict:
+    """The descriptive columns of the zoo's tables, read from a block's modules rather than typed.
+
+    The names are :mod:`d2lmini.plot`'s (:data:`~d2lmini.plot.NORM_LABELS`,
+    :data:`~d2lmini.plot.PLACEMENT_SHORT_LABELS`, :data:`~d2lmini.plot.QK_SHORT_LABELS`,
+    :data:`~d2lmini.plot.ACT_SHORT_LABELS`), the words the chapters' figures use.
 
     Args:
-        block: a :class:`~d2lmini.block.TransformerBlock` (its attention may be a
-            :class:`GatedAttention`, its FFN a :class:`MixtureOfExperts`).
-        positions_note: where the positions come from when the block has no RoPE.
+        block: a :class:`~d2lmini.block.TransformerBlock` whose attention is a
+            :class:`~d2lmini.attention.MultiHeadAttention` or a
+            :class:`~d2lmini.attention.GatedAttention`, and whose FFN is a
+            :class:`~d2lmini.ffn.FeedForward` or a :class:`~d2lmini.moe.MixtureOfExperts`.
+        positions_note: where the model's positions come from when the block has no RoPE
+            (e.g. ``'learned, added to the input'``); default ``'none in the layer'``.
 
     Returns:
-        dict of short strings: ``norm``, ``placement``, ``qk_norm``, ``ffn``,
-        ``attention`` and ``positions``.
+        dict of short strings: ``norm`` (name and epsilon), ``placement``, ``qk_norm``
+        (``'—'`` when none), ``attention`` (:func:`_describe_attention`), ``positions``
+        (``'RoPE, base ...'`` with the rotated fraction of a partial RoPE and the scaling
+        type and factor, or the note), ``ffn`` (activation and hidden width, or the mixture
+        of experts: experts, activation, width, top-k, shared experts, router), ``bias``
+        (``'none'``, ``'all'``, or those of ``'q, k, v'``, ``'o'``, ``'FFN'``, ``'router'``
+        that have biases) and ``residual`` (the residual multiplier, or ``'1'``).
 
     Raises:
-        TypeError: if ``block`` is not a TransformerBlock.
-        ValueError: if the block has no RoPE and no ``positions_note`` is given.
+        TypeError: if ``block`` is not a TransformerBlock, or its attention or FFN (built by
+            ``attn_factory``/``ffn_factory``) is not one of the modules above.
     """
     check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
-    att, ffn = block.attention, block.ffn
-    if isinstance(ffn, MixtureOfExperts):
-        ffn_name = f"{ACT_SHORT_LABELS[ffn.act]} MoE ({ffn.router_kind} router"
-        ffn_name += ", shared expert)" if ffn.shared is not None else ")"
-    else:
-        ffn_name = ACT_SHORT_LABELS[ffn.act]
-    kind = "MHA" if att.num_kv_heads == att.num_heads else "GQA"
-    kind = ("gated " + kind) if isinstance(att, GatedAttention) else kind
-    if att.rope_theta is not None:
-        positions = "RoPE"
-    elif positions_note is None:
-        raise ValueError("the block has no RoPE: pass positions_note "
-                         "(where the model's positions come from)")
-    else:
-        positions = positions_note
-    attention = f"{kind}, {'causal' if att.causal else 'bidirectional'}"
-    return {"norm": NORM_LABELS[block.norm],
-            "placement": PLACEMENT_SHORT_LABELS[block.placement],
-            "qk_norm": QK_SHORT_LABELS[att.qk_norm], "ffn": ffn_name,
-            "attention": attention, "positions": positions}
+    attentions = (MultiHeadAttention, GatedAttention)
+    ffns = (FeedForward, MixtureOfExperts)
+    check_instance("block.attention", block.attention, attentions,
+                   "a MultiHeadAttention or GatedAttention")
+    check_instance("block.ffn", block.ffn, ffns, "a FeedForward or MixtureOfExperts")
+    gated = isinstance(block.attention, GatedAttention)
+    att = block.attention.attention if gated else block.attention  # inside a gate
+    addnorm = block.addnorm1
+    norms = (addnorm.norm_in, addnorm.norm_out, addnorm.norm_post)
+    eps = getattr(next(m for m in norms if m is not None), "eps", None)
+    norm = NORM_LABELS[block.norm] + ("" if eps is None else f" (eps {eps:g})")
+    return {"norm": norm, "placement": PLACEMENT_SHORT_LABELS[block.placement],
+            "qk_norm": QK_SHORT_LABELS[att.qk_norm],
+            "attention": _describe_attention(att, gated),
+            "positions": _describe_positions(att, positions_note),
+            "ffn": _describe_ffn(block.ffn), "bias": _describe_bias(block, att),
+            "residual": f"{addnorm.residual_multiplier:g}"}
 
 
 def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
@@ -169,7 +245,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
     layer is converted into a d2lmini block and both are run on the same padded
     batch (:func:`d2lmini.reference.compare_with_reference`, or
     :func:`compare_with_trinity`); the table's descriptive columns are then read
-    from that very block (:func:`describe_block`).
+    from that very block (:func:`describe`).
 
     Args:
         seed: seeds every reference layer and batch.
@@ -177,7 +253,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
 
     Returns:
         One dict per model: ``model``, ``cite``, ``layer``, the columns of
-        :func:`describe_block`, ``max_abs_diff``, ``max_abs_grad_diff``,
+        :func:`describe`, ``max_abs_diff``, ``max_abs_grad_diff``,
         ``max_abs_output`` (``None`` when not verified) and ``status``
         (``'verified'``, ``'MISMATCH'`` or ``'not verified (...)'``).
 
@@ -202,7 +278,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
                            max_abs_output=None, status="not verified (no reference layer)", layer="—")
                 rows.append(row)
                 continue
-            row.update(describe_block(result["block"], note))
+            row.update(describe(result["block"], note))
             ok = max(result["max_abs_diff"], result["max_abs_grad_diff"]) <= TOLERANCE
             row.update(max_abs_diff=result["max_abs_diff"], max_abs_grad_diff=result["max_abs_grad_diff"],
                        max_abs_output=result["max_abs_output"], status="verified" if ok else "MISMATCH")
@@ -211,7 +287,7 @@ def who_uses_what(seed: int = 0, num_steps: int = 16) -> list[dict]:
 
 
 def describe_trinity_without_reference(positions_note: str) -> dict:
-    """:func:`describe_block` of a Trinity-like block built without a reference layer.
+    """:func:`describe` of a Trinity-like block built without a reference layer.
 
     Used when ``transformers`` has no ``AfmoeDecoderLayer``: the block is configured
     from the tiny configuration ``"afmoe_global"`` directly, so the row still describes a d2lmini block.
@@ -229,7 +305,7 @@ def describe_trinity_without_reference(positions_note: str) -> dict:
                                                                   ffn_num_hiddens=c["moe_intermediate_size"],
                                                                   router="sigmoid",
                                                                   num_shared_experts=c["num_shared_experts"]))
-    return describe_block(block, positions_note)
+    return describe(block, positions_note)
 
 
 def catalog_table(rows: list[dict]):
@@ -278,89 +354,22 @@ def verification_table(rows: list[dict]):
 
 # --------------------------------------------------------------------------- the 2026 table
 
+#: The models of the 2026 table, oldest release first: the family modules' ``ROWS_2026``
+#: (:data:`d2lmini.reference.ROWS_2026`), each a :class:`~d2lmini.reference.base.Row2026`.
+ROWS_2026 = tuple(sorted(_REFERENCE_ROWS_2026, key=lambda row: row.year))  # release order (a stable sort)
+
 #: The facts of each 2026 row that a configuration class does not hold, read from the model's
 #: modeling file in ``transformers`` 5.24 (the decoder layer's and attention's ``__init__``):
 #: the norms and where they sit, QK-norm, an output gate on the attention, sinks, NoPE layers.
-MODELING = {
-    "DeepSeek-V3": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents",
-                        router="sigmoid"),
-    "Kimi K2.5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
-    "DeepSeek-V4": dict(norm="RMSNorm, pre (inside each hyper-connection)", act="clamped SwiGLU",
-                        qk_norm="QK-norm: RMSNorm without gain on each query head, with gain on the shared K/V head",
-                        sinks=True),
-    "Qwen3.5": dict(norm="RMSNorm (1 + w), pre", qk_norm="QK-norm per head", gate=True, router="softmax"),
-    "Gemma 4": dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head; RMSNorm without gain on the values"),
-    "gpt-oss": dict(norm="RMSNorm, pre", sinks=True, router="softmax", act="clamped SwiGLU"),
-    "Llama 4": dict(norm="RMSNorm, pre", qk_norm="QK-norm per head: RMSNorm without gain, after RoPE (RoPE layers only)", shared_experts=1,
-                    router="sigmoid"),
-    "OLMo 3": dict(norm="RMSNorm, on each sublayer's output", qk_norm="QK-norm over the whole projection"),
-    "GLM-5": dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
-    "Arcee Trinity": dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head", gate=True,
-                          nope="full-attention layers", router="sigmoid"),
-}
-
-
-@dataclass(frozen=True)
-class Row2026:
-    """One model of the 2026 table.
-
-    Attributes:
-        model, year: the model and the year of the release described.
-        cite: its bibliography key (a report or model card).
-        config: the ``transformers`` configuration class whose defaults the descriptive
-            columns are read from (``'Kimi_K25Config.text_config'`` for a sub-configuration).
-        report: values the report or model card gives for the released model where the
-            class defaults describe another model (Kimi K2.5's defaults are DeepSeek-V3's).
-        check: the name of the check in :data:`CHECKS` that reproduces its layer, or ``None``.
-        missing: what d2lmini does not reproduce of the model's layers.
-    """
-
-    model: str
-    year: int
-    cite: str
-    config: str
-    report: dict = field(default_factory=dict)
-    check: str | None = None
-    missing: str = ""
-
-
-ROWS_2026 = (
-    Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config", check="DeepSeek-V3 layers"),
-    Row2026("Kimi K2.5", 2026, "kimi2025k2", "Kimi_K25Config.text_config",
-            report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1,
-                        topk_group=1),
-            check="DeepSeek-V3 layers, no expert groups"),
-    Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config",
-            check="DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)",
-            missing="the key/value cache of the compressors (decoding token by token)"),
-    Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig", check="Qwen3.5 (both layer types, dense and MoE)"),
-    Row2026("Gemma 4", 2026, "", "Gemma4TextConfig", check="Gemma 4 (local and global layers, dense)",
-            missing="per-layer inputs (a second input to each layer), the MoE block (26B-A4B) and key/value "
-                    "sharing across layers"),
-    Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig", check="gpt-oss"),
-    Row2026("Llama 4", 2025, "", "Llama4TextConfig", check="Llama 4 (RoPE and NoPE layers, dense and MoE)"),
-    Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config", check="OLMo 3"),
-    Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig", check="GLM-5 (sparse attention, dense and MoE layers)",
-            missing="cross-layer top-k sharing (indexer_types 'shared', off by default)"),
-    Row2026("Arcee Trinity", 2025, "singh2026trinity", "AfmoeConfig", check="Arcee Trinity"),
-)
-ROWS_2026 = tuple(sorted(ROWS_2026, key=lambda row: row.year))  # release order (a stable sort)
+MODELING = {row.model: row.modeling for row in ROWS_2026}
 
 #: The released model that each row's configuration (class defaults plus ``report``) describes, read off
-#: the layer count, width and expert count; ``None`` where the defaults match no released model (Gemma 4:
-#: the class docstring names gemma-4-e2b-it, whose width and depth differ; Trinity: the defaults have
-#: 16 K/V heads and 64 experts, every released Trinity GQA and more experts). Such a row shows the class's
-#: defaults and is left out of :func:`feature_counts`.
-SIZES = {"DeepSeek-V3": "DeepSeek-V3 671B", "gpt-oss": "gpt-oss-120b", "Llama 4": "Llama 4 Scout 17B-16E",
-         "OLMo 3": "OLMo 3 7B", "Kimi K2.5": "Kimi K2.5 1T", "DeepSeek-V4": "DeepSeek-V4-Flash",
-         "Qwen3.5": "Qwen3.5-35B-A3B", "Gemma 4": None, "GLM-5": "GLM-5 744B", "Arcee Trinity": None}
+#: the layer count, width and expert count; ``None`` where the defaults match no released model (the family
+#: module says why). Such a row shows the class's defaults and is left out of :func:`feature_counts`.
+SIZES = {row.model: row.size for row in ROWS_2026}
 
 #: Cells of a named size that still hold a class default the released model does not share.
-CLASS_DEFAULT_CELLS = {
-    "Kimi K2.5": {"positions": "DeepSeek-V3's class default; Kimi's own base is larger"},
-    "Qwen3.5": {"positions": "class default; the released models use a larger base"},
-    "GLM-5": {"positions": "GlmMoeDsaConfig's class default"},
-}
+CLASS_DEFAULT_CELLS = {row.model: row.class_default_cells for row in ROWS_2026 if row.class_default_cells}
 
 #: DeepSeek-V4's RoPE labels (``rope_parameters``' keys) as the layers that use them: in
 #: ``DeepseekV4Attention``, ``rope_layer_type = "main" if layer_type == "sliding_attention"
@@ -663,9 +672,8 @@ CHECKS = {
     "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
     "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
     "Gemma 4 (local and global layers, dense)": _check_gemma4,
-    "gpt-oss": _check_zoo("gpt-oss", "gpt-oss (full)"),  # its sliding and full-attention layers
-    "OLMo 3": _check_zoo("OLMo 3 (sliding)", "OLMo 3 (full)"),
-    "Arcee Trinity": _check_zoo("Arcee Trinity (local)", "Arcee Trinity (global)"),
+    # the models whose check is the comparison of their zoo rows (Row2026.zoo_rows): gpt-oss, OLMo 3, Trinity
+    **{row.check: _check_zoo(*row.zoo_rows) for row in ROWS_2026 if row.zoo_rows},
 }
 
 
@@ -939,18 +947,16 @@ class ZooRow:
 
 def hf_row(name: str, family: str, year: int, model_type: str, layer_class: str, config_class: str,
            config_kwargs: dict, *, layer_idx: int = 0, causal: bool = True, attn_implementation: str = "sdpa",
-           unit_offset_norms: bool = False, rotary: str | bool = True, note: str = "") -> ZooRow:
+           unit_offset_norms: bool = False, rotary: str | bool = True, call_kwargs: dict | None = None,
+           note: str = "") -> ZooRow:
     """A :class:`ZooRow` for a Hugging Face layer, made and called by :func:`~d2lmini.reference.hf_make`
     and :func:`~d2lmini.reference.hf_call`.
 
     Args:
         name, family, year, layer_class, layer_idx, causal, note: the row's fields.
-        model_type: the folder under ``transformers/models`` (e.g. ``'gemma2'``).
-        config_class, config_kwargs: the tiny configuration, ``transformers.<config_class>(**config_kwargs)``.
-        attn_implementation: ``'sdpa'``, or ``'eager'`` where SDPA cannot run the layer.
-        unit_offset_norms: whether the norm gains are stored as ``w`` in ``1 + w`` (Gemma).
-        rotary: the rotary class, as :func:`~d2lmini.reference.hf_call` takes it (default: the one
-            named after the layer class; GPT-NeoX's and GPT-J's are named otherwise).
+        model_type, config_class, attn_implementation, unit_offset_norms, rotary, call_kwargs: as
+            :class:`~d2lmini.reference.base.LayerRow` has them.
+        config_kwargs: the tiny configuration, ``transformers.<config_class>(**config_kwargs)``.
 
     Returns:
         The row, made and called as :func:`~d2lmini.reference.hf_reference` makes and calls it.
@@ -963,206 +969,29 @@ def hf_row(name: str, family: str, year: int, model_type: str, layer_class: str,
     ref = hf_reference(name, model_type, layer_class, config_class, config_kwargs, layer_idx=layer_idx,
                        causal=causal, attn_implementation=attn_implementation, unit_offset_norms=unit_offset_norms,
                        rotary=rotary)
-    return ZooRow(name, family, year, layer_class, layer_idx, ref.make, ref.call, causal, note)
+    call, kwargs = ref.call, dict(call_kwargs or {})
+    if kwargs:  # e.g. Falcon's required alibi=None
+        call = (lambda layer, config, X, valid_lens: ref.call(partial(layer, **kwargs), config, X, valid_lens))
+    return ZooRow(name, family, year, layer_class, layer_idx, ref.make, call, causal, note)
 
 
-def _from_references(name: str, family: str, year: int, layer_class: str, note: str = "") -> ZooRow:
-    """A row for one of the Hugging Face layers already in :data:`d2lmini.reference.REFERENCES`."""
-    ref = REFERENCES[layer_class]
-    return ZooRow(name, family, year, layer_class, 0, ref.make, ref.call, ref.causal, note)
+def zoo_row_of(row: LayerRow) -> ZooRow:
+    """The :class:`ZooRow` of a family's :class:`~d2lmini.reference.base.LayerRow`: :func:`hf_row` with its
+    tiny configuration from :data:`~d2lmini.reference.tiny.TINY_CONFIGS`, or, for a row that is the harness's
+    reference of its layer class, that :class:`~d2lmini.reference.Reference`'s own make and call."""
+    if row.reference is not None:  # one object for the zoo and REFERENCES
+        ref = REFERENCES[row.layer_class]
+        return ZooRow(row.name, row.family, row.year, row.layer_class, row.layer_idx, ref.make, ref.call,
+                      ref.causal, row.note)
+    return hf_row(row.name, row.family, row.year, row.model_type, row.layer_class, row.config_class,
+                  TINY_CONFIGS[row.tiny], layer_idx=row.layer_idx, causal=row.causal,
+                  attn_implementation=row.attn_implementation, unit_offset_norms=row.unit_offset_norms,
+                  rotary=row.rotary, call_kwargs=row.call_kwargs, note=row.note)
 
 
-_LEARNED = "learned absolute positions, added to the input (outside the layer)"
-_TRINITY_NOTE = "gated attention, MoE FFN (sigmoid router, shared expert)"
-_INTERLEAVED = "interleaved RoPE pairs (2l, 2l+1), converted by permuting the rows of W_q and W_k"
-_T = TINY_CONFIGS  # every row's tiny configuration, by name (d2lmini.reference.tiny)
-
-
-def _without_alibi(row: ZooRow) -> ZooRow:
-    """``row`` calling its layer with ``alibi=None``, the required argument of ``FalconDecoderLayer``
-    (``FalconModel`` passes ``None`` for its RoPE models)."""
-    call = row.call
-    return replace(row, call=lambda layer, config, X, valid_lens: call(partial(layer, alibi=None), config, X,
-                                                                       valid_lens))
-
-#: The rows of the zoo, oldest model first.
-ZOO: tuple[ZooRow, ...] = (
-    _from_references("BERT", "BERT", 2018, "BertLayer", note=_LEARNED),
-    _from_references("GPT-2", "GPT", 2019, "GPT2Block", note=_LEARNED),
-    hf_row("Mistral 7B", "Mistral", 2023, "mistral", "MistralDecoderLayer", "MistralConfig",
-           _T["mistral"]),
-    hf_row("OLMo", "OLMo", 2024, "olmo", "OlmoDecoderLayer", "OlmoConfig", _T["olmo"]),
-    hf_row("StarCoder2", "StarCoder", 2024, "starcoder2", "Starcoder2DecoderLayer", "Starcoder2Config",
-           _T["starcoder2"]),
-    _from_references("Llama 3", "Llama", 2024, "LlamaDecoderLayer"),
-    hf_row("Qwen2", "Qwen", 2024, "qwen2", "Qwen2DecoderLayer", "Qwen2Config",
-           _T["qwen2"]),
-    hf_row("Gemma 2 (local)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _T["gemma2"],
-           layer_idx=0, attn_implementation="eager", unit_offset_norms=True,
-           note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
-    hf_row("Gemma 2 (global)", "Gemma", 2024, "gemma2", "Gemma2DecoderLayer", "Gemma2Config", _T["gemma2"],
-           layer_idx=1, attn_implementation="eager", unit_offset_norms=True,
-           note="embeddings scaled by sqrt(d); final-logit soft-capping (outside the layer)"),
-    hf_row("Ministral 8B (sliding)", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
-           _T["ministral"], layer_idx=1),
-    hf_row("Ministral 8B (full)", "Mistral", 2024, "ministral", "MinistralDecoderLayer", "MinistralConfig",
-           _T["ministral"], layer_idx=0),
-    hf_row("Granite 3.0", "Granite", 2024, "granite", "GraniteDecoderLayer", "GraniteConfig",
-           _T["granite"],
-           note="embedding_multiplier and logits_scaling act on the embeddings and logits (outside the layer)"),
-    _from_references("OLMo 2", "OLMo", 2024, "Olmo2DecoderLayer"),
-    hf_row("Gemma 3 (local)", "Gemma", 2025, "gemma3", "Gemma3DecoderLayer", "Gemma3TextConfig", _T["gemma3_sliding"],
-           layer_idx=0, unit_offset_norms=True, note="embeddings scaled by sqrt(d) (outside the layer)"),
-    _from_references("Gemma 3 (global)", "Gemma", 2025, "Gemma3DecoderLayer",
-                     note="embeddings scaled by sqrt(d) (outside the layer)"),
-    _from_references("Qwen3", "Qwen", 2025, "Qwen3DecoderLayer"),
-    hf_row("SmolLM3 (RoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _T["smollm3"],
-           layer_idx=0),
-    hf_row("SmolLM3 (NoPE)", "SmolLM", 2025, "smollm3", "SmolLM3DecoderLayer", "SmolLM3Config", _T["smollm3"],
-           layer_idx=3, note="every fourth layer has no positional encoding"),
-    hf_row("OLMo 3 (sliding)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _T["olmo3"], layer_idx=0),
-    hf_row("OLMo 3 (full)", "OLMo", 2025, "olmo3", "Olmo3DecoderLayer", "Olmo3Config", _T["olmo3"], layer_idx=3),
-    hf_row("Ministral 3", "Mistral", 2025, "ministral3", "Ministral3DecoderLayer", "Ministral3Config", _T["ministral3"]),
-    hf_row("Arcee Trinity (local)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _T["afmoe"],
-           layer_idx=0, note=_TRINITY_NOTE),
-    hf_row("Arcee Trinity (global)", "Arcee", 2025, "afmoe", "AfmoeDecoderLayer", "AfmoeConfig", _T["afmoe"],
-           layer_idx=1, note=_TRINITY_NOTE + "; no position encoding in global layers"),
-    hf_row("gpt-oss", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _T["gpt_oss"], layer_idx=0,
-           attn_implementation="eager", note="sliding layer; the full-attention layers alternate with it"),
-    hf_row("gpt-oss (full)", "gpt-oss", 2025, "gpt_oss", "GptOssDecoderLayer", "GptOssConfig", _T["gpt_oss"],
-           layer_idx=1, attn_implementation="eager", note="full-attention layer"),
-    # Parallel attention + FFN, partial and interleaved RoPE.
-    hf_row("Phi-2", "Phi", 2023, "phi", "PhiDecoderLayer", "PhiConfig",
-           _T["phi"]),
-    hf_row("Phi-3 mini", "Phi", 2024, "phi3", "Phi3DecoderLayer", "Phi3Config",
-           _T["phi3"]),
-    hf_row("Phi-4-mini", "Phi", 2025, "phi3", "Phi3DecoderLayer", "Phi3Config",
-           _T["phi4_mini"],
-           note="Phi3DecoderLayer with partial_rotary_factor=0.75"),
-    hf_row("GPT-NeoX", "GPT-NeoX", 2022, "gpt_neox", "GPTNeoXLayer", "GPTNeoXConfig",
-           _T["gpt_neox"],
-           rotary="GPTNeoXRotaryEmbedding"),
-    hf_row("GPT-J", "GPT-J", 2021, "gptj", "GPTJBlock", "GPTJConfig",
-           _T["gptj"], rotary="GPTJRotaryEmbedding",
-           note=_INTERLEAVED),
-    _without_alibi(hf_row("Falcon-7B", "Falcon", 2023, "falcon", "FalconDecoderLayer", "FalconConfig",
-                          _T["falcon"],
-                          attn_implementation="eager",  # SDPA does not broadcast the single key/value head
-                          note="Falcon-40B/180B (new_decoder_architecture) convert to 'parallel_two_norms'")),
-    hf_row("Command R", "Cohere", 2024, "cohere", "CohereDecoderLayer", "CohereConfig",
-           _T["cohere"],
-           note=_INTERLEAVED + "; logit_scale multiplies the logits (outside the layer)"),
-    hf_row("StableLM 2", "StableLM", 2024, "stablelm", "StableLmDecoderLayer", "StableLmConfig",
-           _T["stablelm"]),
-)
-ZOO = tuple(sorted(ZOO, key=lambda row: row.year))  # the table reads in release order (a stable sort)
-
-_NORMS = {"layer": "LayerNorm", "rms": "RMSNorm", "layer_no_bias": "LayerNorm without bias",
-          "layer_nonparametric": "LayerNorm without gain or bias"}
-_PLACEMENTS = {"post": "post-norm", "pre": "pre-norm", "post_sublayer": "norm on sublayer output",
-               "sandwich": "sandwich", "parallel": "parallel, one shared norm",
-               "parallel_two_norms": "parallel, two norms"}
-_QK_NORMS = {"per_head": "per head", "projection": "over the projection",
-             "per_head_distinct": "per head, distinct gains", "l2": "per head, no gain, after RoPE (L2)"}
-
-
-def _describe_positions(att) -> str:
-    """The ``positions`` column of :func:`describe` for a :class:`~d2lmini.attention.MultiHeadAttention`."""
-    if att.rope_theta is None:
-        return "none in the layer"
-    out = f"RoPE, base {att.rope_theta:g}"
-    if att.rotary_dim is not None:
-        out += f", on {att.rotary_dim}/{att.head_dim} = {att.rotary_dim / att.head_dim:.0%} of each head"
-    if att.rope_scaling is not None:
-        out += f", {att.rope_scaling['rope_type']} scaling x{att.rope_scaling['factor']:g}"
-    return out
-
-
-def _describe_ffn(ffn) -> str:
-    """The ``ffn`` column of :func:`describe`: a FeedForward's activation and width, or a mixture of experts."""
-    if not isinstance(ffn, MixtureOfExperts):
-        return f"{ffn.act}, {ffn.W_1.out_features} hidden"
-    router = ffn.router_kind + " router" + (" with bias" if getattr(ffn.router, "bias", None) is not None else "")
-    shared = f", {ffn.num_shared_experts} shared" if ffn.num_shared_experts else ""
-    return (f"MoE: {ffn.num_experts} {ffn.act} experts of {ffn.experts[0].ffn_num_hiddens} hidden, "
-            f"top-{ffn.top_k}{shared}, {router}")
-
-
-def _describe_bias(block: TransformerBlock, att) -> str:
-    """The ``bias`` column of :func:`describe`: ``'all'``, ``'none'``, or the parts with biases among
-    ``'q, k, v'``, ``'o'``, ``'FFN'`` (every expert's, for a mixture of experts) and ``'router'``."""
-    ffn = block.ffn
-    moe = isinstance(ffn, MixtureOfExperts)
-    parts = {"q, k, v": att.W_q.bias is not None, "o": block.attention.W_o.bias is not None,
-             "FFN": (ffn.experts[0] if moe else ffn).W_1.bias is not None}
-    if moe:
-        parts["router"] = ffn.router.bias is not None
-    if all(parts.values()):
-        return "all"
-    return ", ".join(part for part, on in parts.items() if on) or "none"
-
-
-def describe(block: TransformerBlock) -> dict:
-    """The zoo's descriptive columns, read from a converted block's modules.
-
-    Args:
-        block: a :class:`~d2lmini.block.TransformerBlock` whose attention is a
-            :class:`~d2lmini.attention.MultiHeadAttention` or a
-            :class:`~d2lmini.attention.GatedAttention`, and whose FFN is a
-            :class:`~d2lmini.ffn.FeedForward` or a :class:`~d2lmini.moe.MixtureOfExperts`.
-
-    Returns:
-        dict of short strings: ``norm`` (type and epsilon), ``placement``, ``attention``
-        (heads / key-value heads x head_dim, causal or not, a sigmoid output gate, QK-norm,
-        a logit scale other than ``1/sqrt(head_dim)``, window, soft-cap, query scaling
-        ``(beta, period)``, sinks), ``positions`` (``'RoPE, base ...'`` with the rotated
-        fraction of each head where it is partial and the scaling type and factor where
-        scaled, or ``'none in the layer'``), ``ffn`` (activation and hidden width, or for a
-        mixture of experts: experts, their activation and width, top-k, shared experts,
-        router and whether it has a bias), ``bias`` (``'none'``, ``'all'``, or those of
-        ``'q, k, v'``, ``'o'``, ``'FFN'`` and, for a mixture of experts, ``'router'`` that have
-        biases, e.g. ``'FFN'`` for GPT-J, ``'q, k, v, o'`` for Llama with ``attention_bias`` only)
-        and ``residual`` (the residual multiplier, or ``'1'``).
-
-    Raises:
-        TypeError: if ``block`` is not a TransformerBlock, or its attention or FFN (built by
-            ``attn_factory``/``ffn_factory``) is not one of the modules above.
-    """
-    check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
-    check_instance("block.attention", block.attention, (MultiHeadAttention, GatedAttention),
-                   "a MultiHeadAttention or GatedAttention")
-    check_instance("block.ffn", block.ffn, (FeedForward, MixtureOfExperts), "a FeedForward or MixtureOfExperts")
-    gated = isinstance(block.attention, GatedAttention)
-    att = block.attention.attention if gated else block.attention  # the MultiHeadAttention inside
-    ffn, addnorm = block.ffn, block.addnorm1
-    norm = next(m for m in (addnorm.norm_in, addnorm.norm_out, addnorm.norm_post) if m is not None)
-    eps = getattr(norm, "eps", None)
-    attention = [f"{att.num_heads}/{att.num_kv_heads} heads x {att.head_dim}",
-                 "causal" if att.causal else "bidirectional"]
-    if gated:
-        attention.append("sigmoid output gate")
-    if att.qk_norm is not None:
-        attention.append(f"QK-norm {_QK_NORMS[att.qk_norm]}")
-    if att.scale is not None and abs(att.scale - att.head_dim ** -0.5) > 1e-12:
-        attention.append(f"scale {att.scale:.4g}")
-    if att.window is not None:
-        attention.append(f"window {att.window}")
-    if getattr(att, "chunk", None) is not None:
-        attention.append(f"chunks of {att.chunk}")
-    if getattr(att, "logit_softcap", None) is not None:  # Gemma 2 (d2lmini.reference.gemma.GemmaAttention)
-        attention.append(f"soft-cap {att.logit_softcap:g}")
-    if getattr(att, "query_scaling", None) is not None:  # Ministral 3, Llama 4 (reference.llama.LlamaVariantAttention)
-        beta, period, offset = (*att.query_scaling, 0)[:3]
-        p = f"(p + {offset})" if offset else "p"
-        attention.append(f"query scaling 1 + {beta:g} log(1 + floor({p} / {period}))")
-    if att.sinks is not None:
-        attention.append("sinks")
-    bias = _describe_bias(block, att)
-    return {"norm": _NORMS[block.norm] + ("" if eps is None else f" (eps {eps:g})"),
-            "placement": _PLACEMENTS[block.placement], "attention": ", ".join(attention),
-            "positions": _describe_positions(att), "ffn": _describe_ffn(ffn), "bias": bias,
-            "residual": f"{addnorm.residual_multiplier:g}"}
-
+#: The rows of the zoo, oldest model first (within a year, in the order of :data:`d2lmini.reference.FAMILIES`):
+#: every family's :data:`d2lmini.reference.LAYER_ROWS`.
+ZOO: tuple[ZooRow, ...] = tuple(sorted((zoo_row_of(row) for row in LAYER_ROWS), key=lambda row: row.year))
 
 def zoo_table(seed: int = 0, num_steps: int = 16, padded: bool = True, rows=None) -> list[dict]:
     """Build, convert, verify and describe every row of the zoo (:func:`zoo_row` for each).
@@ -1295,7 +1124,8 @@ def zoo_frame(rows: list[dict]):
     differences (``'0'`` when exact, ``'—'`` when not measured) and the row's ``check``
     (:func:`zoo_row`'s status) first, so that a narrow page shows them; then
     ``layer class``, ``norm, placement``, every other descriptive column of the rows in
-    their order (those :func:`describe` returns, whichever they are) and the ``note``
+    their order (those :func:`describe` returns, whichever they are, the QK-norm within the
+    attention's) and the ``note``
     (what the model does outside the layer).
 
     Args:
@@ -1307,7 +1137,7 @@ def zoo_frame(rows: list[dict]):
     import pandas as pd
 
     columns = list(dict.fromkeys(key for row in rows for key in row if key not in _NOT_COLUMNS))
-    columns = [key for key in columns if key not in ("norm", "placement")]
+    columns = [key for key in columns if key not in ("norm", "placement", "qk_norm")]
 
     def fmt(value):
         return "—" if value is None else "0" if value == 0 else f"{value:.1e}"
@@ -1319,6 +1149,8 @@ def zoo_frame(rows: list[dict]):
                 "layer class": r["layer_class"],  # no family column: the model's name says it
                 "norm, placement": f"{r['norm']}, {r['placement']}" if "norm" in r else "—"}
         line.update({_HEADERS.get(key, key.replace("_", " ")): r.get(key, "—") for key in columns})
+        if r.get("qk_norm", "—") != "—":  # QK-norm belongs to the attention cell here
+            line[_HEADERS["attention"]] += f", QK-norm {r['qk_norm']}"
         line["note"] = r["note"] or "—"
         lines.append(line)
     return pd.DataFrame(lines).set_index("model")

@@ -62,7 +62,7 @@ from the attention's (GPT-J, GPT-NeoX), and Falcon's required ``alibi`` argument
 """
 
 # The order is the modules' own: each imports only those above it.
-from .base import HF_CONVERTERS, converter, from_hf, rope_interleaved_to_half
+from .base import HF_CONVERTERS, LayerRow, Row2026, converter, from_hf, rope_interleaved_to_half
 from .pytorch import from_torch_decoder_layer, from_torch_encoder_layer
 from .bert_gpt2 import from_bert_layer, from_gpt2_block
 from .llama import (from_granite_layer, from_llama_layer, from_ministral3_layer, from_ministral_layer,
@@ -77,15 +77,34 @@ from .llama4 import from_llama4_layer
 from .qwen3_5 import from_qwen3_5_attention, from_qwen3_5_gated_deltanet, from_qwen3_5_layer
 from .tiny import TINY, TINY_CONFIGS, WINDOW, tiny_config
 from .harness import (HF_TINY, REFERENCES, TOLERANCE, Reference, additive_mask, compare_with_reference, hf_call,
-                      hf_make, hf_reference, output_and_grad_differences, randomize_)
+                      hf_make, hf_reference, output_and_grad_differences, randomize_, register_references)
 from .deepseek import (compare_deepseek_v4_layer, from_deepseek_v3_attention, from_deepseek_v3_layer,
                        from_deepseek_v3_moe, from_deepseek_v4_layer, hf_deepseek_v4_call, hf_deepseek_v4_make,
                        mla_decoder_block)
 from .glm import from_glm_moe_dsa_attention, from_glm_moe_dsa_layer, hf_glm_moe_dsa_call
 from .export import to_hf
+from . import bert_gpt2, deepseek, gemma, glm, gpt_oss, llama, llama4, olmo, parallel, qwen3_5, trinity
+
+#: The family modules whose rows the zoo, the harness and the 2026 table are built from, in the order
+#: their rows are collected (within a year, the zoo lists its rows in this order). A family module
+#: declares its tiny configurations (``TINY_CONFIGS``) and ``ROWS`` (:class:`~d2lmini.reference.base.LayerRow`,
+#: the layers it reproduces) and/or ``ROWS_2026`` (:class:`~d2lmini.reference.base.Row2026`, its models in the
+#: 2026 table).
+FAMILIES = (bert_gpt2, llama, gpt_oss, llama4, olmo, trinity, deepseek, qwen3_5, gemma, glm, parallel)
+#: Every family's layer rows, family by family.
+LAYER_ROWS: tuple[LayerRow, ...] = tuple(row for family in FAMILIES for row in getattr(family, "ROWS", ()))
+#: Every family's rows of the 2026 table, family by family.
+ROWS_2026: tuple[Row2026, ...] = tuple(row for family in FAMILIES for row in getattr(family, "ROWS_2026", ()))
+for _family in FAMILIES:  # every family's tiny configurations, in one dict
+    if set(_family.TINY_CONFIGS) & set(TINY_CONFIGS):
+        raise ValueError(f"{_family.__name__} redefines a tiny configuration of another family")
+    TINY_CONFIGS.update(_family.TINY_CONFIGS)
+del _family
+register_references(LAYER_ROWS)
 
 __all__ = [
-    "HF_CONVERTERS", "HF_TINY", "REFERENCES", "TINY", "TINY_CONFIGS", "TOLERANCE", "Reference", "WINDOW", "additive_mask",
+    "FAMILIES", "HF_CONVERTERS", "HF_TINY", "LAYER_ROWS", "LayerRow", "REFERENCES", "ROWS_2026", "Row2026", "TINY",
+    "TINY_CONFIGS", "TOLERANCE", "Reference", "WINDOW", "additive_mask", "register_references",
     "compare_deepseek_v4_layer", "compare_with_reference", "converter", "copy_gptoss_experts", "from_afmoe_layer",
     "from_bert_layer", "from_cohere_layer", "from_deepseek_v3_attention", "from_deepseek_v3_layer",
     "from_deepseek_v3_moe", "from_deepseek_v4_layer", "from_falcon_layer", "from_gemma2_layer", "from_gemma3_layer",

@@ -12,6 +12,7 @@ Face layer class name to its converter; each family module fills it with the dec
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -493,3 +494,91 @@ def from_hf(layer, config, layer_idx: int | None = None) -> TransformerBlock | H
         raise TypeError(f"from_hf does not support {name}; supported Hugging Face layer classes: "
                         f"{', '.join(sorted(HF_CONVERTERS))}")
     return HF_CONVERTERS[name](layer, config, resolve_layer_idx(layer, layer_idx))
+
+
+# --------------------------------------------------------------------------- the rows a family declares
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One layer a family reproduces: a row of the zoo, and with ``reference`` one of the harness's references.
+
+    Each family module lists its rows in a module-level ``ROWS``; :mod:`d2lmini.reference` collects
+    them in the order of :data:`~d2lmini.reference.FAMILIES`, and the zoo's table, the harness's
+    :data:`~d2lmini.reference.harness.REFERENCES` and :data:`~d2lmini.reference.harness.HF_TINY` are
+    built from them.
+
+    Attributes:
+        name: display name, e.g. ``'Gemma 2 (local)'``.
+        family: the model family, e.g. ``'Gemma'``.
+        year: the year the model was released.
+        layer_class: the Hugging Face layer class (the key :func:`from_hf` dispatches on).
+        model_type: the folder under ``transformers/models`` (e.g. ``'gemma2'``).
+        config_class: the configuration class, e.g. ``'Gemma2Config'``.
+        tiny: the tiny configuration, a key of :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+        layer_idx: the tested layer's index in the tiny stack (it selects the layer type).
+        causal: whether the layer's self-attention is causal.
+        attn_implementation: ``'sdpa'``, or ``'eager'`` where SDPA cannot run the layer.
+        unit_offset_norms: whether the norm gains are stored as ``w`` in ``1 + w`` (Gemma).
+        rotary: the rotary class, as :func:`~d2lmini.reference.harness.hf_call` takes it.
+        call_kwargs: keyword arguments the model passes the layer beyond the usual ones
+            (Falcon's ``alibi=None``).
+        note: what the model does outside the layer (so not in the block), or ``''``.
+        reference: the model name under which the row is also the harness's reference for its
+            layer class (:data:`~d2lmini.reference.harness.REFERENCES`), or ``None``.
+    """
+
+    name: str
+    family: str
+    year: int
+    layer_class: str
+    model_type: str
+    config_class: str
+    tiny: str
+    layer_idx: int = 0
+    causal: bool = True
+    attn_implementation: str = "sdpa"
+    unit_offset_norms: bool = False
+    rotary: str | bool = True
+    call_kwargs: dict = field(default_factory=dict)
+    note: str = ""
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class Row2026:
+    """One released model of the zoo's 2026 table, declared by its family module in ``ROWS_2026``.
+
+    Attributes:
+        model, year: the model and the year of the release described.
+        cite: its bibliography key (a report or model card), or ``''``.
+        config: the ``transformers`` configuration class whose defaults the descriptive
+            columns are read from (``'Kimi_K25Config.text_config'`` for a sub-configuration).
+        modeling: the facts a configuration class does not hold, read from the model's modeling
+            file (the decoder layer's and attention's ``__init__``): ``norm`` (the norms and where
+            they sit), ``qk_norm``, ``gate`` (an output gate on the attention), ``sinks``, ``nope``
+            (the layers without positions), ``router``, ``act``, ``shared_experts``.
+        size: the released model the configuration (class defaults plus ``report``) describes,
+            read off the layer count, width and expert count; ``None`` where the defaults match
+            no released model (the row then shows the class's defaults).
+        report: values the report or model card gives for the released model where the
+            class defaults describe another model (Kimi K2.5's defaults are DeepSeek-V3's).
+        class_default_cells: cells of a named size that still hold a class default the released
+            model does not share, with the note the cell gets.
+        check: the name of the zoo's check that reproduces its layers, or ``None``.
+        missing: what d2lmini does not reproduce of the model's layers.
+        zoo_rows: the names of the zoo's rows (:class:`LayerRow`) whose comparisons are the check,
+            or ``()`` where the zoo has its own check for the model.
+    """
+
+    model: str
+    year: int
+    cite: str
+    config: str
+    modeling: dict
+    size: str | None
+    report: dict = field(default_factory=dict)
+    class_default_cells: dict = field(default_factory=dict)
+    check: str | None = None
+    missing: str = ""
+    zoo_rows: tuple[str, ...] = ()

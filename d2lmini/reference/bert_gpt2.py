@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..block import TransformerBlock
 from ..ffn import FeedForward
 from .base import converter, copy_linear, copy_norm, copy_qkv_packed, hf_act, start_conversion
+from .base import LayerRow
 
 
 def _attention_and_branch_dropout(layer, config, attention: str, branch: str) -> float:
@@ -119,3 +120,25 @@ def from_gpt2_block(layer, config, layer_idx: int | None = None) -> TransformerB
     copy_norm(block.addnorm1.norm_in, layer.ln_1)
     copy_norm(block.addnorm2.norm_in, layer.ln_2)
     return block.to(W).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "bert": dict(hidden_size=64, num_attention_heads=4, intermediate_size=256),
+    "gpt2": dict(n_embd=64, n_head=4),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+_LEARNED = "learned absolute positions, added to the input (outside the layer)"
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("BERT", "BERT", 2018, "BertLayer", "bert", "BertConfig", "bert", causal=False, note=_LEARNED,
+             reference="BERT"),
+    LayerRow("GPT-2", "GPT", 2019, "GPT2Block", "gpt2", "GPT2Config", "gpt2", note=_LEARNED, reference="GPT-2"),
+)

@@ -23,6 +23,7 @@ from ..mla import DSAIndexer, MultiHeadLatentAttention
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_gated_mlp, copy_linear, copy_norm, copy_weight, rope_kwargs,
                    start_conversion)
+from .base import Row2026
 from .gpt_oss import ClampedSwiGLU
 from .harness import output_and_grad_differences, randomize_
 from .tiny import tiny_config
@@ -436,3 +437,56 @@ def compare_deepseek_v4_layer(layer_idx: int, seed: int = 0, num_steps: int = 24
     runs = (lambda Z: hf_deepseek_v4_call(layer, config, Z, valid_lens, ids),
             lambda Z: block(Z, valid_lens, input_ids=ours_ids))
     return {**output_and_grad_differences(runs, S, R, keep), "block": block}
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+# A tiny DeepSeek-V3: layer 0 dense (MLA + SwiGLU), layer 1 a MoE layer whose 8 experts form 4 groups, a token's
+# 2 experts from the best 2 groups; every width distinct, so a swapped one cannot pass.
+_V3 = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
+                    moe_intermediate_size=16, q_lora_rank=24, kv_lora_rank=20, qk_nope_head_dim=10,
+                    qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                    topk_group=2, n_shared_experts=1, routed_scaling_factor=2.5, first_k_dense_replace=1,
+                    num_hidden_layers=2, rms_norm_eps=1e-5, max_position_embeddings=64,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "deepseek_v3": _V3,
+    # DeepSeek-V4 with one layer of each type -- 0 sliding window + hash-routed MoE, 1 HCA + top-k MoE, 2 CSA +
+    # top-k MoE -- sized so that everything acts within 24 steps: a window of 6, HCA entries of 8 tokens, CSA
+    # entries of 4 of which the indexer keeps 3, RoPE on half of each head, a SwiGLU clamp of 1.
+    "deepseek_v4": dict(
+        vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, head_dim=16, q_lora_rank=16,
+        partial_rotary_factor=0.5, o_groups=2, o_lora_rank=8, sliding_window=6,
+        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}, index_n_heads=2,
+        index_head_dim=8, index_topk=3, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        swiglu_limit=1.0, hc_mult=4,
+        layer_types=["sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention"],
+        mlp_layer_types=["hash_moe", "moe", "moe"]),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+_LATENT_NORMS = "RMSNorm on the query and key/value latents"
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config",
+            dict(norm="RMSNorm, pre", qk_norm=_LATENT_NORMS, router="sigmoid"), "DeepSeek-V3 671B",
+            check="DeepSeek-V3 layers"),
+    Row2026("Kimi K2.5", 2026, "kimi2025k2", "Kimi_K25Config.text_config",
+            dict(norm="RMSNorm, pre", qk_norm=_LATENT_NORMS, router="sigmoid"), "Kimi K2.5 1T",
+            report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1,
+                        topk_group=1),
+            class_default_cells={"positions": "DeepSeek-V3's class default; Kimi's own base is larger"},
+            check="DeepSeek-V3 layers, no expert groups"),
+    Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config",
+            dict(norm="RMSNorm, pre (inside each hyper-connection)", act="clamped SwiGLU",
+                 qk_norm="QK-norm: RMSNorm without gain on each query head, with gain on the shared K/V head",
+                 sinks=True), "DeepSeek-V4-Flash",
+            check="DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)",
+            missing="the key/value cache of the compressors (decoding token by token)"),
+)

@@ -18,7 +18,9 @@ from ..block import TransformerBlock
 from ..norms import DEFAULT_EPS, unweighted_rms_norm
 from .base import (converter, copy_linear, copy_mlp, copy_norm, gated_act, layer_type_of, rope_kwargs,
                    set_qk_norm_eps, start_conversion, window_of)
+from .base import LayerRow, Row2026
 from .llama import gated_decoder
+from .tiny import TINY, WINDOW
 
 
 class GemmaAttention(MultiHeadAttention):
@@ -233,3 +235,54 @@ def from_gemma4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     copy_norm(block.addnorm2.norm_in, layer.pre_feedforward_layernorm)
     copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
     return block.to(attn.q_proj.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+_GEMMA = dict(TINY, head_dim=32, query_pre_attn_scalar=24, sliding_window=WINDOW)
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    # one global layer; "gemma3_sliding" has a local layer before it
+    "gemma3": dict(TINY, num_hidden_layers=1, head_dim=32, query_pre_attn_scalar=24, layer_types=["full_attention"]),
+    "gemma3_sliding": dict(_GEMMA, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]),
+    "gemma2": dict(_GEMMA, num_hidden_layers=2, attn_logit_softcapping=5.0),  # layer types: local, global
+    # Gemma 4 without per-layer inputs: local (sliding, window 5, head width 8, 2 key/value heads, plain RoPE) and
+    # global layers (head width 16, one key/value head, keys as values, proportional RoPE on a quarter of the
+    # pairs) alternate; four layers, so that the two tested ones (0 and 1) are not the last of their type, which
+    # store their keys and values for later layers.
+    "gemma4": dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=40,
+                   num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=5,
+                   hidden_size_per_layer_input=0, global_head_dim=16, num_global_key_value_heads=1,
+                   attention_k_eq_v=True, max_position_embeddings=64, vocab_size=16, rms_norm_eps=1e-6),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+_SQRT_D = "embeddings scaled by sqrt(d)"
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("Gemma 2 (local)", "Gemma", 2024, "Gemma2DecoderLayer", "gemma2", "Gemma2Config", "gemma2", layer_idx=0,
+             attn_implementation="eager", unit_offset_norms=True,
+             note=_SQRT_D + "; final-logit soft-capping (outside the layer)"),
+    LayerRow("Gemma 2 (global)", "Gemma", 2024, "Gemma2DecoderLayer", "gemma2", "Gemma2Config", "gemma2", layer_idx=1,
+             attn_implementation="eager", unit_offset_norms=True,
+             note=_SQRT_D + "; final-logit soft-capping (outside the layer)"),
+    LayerRow("Gemma 3 (local)", "Gemma", 2025, "Gemma3DecoderLayer", "gemma3", "Gemma3TextConfig", "gemma3_sliding",
+             layer_idx=0, unit_offset_norms=True, note=_SQRT_D + " (outside the layer)"),
+    LayerRow("Gemma 3 (global)", "Gemma", 2025, "Gemma3DecoderLayer", "gemma3", "Gemma3TextConfig", "gemma3",
+             unit_offset_norms=True, note=_SQRT_D + " (outside the layer)", reference="Gemma 3"),
+)
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`). ``size`` is
+#: ``None``: the class docstring names gemma-4-e2b-it, whose width and depth differ from the defaults.
+ROWS_2026 = (
+    Row2026("Gemma 4", 2026, "", "Gemma4TextConfig",
+            dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head; RMSNorm without gain on the values"), None,
+            check="Gemma 4 (local and global layers, dense)",
+            missing="per-layer inputs (a second input to each layer), the MoE block (26B-A4B) and key/value "
+                    "sharing across layers"),
+)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from ..block import TransformerBlock
 from ..mla import DSAIndexer, MultiHeadLatentAttention
 from .base import converter, copy_linear, copy_weight, rope_interleaved_to_half, start_conversion
+from .base import Row2026
+from .deepseek import TINY_CONFIGS as _DEEPSEEK_TINY
 from .deepseek import mla_decoder_block, mla_from_hf
 from .harness import hf_call
 
@@ -88,3 +90,26 @@ def from_glm_moe_dsa_layer(layer, config, layer_idx: int | None = None) -> Trans
 #: does: :func:`hf_call` with the causal mask always materialized (the indexer reads it even without
 #: padding), position ids ``0 .. n-1`` and the tables of ``GlmMoeDsaRotaryEmbedding``.
 hf_glm_moe_dsa_call = hf_call("glm_moe_dsa", "GlmMoeDsaDecoderLayer", materialize_mask=True)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    # GLM-5: the DeepSeek-V3 shapes plus a DSA indexer keeping 6 keys per query (the checks run 16 steps, so the
+    # selection matters); layer 0 dense, layer 1 MoE (8 experts in 4 groups).
+    "glm_moe_dsa": dict(_DEEPSEEK_TINY["deepseek_v3"], index_topk=6, index_head_dim=16, index_n_heads=8),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig",
+            dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
+            "GLM-5 744B", class_default_cells={"positions": "GlmMoeDsaConfig's class default"},
+            check="GLM-5 (sparse attention, dense and MoE layers)",
+            missing="cross-layer top-k sharing (indexer_types 'shared', off by default)"),
+)

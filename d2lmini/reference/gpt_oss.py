@@ -18,6 +18,8 @@ from ..ffn import FeedForward
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_attention, copy_linear, copy_norm, copy_weight, rope_kwargs, start_conversion,
                    window_of)
+from .base import LayerRow, Row2026
+from .tiny import TINY, WINDOW
 
 
 #: gpt-oss's Swish slope: its gate is ``z * sigmoid(1.702 z)`` (the sigmoid approximation
@@ -163,3 +165,35 @@ def copy_gptoss_experts(experts: nn.ModuleList, src) -> None:
         copy_linear(ffn.W_g, gate_up[:, ::2].t(), gate_up_bias[::2])
         copy_linear(ffn.W_1, gate_up[:, 1::2].t(), gate_up_bias[1::2])
         copy_linear(ffn.W_2, src.down_proj[e].t(), src.down_proj_bias[e])
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    # gpt-oss: layers alternate sliding (layer 0) and full; YaRN as released (factor 32 over 4096, not truncated);
+    # a SwiGLU clamp of 1 (released: 7) so that the tiny layer's activations reach it.
+    "gpt_oss": dict(TINY, head_dim=16, num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=2,
+                    sliding_window=WINDOW, swiglu_limit=1.0,
+                    rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                         beta_slow=1.0, truncate=False, original_max_position_embeddings=4096)),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("gpt-oss", "gpt-oss", 2025, "GptOssDecoderLayer", "gpt_oss", "GptOssConfig", "gpt_oss", layer_idx=0,
+             attn_implementation="eager", note="sliding layer; the full-attention layers alternate with it"),
+    LayerRow("gpt-oss (full)", "gpt-oss", 2025, "GptOssDecoderLayer", "gpt_oss", "GptOssConfig", "gpt_oss",
+             layer_idx=1, attn_implementation="eager", note="full-attention layer"),
+)
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig",
+            dict(norm="RMSNorm, pre", sinks=True, router="softmax", act="clamped SwiGLU"), "gpt-oss-120b",
+            check="gpt-oss", zoo_rows=("gpt-oss", "gpt-oss (full)")),
+)

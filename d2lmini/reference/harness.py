@@ -298,15 +298,9 @@ TOLERANCE = 1e-5
 
 
 #: The Hugging Face layers in :data:`REFERENCES`, by layer class: ``(model, model_type, config class, tiny
-#: configuration)``, the tiny configuration a key of :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
-HF_TINY = {
-    "BertLayer": ("BERT", "bert", "BertConfig", "bert"),
-    "GPT2Block": ("GPT-2", "gpt2", "GPT2Config", "gpt2"),
-    "LlamaDecoderLayer": ("Llama 3", "llama", "LlamaConfig", "llama"),
-    "Qwen3DecoderLayer": ("Qwen3", "qwen3", "Qwen3Config", "qwen3"),
-    "Olmo2DecoderLayer": ("OLMo 2", "olmo2", "Olmo2Config", "olmo2"),
-    "Gemma3DecoderLayer": ("Gemma 3", "gemma3", "Gemma3TextConfig", "gemma3"),
-}
+#: configuration)``, the tiny configuration a key of :data:`~d2lmini.reference.tiny.TINY_CONFIGS`. Filled by
+#: :func:`register_references` from the family rows that name a ``reference``.
+HF_TINY: dict[str, tuple] = {}
 
 
 def _build_references() -> dict[str, Reference]:
@@ -329,14 +323,33 @@ def _build_references() -> dict[str, Reference]:
         "TransformerDecoderLayer", "PyTorch, encoder-decoder Transformer (2017)", _torch_decoder_make,
         lambda layer, config: from_torch_decoder_layer(layer), decoder_call, causal=True,
         needs_transformers=False, memory=12)
-    for name, (model, model_type, config_class, tiny) in HF_TINY.items():
-        refs[name] = hf_reference(model, model_type, name, config_class, TINY_CONFIGS[tiny], causal=name != "BertLayer",
-                                  unit_offset_norms=name == "Gemma3DecoderLayer")
     return refs
 
 
-#: Every reference layer d2lmini is checked against, by name.
+#: Every reference layer d2lmini is checked against, by name: PyTorch's layers here, the Hugging Face
+#: layers of the family rows added by :func:`register_references` (when :mod:`d2lmini.reference` is imported).
 REFERENCES: dict[str, Reference] = _build_references()
+
+
+def register_references(rows) -> None:
+    """Add to :data:`REFERENCES` and :data:`HF_TINY` every row that names a ``reference``, keyed by layer class.
+
+    Args:
+        rows: :class:`~d2lmini.reference.base.LayerRow` objects (those of
+            :data:`d2lmini.reference.LAYER_ROWS`), in the order the references are listed.
+
+    Raises:
+        ValueError: if two rows name a reference for the same layer class.
+    """
+    for row in rows:
+        if row.reference is None:
+            continue
+        if row.layer_class in HF_TINY:
+            raise ValueError(f"rows: two references for {row.layer_class}")
+        HF_TINY[row.layer_class] = (row.reference, row.model_type, row.config_class, row.tiny)
+        REFERENCES[row.layer_class] = hf_reference(row.reference, row.model_type, row.layer_class, row.config_class,
+                                                   TINY_CONFIGS[row.tiny], causal=row.causal,
+                                                   unit_offset_norms=row.unit_offset_norms)
 
 
 def compare_with_reference(name: str, batch_size: int = 2, num_steps: int = 16, seed: int = 0,

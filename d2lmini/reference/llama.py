@@ -19,6 +19,8 @@ from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
 from .base import (converter, copy_attention, copy_mlp, copy_norm, gated_act, hf_act, rope_kwargs, set_qk_norm_eps,
                    start_conversion, window_of)
+from .base import LayerRow
+from .tiny import TINY, WINDOW
 
 
 def check_query_scaling(value) -> tuple:
@@ -402,3 +404,51 @@ def from_starcoder2_layer(layer, config, layer_idx: int | None = None) -> Transf
     copy_norm(block.addnorm1.norm_in, layer.input_layernorm)
     copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm)
     return block.to(layer.self_attn.q_proj.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "llama": dict(TINY, num_hidden_layers=1, rope_theta=500000.0),
+    "qwen3": dict(TINY, num_hidden_layers=1, head_dim=32),
+    "mistral": dict(TINY, num_hidden_layers=1, sliding_window=WINDOW, rope_theta=10000.0),
+    "starcoder2": dict(TINY, num_hidden_layers=1, sliding_window=WINDOW, bos_token_id=None, eos_token_id=None),
+    "qwen2": dict(TINY, num_hidden_layers=1, use_sliding_window=False),
+    "ministral": dict(TINY, num_hidden_layers=2, head_dim=16, sliding_window=WINDOW,  # head_dim: no default
+                      layer_types=["full_attention", "sliding_attention"]),
+    "granite": dict(TINY, num_hidden_layers=1, residual_multiplier=0.22, attention_multiplier=0.0078,
+                    embedding_multiplier=12.0, logits_scaling=8.0),
+    "smollm3": dict(TINY, num_hidden_layers=4),  # layers 0-2 RoPE, 3 NoPE (no_rope_layer_interval=4)
+    # Ministral 3: YaRN over an "original" context of 4 positions, so the query scaling 1 + beta log(1 + floor(p / 4))
+    # changes within the 16 test steps (the released models: 16384, factor 16).
+    "ministral3": dict(TINY, num_hidden_layers=1, head_dim=16, max_position_embeddings=64,
+                       rope_parameters=dict(rope_type="yarn", rope_theta=1_000_000.0, factor=16.0,
+                                            original_max_position_embeddings=4, beta_fast=32.0, beta_slow=1.0,
+                                            mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.1)),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("Mistral 7B", "Mistral", 2023, "MistralDecoderLayer", "mistral", "MistralConfig", "mistral"),
+    LayerRow("StarCoder2", "StarCoder", 2024, "Starcoder2DecoderLayer", "starcoder2", "Starcoder2Config",
+             "starcoder2"),
+    LayerRow("Llama 3", "Llama", 2024, "LlamaDecoderLayer", "llama", "LlamaConfig", "llama", reference="Llama 3"),
+    LayerRow("Qwen2", "Qwen", 2024, "Qwen2DecoderLayer", "qwen2", "Qwen2Config", "qwen2"),
+    LayerRow("Ministral 8B (sliding)", "Mistral", 2024, "MinistralDecoderLayer", "ministral", "MinistralConfig",
+             "ministral", layer_idx=1),
+    LayerRow("Ministral 8B (full)", "Mistral", 2024, "MinistralDecoderLayer", "ministral", "MinistralConfig",
+             "ministral", layer_idx=0),
+    LayerRow("Granite 3.0", "Granite", 2024, "GraniteDecoderLayer", "granite", "GraniteConfig", "granite",
+             note="embedding_multiplier and logits_scaling act on the embeddings and logits (outside the layer)"),
+    LayerRow("Qwen3", "Qwen", 2025, "Qwen3DecoderLayer", "qwen3", "Qwen3Config", "qwen3", reference="Qwen3"),
+    LayerRow("SmolLM3 (RoPE)", "SmolLM", 2025, "SmolLM3DecoderLayer", "smollm3", "SmolLM3Config", "smollm3"),
+    LayerRow("SmolLM3 (NoPE)", "SmolLM", 2025, "SmolLM3DecoderLayer", "smollm3", "SmolLM3Config", "smollm3",
+             layer_idx=3, note="every fourth layer has no positional encoding"),
+    LayerRow("Ministral 3", "Mistral", 2025, "Ministral3DecoderLayer", "ministral3", "Ministral3Config",
+             "ministral3"),
+)

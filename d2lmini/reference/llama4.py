@@ -18,6 +18,7 @@ from ..moe import MixtureOfExperts
 from ..norms import unweighted_rms_norm
 from .base import (converter, copy_attention, copy_gated_mlp, copy_linear, copy_norm, gated_act, layer_type_of,
                    rope_kwargs, start_conversion)
+from .base import Row2026
 from .llama import LlamaVariantAttention
 
 
@@ -157,3 +158,30 @@ def from_llama4_layer(layer, config, layer_idx: int | None = None) -> Transforme
     else:
         copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
     return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    # Llama 4 with each of its four layer kinds: 0 RoPE (chunked, L2 QK-norm) + dense MLP, 1 NoPE (full, temperature
+    # tuning) + MoE, 2 RoPE + MoE, 3 NoPE + dense. Chunks of 5 and floor_scale 3 so that both vary within the
+    # 16-step test sequence.
+    "llama4": dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=24,
+                   intermediate_size_mlp=40, num_local_experts=4, num_experts_per_tok=1, num_hidden_layers=4,
+                   no_rope_layers=[1, 0, 1, 0], moe_layers=[1, 2], attention_chunk_size=5, floor_scale=3,
+                   attn_scale=0.5, rms_norm_eps=1e-5, max_position_embeddings=64, vocab_size=16,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("Llama 4", 2025, "", "Llama4TextConfig",
+            dict(norm="RMSNorm, pre",
+                 qk_norm="QK-norm per head: RMSNorm without gain, after RoPE (RoPE layers only)", shared_experts=1,
+                 router="sigmoid"), "Llama 4 Scout 17B-16E", check="Llama 4 (RoPE and NoPE layers, dense and MoE)"),
+)

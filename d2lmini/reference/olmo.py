@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from ..block import TransformerBlock
 from .base import converter, copy_norm, gated_act, layer_type_of, start_conversion, window_of
+from .base import LayerRow, Row2026
 from .llama import gated_decoder
+from .tiny import TINY, WINDOW
 
 
 @converter("OlmoDecoderLayer")
@@ -87,3 +89,33 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = None) -> Transformer
     copy_norm(block.addnorm1.norm_out, layer.post_attention_layernorm)
     copy_norm(block.addnorm2.norm_out, layer.post_feedforward_layernorm)
     return block.to(layer.post_attention_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "olmo2": dict(TINY, num_hidden_layers=1),
+    "olmo": dict(TINY, num_hidden_layers=1),
+    "olmo3": dict(TINY, num_hidden_layers=4, sliding_window=WINDOW),  # layers 0-2 sliding, 3 full
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("OLMo", "OLMo", 2024, "OlmoDecoderLayer", "olmo", "OlmoConfig", "olmo"),
+    LayerRow("OLMo 2", "OLMo", 2024, "Olmo2DecoderLayer", "olmo2", "Olmo2Config", "olmo2", reference="OLMo 2"),
+    LayerRow("OLMo 3 (sliding)", "OLMo", 2025, "Olmo3DecoderLayer", "olmo3", "Olmo3Config", "olmo3", layer_idx=0),
+    LayerRow("OLMo 3 (full)", "OLMo", 2025, "Olmo3DecoderLayer", "olmo3", "Olmo3Config", "olmo3", layer_idx=3),
+)
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("OLMo 3", 2025, "olmo2025olmo3", "Olmo3Config",
+            dict(norm="RMSNorm, on each sublayer's output", qk_norm="QK-norm over the whole projection"),
+            "OLMo 3 7B", check="OLMo 3",
+            zoo_rows=("OLMo 3 (sliding)", "OLMo 3 (full)")),
+)

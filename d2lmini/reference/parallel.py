@@ -20,7 +20,9 @@ from ..attention import MultiHeadAttention
 from ..block import TransformerBlock
 from .base import (converter, copy_attention, copy_gated_mlp, copy_mlp, copy_norm, gated_act, hf_act,
                    start_conversion, unscaled_rope_theta)
+from .base import LayerRow
 from .llama import LlamaVariantAttention
+from .tiny import TINY, WINDOW
 
 
 def _refuse_layernorm_qk_norm(config, model: str, option: str) -> None:
@@ -366,3 +368,47 @@ def from_stablelm_layer(layer, config, layer_idx: int | None = None) -> Transfor
     copy_mlp(block, mlp.up_proj, mlp.down_proj, gate=mlp.gate_proj)
     _copy_parallel_or_pre_norms(block, layer.input_layernorm, layer.post_attention_layernorm)
     return block.to(attn.q_proj.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "phi": dict(TINY, num_key_value_heads=4, num_hidden_layers=1, partial_rotary_factor=0.5),
+    "phi3": dict(TINY, num_key_value_heads=4, num_hidden_layers=1, sliding_window=WINDOW, pad_token_id=0),
+    "phi4_mini": dict(TINY, num_hidden_layers=1, partial_rotary_factor=0.75, pad_token_id=0),  # Phi3Config
+    "gpt_neox": dict(hidden_size=64, num_attention_heads=4, intermediate_size=160, num_hidden_layers=1,
+                     rotary_pct=0.25),
+    "gptj": dict(n_embd=64, n_head=2, n_inner=160, n_layer=1, rotary_dim=8),
+    "falcon": dict(hidden_size=64, num_attention_heads=4, multi_query=True, parallel_attn=True,
+                   new_decoder_architecture=False, alibi=False, bias=False, ffn_hidden_size=160, num_hidden_layers=1),
+    "cohere": dict(TINY, num_hidden_layers=1),  # CohereConfig's default and the released model: no biases
+    "stablelm": dict(TINY, num_hidden_layers=1, partial_rotary_factor=0.25, use_qkv_bias=True,
+                     use_parallel_residual=False),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+_INTERLEAVED = "interleaved RoPE pairs (2l, 2l+1), converted by permuting the rows of W_q and W_k"
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`): parallel
+#: attention and FFN, partial and interleaved RoPE.
+ROWS = (
+    LayerRow("Phi-2", "Phi", 2023, "PhiDecoderLayer", "phi", "PhiConfig", "phi"),
+    LayerRow("Phi-3 mini", "Phi", 2024, "Phi3DecoderLayer", "phi3", "Phi3Config", "phi3"),
+    LayerRow("Phi-4-mini", "Phi", 2025, "Phi3DecoderLayer", "phi3", "Phi3Config", "phi4_mini",
+             note="Phi3DecoderLayer with partial_rotary_factor=0.75"),
+    LayerRow("GPT-NeoX", "GPT-NeoX", 2022, "GPTNeoXLayer", "gpt_neox", "GPTNeoXConfig", "gpt_neox",
+             rotary="GPTNeoXRotaryEmbedding"),
+    LayerRow("GPT-J", "GPT-J", 2021, "GPTJBlock", "gptj", "GPTJConfig", "gptj", rotary="GPTJRotaryEmbedding",
+             note=_INTERLEAVED),
+    LayerRow("Falcon-7B", "Falcon", 2023, "FalconDecoderLayer", "falcon", "FalconConfig", "falcon",
+             attn_implementation="eager",  # SDPA does not broadcast the single key/value head
+             call_kwargs={"alibi": None},  # FalconModel passes None for its RoPE models
+             note="Falcon-40B/180B (new_decoder_architecture) convert to 'parallel_two_norms'"),
+    LayerRow("Command R", "Cohere", 2024, "CohereDecoderLayer", "cohere", "CohereConfig", "cohere",
+             note=_INTERLEAVED + "; logit_scale multiplies the logits (outside the layer)"),
+    LayerRow("StableLM 2", "StableLM", 2024, "StableLmDecoderLayer", "stablelm", "StableLmConfig", "stablelm"),
+)

@@ -18,6 +18,7 @@ from ..deltanet import GatedDeltaNet
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_gated_mlp, copy_linear, copy_norm, layer_type_of, rope_kwargs,
                    set_qk_norm_eps, start_conversion)
+from .base import Row2026
 
 
 def from_qwen3_5_gated_deltanet(layer) -> GatedDeltaNet:
@@ -165,3 +166,34 @@ def from_qwen3_5_layer(layer, config, layer_idx: int | None = None) -> Transform
     copy_norm(block.addnorm1.norm_in, layer.input_layernorm, unit_offset=True)
     copy_norm(block.addnorm2.norm_in, layer.post_attention_layernorm, unit_offset=True)
     return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+# A tiny Qwen3.5: layer 0 a Gated DeltaNet layer, layer 1 a gated-attention layer (GQA 4/2, partial RoPE).
+_TINY_BASE = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=80,
+                num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], rms_norm_eps=1e-5,
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6,
+                linear_conv_kernel_dim=4, max_position_embeddings=64, vocab_size=16,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    "qwen3_5": _TINY_BASE,
+    # The same shapes with Qwen3.5's MoE FFN in every layer (Qwen3_5MoeSparseMoeBlock): 8 experts of width 16,
+    # top-2, and a shared expert of width 32 behind its sigmoid gate.
+    "qwen3_5_moe": dict({k: v for k, v in _TINY_BASE.items() if k != "intermediate_size"}, moe_intermediate_size=16,
+                        shared_expert_intermediate_size=32, num_experts=8, num_experts_per_tok=2),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
+ROWS_2026 = (
+    Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig",
+            dict(norm="RMSNorm (1 + w), pre", qk_norm="QK-norm per head", gate=True, router="softmax"),
+            "Qwen3.5-35B-A3B", class_default_cells={"positions": "class default; the released models use a larger base"},
+            check="Qwen3.5 (both layer types, dense and MoE)"),
+)

@@ -14,6 +14,8 @@ from ..ffn import FeedForward
 from ..moe import MixtureOfExperts
 from .base import (converter, copy_attention, copy_gated_mlp, copy_linear, copy_norm, copy_weight, gated_act,
                    layer_type_of, rope_kwargs, set_qk_norm_eps, start_conversion, window_of)
+from .base import LayerRow, Row2026
+from .tiny import TINY, WINDOW
 
 
 @converter("AfmoeDecoderLayer")
@@ -97,3 +99,41 @@ def from_afmoe_layer(layer, config, layer_idx: int | None = None) -> Transformer
     else:
         copy_gated_mlp(block.ffn, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
     return block.to(layer.input_layernorm.weight).train(layer.training)
+
+
+# --------------------------------------------------------------------------- the family's tiny configurations
+
+#: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
+#: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
+TINY_CONFIGS: dict[str, dict] = {
+    # Arcee Trinity: a local (sliding-window, RoPE) and a global (no positions) layer, both with the MoE FFN.
+    "afmoe": dict(TINY, head_dim=32, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                  num_shared_experts=1, num_dense_layers=0, num_hidden_layers=2, sliding_window=WINDOW,
+                  layer_types=["sliding_attention", "full_attention"]),
+    # one global layer of the same shapes (the chapter "The 2026 block")
+    "afmoe_global": dict(TINY, head_dim=32, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                         num_shared_experts=1, num_dense_layers=0, num_hidden_layers=1,
+                         layer_types=["full_attention"]),
+}
+
+
+# --------------------------------------------------------------------------- the family's rows
+
+_NOTE = "gated attention, MoE FFN (sigmoid router, shared expert)"
+
+#: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
+ROWS = (
+    LayerRow("Arcee Trinity (local)", "Arcee", 2025, "AfmoeDecoderLayer", "afmoe", "AfmoeConfig", "afmoe",
+             layer_idx=0, note=_NOTE),
+    LayerRow("Arcee Trinity (global)", "Arcee", 2025, "AfmoeDecoderLayer", "afmoe", "AfmoeConfig", "afmoe",
+             layer_idx=1, note=_NOTE + "; no position encoding in global layers"),
+)
+
+#: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`). ``size`` is
+#: ``None``: the class defaults have 16 K/V heads and 64 experts, every released Trinity GQA and more experts.
+ROWS_2026 = (
+    Row2026("Arcee Trinity", 2025, "singh2026trinity", "AfmoeConfig",
+            dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head", gate=True, nope="full-attention layers",
+                 router="sigmoid"), None, check="Arcee Trinity",
+            zoo_rows=("Arcee Trinity (local)", "Arcee Trinity (global)")),
+)
