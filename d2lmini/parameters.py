@@ -114,8 +114,9 @@ def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = 
     wanted = target.state_dict()
     missing, extra = sorted(set(wanted) - set(state)), sorted(set(state) - set(wanted))
     if missing or extra:
-        raise ValueError(f"target's tensors do not match source's (after rename): target has no {extra or 'none'}, "
-                         f"and source gives nothing for {missing or 'none'}")
+        problems = ([f"the source has {extra}, which the target lacks"] if extra else []) + \
+                   ([f"the target has {missing}, which the source lacks"] if missing else [])
+        raise ValueError(f"target's tensors do not match source's (after rename): {'; '.join(problems)}")
     shapes = [f"{n}: {tuple(state[n].shape)} vs {tuple(wanted[n].shape)}" for n in state
               if state[n].shape != wanted[n].shape]
     if shapes:

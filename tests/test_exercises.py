@@ -285,6 +285,10 @@ def test_each_chapter_asks_for_a_prediction_before_its_experiment(path):
         lesson = cells[reveal:reveal + 2]  # the reveal and the cell right after it
         assert any(c.cell_type == "code" and "assert" in c.source for c in lesson), \
             f"{path.name}: the lesson of cell {ask}'s prediction is asserted with the reveal or right after it"
+        # the reveal's code (its asserts and comments state the answer) folds until the reader opens it
+        folded = cells[reveal].metadata
+        assert "hide-input" in folded.get("tags", []) and folded.get("jupyter", {}).get("source_hidden"), \
+            f"{path.name}: the reveal of cell {ask}'s prediction folds its code (hide-input, source_hidden)"
 
 
 @pytest.mark.parametrize("path", PREDICTED, ids=lambda p: p.stem)

@@ -189,7 +189,7 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
         return ("Hint: your output agrees within rounding but not bit for bit" + difference + ": follow "
                 "d2lmini's order of operations, in the same dtype at each step, and torch.rsqrt for 1/sqrt.")
     generator = torch.Generator().manual_seed(0)
-    agreeing = {}
+    agreeing, whole_only = {}, []
     for name, part in _parts(mine).items():
         source = _source_of(name, ref, rename)
         width = _width(part)
@@ -201,6 +201,7 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
         try:
             expected = _output(theirs(Z))
         except Exception:  # a part that needs more than one tensor (attention): compared as a whole only
+            whole_only.append(name)
             continue
         try:
             alone = _output(part(Z))
@@ -242,7 +243,8 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
         groups.setdefault(head if head and tail.isdigit() else name, []).append(name)
     parts = ", ".join(f"`{names[0]}`" if len(names) == 1 else f"`{key}` (all {len(names)})"
                       for key, names in groups.items())
-    alone = f"Every part ({parts}) computes alone what d2lmini's does, so the difference is in forward: " \
+    unchecked = f" (`{'`, `'.join(whole_only)}` could not be run alone: check it too)" if whole_only else ""
+    alone = f"Every part ({parts}) computes alone what d2lmini's does{unchecked}, so look at forward: " \
         if agreeing else "The difference is in forward: "
-    return "Hint: " + alone + (hint or "which input each part reads, the order of the steps, and where the "
-                                       "results are added to the stream") + difference + "."
+    return "Hint: " + alone + (hint or "which input each part reads, the order of the steps, and how their "
+                                       "results are combined") + difference + "."
