@@ -4,6 +4,9 @@ let the slow tests use both cores (see Jobs)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
 import shutil
 import subprocess
@@ -530,3 +533,34 @@ def html(tmp_path_factory) -> Path:
     proc = build(ROOT, out)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     return out / "_build" / "html"
+
+
+# --------------------------------------------------------------------------- a browser
+
+#: Debian's Chromium (never a browser a test tool downloads), headless and offline.
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def require_chromium() -> None:
+    """Skip the test where Debian's Chromium is not installed; in CI (``.ci/run`` installs it), fail."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is missing; .ci/run installs Debian's chromium")
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+
+
+@contextlib.contextmanager
+def serve_folder(directory: Path):
+    """``directory`` over HTTP from localhost, without request logs; yields ``http://127.0.0.1:PORT``."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()

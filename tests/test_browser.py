@@ -8,42 +8,23 @@ link must name, on the branch of executed notebooks, a chapter that exists in th
 
 from __future__ import annotations
 
-import functools
-import http.server
-import os
 import re
-import shutil
-import threading
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-from conftest import ROOT, toc_files
+from conftest import CHROMIUM, CHROMIUM_ARGS, ROOT, require_chromium, serve_folder, toc_files
 
 # The built book (the html fixture) in a browser: out of the quick loop.
 pytestmark = pytest.mark.slow
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
 @pytest.fixture(scope="module")
 def server(html):
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is missing; .ci/run installs Debian's chromium")
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
-    handler.log_message = lambda *args: None
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    require_chromium()
+    with serve_folder(html) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,8 @@ the time per token.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
-import threading
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +21,8 @@ import torch
 from d2lmini import generate
 from d2lmini.webmodel import import_model, inside
 from test_browser import THIRD_PARTY_NOISE
-from test_web_model import CHROMIUM, CHROMIUM_ARGS, run_in_page
+from conftest import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_folder
+from test_web_model import run_in_page
 
 # The built book (the html fixture) in a browser: out of the quick loop.
 pytestmark = pytest.mark.slow
@@ -53,10 +50,7 @@ def chapter_page(browser, url: str):
 
 @pytest.fixture(scope="module")
 def browser(html):
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is missing; .ci/run installs Debian's chromium")
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    require_chromium()
     playwright_api = pytest.importorskip("playwright.sync_api")
     with playwright_api.sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -67,15 +61,8 @@ def browser(html):
 @pytest.fixture(scope="module")
 def served(html):
     """The built book over HTTP from localhost: the chapter's address."""
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    handler = functools.partial(Quiet, directory=str(html))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/{CHAPTER}"
-    httpd.shutdown()
+    with serve_folder(html) as url:
+        yield f"{url}/{CHAPTER}"
 
 
 def page_models(tab) -> tuple[dict, list]:

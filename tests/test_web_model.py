@@ -13,17 +13,13 @@ attention grid is drawn and equals PyTorch's weights; and prints the time per to
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
-import shutil
-import threading
-from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_folder
 from d2lmini import LanguageModel, generate
 from d2lmini.chapters.ch09_the_2026_block import CAPSTONE_MODEL, lm_walk, matched_ffn_num_hiddens, model_parameters
 from d2lmini.data import python_reference_corpus
@@ -31,10 +27,6 @@ from d2lmini.lm import sinusoidal_positions
 from d2lmini.seeding import seeded
 from d2lmini.webmodel import (MAX_MODEL_BYTES, ModelExplorer, ModelTwin, decode_weights, export_model, float16_rounded,
                                import_model, inside)
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 #: The chapter's pair, spelled out (``LM_2017`` and ``lm_walk()[-1][1]`` of ``d2lmini.chapters.ch09_the_2026_block``):
 #: the 2017 block with the paper's sinusoidal positions, and the 2026 block.
@@ -251,35 +243,24 @@ def greedy_margins(model: LanguageModel, ids: torch.Tensor) -> float:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory, models, vocab):
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is missing; .ci/run installs Debian's chromium")
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    require_chromium()
     playwright_api = pytest.importorskip("playwright.sync_api")
     folder = tmp_path_factory.mktemp("page")
     twin = ModelTwin(models, vocab, prompt=PROMPTS[0], max_new_tokens=NEW_TOKENS)
     (folder / "index.html").write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>twin</title>"
                                        f"<link rel='icon' href='data:,'></head>"
                                        f"<body>{twin.to_html()}</body></html>", encoding="utf-8")
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    handler = functools.partial(Quiet, directory=str(folder))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     problems = []
-    with playwright_api.sync_playwright() as p:
+    with serve_folder(folder) as url, playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         tab = browser.new_page(viewport={"width": 1280, "height": 1000})
         tab.on("pageerror", lambda error: problems.append(f"script error: {error}"))
         tab.on("console", lambda msg: msg.type == "error" and problems.append(f"console: {msg.text}"))
         tab.on("request", lambda request: "127.0.0.1" not in request.url and problems.append(request.url))
-        tab.goto(f"http://127.0.0.1:{httpd.server_address[1]}/index.html", wait_until="load")
+        tab.goto(f"{url}/index.html", wait_until="load")
         tab.wait_for_selector(".d2l-lm-twin[data-state='idle']")
         yield tab, problems, folder
         browser.close()
-    httpd.shutdown()
 
 
 def run_in_page(tab, prompt: str, *, model: str = "all", temperature: float = 0.0, top_k: str = "0",
