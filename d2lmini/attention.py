@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import (check_bool, check_choice, check_dtype_matches, check_int_in,
+from ._checks import (check_bool, check_choice, check_dtype_matches,
                       check_nonnegative_int, check_positive_float, check_positive_int, check_probability,
                       check_sequence_tensor)
 from ._shown import shown_in
@@ -39,7 +39,11 @@ _SDPA_HAS_GQA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >=
 #: RoPE scalings accepted by :func:`rope_frequencies` (``MultiHeadAttention(rope_scaling=...)``),
 #: each with its required and optional keys, in the format of Hugging Face ``transformers``
 #: 5.24 ``config.rope_parameters`` without ``rope_theta`` (passed as ``rope_theta=``).
+#: ``'default'`` is unscaled RoPE. :class:`MultiHeadAttention` also reads ``partial_rotary_factor``
+#: under every type (partial RoPE, as ``transformers`` does); other callers only under
+#: ``'proportional'``.
 ROPE_SCALINGS = {
+    "default": ((), ()),
     "linear": (("factor",), ()),
     "yarn": (("factor", "original_max_position_embeddings"),
              ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate")),
@@ -48,7 +52,7 @@ ROPE_SCALINGS = {
 }
 
 
-def check_rope_scaling(scaling) -> dict:
+def check_rope_scaling(scaling, *, partial: bool = False) -> dict:
     """Check a RoPE scaling dict (the format of :data:`ROPE_SCALINGS`) and return a clean copy.
 
     The one check of ``rope_scaling`` that :func:`rope_frequencies`, :class:`MultiHeadAttention`,
@@ -57,6 +61,9 @@ def check_rope_scaling(scaling) -> dict:
     Args:
         scaling: ``{"rope_type": t, ...}`` with ``t`` a key of :data:`ROPE_SCALINGS` and that
             type's required keys (optional ones may be ``None``, meaning absent).
+        partial: whether the caller rotates only part of each head, so that
+            ``partial_rotary_factor`` is allowed under every ``rope_type`` (else only under
+            ``'proportional'``).
 
     Returns:
         A new dict with ``rope_type`` and every key whose value is not ``None``, each number checked:
@@ -76,11 +83,13 @@ def check_rope_scaling(scaling) -> dict:
                          "(no scaling: rope_scaling=None)")
     required, optional = ROPE_SCALINGS[rope_type]
     allowed = ("rope_type",) + required + optional
+    if partial and "partial_rotary_factor" not in allowed:
+        allowed += ("partial_rotary_factor",)
     unknown = [key for key in scaling if key not in allowed]
     if unknown:
         raise ValueError(f"rope_scaling keys {unknown} are not allowed for rope_type={rope_type!r}; allowed: {allowed} "
-                         "(rope_theta is its own argument, partial_rotary_factor is rotary_dim except for "
-                         "rope_type='proportional', Ministral 3's llama_4_scaling_beta is d2lmini.reference's query_scaling)")
+                         "(rope_theta is its own argument; Ministral 3's llama_4_scaling_beta is "
+                         "d2lmini.reference's query_scaling)")
     missing = [key for key in required if scaling.get(key) is None]
     if missing:
         raise ValueError(f"rope_scaling with rope_type={rope_type!r} needs the keys {required}; missing {missing}")
@@ -137,6 +146,9 @@ def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = No
     ``transformers`` 5.24 ``config.rope_parameters`` (without ``rope_theta``); checked
     against ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``:
 
+    * ``{"rope_type": "default"}``: unscaled. A ``partial_rotary_factor`` under this or the
+      next three types is partial RoPE, which sets ``dim`` (:class:`MultiHeadAttention` reads it)
+      and leaves the frequencies of those ``dim`` features as they are.
     * ``{"rope_type": "linear", "factor": s}``: position interpolation (Chen et al., 2023;
       kaiokendev), every frequency divided by ``s``; Gemma 3's global layers (``s = 8``).
     * ``{"rope_type": "yarn", "factor": s, "original_max_position_embeddings": L, ...}``:
@@ -185,8 +197,10 @@ def rope_frequencies(dim: int, theta: float = 10000.0, scaling: dict | None = No
     inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
     if scaling is None:
         return inv_freq, 1.0
-    scaling = check_rope_scaling(scaling)
+    scaling = check_rope_scaling(scaling, partial=True)  # dim is the rotated width already
     kind, factor = scaling["rope_type"], scaling.get("factor", 1.0)
+    if kind == "default":
+        return inv_freq, 1.0
     if kind == "proportional":  # Gemma 4: the first int(p * dim // 2) pairs turn, the others stand still
         turning = int(scaling.get("partial_rotary_factor", 1.0) * dim // 2)
         inv_freq[turning:] = 0.0
@@ -425,47 +439,38 @@ class MultiHeadAttention(nn.Module):
     queries and keys are optionally normalized (QK-norm) and rotated (RoPE), in that order; each
     head attends (``scaled_dot_product_attention``: the softmax of ``q k^T / sqrt(head_dim)``,
     masked, times the values); the heads are concatenated and projected back by ``W_o``.
-    Grouped-query attention (Ainslie et al., 2023): query head ``i`` reads key/value head
-    ``i // (num_heads // num_kv_heads)``.
 
     Args:
         num_hiddens: model width ``d`` (last dimension of inputs and output).
         num_heads: query heads ``h``.
         dropout: dropout on the attention weights (training only), in [0, 1).
         bias: whether the four projections have biases (2017, BERT, GPT-2: yes; Llama: no).
-        num_kv_heads: key/value heads (default ``num_heads``); must divide ``num_heads``.
+        num_kv_heads: key/value heads (default ``num_heads``), dividing ``num_heads``: grouped-query attention
+            (Ainslie et al., 2023), query head ``i`` reads key/value head ``i // (num_heads // num_kv_heads)``.
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
-        head_dim: features per head (default ``num_hiddens // num_heads``, which must then
-            divide exactly); Qwen3 and Gemma 3 set it independently of ``d / h``.
-        qk_norm: ``None`` or one of :data:`QK_NORMS` (Dehghani et al., 2023; RMSNorms of epsilon
-            1e-6, before RoPE).
+        head_dim: features per head (default ``num_hiddens // num_heads``, which must then divide exactly).
+        qk_norm: ``None`` or one of :data:`QK_NORMS` (Dehghani et al., 2023; RMSNorms, epsilon 1e-6, before RoPE).
         rope_theta: the base of RoPE (Su et al., 2021; half-split layout, :func:`apply_rotary`);
             ``None`` (default): no rotary embedding.
-        window: ``None`` or an int ``w >= 1``: sliding-window attention, query ``i`` sees keys
-            ``i - w < j <= i`` (itself and the ``w - 1`` before it), the convention of Mistral's and
-            Hugging Face ``transformers``' ``sliding_window``. Needs ``causal=True``. With
+        window: ``None`` or an int ``w >= 1``: sliding-window attention (needs ``causal=True``), query ``i``
+            sees keys ``i - w < j <= i``, as Mistral's and ``transformers``' ``sliding_window``. With
             ``valid_lens``, a padded query whose window holds no real key attends to itself.
-        rotary_dim: ``None`` (RoPE turns every feature) or an even int in ``[2, head_dim]``: partial
-            RoPE, only the first ``rotary_dim`` features of each head turn, with frequencies
-            ``theta ** (-2i / rotary_dim)``. Needs ``rope_theta``.
-        rope_scaling: ``None`` or a dict that scales RoPE's frequencies for a longer context,
-            in the format of ``transformers``' ``config.rope_parameters`` (``'linear'``, ``'yarn'``,
-            ``'llama3'``, ``'proportional'``; see :func:`rope_frequencies`). Needs ``rope_theta``;
-            ``'proportional'`` excludes ``rotary_dim``.
-        sinks: ``True``: a learned logit per query head (``self.sinks``, initialized to 0) joins
-            every query's softmax as one more key without a value, so the weights on the real
-            keys sum to less than 1 (Xiao et al., 2023; gpt-oss).
-
-    Every argument after ``num_heads`` is keyword-only.
+        rope_scaling: ``None`` or a dict as ``transformers``' ``config.rope_parameters`` without
+            ``rope_theta`` (needs ``rope_theta``): the frequencies' scaling (:func:`rope_frequencies`)
+            and, but under ``'proportional'``, partial RoPE: ``partial_rotary_factor`` ``p`` turns the
+            first ``int(p * head_dim)`` features of each head, as ``transformers`` does.
+        sinks: ``True``: a learned logit per query head (``self.sinks``, initially 0) joins every query's
+            softmax as one more key without a value, so the weights on the real keys sum to less than 1
+            (Xiao et al., 2023; gpt-oss).
 
     Hooks: each step of :meth:`forward` is a method a subclass may override (:meth:`queries_and_keys`,
     :meth:`value_heads`, :meth:`mask`, :meth:`attend`), and ``scale``, the logit scale (``None``:
-    ``1/sqrt(head_dim)``), may be set. The released models' variants in :mod:`d2lmini.reference`
-    are such subclasses.
+    ``1/sqrt(head_dim)``), may be set: the released models' variants in :mod:`d2lmini.reference` do.
 
     Attributes:
         W_q, W_k, W_v, W_o: the projections; q_norm, k_norm: the QK-norms, or ``None``;
-        sinks: the sink logits ``(num_heads,)``, or ``None``.
+        sinks: the sink logits ``(num_heads,)``, or ``None``; rotary_dim: the features of each head
+        that RoPE turns (``None``: all); rope_scaling: the frequencies' scaling (``None``: unscaled).
 
     Shape:
         ``forward(queries, keys, values, valid_lens=None, cache=None)``: queries ``(b, n_q, d)``,
@@ -473,10 +478,10 @@ class MultiHeadAttention(nn.Module):
         (keys at positions >= the length are masked); returns ``(b, n_q, d)``.
 
     Raises:
-        ValueError: sizes that do not divide, an unknown ``qk_norm``, an odd ``head_dim`` with RoPE,
-            dropout outside [0, 1), ``window`` below 1 or without ``causal=True``, a bad ``rotary_dim``
-            or ``rope_scaling`` (either without ``rope_theta``); at call time, inputs of the wrong
-            shape, RoPE or causal attention with different query and key lengths, bad ``valid_lens``.
+        ValueError: sizes that do not divide, an unknown ``qk_norm``, an odd ``head_dim`` with RoPE, dropout
+            outside [0, 1), ``window`` below 1 or without ``causal=True``, a bad ``rope_scaling`` or one without
+            ``rope_theta``; at call time, inputs of the wrong shape, RoPE or causal attention with different
+            query and key lengths, bad ``valid_lens``.
         TypeError: arguments or inputs of the wrong type.
     """
 
@@ -486,7 +491,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, num_hiddens: int, num_heads: int, *, dropout: float = 0.0, bias: bool = False,
                  num_kv_heads: int | None = None, causal: bool = False, head_dim: int | None = None,
                  qk_norm: str | None = None, rope_theta: float | None = None, window: int | None = None,
-                 rotary_dim: int | None = None, rope_scaling: dict | None = None, sinks: bool = False):
+                 rope_scaling: dict | None = None, sinks: bool = False):
         super().__init__()
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         self.num_heads = check_positive_int("num_heads", num_heads)
@@ -504,7 +509,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"window={window} needs causal=True (sliding-window attention is causal: "
                              "query i sees keys i - window < j <= i); pass causal=True or window=None")
         self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS)
-        self._set_rope(rope_theta, rotary_dim, rope_scaling)
+        self._set_rope(rope_theta, rope_scaling)
         self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if check_bool("sinks", sinks) else None
         q_hiddens, kv_hiddens = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         check_bool("bias", bias)
@@ -514,21 +519,25 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(q_hiddens, num_hiddens, bias=bias)
         self.q_norm, self.k_norm = make_qk_norms(self.qk_norm, self.num_heads, self.num_kv_heads, self.head_dim)
 
-    def _set_rope(self, rope_theta, rotary_dim, rope_scaling) -> None:
-        """Check and keep RoPE's base, rotated features and scaling (see the class's arguments)."""
+    def _set_rope(self, rope_theta, rope_scaling) -> None:
+        """Set ``rope_theta``, ``rotary_dim`` and ``rope_scaling`` (see the class's attributes)."""
         self.rope_theta = None if rope_theta is None else check_positive_float("rope_theta", rope_theta)
         if self.rope_theta is not None and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got head_dim={self.head_dim}")
-        for name, value in (("rotary_dim", rotary_dim), ("rope_scaling", rope_scaling)):
-            if value is not None and self.rope_theta is None:
-                raise ValueError(f"{name}={value!r} needs RoPE: pass rope_theta too")
-        self.rotary_dim = None if rotary_dim is None else check_int_in("rotary_dim", rotary_dim, 2, self.head_dim)
-        if self.rotary_dim is not None and self.rotary_dim % 2:
-            raise ValueError(f"rotary_dim must be even (RoPE rotates pairs), got {rotary_dim}")
-        self.rope_scaling = None if rope_scaling is None else check_rope_scaling(rope_scaling)
-        if self.rotary_dim is not None and (self.rope_scaling or {}).get("rope_type") == "proportional":
-            raise ValueError("rope_scaling 'proportional' sets which pairs turn with its partial_rotary_factor "
-                             f"over the whole head; it excludes rotary_dim={rotary_dim} (pass rotary_dim=None)")
+        if rope_scaling is not None and self.rope_theta is None:
+            raise ValueError(f"rope_scaling={rope_scaling!r} needs RoPE: pass rope_theta too")
+        scaling = None if rope_scaling is None else check_rope_scaling(rope_scaling, partial=True)
+        self.rotary_dim = None
+        if scaling is not None and scaling["rope_type"] != "proportional":  # proportional: frequencies
+            share = scaling.pop("partial_rotary_factor", 1.0)
+            # int() as transformers; + 1e-9 so that 0.29 * 100 = 28.999999999999996 counts as 29
+            rotary_dim = int(share * self.head_dim + 1e-9)
+            if rotary_dim < 2 or rotary_dim % 2:
+                raise ValueError(f"rope_scaling['partial_rotary_factor']={share} turns {rotary_dim} of "
+                                 f"head_dim={self.head_dim} features; RoPE needs pairs (even, >= 2)")
+            self.rotary_dim = None if rotary_dim == self.head_dim else rotary_dim
+            scaling = None if scaling["rope_type"] == "default" else scaling
+        self.rope_scaling = scaling
         self._rotary_cache: dict = {}
 
     @property
@@ -542,8 +551,7 @@ class MultiHeadAttention(nn.Module):
         return self.scale if self.scale is not None else self.head_dim ** -0.5
 
     def _rotary(self, num_steps: int, like: torch.Tensor, offset: int = 0):
-        """RoPE's ``(cos, sin)`` for positions ``offset .. offset + num_steps - 1``, from one table grown by
-        doubling (a row depends only on its position) and keyed on everything it depends on."""
+        """RoPE's ``(cos, sin)`` at positions ``offset ..``, from a table grown by doubling, keyed on its inputs."""
         key = (like.device, like.dtype, self.rope_theta, self.rotary_dim, self.head_dim, repr(self.rope_scaling))
         end = offset + num_steps
         cached = self._rotary_cache.get(key)

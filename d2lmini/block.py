@@ -257,8 +257,8 @@ class TransformerBlock(nn.Module):
             with ``dropout`` and ``bias`` (see :func:`make_attention`, the one place they go
             through): ``num_kv_heads`` (grouped-query attention, default ``num_heads``),
             ``causal`` (decoder-only models), ``head_dim``, ``qk_norm`` (QK-norm variant),
-            ``rope_theta`` (RoPE base, ``None``: no rotary positions), ``rotary_dim``,
-            ``rope_scaling``, ``window`` (sliding window; needs ``causal=True``) and ``sinks``
+            ``rope_theta`` (RoPE base, ``None``: no rotary positions), ``rope_scaling`` (its
+            scaling and partial rotation), ``window`` (sliding window; needs ``causal=True``) and ``sinks``
             (:data:`ATTENTION_OPTIONS`).
 
     Two constant scalings of the stream that some released models use are set with :meth:`set_scales`.

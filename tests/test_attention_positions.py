@@ -1,4 +1,4 @@
-"""Position options of MultiHeadAttention: partial RoPE (rotary_dim=), RoPE scaling (rope_scaling=) and
+"""Position options of MultiHeadAttention: partial RoPE and RoPE scaling (rope_scaling=) and
 Ministral 3's position-dependent query scaling (query_scaling=).
 
 Checked against Hugging Face ``transformers`` 5.24: ``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (the
@@ -18,6 +18,7 @@ from d2lmini import reference
 from d2lmini.attention import (
     MultiHeadAttention,
     apply_rotary,
+    check_rope_scaling,
     interleaved_to_half_order,
     rope_frequencies,
     rotary_cos_sin,
@@ -176,6 +177,11 @@ def test_interleaved_rope_is_the_half_split_rope_after_reordering_the_features()
         assert torch.equal(a, b)
 
 
+def partial(share: float) -> dict:
+    """``rope_scaling`` that turns ``share`` of each head's features, unscaled."""
+    return {"rope_type": "default", "partial_rotary_factor": share}
+
+
 def test_partial_rotary_leaves_the_tail_alone_and_full_rotary_dim_is_the_default():
     cos, sin = rotary_cos_sin(5, 4, 100.0)
     X = torch.randn(2, 3, 5, 10)
@@ -184,13 +190,14 @@ def test_partial_rotary_leaves_the_tail_alone_and_full_rotary_dim_is_the_default
     assert torch.equal(Y[..., :4], apply_rotary(X[..., :4], cos, sin))
     torch.manual_seed(0)
     plain = MultiHeadAttention(32, 4, causal=True, rope_theta=100.0)
-    full = MultiHeadAttention(32, 4, causal=True, rope_theta=100.0, rotary_dim=8)
-    partial = MultiHeadAttention(32, 4, causal=True, rope_theta=100.0, rotary_dim=4)
+    full = MultiHeadAttention(32, 4, causal=True, rope_theta=100.0, rope_scaling=partial(1.0))
+    half = MultiHeadAttention(32, 4, causal=True, rope_theta=100.0, rope_scaling=partial(0.5))
+    assert (full.rotary_dim, full.rope_scaling, half.rotary_dim, half.rope_scaling) == (None, None, 4, None)
     full.load_state_dict(plain.state_dict())
-    partial.load_state_dict(plain.state_dict())
+    half.load_state_dict(plain.state_dict())
     X = torch.randn(2, 6, 32)
     assert torch.equal(full(X, X, X), plain(X, X, X))
-    assert (partial(X, X, X) - plain(X, X, X)).abs().max() > 1e-4
+    assert (half(X, X, X) - plain(X, X, X)).abs().max() > 1e-4
 
 
 def _phi(implementation, seed):
@@ -198,7 +205,7 @@ def _phi(implementation, seed):
                         intermediate_size=96, partial_rotary_factor=0.5, qk_layernorm=False)
     hf = reference.randomize_(tf.models.phi.modeling_phi.PhiAttention(config, layer_idx=0), seed).eval()
     ours = MultiHeadAttention(64, 4, bias=True, causal=True, rope_theta=config.rope_parameters["rope_theta"],
-                              rotary_dim=8).eval()
+                              rope_scaling=partial(0.5)).eval()
     _copy_qkvo(ours, hf, o_name="dense")
     return ours, hf, tf.models.phi.modeling_phi.PhiRotaryEmbedding(config)
 
@@ -208,7 +215,8 @@ def _stablelm(implementation, seed):
                         num_key_value_heads=2, intermediate_size=96, partial_rotary_factor=0.25, use_qkv_bias=True)
     hf = reference.randomize_(tf.models.stablelm.modeling_stablelm.StableLmAttention(config, layer_idx=0), seed).eval()
     ours = LlamaVariantAttention(64, 4, num_kv_heads=2, qkv_bias=True, causal=True,
-                                 rope_theta=config.rope_parameters["rope_theta"], rotary_dim=4).eval()
+                                 rope_theta=config.rope_parameters["rope_theta"],
+                                 rope_scaling=partial(0.25)).eval()
     _copy_qkvo(ours, hf)
     return ours, hf, tf.models.stablelm.modeling_stablelm.StableLmRotaryEmbedding(config)
 
@@ -218,7 +226,7 @@ def _phi3(implementation, seed):
                         intermediate_size=96, partial_rotary_factor=0.75, pad_token_id=0)
     hf = reference.randomize_(tf.models.phi3.modeling_phi3.Phi3Attention(config, layer_idx=0), seed).eval()
     ours = MultiHeadAttention(64, 4, num_kv_heads=2, causal=True, rope_theta=config.rope_parameters["rope_theta"],
-                              rotary_dim=12).eval()
+                              rope_scaling=partial(0.75)).eval()
     W = hf.qkv_proj.weight  # rows: q (h * hd) | k (h_kv * hd) | v (h_kv * hd)
     copy_linear(ours.W_q, W[:64])
     copy_linear(ours.W_k, W[64:96])
@@ -318,16 +326,25 @@ def test_query_scaling_scales_only_the_queries_from_the_first_period_on():
 # --------------------------------------------------------------------------- bad input and plumbing
 
 
-@pytest.mark.parametrize("rotary_dim, error", [(0, ValueError), (3, ValueError), (10, ValueError), (-2, ValueError),
-                                               (4.0, TypeError), (True, TypeError), ("4", TypeError)])
-def test_bad_rotary_dim_is_rejected_naming_it(rotary_dim, error):
-    with pytest.raises(error, match="rotary_dim"):
-        MultiHeadAttention(32, 4, rope_theta=100.0, rotary_dim=rotary_dim)
-    with pytest.raises(error, match="rotary_dim"):
-        TransformerBlock(32, 4, rope_theta=100.0, rotary_dim=rotary_dim)
+@pytest.mark.parametrize("share, error", [(0.0, ValueError), (0.375, ValueError), (0.1, ValueError), (1.25, ValueError),
+                                          (-0.5, ValueError), ("0.5", TypeError)])
+def test_bad_partial_rotary_factor_is_rejected_naming_it(share, error):
+    # head_dim 8: 0.375 turns 3 features (odd), 0.1 turns none
+    with pytest.raises(error, match="partial_rotary_factor"):
+        MultiHeadAttention(32, 4, rope_theta=100.0, rope_scaling=partial(share))
+    with pytest.raises(error, match="partial_rotary_factor"):
+        TransformerBlock(32, 4, rope_theta=100.0, rope_scaling=partial(share))
 
 
-@pytest.mark.parametrize("kwargs", [{"rotary_dim": 4}, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}])
+def test_partial_rotation_is_refused_where_only_the_frequencies_are_read():
+    # MLA and DeepSeek-V4 rotate a fixed width: a partial_rotary_factor there would be silently ignored.
+    with pytest.raises(ValueError, match="partial_rotary_factor"):
+        check_rope_scaling({"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5})
+    assert check_rope_scaling(partial(0.5), partial=True) == partial(0.5)
+
+
+@pytest.mark.parametrize("kwargs", [{"rope_scaling": partial(0.5)},
+                                    {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}])
 def test_rope_options_need_rope_theta(kwargs):
     with pytest.raises(ValueError, match="rope_theta"):
         MultiHeadAttention(32, 4, **kwargs)
@@ -336,12 +353,10 @@ def test_rope_options_need_rope_theta(kwargs):
 BAD_SCALINGS = [
     ("linear", TypeError, "rope_scaling must be None or a dict"),
     ({"factor": 2.0}, ValueError, r"rope_type.*'linear', 'yarn', 'llama3'"),
-    ({"rope_type": "default"}, ValueError, "rope_type"),
     ({"rope_type": "dynamic", "factor": 2.0}, ValueError, "rope_type"),
     ({"type": "linear", "factor": 2.0}, ValueError, "rope_type"),
     ({"rope_type": "linear"}, ValueError, r"missing \['factor'\]"),
     ({"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}, ValueError, "rope_theta is its own argument"),
-    ({"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}, ValueError, "rotary_dim"),
     ({"rope_type": "yarn", "factor": 2.0}, ValueError, "original_max_position_embeddings"),
     ({**YARN_GPT_OSS, "llama_4_scaling_beta": 0.1}, ValueError, "query_scaling"),
     ({"rope_type": "linear", "factor": 0.5}, ValueError, ">= 1"),
@@ -387,7 +402,7 @@ def test_bad_query_scaling_is_rejected_naming_it(value, error, match):
 
 
 def test_new_options_are_keyword_only_passed_by_the_block_and_refused_with_a_factory():
-    options = {"rotary_dim": 4, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    options = {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}}
     block = TransformerBlock(32, 4, causal=True, rope_theta=100.0, **options)
     assert block.attention.rotary_dim == 4
     assert block.attention.rope_scaling == {"rope_type": "linear", "factor": 2.0}

@@ -121,9 +121,10 @@ def test_bad_values_are_rejected():
         rope_frequencies(16, 100.0, {"rope_type": "proportional", "partial_rotary_factor": 1.5})
     with pytest.raises(ValueError, match="factor"):
         rope_frequencies(16, 100.0, {"rope_type": "proportional", "factor": 0.5})
-    with pytest.raises(ValueError, match="excludes rotary_dim"):
-        MultiHeadAttention(32, 2, rope_theta=10.0, rotary_dim=8,
-                           rope_scaling={"rope_type": "proportional", "partial_rotary_factor": 0.5})
+    # Under 'proportional' the factor says which frequencies are zero, not which features turn.
+    proportional = MultiHeadAttention(32, 2, rope_theta=10.0,
+                                      rope_scaling={"rope_type": "proportional", "partial_rotary_factor": 0.5})
+    assert proportional.rotary_dim is None and proportional.rope_scaling["partial_rotary_factor"] == 0.5
     with pytest.raises(TypeError, match="value_norm"):
         GemmaAttention(32, 2, value_norm="yes")
     with pytest.raises(TypeError, match="k_eq_v"):

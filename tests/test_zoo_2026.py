@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from conftest import mutated
-from d2lmini import TransformerBlock, reference
+from d2lmini import MultiHeadAttention, TransformerBlock, reference
 from d2lmini.chapters import zoo
 from d2lmini.reference import TINY_CONFIGS, compare_with_reference, from_hf, hf_reference
 from d2lmini.reference.base import rope_kwargs
@@ -175,9 +175,11 @@ def test_rope_kwargs_reads_every_form_of_the_config():
     import transformers as tf
 
     plain = tf.LlamaConfig(**reference.TINY, rope_theta=1234.0)
-    assert rope_kwargs(plain) == {"rope_theta": 1234.0, "rope_scaling": None, "rotary_dim": None}
+    assert rope_kwargs(plain) == {"rope_theta": 1234.0, "rope_scaling": None}
     partial = tf.PhiConfig(hidden_size=64, num_attention_heads=4, partial_rotary_factor=0.5)
-    assert rope_kwargs(partial, partial=True)["rotary_dim"] == 8
+    assert rope_kwargs(partial, partial=True)["rope_scaling"] == {"rope_type": "default",
+                                                                  "partial_rotary_factor": 0.5}
+    assert MultiHeadAttention(64, 4, **rope_kwargs(partial, partial=True)).rotary_dim == 8
     with pytest.raises(ValueError, match="partial_rotary_factor"):
         rope_kwargs(partial)
     yarn = tf.LlamaConfig(**reference.TINY, max_position_embeddings=64,
@@ -210,7 +212,8 @@ def test_describe_reads_the_new_features_from_the_modules():
     assert gpt_oss["attention"].endswith("window 5, sinks") and gpt_oss["bias"] == "all"
     assert gpt_oss["positions"] == "RoPE, base 150000, yarn scaling x32"
     assert gpt_oss["ffn"] == "MoE: 4 SwiGLU (clamped) experts of 160 hidden, top-2, softmax router with bias"
-    block = TransformerBlock(32, 4, rope_theta=100.0, rotary_dim=4, sinks=True, causal=True)
+    block = TransformerBlock(32, 4, rope_theta=100.0, sinks=True, causal=True,
+                             rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.5})
     described = zoo.describe(block)
     assert described["positions"] == "RoPE, base 100, on 4/8 = 50% of each head"
     assert described["attention"].endswith("sinks")

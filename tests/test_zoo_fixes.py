@@ -176,16 +176,18 @@ def test_describe_rejects_foreign_sublayers():
 
 # --------------------------------------------------------------------------- 8. the rotary cache
 
-@pytest.mark.parametrize("attribute, value", [
-    ("rope_theta", 500.0), ("rotary_dim", 8), ("rope_scaling", {"rope_type": "linear", "factor": 4.0}),
+@pytest.mark.parametrize("attribute, value, kwargs", [
+    ("rope_theta", 500.0, {"rope_theta": 500.0}),
+    ("rotary_dim", 8, {"rope_scaling": {"rope_type": "default", "partial_rotary_factor": 0.5}}),
+    ("rope_scaling", {"rope_type": "linear", "factor": 4.0}, {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
 ])
-def test_changing_rope_attributes_never_reuses_a_stale_table(attribute, value):
+def test_changing_rope_attributes_never_reuses_a_stale_table(attribute, value, kwargs):
     torch.manual_seed(0)
     att = MultiHeadAttention(32, 2, causal=True, rope_theta=10000.0).eval()
     X = torch.randn(2, 12, 32)
     before = att(X, X, X)
     setattr(att, attribute, value)
-    fresh = MultiHeadAttention(32, 2, causal=True, **{"rope_theta": 10000.0, attribute: value}).eval()
+    fresh = MultiHeadAttention(32, 2, causal=True, **{"rope_theta": 10000.0, **kwargs}).eval()
     fresh.load_state_dict(att.state_dict())
     after = att(X, X, X)
     assert not torch.allclose(before, after)

@@ -126,6 +126,13 @@ def _caught(reference_):
     return max(result["max_abs_diff"], result["max_abs_grad_diff"]) > 100 * TOLERANCE
 
 
+def partial_rope(attention):
+    """``rope_scaling`` for the partial RoPE of ``attention`` (``None``: every feature turns)."""
+    if attention.rotary_dim is None:
+        return None
+    return {"rope_type": "default", "partial_rotary_factor": attention.rotary_dim / attention.head_dim}
+
+
 def _full_rope(block):
     block.attention.rotary_dim = None  # the rotary cache is keyed on it: no stale table
 
@@ -179,7 +186,7 @@ def test_the_reference_layers_are_really_parallel(name):
                                bias=block.attention.W_q.bias is not None, causal=True,
                                num_kv_heads=block.attention.num_kv_heads, ffn_num_hiddens=block.ffn.ffn_num_hiddens,
                                act=block.ffn.act, rope_theta=block.attention.rope_theta,
-                               rotary_dim=block.attention.rotary_dim, eps=block.addnorm1.norm_in.eps).eval()
+                               rope_scaling=partial_rope(block.attention), eps=block.addnorm1.norm_in.eps).eval()
         state = block.state_dict()
         for key in ("weight", "bias"):  # the shared norm, once per connection
             if f"addnorm1.norm_in.{key}" in state and f"addnorm2.norm_in.{key}" not in state:

@@ -58,7 +58,7 @@ CONSTRUCTOR_GROUPS = {
     "sizes": ("num_hiddens", "num_heads", "num_kv_heads", "head_dim", "ffn_num_hiddens"),
     "flags": ("norm", "placement", "act", "bias", "causal", "qk_norm", "rope_theta", "residual", "eps", "dropout"),
     "factories": ("attn_factory", "ffn_factory"),
-    "long context": ("window", "sinks", "rotary_dim", "rope_scaling"),
+    "long context": ("window", "sinks", "rope_scaling"),
 }
 
 

@@ -302,17 +302,18 @@ def rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False,
     for ``'rope_type'``; ``partial_rotary_factor`` from the parameters or the config.
 
     Returns:
-        ``{'rope_theta': float, 'rope_scaling': dict | None, 'rotary_dim': int | None}``.
-        ``rope_scaling`` (``None`` for ``'default'``) holds the keys the Hugging Face
+        ``{'rope_theta': float, 'rope_scaling': dict | None}``.
+        ``rope_scaling`` (``None`` for full, unscaled RoPE) holds the keys the Hugging Face
         initializer of that ``rope_type`` reads, and nothing else (so model-specific
         keys such as Ministral 3's ``llama_4_scaling_beta`` are left out): for YaRN, a
         missing ``factor`` is ``max_position_embeddings / original_max_position_embeddings``,
         ``truncate`` is read from the top level of ``rope_parameters`` (as
         ``_compute_yarn_parameters`` does), and ``mscale``/``mscale_all_dim`` are kept only
         when both are set (non-zero), the only case in which ``transformers`` uses them.
-        ``rotary_dim`` is ``int(head_dim * partial_rotary_factor)``, or ``None`` for full RoPE;
-        for ``'proportional'`` (Gemma 4) ``partial_rotary_factor`` stays in ``rope_scaling``
-        (it sets which frequencies are zero, not which features rotate) and ``rotary_dim`` is ``None``.
+        A ``partial_rotary_factor`` below 1 (from the parameters or the config) is kept in
+        ``rope_scaling`` (``rope_type`` ``'default'`` if unscaled): partial RoPE for
+        :class:`~d2lmini.attention.MultiHeadAttention`, or, under ``'proportional'`` (Gemma 4), which
+        frequencies are zero.
 
     Args:
         config: a Hugging Face model configuration.
@@ -340,13 +341,9 @@ def rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False,
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"rope_type={rope_type!r} is not supported; supported: {ROPE_TYPES}")
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     fraction = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
-    rotary_dim = None
-    if fraction not in (None, 1, 1.0) and rope_type != "proportional":  # proportional: a frequency rule
-        if not partial:
-            raise ValueError(f"only full RoPE is supported for this layer, got partial_rotary_factor={fraction!r}")
-        rotary_dim = int(head_dim * fraction)
+    if fraction not in (None, 1, 1.0) and rope_type != "proportional" and not partial:
+        raise ValueError(f"only full RoPE is supported for this layer, got partial_rotary_factor={fraction!r}")
     scaling = None
     if rope_type != "default":
         required, optional = ROPE_SCALINGS[rope_type]
@@ -361,7 +358,9 @@ def rope_kwargs(config, layer_type: str | None = None, *, partial: bool = False,
             if not (scaling.get("mscale") and scaling.get("mscale_all_dim")):
                 scaling.pop("mscale", None)
                 scaling.pop("mscale_all_dim", None)
-    rope = {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling, "rotary_dim": rotary_dim}
+    if fraction not in (None, 1, 1.0) and rope_type != "proportional":  # proportional: read above
+        scaling = {"rope_type": "default", **(scaling or {}), "partial_rotary_factor": fraction}
+    rope = {"rope_theta": float(params["rope_theta"]), "rope_scaling": scaling}
     if query_scaling:
         beta, period = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
         if beta is None or period is None:
@@ -381,7 +380,7 @@ def unscaled_rope_theta(config, layer_type: str | None = None, *, partial: bool 
             or as :func:`rope_kwargs`.
     """
     rope = rope_kwargs(config, layer_type, partial=partial)
-    if rope["rope_scaling"] is not None:
+    if (rope["rope_scaling"] or {}).get("rope_type", "default") != "default":  # partial RoPE alone is fine
         raise ValueError(f"only default RoPE is supported here, got rope_type={rope['rope_scaling']['rope_type']!r}")
     return rope["rope_theta"]
 

@@ -43,8 +43,10 @@ def _rotary_block(config, *, num_kv_heads: int, head_dim: int, placement: str, n
     GPT-J, GPT-NeoX without ``attention_bias``, Cohere with it).
     """
     d, h = config.hidden_size, config.num_attention_heads
+    turned = None if rotary_dim in (None, head_dim) else {"rope_type": "default",
+                                                         "partial_rotary_factor": rotary_dim / head_dim}
     options = dict(num_kv_heads=num_kv_heads, causal=True, head_dim=head_dim, rope_theta=rope_theta,
-                   rotary_dim=None if rotary_dim == head_dim else rotary_dim, window=window)
+                   rope_scaling=turned, window=window)
     if bias == "qkv":
         attention = partial(LlamaVariantAttention, d, h, qkv_bias=True, **options)
     else:
