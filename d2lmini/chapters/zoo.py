@@ -833,23 +833,24 @@ def the_2026_block(num_hiddens: int = 256, num_heads: int = 8, *, num_layers: in
 #: an encoder of 2018, a local layer of 2024 and a sliding-window layer of 2025.
 ZOO_DECADE = ("BERT", "Gemma 2 (local)", "OLMo 3 (sliding)")
 
-#: The arguments :func:`block_switches` reads back, in order.
+#: The settings :func:`block_switches` reads back, in order.
 SWITCHES = ("norm", "placement", "act", "bias", "causal", "qk_norm", "rope_theta", "window", "logit_softcap",
             "scale", "residual_multiplier")
 
 
 def block_switches(block: TransformerBlock) -> dict:
-    """The constructor arguments of a block that are not sizes, read back from its modules.
+    """The settings of a block that choose a variant rather than a size, read back from its modules.
 
     Args:
         block: a :class:`~d2lmini.block.TransformerBlock` with the default attention and FFN.
 
     Returns:
-        dict ``argument -> value`` (the keys of :data:`SWITCHES`) as
-        :class:`~d2lmini.block.TransformerBlock` would take it: ``norm``, ``placement``, ``act``, ``bias`` (``True``, ``False`` or ``'qkv'``),
-        ``causal``, ``qk_norm``, ``rope_theta``, ``window``, ``logit_softcap``, ``scale`` (the
-        attention's logit scale; ``None``: ``1/sqrt(head_dim)``) and ``residual_multiplier`` (as
-        :meth:`~d2lmini.block.TransformerBlock.set_scales` takes it).
+        dict ``setting -> value`` (the keys of :data:`SWITCHES`): ``norm``, ``placement``, ``act``,
+        ``bias`` (``True``, ``False`` or ``'qkv'``), ``causal``, ``qk_norm``, ``rope_theta``, ``window``
+        as :class:`~d2lmini.block.TransformerBlock` takes them; ``residual_multiplier`` as
+        :meth:`~d2lmini.block.TransformerBlock.set_scales` takes it; the attention's ``scale`` (the
+        logit scale; ``None``: ``1/sqrt(head_dim)``) and ``logit_softcap`` (Gemma 2's
+        :class:`~d2lmini.reference.gemma.GemmaAttention`; ``None`` elsewhere).
 
     Raises:
         TypeError: if ``block`` is not a TransformerBlock.
