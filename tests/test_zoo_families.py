@@ -34,6 +34,19 @@ def test_the_tables_are_the_rows():
         assert REFERENCES[name].model == row.reference and REFERENCES[name].causal == row.causal
 
 
+def test_each_2026_check_lives_in_its_family_module():
+    # A new family is one file: its rows and the function that checks them, nothing in the zoo's module.
+    for family in FAMILIES:
+        for row in getattr(family, "ROWS_2026", ()):
+            if row.check is None:
+                assert row.verify is None and not row.zoo_rows, row.model
+                continue
+            assert (row.verify is None) == bool(row.zoo_rows), row.model  # one or the other
+            if row.verify is not None:
+                assert getattr(row.verify, "func", row.verify).__module__ == family.__name__, row.model
+                assert zoo.CHECKS[row.check] is row.verify
+
+
 def test_a_check_made_of_zoo_rows_names_rows_of_the_zoo():
     names = {row.name for row in zoo.ZOO}
     for row in ROWS_2026:

@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import re
 import types
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
@@ -73,8 +73,8 @@ from ..reference import (
     hf_reference,
 )
 from ..reference import ROWS_2026 as _REFERENCE_ROWS_2026
-from ..reference import from_afmoe_layer  # Trinity's converter (global and local layers); re-exported here
-from ..seeding import seeded
+from ..reference import from_afmoe_layer  # noqa: F401  (Trinity's converter; the appendix calls it from here)
+from ..reference.deepseek import deepseek_v4_wiring_check  # noqa: F401  (the appendix calls it from here)
 
 #: Largest absolute difference (float32) of outputs and of input gradients for a row to count as verified or
 #: reproduced (:data:`d2lmini.reference.TOLERANCE`), in every table of the zoo.
@@ -531,58 +531,6 @@ def _ffn(c, m: dict) -> str:
     return text + f"; {router} router"
 
 
-def _check_deepseek_v3(layer_indices=(0, 1), **overrides):
-    def check(seed: int) -> list[dict]:
-        from ..reference import Reference, compare_with_reference, from_deepseek_v3_layer, hf_call, hf_make, tiny_config
-
-        results = []
-        for i in layer_indices:  # 0: dense, 1: MoE
-            make = hf_make("deepseek_v3", "DeepseekV3DecoderLayer", "DeepseekV3Config",
-                           tiny_config("deepseek_v3", **overrides), layer_idx=i)
-            call = hf_call("deepseek_v3", "DeepseekV3DecoderLayer", layer_idx=i, rotary="DeepseekV3RotaryEmbedding")
-            ref = Reference("DeepseekV3DecoderLayer", "DeepSeek-V3", make, from_deepseek_v3_layer, call, causal=True)
-            results.append(compare_with_reference(ref, seed=seed))
-        return results
-    return check
-
-
-def _check_glm5(seed: int) -> list[dict]:
-    from ..reference import (Reference, compare_with_reference, from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, hf_make,
-                             tiny_config)
-
-    return [compare_with_reference(Reference("GlmMoeDsaDecoderLayer", "GLM-5",
-                                             hf_make("glm_moe_dsa", "GlmMoeDsaDecoderLayer", "GlmMoeDsaConfig",
-                                                     tiny_config("glm_moe_dsa"), layer_idx=i),
-                                             from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, causal=True), seed=seed)
-            for i in (0, 1)]  # 0: dense, 1: MoE
-
-
-def _check_qwen3_5(seed: int) -> list[dict]:
-    from ..reference import compare_with_reference, hf_reference, tiny_config
-
-    return [compare_with_reference(hf_reference("Qwen3.5", model_type, f"{prefix}DecoderLayer", f"{prefix}TextConfig",
-                                                tiny_config(model_type), layer_idx=i, unit_offset_norms=True,
-                                                rotary=f"{prefix}TextRotaryEmbedding"), seed=seed)
-            for model_type, prefix in (("qwen3_5", "Qwen3_5"), ("qwen3_5_moe", "Qwen3_5Moe"))
-            for i in (0, 1)]  # 0: Gated DeltaNet, 1: gated attention; dense, then MoE
-
-
-def _check_llama4(seed: int) -> list[dict]:
-    from ..reference import compare_with_reference, hf_reference, tiny_config
-
-    return [compare_with_reference(hf_reference(f"Llama 4 (layer {i})", "llama4", "Llama4TextDecoderLayer",
-                                                "Llama4TextConfig", tiny_config("llama4"), layer_idx=i), seed=seed)
-            for i in range(4)]
-
-
-def _check_gemma4(seed: int) -> list[dict]:
-    from ..reference import compare_with_reference, hf_reference, tiny_config
-
-    return [compare_with_reference(hf_reference(f"Gemma 4 (layer {i})", "gemma4", "Gemma4TextDecoderLayer",
-                                                "Gemma4TextConfig", tiny_config("gemma4"), layer_idx=i), seed=seed)
-            for i in (0, 1)]  # 0: local (sliding), 1: global
-
-
 def _check_zoo(*names: str):
     def check(seed: int) -> list[dict]:
         from ..reference import compare_with_reference
@@ -591,90 +539,9 @@ def _check_zoo(*names: str):
     return check
 
 
-def _check_deepseek_v4(seed: int) -> list[dict]:
-    """Whole ``DeepseekV4DecoderLayer``s of each type (:func:`d2lmini.reference.compare_deepseek_v4_layer`)."""
-    from ..reference import compare_deepseek_v4_layer
-
-    return [compare_deepseek_v4_layer(i, seed) for i in (0, 1, 2)]  # sliding + hash MoE, HCA, CSA
-
-
-def deepseek_v4_wiring_check(seed: int = 0, num_streams: int = 4, num_steps: int = 8) -> dict:
-    """d2lmini's :class:`~d2lmini.hyper.HyperConnectedBlock` against ``DeepseekV4DecoderLayer``'s wiring.
-
-    V4's attention and MoE are not reproduced, so the HF layer gets the block's own
-    attention and FFN modules (wrapped to V4's call signatures); what is compared is
-    everything around them: the two hyper-connections (their projections, Sinkhorn-Knopp
-    mixing, collapse and expansion of the ``num_streams`` streams) and the two RMSNorms,
-    with every parameter random and the same values copied into V4's ``attn_hc``,
-    ``ffn_hc``, ``input_layernorm`` and ``post_attention_layernorm``.
-
-    Returns:
-        dict with ``max_abs_diff``, ``max_abs_grad_diff`` and ``max_abs_output``, as
-        :func:`d2lmini.reference.output_and_grad_differences` gives them on a padded
-        batch of streams ``(2, num_steps, num_streams, 32)``.
-
-    Raises:
-        ImportError / AttributeError: ``transformers`` lacks DeepSeek-V4.
-    """
-    import importlib
-
-    from torch import nn
-
-    from ..hyper import HyperConnectedBlock
-    from ..reference import output_and_grad_differences, randomize_ as _randomize_
-
-    m = importlib.import_module("transformers.models.deepseek_v4.modeling_deepseek_v4")
-    from transformers import DeepseekV4Config
-
-    d = 32
-    config = DeepseekV4Config(vocab_size=50, hidden_size=d, num_hidden_layers=1, num_attention_heads=4,
-                              num_key_value_heads=1, head_dim=16, q_lora_rank=16, moe_intermediate_size=16,
-                              n_routed_experts=4, num_experts_per_tok=2, o_groups=2, o_lora_rank=16, index_n_heads=2,
-                              index_head_dim=8, index_topk=4, hc_mult=num_streams)
-    valid_lens = torch.tensor([num_steps, num_steps // 2])
-    with seeded(seed):
-        block = HyperConnectedBlock(d, 4, num_streams=num_streams, causal=True, num_kv_heads=2)
-        _randomize_(block, seed)
-        gen = torch.Generator().manual_seed(seed + 1)
-        with torch.no_grad():  # the mappings far from uniform: projections large, gains around 1
-            for p in [*block.hc1.parameters(), *block.hc2.parameters()]:
-                p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() == 2 else 1.0) + (p.numel() <= 3))
-        layer = m.DeepseekV4DecoderLayer(config, 0)
-
-    class Attn(nn.Module):  # V4's call: (hidden_states, **kwargs) -> (out, weights)
-        def forward(self, hidden_states, **kwargs):
-            return block.attention(*(hidden_states,) * 3, valid_lens), None
-
-    class MLP(nn.Module):  # V4's call: (hidden_states, input_ids=None) -> out
-        def forward(self, hidden_states, input_ids=None):
-            return block.ffn(hidden_states)
-
-    layer.self_attn, layer.mlp = Attn(), MLP()
-    with torch.no_grad():
-        for theirs, ours in ((layer.attn_hc, block.hc1), (layer.ffn_hc, block.hc2)):
-            theirs.fn.copy_(ours.phi), theirs.base.copy_(ours.bias), theirs.scale.copy_(ours.alpha)
-        layer.input_layernorm.weight.copy_(block.norm1.weight)
-        layer.post_attention_layernorm.weight.copy_(block.norm2.weight)
-    gen = torch.Generator().manual_seed(seed + 2)
-    S = torch.randn(2, num_steps, num_streams, d, generator=gen)
-    R = torch.randn(S.shape, generator=gen)
-    keep = (torch.arange(num_steps)[None] < valid_lens[:, None])[..., None, None]  # (b, n, 1, 1)
-    return output_and_grad_differences([lambda Z: layer(Z), lambda Z: block(Z, valid_lens)], S, R, keep)
-
-
-#: The checks of the 2026 table, by name: ``seed -> list of comparison results``.
-CHECKS = {
-    "DeepSeek-V3 layers": _check_deepseek_v3(),
-    "DeepSeek-V3 layers, no expert groups": _check_deepseek_v3((1,), n_group=1, topk_group=1),
-    "DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)": lambda seed: [
-        deepseek_v4_wiring_check(seed), *_check_deepseek_v4(seed)],
-    "Qwen3.5 (both layer types, dense and MoE)": _check_qwen3_5,
-    "GLM-5 (sparse attention, dense and MoE layers)": _check_glm5,
-    "Llama 4 (RoPE and NoPE layers, dense and MoE)": _check_llama4,
-    "Gemma 4 (local and global layers, dense)": _check_gemma4,
-    # the models whose check is the comparison of their zoo rows (Row2026.zoo_rows): gpt-oss, OLMo 3, Trinity
-    **{row.check: _check_zoo(*row.zoo_rows) for row in ROWS_2026 if row.zoo_rows},
-}
+#: The checks of the 2026 table, by name: ``seed -> list of comparison results``; each family module
+#: declares its own (``Row2026.verify``), or names the zoo's rows whose comparisons are the check.
+CHECKS = {row.check: row.verify or _check_zoo(*row.zoo_rows) for row in ROWS_2026 if row.check}
 
 
 @shown_in("zoo")

@@ -565,6 +565,9 @@ class Row2026:
         class_default_cells: cells of a named size that still hold a class default the released
             model does not share, with the note the cell gets.
         check: the name of the zoo's check that reproduces its layers, or ``None``.
+        verify: the check itself, ``seed -> [comparison results]`` (one
+            :func:`~d2lmini.reference.harness.compare_with_reference` result per layer compared), or
+            ``None`` where ``zoo_rows`` are the check or there is none.
         missing: what d2lmini does not reproduce of the model's layers.
         zoo_rows: the names of the zoo's rows (:class:`LayerRow`) whose comparisons are the check,
             or ``()`` where the zoo has its own check for the model.
@@ -579,5 +582,6 @@ class Row2026:
     report: dict = field(default_factory=dict)
     class_default_cells: dict = field(default_factory=dict)
     check: str | None = None
+    verify: Callable[[int], list] | None = None
     missing: str = ""
     zoo_rows: tuple[str, ...] = ()

@@ -21,6 +21,7 @@ from ..deepseek_v4 import CompressedAttention, HashRoutedMoE
 from ..hyper import HyperConnectedBlock
 from ..mla import DSAIndexer, MultiHeadLatentAttention
 from ..moe import MixtureOfExperts
+from ..seeding import seeded
 from .base import (converter, copy_gated_mlp, copy_linear, copy_norm, copy_weight, rope_kwargs,
                    start_conversion)
 from .base import Row2026
@@ -472,21 +473,106 @@ TINY_CONFIGS: dict[str, dict] = {
 
 _LATENT_NORMS = "RMSNorm on the query and key/value latents"
 
+
+def verify_deepseek_v3(seed: int, layer_indices=(0, 1), **overrides) -> list[dict]:
+    """DeepSeek-V3's decoder layers (0: dense, 1: MoE) of a tiny configuration (``overrides``
+    change it) against their conversions: :func:`~d2lmini.reference.harness.compare_with_reference`'s
+    results, one per layer."""
+    from .harness import Reference, compare_with_reference, hf_call, hf_make
+
+    results = []
+    for i in layer_indices:
+        make = hf_make("deepseek_v3", "DeepseekV3DecoderLayer", "DeepseekV3Config",
+                       tiny_config("deepseek_v3", **overrides), layer_idx=i)
+        call = hf_call("deepseek_v3", "DeepseekV3DecoderLayer", layer_idx=i, rotary="DeepseekV3RotaryEmbedding")
+        ref = Reference("DeepseekV3DecoderLayer", "DeepSeek-V3", make, from_deepseek_v3_layer, call, causal=True)
+        results.append(compare_with_reference(ref, seed=seed))
+    return results
+
+
+def deepseek_v4_wiring_check(seed: int = 0, num_streams: int = 4, num_steps: int = 8) -> dict:
+    """d2lmini's :class:`~d2lmini.hyper.HyperConnectedBlock` against ``DeepseekV4DecoderLayer``'s wiring.
+
+    V4's attention and MoE are not reproduced, so the HF layer gets the block's own
+    attention and FFN modules (wrapped to V4's call signatures); what is compared is
+    everything around them: the two hyper-connections (their projections, Sinkhorn-Knopp
+    mixing, collapse and expansion of the ``num_streams`` streams) and the two RMSNorms,
+    with every parameter random and the same values copied into V4's ``attn_hc``,
+    ``ffn_hc``, ``input_layernorm`` and ``post_attention_layernorm``.
+
+    Returns:
+        dict with ``max_abs_diff``, ``max_abs_grad_diff`` and ``max_abs_output``, as
+        :func:`d2lmini.reference.output_and_grad_differences` gives them on a padded
+        batch of streams ``(2, num_steps, num_streams, 32)``.
+
+    Raises:
+        ImportError / AttributeError: ``transformers`` lacks DeepSeek-V4.
+    """
+    import importlib
+
+    from torch import nn
+
+    m = importlib.import_module("transformers.models.deepseek_v4.modeling_deepseek_v4")
+    from transformers import DeepseekV4Config
+
+    d = 32
+    config = DeepseekV4Config(vocab_size=50, hidden_size=d, num_hidden_layers=1, num_attention_heads=4,
+                              num_key_value_heads=1, head_dim=16, q_lora_rank=16, moe_intermediate_size=16,
+                              n_routed_experts=4, num_experts_per_tok=2, o_groups=2, o_lora_rank=16, index_n_heads=2,
+                              index_head_dim=8, index_topk=4, hc_mult=num_streams)
+    valid_lens = torch.tensor([num_steps, num_steps // 2])
+    with seeded(seed):
+        block = HyperConnectedBlock(d, 4, num_streams=num_streams, causal=True, num_kv_heads=2)
+        randomize_(block, seed)
+        gen = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():  # the mappings far from uniform: projections large, gains around 1
+            for p in [*block.hc1.parameters(), *block.hc2.parameters()]:
+                p.copy_(torch.randn(p.shape, generator=gen) * (0.3 if p.dim() == 2 else 1.0) + (p.numel() <= 3))
+        layer = m.DeepseekV4DecoderLayer(config, 0)
+
+    class Attn(nn.Module):  # V4's call: (hidden_states, **kwargs) -> (out, weights)
+        def forward(self, hidden_states, **kwargs):
+            return block.attention(*(hidden_states,) * 3, valid_lens), None
+
+    class MLP(nn.Module):  # V4's call: (hidden_states, input_ids=None) -> out
+        def forward(self, hidden_states, input_ids=None):
+            return block.ffn(hidden_states)
+
+    layer.self_attn, layer.mlp = Attn(), MLP()
+    with torch.no_grad():
+        for theirs, ours in ((layer.attn_hc, block.hc1), (layer.ffn_hc, block.hc2)):
+            theirs.fn.copy_(ours.phi), theirs.base.copy_(ours.bias), theirs.scale.copy_(ours.alpha)
+        layer.input_layernorm.weight.copy_(block.norm1.weight)
+        layer.post_attention_layernorm.weight.copy_(block.norm2.weight)
+    gen = torch.Generator().manual_seed(seed + 2)
+    S = torch.randn(2, num_steps, num_streams, d, generator=gen)
+    R = torch.randn(S.shape, generator=gen)
+    keep = (torch.arange(num_steps)[None] < valid_lens[:, None])[..., None, None]  # (b, n, 1, 1)
+    return output_and_grad_differences([lambda Z: layer(Z), lambda Z: block(Z, valid_lens)], S, R, keep)
+
+
+def verify_deepseek_v4(seed: int) -> list[dict]:
+    """DeepSeek-V4: its hyper-connected wiring (:func:`deepseek_v4_wiring_check`), then whole decoder
+    layers of each type (:func:`compare_deepseek_v4_layer`: 0 sliding with hash MoE, 1 HCA, 2 CSA)."""
+    return [deepseek_v4_wiring_check(seed), *(compare_deepseek_v4_layer(i, seed) for i in (0, 1, 2))]
+
+
 #: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
 ROWS_2026 = (
     Row2026("DeepSeek-V3", 2024, "deepseek2024v3", "DeepseekV3Config",
             dict(norm="RMSNorm, pre", qk_norm=_LATENT_NORMS, router="sigmoid"), "DeepSeek-V3 671B",
-            check="DeepSeek-V3 layers"),
+            check="DeepSeek-V3 layers", verify=verify_deepseek_v3),
     Row2026("Kimi K2.5", 2026, "kimi2025k2", "Kimi_K25Config.text_config",
             dict(norm="RMSNorm, pre", qk_norm=_LATENT_NORMS, router="sigmoid"), "Kimi K2.5 1T",
             report=dict(num_attention_heads=64, n_routed_experts=384, first_k_dense_replace=1, n_group=1,
                         topk_group=1),
             class_default_cells={"positions": "DeepSeek-V3's class default; Kimi's own base is larger"},
-            check="DeepSeek-V3 layers, no expert groups"),
+            check="DeepSeek-V3 layers, no expert groups",
+            verify=partial(verify_deepseek_v3, layer_indices=(1,), n_group=1, topk_group=1)),
     Row2026("DeepSeek-V4", 2026, "", "DeepseekV4Config",
             dict(norm="RMSNorm, pre (inside each hyper-connection)", act="clamped SwiGLU",
                  qk_norm="QK-norm: RMSNorm without gain on each query head, with gain on the shared K/V head",
                  sinks=True), "DeepSeek-V4-Flash",
-            check="DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)",
+            check="DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)", verify=verify_deepseek_v4,
             missing="the key/value cache of the compressors (decoding token by token)"),
 )

@@ -277,12 +277,24 @@ ROWS = (
              unit_offset_norms=True, note=_SQRT_D + " (outside the layer)", reference="Gemma 3"),
 )
 
+
+def verify_gemma4(seed: int) -> list[dict]:
+    """Gemma 4's decoder layers (0: local, sliding; 1: global) of a tiny configuration against their
+    conversions: two comparison results."""
+    from .harness import compare_with_reference, hf_reference
+    from .tiny import tiny_config
+
+    return [compare_with_reference(hf_reference(f"Gemma 4 (layer {i})", "gemma4", "Gemma4TextDecoderLayer",
+                                                "Gemma4TextConfig", tiny_config("gemma4"), layer_idx=i), seed=seed)
+            for i in (0, 1)]
+
+
 #: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`). ``size`` is
 #: ``None``: the class docstring names gemma-4-e2b-it, whose width and depth differ from the defaults.
 ROWS_2026 = (
     Row2026("Gemma 4", 2026, "", "Gemma4TextConfig",
             dict(norm="RMSNorm, sandwich", qk_norm="QK-norm per head; RMSNorm without gain on the values"), None,
-            check="Gemma 4 (local and global layers, dense)",
+            check="Gemma 4 (local and global layers, dense)", verify=verify_gemma4,
             missing="per-layer inputs (a second input to each layer), the MoE block (26B-A4B) and key/value "
                     "sharing across layers"),
 )

@@ -105,11 +105,25 @@ TINY_CONFIGS: dict[str, dict] = {
 
 # --------------------------------------------------------------------------- the family's rows
 
+
+def verify_glm5(seed: int) -> list[dict]:
+    """GLM-5's decoder layers (0: dense, 1: MoE) of a tiny configuration against their conversions:
+    :func:`~d2lmini.reference.harness.compare_with_reference`'s results, one per layer."""
+    from .harness import Reference, compare_with_reference, hf_make
+    from .tiny import tiny_config
+
+    return [compare_with_reference(Reference("GlmMoeDsaDecoderLayer", "GLM-5",
+                                             hf_make("glm_moe_dsa", "GlmMoeDsaDecoderLayer", "GlmMoeDsaConfig",
+                                                     tiny_config("glm_moe_dsa"), layer_idx=i),
+                                             from_glm_moe_dsa_layer, hf_glm_moe_dsa_call, causal=True), seed=seed)
+            for i in (0, 1)]
+
+
 #: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
 ROWS_2026 = (
     Row2026("GLM-5", 2026, "glm2026glm5", "GlmMoeDsaConfig",
             dict(norm="RMSNorm, pre", qk_norm="RMSNorm on the query and key/value latents", router="sigmoid"),
             "GLM-5 744B", class_default_cells={"positions": "GlmMoeDsaConfig's class default"},
-            check="GLM-5 (sparse attention, dense and MoE layers)",
+            check="GLM-5 (sparse attention, dense and MoE layers)", verify=verify_glm5,
             missing="cross-layer top-k sharing (indexer_types 'shared', off by default)"),
 )

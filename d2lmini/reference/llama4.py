@@ -178,10 +178,23 @@ TINY_CONFIGS: dict[str, dict] = {
 
 # --------------------------------------------------------------------------- the family's rows
 
+
+def verify_llama4(seed: int) -> list[dict]:
+    """Llama 4's first four decoder layers (RoPE and NoPE, dense and MoE) of a tiny configuration
+    against their conversions: four comparison results."""
+    from .harness import compare_with_reference, hf_reference
+    from .tiny import tiny_config
+
+    return [compare_with_reference(hf_reference(f"Llama 4 (layer {i})", "llama4", "Llama4TextDecoderLayer",
+                                                "Llama4TextConfig", tiny_config("llama4"), layer_idx=i), seed=seed)
+            for i in range(4)]
+
+
 #: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
 ROWS_2026 = (
     Row2026("Llama 4", 2025, "", "Llama4TextConfig",
             dict(norm="RMSNorm, pre",
                  qk_norm="QK-norm per head: RMSNorm without gain, after RoPE (RoPE layers only)", shared_experts=1,
-                 router="sigmoid"), "Llama 4 Scout 17B-16E", check="Llama 4 (RoPE and NoPE layers, dense and MoE)"),
+                 router="sigmoid"), "Llama 4 Scout 17B-16E", check="Llama 4 (RoPE and NoPE layers, dense and MoE)",
+            verify=verify_llama4),
 )

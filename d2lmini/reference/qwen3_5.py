@@ -190,10 +190,25 @@ TINY_CONFIGS: dict[str, dict] = {
 
 # --------------------------------------------------------------------------- the family's rows
 
+
+def verify_qwen3_5(seed: int) -> list[dict]:
+    """Qwen3.5's decoder layers (0: Gated DeltaNet, 1: gated attention) of the dense and the MoE
+    model, tiny configurations, against their conversions: four comparison results."""
+    from .harness import compare_with_reference, hf_reference
+    from .tiny import tiny_config
+
+    return [compare_with_reference(hf_reference("Qwen3.5", model_type, f"{prefix}DecoderLayer", f"{prefix}TextConfig",
+                                                tiny_config(model_type), layer_idx=i, unit_offset_norms=True,
+                                                rotary=f"{prefix}TextRotaryEmbedding"), seed=seed)
+            for model_type, prefix in (("qwen3_5", "Qwen3_5"), ("qwen3_5_moe", "Qwen3_5Moe"))
+            for i in (0, 1)]
+
+
 #: The family's models in the zoo's 2026 table (:class:`~d2lmini.reference.base.Row2026`).
 ROWS_2026 = (
     Row2026("Qwen3.5", 2026, "", "Qwen3_5MoeTextConfig",
             dict(norm="RMSNorm (1 + w), pre", qk_norm="QK-norm per head", gate=True, router="softmax"),
             "Qwen3.5-35B-A3B", class_default_cells={"positions": "class default; the released models use a larger base"},
-            check="Qwen3.5 (both layer types, dense and MoE)"),
+            check="Qwen3.5 (both layer types, dense and MoE)",
+            verify=verify_qwen3_5),
 )
