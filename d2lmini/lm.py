@@ -138,14 +138,16 @@ class LanguageModel(nn.Module):
     @shown_in("ch09")
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Next-token logits ``(b, n, vocab_size)`` for ids ``(b, n)`` (see the class docstring)."""
-        start = 0 if cache is None else self._check_cache(cache)  # positions already in the cache
+        # the positions already in the cache
+        start = 0 if cache is None else self._check_cache(cache)
         self._check_tokens(tokens, start)
         X = self.embedding(tokens)
         if self.pos_embedding is not None:  # learned: one trained vector per position
             X = X + self.pos_embedding[start:start + tokens.shape[1]]
         if self.pos_encoding is not None:  # sinusoidal: the 2017 encoding
             X = X + self.pos_encoding[start:start + tokens.shape[1]]
-        for i, block in enumerate(self.blocks):  # RoPE, if any, is inside each block's attention
+        # RoPE, if any, is inside each block's attention
+        for i, block in enumerate(self.blocks):
             X = block(X, cache=None if cache is None else cache.layers[i])
         if self.final_norm is not None:
             X = self.final_norm(X)
@@ -176,8 +178,8 @@ class LanguageModel(nn.Module):
 
 
 @shown_in("ch09")
-def next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int | None,
-               generator: torch.Generator | None) -> torch.Tensor:
+def next_token(logits: torch.Tensor, do_sample: bool, temperature: float,
+               top_k: int | None, generator: torch.Generator | None) -> torch.Tensor:
     """The next token of each row of ``logits`` (b, vocab): the most likely one, or a sample
     from ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely; returns (b,).
 
@@ -191,23 +193,29 @@ def next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k:
             when sampling (:func:`generate` checks its arguments before every step).
     """
     if logits.dim() != 2:
-        raise ValueError(f"logits must be (batch, vocab_size), got shape {tuple(logits.shape)}")
-    if do_sample and (temperature <= 0 or (top_k is not None and not 1 <= top_k <= logits.shape[-1])):
-        raise ValueError(f"sampling needs temperature > 0 and top_k in 1..{logits.shape[-1]}, "
+        raise ValueError("logits must be (batch, vocab_size), "
+                         f"got shape {tuple(logits.shape)}")
+    vocab = logits.shape[-1]
+    if do_sample and (temperature <= 0
+                      or (top_k is not None and not 1 <= top_k <= vocab)):
+        raise ValueError(f"sampling needs temperature > 0 and top_k in 1..{vocab}, "
                          f"got temperature={temperature}, top_k={top_k}")
     if not do_sample:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature  # in float32, as transformers' logits warpers
-    if top_k is not None:  # keep the k largest logits (ties with the k-th too), as TopKLogitsWarper
+    # keep the k largest logits (ties with the k-th too), as TopKLogitsWarper does
+    if top_k is not None:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
 @shown_in("ch09")
 @torch.no_grad()
-def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
-             temperature: float = 1.0, top_k: int | None = None, seed: int | None = None,
+def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, *,
+             do_sample: bool = False, temperature: float = 1.0,
+             top_k: int | None = None, seed: int | None = None,
              use_cache: bool = True) -> torch.Tensor:
     """Extend ``prompt`` by ``max_new_tokens`` tokens, one at a time.
 
@@ -245,17 +253,22 @@ def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, *,
             outside ``1 .. vocab_size``; ``temperature <= 0``; ``use_cache=True`` with a block whose
             attention takes no cache (e.g. from an ``attn_factory``).
     """
-    ids, generator = _check_generate(model, prompt, max_new_tokens, do_sample, temperature, top_k, seed, use_cache)
+    ids, generator = _check_generate(model, prompt, max_new_tokens, do_sample,
+                                     temperature, top_k, seed, use_cache)
     was_training = model.training
     model.eval()
-    context, cache = model.context_len, KVCache(len(model.blocks)) if use_cache else None
+    context = model.context_len
+    cache = KVCache(len(model.blocks)) if use_cache else None
     new = ids  # what the model has not seen yet: the prompt, then one token per step
     try:
         for _ in range(max_new_tokens):
-            if cache is not None and len(cache) + new.shape[1] > context:  # the window slides: refill it
+            if cache is not None and len(cache) + new.shape[1] > context:
+                # the window slides: refill it
                 cache, new = KVCache(len(model.blocks)), ids[:, -context:]
-            logits = (model(new, cache) if use_cache else model(ids[:, -context:]))[:, -1]  # last context_len
-            token = next_token(logits, do_sample, temperature, top_k, generator)[:, None]  # (b, 1)
+            logits = (model(new, cache) if use_cache
+                      else model(ids[:, -context:]))[:, -1]  # last context_len
+            token = next_token(logits, do_sample, temperature, top_k,
+                               generator)[:, None]  # (b, 1)
             ids, new = torch.cat((ids, token), dim=1), token
     finally:
         model.train(was_training)

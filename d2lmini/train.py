@@ -122,7 +122,8 @@ class TrainResult:
 
 
 @shown_in("ch04")
-def lr_at(step: int, lr: float, warmup_steps: int, num_steps: int, schedule: str) -> float:
+def lr_at(step: int, lr: float, warmup_steps: int, num_steps: int,
+          schedule: str) -> float:
     """Learning rate at ``step`` (0-based): linear warm-up over ``warmup_steps``, then
     constant (``'constant'``) or cosine decay to 10% at ``num_steps`` (``'cosine'``)."""
     if warmup_steps and step < warmup_steps:
@@ -264,7 +265,8 @@ def lockstep_losses(models: list[nn.Module], vectorize: bool = False):
 
 
 @shown_in("ch02", "ch07")
-def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: bool = True,
+def train_step(losses_of, optimizer, batches, lr: float,
+               stop_on_divergence: bool = True,
                clip_norm: float | None = None) -> list[float]:
     """One training step of :func:`train_models`: score every model's batch, then one AdamW update.
 
@@ -276,13 +278,16 @@ def train_step(losses_of, optimizer, batches, lr: float, stop_on_divergence: boo
     measured before the update. If every loss is NaN or infinite and ``stop_on_divergence``
     is True, no update is taken.
     """
-    losses = losses_of(batches)  # each model's next-character cross-entropy on its own batch
+    # each model's next-character cross-entropy on its own batch
+    losses = losses_of(batches)
     values = losses.detach().tolist()
     if any(math.isfinite(value) for value in values) or not stop_on_divergence:
         for group in optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)  # the scheduled rate (times the group's scale)
+            # the scheduled rate (times the group's scale)
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()  # the models share no weights: each gets its own gradient
+        # the models share no weights: each gets its own gradient
+        losses.sum().backward()
         if clip_norm is not None:  # each model's gradient clipped to its own norm
             for group in optimizer.param_groups:
                 nn.utils.clip_grad_norm_(group["params"], clip_norm, foreach=True)
@@ -554,8 +559,9 @@ def run_in_workers(function: Callable, jobs, num_workers: int = 2) -> list:
 
 
 @shown_in("ch05")
-def train_and_evaluate(corpus: CharCorpus, seeds, model_kwargs, num_steps: int, batch_size: int, seq_len: int,
-                       lr: float, warmup_steps: int = 0, schedule: str = "constant", eval_batches: int = 8,
+def train_and_evaluate(corpus: CharCorpus, seeds, model_kwargs, num_steps: int,
+                       batch_size: int, seq_len: int, lr: float, warmup_steps: int = 0,
+                       schedule: str = "constant", eval_batches: int = 8,
                        betas: tuple[float, float] = (0.9, 0.98),
                        clip_norm: float | None = None) -> tuple[TrainLog, list[float]]:
     """Train one seeded :class:`TinyLM` per ``(seed, model_kwargs)`` pair in lockstep; score each at the end.
@@ -577,8 +583,9 @@ def train_and_evaluate(corpus: CharCorpus, seeds, model_kwargs, num_steps: int, 
     eval_batches = check_positive_int("eval_batches", eval_batches)
     models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, **kwargs)
               for seed, kwargs in zip(seeds, model_kwargs, strict=True)]
-    log = train_models(models, corpus, list(seeds), num_steps, batch_size, seq_len, lr, warmup_steps, schedule,
-                       betas, stop_on_divergence=False, clip_norm=clip_norm)
+    log = train_models(models, corpus, list(seeds), num_steps, batch_size, seq_len, lr,
+                       warmup_steps, schedule, betas, stop_on_divergence=False,
+                       clip_norm=clip_norm)
     val = [evaluate(model, corpus, batch_size, seq_len, eval_batches)
            if all(math.isfinite(value) for value in losses) else math.nan
            for model, losses in zip(models, log.losses)]

@@ -7,9 +7,8 @@ that ``d2lmini.show_code`` prints from the package (every object marked ``@shown
 printed as ``source_without_docstrings`` prints it). A code cell is hidden, and not
 checked, when a tag removes or folds its code in the HTML book (:data:`HIDDEN_TAGS`).
 
-The cells and listings that are still wider are named below, in two allow-lists. Each
-entry must still be too wide (a stale entry fails), so the lists only shrink; empty them
-by wrapping the code where its meaning allows, never by cutting a comment the reader needs.
+Nothing is exempt: a line that does not fit is wrapped where its meaning allows (or its
+comment moved above it), never fitted by cutting a comment the reader needs.
 """
 
 from __future__ import annotations
@@ -32,30 +31,6 @@ WIDTH = 88
 
 #: Tags that remove or fold a code cell's source in the HTML book (Jupyter Book 1.x).
 HIDDEN_TAGS = {"remove-input", "remove-cell", "hide-input", "hide-cell"}
-
-#: Printed listings still wider than WIDTH, by module and qualified name: those of modules
-#: that were being rewritten when the rest was wrapped, and those that wrapping would take
-#: past the 25 lines a listing may have (tests/test_shown.py) without shortening the code.
-WIDE_LISTINGS = {
-    "d2lmini.chapters.ch03_normalization.padding_measurements",
-    "d2lmini.chapters.ch03_normalization.same_sentence_elsewhere",
-    "d2lmini.chapters.ch04_norm_placement.train_placements",
-    "d2lmini.chapters.ch06_qk_norm.probed_training",
-    "d2lmini.chapters.ch07_ffn.ffn_parameter_counts",
-    "d2lmini.chapters.ch08_attention_generation.time_next_token",
-    "d2lmini.chapters.ch09_the_2026_block.cache_measurements",
-    "d2lmini.chapters.ch09_the_2026_block.sampled_word_shares",
-    "d2lmini.chapters.ch09_the_2026_block.substitution_steps",
-    "d2lmini.chapters.ch09_the_2026_block.train_capstone",
-    "d2lmini.lm.LanguageModel.forward",
-    "d2lmini.lm.generate",
-    "d2lmini.lm.next_token",
-    "d2lmini.reference.export.to_hf",
-    "d2lmini.train.lr_at",
-    "d2lmini.train.train_and_evaluate",
-    "d2lmini.train.train_step",
-}
-
 
 def _page(path) -> str:
     return f"solutions/{path.stem}" if path.parent.name == "solutions" else path.stem
@@ -91,14 +66,9 @@ def test_visible_code_cells_fit_the_page():
 
 
 def test_printed_listings_fit_the_page():
-    new = {name: lines for name, lines in wide_listings().items() if name not in WIDE_LISTINGS}
-    assert not new, "printed lines over %d characters (wrap them):\n%s" % (WIDTH, "\n".join(
-        f"{name}: {line}" for name, lines in new.items() for line in lines))
-
-
-def test_the_wide_listings_allow_list_only_shrinks():
-    stale = sorted(WIDE_LISTINGS - set(wide_listings()))
-    assert not stale, f"these listings fit now (or are gone): remove them from WIDE_LISTINGS: {stale}"
+    wide = wide_listings()
+    assert not wide, "printed lines over %d characters (wrap them):\n%s" % (WIDTH, "\n".join(
+        f"{name}: {line}" for name, lines in wide.items() for line in lines))
 
 
 @pytest.mark.parametrize("tag", sorted(HIDDEN_TAGS))

@@ -303,7 +303,8 @@ def padding_measurements(batch: PaddedBatch) -> dict:
     X, real = batch.X.double(), batch.mask
     mean_all, var_all = batch_norm_stats(X)                      # padding included
     mean_real, var_real = batch_norm_stats(X, batch.valid_lens)  # real tokens only
-    diff = batch_norm_by_hand(X)[real] - batch_norm_by_hand(X, valid_lens=batch.valid_lens)[real]
+    diff = (batch_norm_by_hand(X)[real]
+            - batch_norm_by_hand(X, valid_lens=batch.valid_lens)[real])
     ln, delta = nn.LayerNorm(X.shape[-1]), 0.0
     with torch.no_grad():
         in_batch = ln(batch.X)
@@ -313,7 +314,8 @@ def padding_measurements(batch: PaddedBatch) -> dict:
     return dict(mean_error=float((mean_all - mean_real).norm() / mean_real.norm()),
                 var_error=float((var_all - var_real).norm() / var_real.norm()),
                 std_ratio=float((var_all / var_real).sqrt().median()),
-                output_rms_error=float(diff.pow(2).mean().sqrt()), output_max_error=float(diff.abs().max()),
+                output_rms_error=float(diff.pow(2).mean().sqrt()),
+                output_max_error=float(diff.abs().max()),
                 layer_norm_max_delta=delta)
 
 
@@ -430,7 +432,8 @@ def padding_sweep(paddings=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), b
 
 
 @shown_in("ch03")
-def same_sentence_elsewhere(batch_size: int = 8, num_steps: int = 16, num_hiddens: int = 64, warmup: int = 100,
+def same_sentence_elsewhere(batch_size: int = 8, num_steps: int = 16,
+                            num_hiddens: int = 64, warmup: int = 100,
                             momentum: float = 0.1, seed: int = 0) -> list[dict]:
     """One sentence normalized in three other settings, by BatchNorm and by LayerNorm.
 
@@ -454,28 +457,43 @@ def same_sentence_elsewhere(batch_size: int = 8, num_steps: int = 16, num_hidden
         TypeError / ValueError: for ``batch_size`` or ``warmup`` below 2, a momentum
             outside ``[0, 1)`` or other bad sizes or seed.
     """
+    # batch(k): the sentence first, then batch_size - 1 others drawn with seed k
+    warmup, sentence, batch = _sentence_and_batches(batch_size, num_steps, num_hiddens,
+                                                    warmup, seed)
+    tokens = [sentence[:, t:t + 1] for t in range(num_steps)]  # as generation feeds it
+
+    @torch.no_grad()
+    def outputs(norm):  # the reference (in batch A), then the three settings
+        ref, other = norm(batch(1))[0], norm(batch(2))[0]  # training mode: A, then B
+        for k in range(3, warmup + 1):  # training batches move the running statistics
+            norm(batch(k))
+        norm.eval()  # evaluation mode: BatchNorm uses its running statistics
+        evaluated, alone = norm(batch(1))[0], torch.cat([norm(x)[0] for x in tokens])
+        return ref, {"other batch mates": other, "evaluation mode": evaluated,
+                     "one token at a time": alone}
+
+    bn_ref, bn = outputs(SequenceBatchNorm(num_hiddens, momentum=momentum).train())
+    ln_ref, ln = outputs(nn.LayerNorm(num_hiddens))
+    return [{"setting": name, "bn_max_delta": _max_abs(b, bn_ref),
+             "ln_max_delta": _max_abs(ln[name], ln_ref),
+             "bn_rms_delta": float((b - bn_ref).pow(2).mean().sqrt())}
+            for name, b in bn.items()]
+
+
+def _sentence_and_batches(batch_size, num_steps, num_hiddens, warmup, seed):
+    """For :func:`same_sentence_elsewhere`: its checked ``warmup``, the sentence ``(1, n, d)``
+    and ``batch(k)``, the sentence first in a batch with ``batch_size - 1`` other sentences
+    drawn with seed ``seed + k`` (from the same feature distribution)."""
     check_int_at_least("batch_size", batch_size, 2, "the sentence needs batch mates")
     warmup = check_int_at_least("warmup", warmup, 2, "batches A and B are the first two")
     sentence = token_embeddings(1, num_steps, num_hiddens, seed=seed, feature_seed=seed)
 
-    def batch(k):  # the sentence first, then batch_size - 1 other sentences drawn with seed k
-        others = token_embeddings(batch_size - 1, num_steps, num_hiddens, seed=seed + k, feature_seed=seed)
+    def batch(k):
+        others = token_embeddings(batch_size - 1, num_steps, num_hiddens, seed=seed + k,
+                                  feature_seed=seed)
         return torch.cat([sentence, others])
 
-    bn, ln = SequenceBatchNorm(num_hiddens, momentum=momentum).train(), nn.LayerNorm(num_hiddens)
-    tokens = [sentence[:, t:t + 1] for t in range(num_steps)]  # generation: (1, 1, d) at a time
-    with torch.no_grad():
-        bn_ref, bn_other = bn(batch(1))[0], bn(batch(2))[0]  # training mode: the batch's statistics
-        for k in range(3, warmup + 1):  # more training batches move the running statistics
-            bn(batch(k))
-        bn.eval()  # evaluation mode: the running statistics
-        bn_eval, bn_tokens = bn(batch(1))[0], torch.cat([bn(x)[0] for x in tokens])
-        ln_ref, ln_other, ln_tokens = ln(batch(1))[0], ln(batch(2))[0], torch.cat([ln(x)[0] for x in tokens])
-        ln_eval = ln.eval()(batch(1))[0]
-    settings = {"other batch mates": (bn_other, ln_other), "evaluation mode": (bn_eval, ln_eval),
-                "one token at a time": (bn_tokens, ln_tokens)}
-    return [{"setting": name, "bn_max_delta": _max_abs(b, bn_ref), "ln_max_delta": _max_abs(l, ln_ref),
-             "bn_rms_delta": float((b - bn_ref).pow(2).mean().sqrt())} for name, (b, l) in settings.items()]
+    return warmup, sentence, batch
 
 
 # ----------------------------------------------------------------------------------

@@ -159,9 +159,11 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
 TRAINING_MODEL = dict(num_hiddens=64, num_heads=4, norm="layer", act="relu", bias=True)
 
 @shown_in("ch04")
-def train_placements(corpus: CharCorpus | None, num_layers: int, lr: float, runs=(("post", 1.0), ("pre", 1.0)),
-                     warmup_steps: int = 0, seeds=(0, 1), num_steps: int = 100, batch_size: int = 8,
-                     seq_len: int = 64, clip_norm: float | None = 1.0, eval_batches: int = 32) -> list[TrainResult]:
+def train_placements(corpus: CharCorpus | None, num_layers: int, lr: float,
+                     runs=(("post", 1.0), ("pre", 1.0)), warmup_steps: int = 0,
+                     seeds=(0, 1), num_steps: int = 100, batch_size: int = 8,
+                     seq_len: int = 64, clip_norm: float | None = 1.0,
+                     eval_batches: int = 32) -> list[TrainResult]:
     """Train one :data:`TRAINING_MODEL` language model per ``(placement, rate multiple)`` of ``runs`` and seed.
 
     Each seed draws the initial weights and the batches (the placement moves norms, which
@@ -189,23 +191,25 @@ def train_placements(corpus: CharCorpus | None, num_layers: int, lr: float, runs
     Raises:
         ValueError / TypeError: for an unknown placement, repeated seeds or invalid sizes, rates or steps.
     """
-    _check_runs(runs)
-    seeds = check_seeds(seeds)
+    pairs = _run_pairs(runs, seeds)  # one (placement, rate multiple, seed) per model
     corpus = python_reference_corpus() if corpus is None else corpus
-    pairs = [(placement, scale, seed) for placement, scale in runs for seed in seeds]
-    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len, num_layers=num_layers,
-                             placement=placement, **TRAINING_MODEL) for placement, _, seed in pairs]
-    log = train_models(models, corpus, [seed for *_, seed in pairs], num_steps, batch_size, seq_len, lr,
-                       warmup_steps, schedule="cosine", betas=(0.9, 0.95), clip_norm=clip_norm,
-                       lr_scales=[scale for _, scale, _ in pairs], stop_on_divergence=False)
+    models = [seeded_tiny_lm(corpus.vocab_size, seed, max_len=seq_len,
+                             num_layers=num_layers, placement=placement,
+                             **TRAINING_MODEL) for placement, _, seed in pairs]
+    log = train_models(models, corpus, [seed for *_, seed in pairs], num_steps,
+                       batch_size, seq_len, lr, warmup_steps, schedule="cosine",
+                       betas=(0.9, 0.95), clip_norm=clip_norm, stop_on_divergence=False,
+                       lr_scales=[scale for _, scale, _ in pairs])
     results = []
     for (placement, scale, seed), model, losses in zip(pairs, models, log.losses):
         diverged = not all(math.isfinite(loss) for loss in losses)
-        val = math.nan if diverged else evaluate(model, corpus, batch_size, seq_len, eval_batches)
-        config = dict(placement=placement, num_layers=num_layers, lr=lr * scale, warmup_steps=warmup_steps,
-                      seed=seed, num_steps=num_steps, clip_norm=clip_norm, **TRAINING_MODEL)
-        results.append(TrainResult(config, losses, [num_steps], [val], [rate * scale for rate in log.lr],
-                                   diverged, log.seconds))
+        val = (math.nan if diverged
+               else evaluate(model, corpus, batch_size, seq_len, eval_batches))
+        config = dict(placement=placement, num_layers=num_layers, lr=lr * scale,
+                      warmup_steps=warmup_steps, seed=seed, num_steps=num_steps,
+                      clip_norm=clip_norm, **TRAINING_MODEL)
+        results.append(TrainResult(config, losses, [num_steps], [val],
+                                   [r * scale for r in log.lr], diverged, log.seconds))
     return results
 
 
@@ -233,6 +237,14 @@ def train_placement_groups(groups, num_workers: int = 2) -> list[TrainResult]:
         raise TypeError("groups train on python_reference_corpus(); leave 'corpus' out of them")
     jobs = [dict(group, corpus=None) for group in groups]
     return [result for results in run_in_workers(train_placements, jobs, num_workers) for result in results]
+
+
+def _run_pairs(runs, seeds) -> list[tuple]:
+    """For :func:`train_placements`: one ``(placement, rate multiple, seed)`` per run and seed,
+    run by run, after checking ``runs`` and ``seeds``."""
+    _check_runs(runs)
+    seeds = check_seeds(seeds)
+    return [(placement, scale, seed) for placement, scale in runs for seed in seeds]
 
 
 def _check_runs(runs) -> None:

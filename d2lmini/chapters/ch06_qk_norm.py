@@ -705,8 +705,8 @@ def train_seeds_with_logit_probe(corpus=None, qk_norm: str | None = None, lr: fl
 
 
 @shown_in("ch06")
-def probed_training(models, corpus, results, seeds, num_steps, batch_size, seq_len, lr, betas, weight_decay,
-                    eval_batches):
+def probed_training(models, corpus, results, seeds, num_steps, batch_size, seq_len, lr,
+                    betas, weight_decay, eval_batches):
     """The measuring core of :func:`train_seeds_with_logit_probe`: train ``models``, filling ``results``.
 
     :func:`d2lmini.train.train_models` runs the steps (AdamW on each batch's
@@ -724,15 +724,17 @@ def probed_training(models, corpus, results, seeds, num_steps, batch_size, seq_l
             result.entropy.append(sum(recorder.entropy) / len(recorder.entropy))
 
     recorders = [LogitRecorder(model) for model in models]
-    log = train_models(models, corpus, seeds, num_steps, batch_size, seq_len, lr, betas=betas,
-                       weight_decay=weight_decay, on_step=record)
+    log = train_models(models, corpus, seeds, num_steps, batch_size, seq_len, lr,
+                       betas=betas, weight_decay=weight_decay, on_step=record)
     for recorder, model, result, losses in zip(recorders, models, results, log.losses):
         recorder.remove()
-        result.train_loss, result.diverged = losses, not all(math.isfinite(loss) for loss in losses)
+        result.train_loss = losses
+        result.diverged = not all(math.isfinite(loss) for loss in losses)
         if not result.diverged:
             result.val_loss = evaluate(model, corpus, batch_size, seq_len, eval_batches)
-        result.qk_gains = [float(w) for m in model.modules() if isinstance(m, MultiHeadAttention)
-                           if m.q_norm is not None for norm in (m.q_norm, m.k_norm)
+        result.qk_gains = [float(w) for m in model.modules()
+                           if isinstance(m, MultiHeadAttention) if m.q_norm is not None
+                           for norm in (m.q_norm, m.k_norm)
                            for w in norm.weight.detach().flatten()]
     return results
 

@@ -73,7 +73,8 @@ SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "geglu": 1.942, "sw
 # --------------------------------------------------------------------------------------
 
 @shown_in("ch07")
-def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu", "geglu")) -> list[dict]:
+def ffn_parameter_counts(num_hiddens: int = 768,
+                         acts=("relu", "gelu", "swiglu", "geglu")) -> list[dict]:
     """Parameters of one :class:`~d2lmini.ffn.FeedForward` per activation, at default width.
 
     A plain MLP (``'relu'``, ``'gelu'``) has two ``d x 4d`` matrices, ``8 d^2`` weights;
@@ -97,14 +98,17 @@ def ffn_parameter_counts(num_hiddens: int = 768, acts=("relu", "gelu", "swiglu",
     Introduced in the chapter "The feed-forward network: SwiGLU, then a mixture of experts".
     """
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-    acts = check_sequence("acts", acts, lambda name, act: check_choice(name, act, ACTS), f"names from {ACTS}")
+    acts = check_sequence("acts", acts, lambda name, act: check_choice(name, act, ACTS),
+                          f"names from {ACTS}")
     rows = []
     for act in acts:
         ffn = FeedForward(num_hiddens, act=act).to("meta")  # shapes only, no memory
         params = num_parameters(ffn)
-        rows.append(dict(act=act, gated=act in GATED_ACTS, matrices=3 if act in GATED_ACTS else 2,
+        rows.append(dict(act=act, gated=act in GATED_ACTS,
+                         matrices=3 if act in GATED_ACTS else 2,
                          ffn_num_hiddens=ffn.ffn_num_hiddens, params=params,
-                         per_d2=params / num_hiddens ** 2, rel_diff=params / (8 * num_hiddens ** 2) - 1))
+                         per_d2=params / num_hiddens ** 2,
+                         rel_diff=params / (8 * num_hiddens ** 2) - 1))
     return rows
 
 

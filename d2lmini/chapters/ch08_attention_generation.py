@@ -108,7 +108,8 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 @shown_in("ch08")
-def time_next_token(attention, prefix_lens, *, repeats: int = 5, seed: int = 0) -> list[dict]:
+def time_next_token(attention, prefix_lens, *, repeats: int = 5,
+                    seed: int = 0) -> list[dict]:
     """Wall-clock time of one new token after prefixes of ``prefix_lens`` tokens, recomputed and cached.
 
     Returns one dict per prefix: ``prefix``, ``recompute (ms)`` (the whole sequence through
@@ -121,19 +122,23 @@ def time_next_token(attention, prefix_lens, *, repeats: int = 5, seed: int = 0) 
         ValueError: a prefix length below 1, ``repeats`` below 1, or an attention
             :func:`decode_step` refuses.
     """
-    check_instance("attention", attention, MultiHeadAttention, "a d2lmini MultiHeadAttention")
+    check_instance("attention", attention, MultiHeadAttention,
+                   "a d2lmini MultiHeadAttention")
     check_int_sequence("prefix_lens", prefix_lens)
     check_positive_int("repeats", repeats)
     generator = torch.Generator().manual_seed(check_seed(seed))
     rows = []
     for n in prefix_lens:
-        X = torch.randn(1, n + 1, attention.num_hiddens, generator=generator)  # the prefix and one new token
+        # the prefix and one new token
+        X = torch.randn(1, n + 1, attention.num_hiddens, generator=generator)
         with torch.no_grad():
-            _, cache = decode_step(attention, X[:, :n])  # the prefix's keys and values, computed once
+            # the prefix's keys and values, computed once
+            _, cache = decode_step(attention, X[:, :n])
             recompute = _median_seconds(lambda: attention(X, X, X)[:, -1], repeats)
-            cached = _median_seconds(lambda: decode_step(attention, X[:, n:], cache), repeats)
-        rows.append({"prefix": n, "recompute (ms)": 1e3 * recompute, "cached (ms)": 1e3 * cached,
-                     "speed-up": recompute / cached})
+            cached = _median_seconds(lambda: decode_step(attention, X[:, n:], cache),
+                                     repeats)
+        rows.append({"prefix": n, "recompute (ms)": 1e3 * recompute,
+                     "cached (ms)": 1e3 * cached, "speed-up": recompute / cached})
     return rows
 
 

@@ -150,8 +150,8 @@ class Step:
 
 
 @shown_in("ch09")
-def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: int = 2, num_steps: int = 16,
-                       seed: int = 0) -> list[Step]:
+def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: int = 2,
+                       num_steps: int = 16, seed: int = 0) -> list[Step]:
     """Turn the 2017 block into the 2026 block one constructor argument at a time.
 
     Starts from :data:`BLOCK_2017` and applies :data:`SUBSTITUTIONS` cumulatively; each
@@ -172,20 +172,24 @@ def substitution_steps(num_hiddens: int = 512, num_heads: int = 8, batch_size: i
     """
     num_hiddens = check_positive_int("num_hiddens", num_hiddens)
     if check_positive_int("num_heads", num_heads) % 4:
-        raise ValueError(f"num_heads must be divisible by 4 (GQA uses h/4 key/value heads), got {num_heads}")
+        raise ValueError("num_heads must be divisible by 4 "
+                         f"(GQA uses h/4 key/value heads), got {num_heads}")
     kwargs, steps = dict(BLOCK_2017), []
+    walk = (("2017 Transformer", "", {}, True),) + SUBSTITUTIONS  # the 2017 block first
     with seeded(seed):
         X = torch.randn(check_positive_int("batch_size", batch_size),
                         check_positive_int("num_steps", num_steps), num_hiddens)
-        for name, flag, change, core in (("2017 Transformer", "", {}, True),) + SUBSTITUTIONS:
-            kwargs.update({k: (num_heads // 4 if v == "h/4" else v) for k, v in change.items()})
+        for name, flag, change, core in walk:
+            kwargs.update({k: (num_heads // 4 if v == "h/4" else v)
+                           for k, v in change.items()})
             block = TransformerBlock(num_hiddens, num_heads, **kwargs)
             with torch.no_grad():
                 shape = tuple(block(X).shape)
             att = block.attention
             steps.append(Step(name, flag, core=core, kwargs=dict(kwargs),
                               parameters=num_parameters(block, BLOCK_PARTS),
-                              kv_cache_per_token=2 * att.num_kv_heads * att.head_dim, output_shape=shape))
+                              kv_cache_per_token=2 * att.num_kv_heads * att.head_dim,
+                              output_shape=shape))
     return steps
 
 
@@ -475,17 +479,23 @@ def train_capstone(corpus, seeds=(0, 1), num_workers: int = 2) -> list[Run]:
     each at every rate of :data:`RATES`, then a second seed of each at its better rate; and the walk
     of :func:`lm_walk` between them, every step with :data:`WALK_SEEDS` (2 blocks, shorter)."""
     ends = [("2017 block", LM_2017), ("2026 block", lm_walk()[-1][1])]
-    target = model_parameters(corpus.vocab_size, LM_2017)  # every model is matched to the 2017 block's size
+    # every model is matched to the 2017 block's size
+    target = model_parameters(corpus.vocab_size, LM_2017)
     seed, other = seeds
-    sweep = [dict(corpus=corpus, runs=[(name, kw, rate, seed) for rate in RATES], target=target, eval_every=100)
-             for name, kw in ends]  # one lockstep per block, the two blocks in two workers
-    runs = [run for group in run_in_workers(train_group, sweep, num_workers) for run in group]
+    # one lockstep per block, the two blocks in two workers
+    sweep = [dict(corpus=corpus, runs=[(name, kw, rate, seed) for rate in RATES],
+                  target=target, eval_every=100) for name, kw in ends]
+    runs = [run for group in run_in_workers(train_group, sweep, num_workers)
+            for run in group]
     best = best_runs(runs, seed)
-    second = [dict(corpus=corpus, runs=[(name, kw, best[name].rate, other)], target=target, eval_every=100)
-              for name, kw in ends]
-    runs += [run for group in run_in_workers(train_group, second, num_workers) for run in group]
-    steps = [dict(corpus=corpus, name=name, kwargs=kw) for name, kw in lm_walk()]  # a step's seeds together
-    runs += [run for group in run_in_workers(train_walk_step, steps, num_workers) for run in group]
+    second = [dict(corpus=corpus, runs=[(name, kw, best[name].rate, other)],
+                   target=target, eval_every=100) for name, kw in ends]
+    runs += [run for group in run_in_workers(train_group, second, num_workers)
+             for run in group]
+    # one job per model of the walk, its seeds trained together
+    steps = [dict(corpus=corpus, name=name, kwargs=kw) for name, kw in lm_walk()]
+    runs += [run for group in run_in_workers(train_walk_step, steps, num_workers)
+             for run in group]
     return runs
 
 
@@ -553,21 +563,24 @@ def word_share(text: str, corpus) -> float:
 
 
 @shown_in("ch09")
-def sampled_word_shares(runs: list[Run], corpus, num_samples: int = 4) -> dict[str, float]:
+def sampled_word_shares(runs: list[Run], corpus,
+                        num_samples: int = 4) -> dict[str, float]:
     """For each block of :func:`best_runs`: the :func:`word_share` of ``num_samples`` samples (seeds
     0, 1, ...) of :data:`SAMPLE_LENGTH` characters at :data:`SAMPLE_TEMPERATURE`, pooled; and, as
     yardsticks, that of as many characters of held-out text and of characters drawn at their frequencies."""
     ids = torch.tensor([corpus.vocab.index(ch) for ch in SAMPLE_PROMPT])
     shares = {}
     for name, run in best_runs(runs).items():
-        samples = [corpus.decode(generate(run.model, ids, SAMPLE_LENGTH, do_sample=True, seed=seed,
-                                          temperature=float(SAMPLE_TEMPERATURE))[len(ids):])
+        samples = [generate(run.model, ids, SAMPLE_LENGTH, do_sample=True, seed=seed,
+                            temperature=float(SAMPLE_TEMPERATURE))[len(ids):]
                    for seed in range(check_positive_int("num_samples", num_samples))]
-        shares[name] = word_share(" ".join(samples), corpus)
+        shares[name] = word_share(" ".join(map(corpus.decode, samples)), corpus)
     n = num_samples * SAMPLE_LENGTH
     shares["held-out text"] = word_share(corpus.decode(corpus.val[:n]), corpus)
-    counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double()  # each character's frequency
-    drawn = torch.multinomial(counts, n, replacement=True, generator=torch.Generator().manual_seed(0))
+    # each character's frequency in the training text
+    counts = torch.bincount(corpus.train, minlength=corpus.vocab_size).double()
+    drawn = torch.multinomial(counts, n, replacement=True,
+                              generator=torch.Generator().manual_seed(0))
     shares["characters at their frequencies"] = word_share(corpus.decode(drawn), corpus)
     return shares
 
@@ -605,7 +618,8 @@ def sample_explorer(runs: list[Run], corpus, prompt: str = SAMPLE_PROMPT, seed: 
 
 
 @shown_in("ch09")
-def cache_measurements(vocab_size: int, prompt_len: int = 16, max_new_tokens: int = 96, seed: int = 0) -> dict:
+def cache_measurements(vocab_size: int, prompt_len: int = 16, max_new_tokens: int = 96,
+                       seed: int = 0) -> dict:
     """Decode ``max_new_tokens`` greedily with and without the key/value cache on the 2026 block's
     model (untrained: speed does not depend on the weights), and measure the cache of MHA and GQA.
 
@@ -617,30 +631,40 @@ def cache_measurements(vocab_size: int, prompt_len: int = 16, max_new_tokens: in
     Raises:
         ValueError / TypeError: sizes that are not positive ints, or a seed that is not an int.
     """
-    for name, value in (("vocab_size", vocab_size), ("prompt_len", prompt_len), ("max_new_tokens", max_new_tokens)):
-        check_positive_int(name, value)
-    check_seed(seed)
-    kwargs = dict(lm_walk()[-1][1], **{**CAPSTONE_MODEL, "context_len": prompt_len + max_new_tokens})
-    heads = kwargs["num_heads"]
+    kwargs = _lm_2026_kwargs(vocab_size, prompt_len, max_new_tokens, seed)  # GQA
+    mha = {**kwargs, "num_kv_heads": kwargs["num_heads"]}  # a key/value head per head
     out = {}
-    for name, num_kv_heads in (("MHA", heads), ("GQA", kwargs["num_kv_heads"])):
+    for name, config in (("MHA", mha), ("GQA", kwargs)):
         with seeded(seed):
-            model = LanguageModel(vocab_size, **{**kwargs, "num_kv_heads": num_kv_heads}).eval()
+            model = LanguageModel(vocab_size, **config).eval()
             prompt = torch.randint(0, vocab_size, (1, prompt_len))
         cache = KVCache(len(model.blocks))
-        with torch.no_grad():
-            model(torch.randint(0, vocab_size, (1, kwargs["context_len"])), cache)  # a full context's keys and values
+        with torch.no_grad():  # a full context's keys and values
+            model(torch.randint(0, vocab_size, (1, config["context_len"])), cache)
         out[f"{name} cache bytes"] = cache.num_bytes()
     positions = []  # how many positions each call of the model computes
-    hook = model.embedding.register_forward_hook(lambda module, inputs, output: positions.append(inputs[0].shape[1]))
+    hook = model.embedding.register_forward_hook(
+        lambda module, inputs, output: positions.append(inputs[0].shape[1]))
     for use_cache, label in ((True, "with cache"), (False, "without cache")):
         positions.clear()
         start = time.thread_time()
-        out[f"tokens {label}"] = generate(model, prompt, max_new_tokens, use_cache=use_cache)
+        out[f"tokens {label}"] = generate(model, prompt, max_new_tokens,
+                                          use_cache=use_cache)
         out[f"tokens/s {label}"] = max_new_tokens / (time.thread_time() - start)
         out[f"positions computed {label}"] = sum(positions)
     hook.remove()
     return out
+
+
+def _lm_2026_kwargs(vocab_size, prompt_len, max_new_tokens, seed) -> dict:
+    """For :func:`cache_measurements`: check its arguments, and return the 2026 block's
+    :class:`~d2lmini.lm.LanguageModel` arguments (the last model of :func:`lm_walk`, GQA) at
+    :data:`CAPSTONE_MODEL`'s size, its context the prompt and the new tokens."""
+    for name, value in (("vocab_size", vocab_size), ("prompt_len", prompt_len),
+                        ("max_new_tokens", max_new_tokens)):
+        check_positive_int(name, value)
+    check_seed(seed)
+    return dict(lm_walk()[-1][1], **{**CAPSTONE_MODEL, "context_len": prompt_len + max_new_tokens})
 
 
 # --------------------------------------------------------------------------- the models in the page

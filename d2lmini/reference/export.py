@@ -84,18 +84,22 @@ def to_hf(lm):
     import transformers
 
     family, config = _hf_causal_lm_config(lm)
-    Config, Model = ((transformers.Qwen3Config, transformers.Qwen3ForCausalLM) if family == "qwen3"
+    Config, Model = ((transformers.Qwen3Config, transformers.Qwen3ForCausalLM)
+                     if family == "qwen3"
                      else (transformers.LlamaConfig, transformers.LlamaForCausalLM))
     hf = Model(Config(**config))
-    rename = {"embedding": "model.embed_tokens", "final_norm": "model.norm", "head": "lm_head"}
+    rename = {"embedding": "model.embed_tokens", "final_norm": "model.norm",
+              "head": "lm_head"}
+    per_block = {  # ours: theirs, in every block
+        "attention.W_q": "self_attn.q_proj", "attention.W_k": "self_attn.k_proj",
+        "attention.W_v": "self_attn.v_proj", "attention.W_o": "self_attn.o_proj",
+        "attention.q_norm": "self_attn.q_norm", "attention.k_norm": "self_attn.k_norm",
+        "ffn.W_g": "mlp.gate_proj", "ffn.W_1": "mlp.up_proj",
+        "ffn.W_2": "mlp.down_proj", "addnorm1.norm_in": "input_layernorm",
+        "addnorm2.norm_in": "post_attention_layernorm"}
     for i in range(len(lm.blocks)):
-        ours, theirs = f"blocks.{i}", f"model.layers.{i}"
-        for a, b in (("attention.W_q", "self_attn.q_proj"), ("attention.W_k", "self_attn.k_proj"),
-                     ("attention.W_v", "self_attn.v_proj"), ("attention.W_o", "self_attn.o_proj"),
-                     ("attention.q_norm", "self_attn.q_norm"), ("attention.k_norm", "self_attn.k_norm"),
-                     ("ffn.W_g", "mlp.gate_proj"), ("ffn.W_1", "mlp.up_proj"), ("ffn.W_2", "mlp.down_proj"),
-                     ("addnorm1.norm_in", "input_layernorm"), ("addnorm2.norm_in", "post_attention_layernorm")):
-            rename[f"{ours}.{a}"] = f"{theirs}.{b}"
+        for a, b in per_block.items():
+            rename[f"blocks.{i}.{a}"] = f"model.layers.{i}.{b}"
     parameter = next(lm.parameters())
     copy_parameters(lm, hf.to(device=parameter.device, dtype=parameter.dtype), rename)
     return hf.eval()
