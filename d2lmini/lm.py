@@ -265,8 +265,8 @@ def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, *,
             if cache is not None and len(cache) + new.shape[1] > context:
                 # the window slides: refill it
                 cache, new = KVCache(len(model.blocks)), ids[:, -context:]
-            logits = (model(new, cache) if use_cache
-                      else model(ids[:, -context:]))[:, -1]  # last context_len
+            seen = new if use_cache else ids[:, -context:]  # no cache: the last window
+            logits = model(seen, cache)[:, -1]
             token = next_token(logits, do_sample, temperature, top_k,
                                generator)[:, None]  # (b, 1)
             ids, new = torch.cat((ids, token), dim=1), token
