@@ -23,6 +23,7 @@ from ._checks import (check_bool, check_choice, check_instance, check_int_tensor
                       check_positive_int, check_seed)
 from ._shown import shown_in
 from .block import TransformerBlock
+from .placements import PLACEMENT_TABLE
 from .cache import KVCache
 from .norms import make_norm
 
@@ -131,8 +132,8 @@ class LanguageModel(nn.Module):
         if any(_causal(block.attention) is not True for block in self.blocks):
             raise ValueError("a language model's attention must be causal: the module attn_factory returns "
                              "has causal=False, or no causal attribute")
-        self.final_norm = (None if self.blocks[0].placement == "post"
-                           else make_norm(self.blocks[0].norm, num_hiddens, block_kwargs.get("eps")))
+        self.final_norm = (make_norm(self.blocks[0].norm, num_hiddens, block_kwargs.get("eps"))
+                           if PLACEMENT_TABLE[self.blocks[0].placement].final_norm else None)
         self.head = nn.Linear(num_hiddens, vocab_size, bias=self.head_bias)
 
     @shown_in("ch09")

@@ -6,8 +6,9 @@ whether its two sublayers run side by side, and how the book writes and draws it
 label, formula, colour). :class:`~d2lmini.block.AddNorm` builds its norms from the record;
 :mod:`d2lmini.plot` reads its labels, short labels, formulas and colours from it (for chapter 4's
 figures and explorers and the zoo's tables); the tuples of :mod:`d2lmini.block` (``PLACEMENTS``,
-``SEQUENTIAL_PLACEMENTS``, ...) are built from it. A new placement is one entry here (and, for a
-block, its branch in :class:`~d2lmini.block.AddNorm` or :class:`~d2lmini.block.TransformerBlock`
+``SEQUENTIAL_PLACEMENTS``, ...) are built from it, and so are the language model's final norm
+(:attr:`Placement.final_norm`) and chapter 4's diagrams. A new placement is one entry here (and, for
+a block, its branch in :class:`~d2lmini.block.AddNorm` or :class:`~d2lmini.block.TransformerBlock`
 if its norms are not one of those three).
 
 Two entries are not arguments of a block but configurations the probes of chapter 4 draw beside
@@ -50,6 +51,12 @@ class Placement:
     short_label: str | None = None
     formula: str | None = None
     color: str | None = None
+
+    @property
+    def final_norm(self) -> bool:
+        """Whether a stack of these blocks ends with a norm before the output head: it does unless
+        the stream is normalized after each addition (``norm_post``), as in post-LN."""
+        return not self.norm_post
 
 
 #: Every placement, in the order the tables, legends and dropdowns list them (the parallel ones:

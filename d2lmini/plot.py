@@ -31,12 +31,12 @@ PART_COLORS = {"attention": "#1f5fa8", "ffn": "#d68910", "norms": "#7f8c8d"}
 #: Names of the parts of a block (and of the whole, ``'total'``), for tables and legends.
 PART_LABELS = {"attention": "attention", "ffn": "FFN", "norms": "norms", "total": "block"}
 #: Colour of the residual stream's running sum in the chapter "Anatomy" (the pre-LN blue).
-RUNNING_SUM_COLOR = "#2471a3"
+RUNNING_SUM_COLOR = PLACEMENT_COLORS["pre"]
 
 #: The stacks of the chapter "Residual connections", by norm placement (no norms:
 #: grey-brown; pre-LN: the book's pre-LN blue; post-LN: the book's post-LN red).
 #: Stacks without skips are drawn dashed in the same colour.
-SKIP_COLORS = {"none": "#7f6a4f", "pre": "#2471a3", "post": "#c0392b"}
+SKIP_COLORS = {"none": "#7f6a4f", "pre": PLACEMENT_COLORS["pre"], "post": PLACEMENT_COLORS["post"]}
 #: Names of those norm placements, for :func:`skip_label`.
 SKIP_NORM_LABELS = {"none": "no norms", "pre": "pre-LN", "post": "post-LN"}
 

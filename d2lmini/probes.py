@@ -17,6 +17,7 @@ from torch import nn
 from ._checks import check_choice, check_instance, check_int_at_least, check_int_in, check_positive_int, check_seed
 from ._shown import shown_in
 from .block import TransformerBlock
+from .placements import PLACEMENT_TABLE
 from .hyper import HyperConnectedBlock, HyperHead, expand_streams
 from .norms import make_norm
 from .seeding import seeded
@@ -233,7 +234,7 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
                                      sublayer_norm_gain=sublayer_norm_gain, residual=residual), init)
                 for _ in range(depth)
             )
-            final_norm = None if placement == "post" else make_norm(norm, num_hiddens)
+            final_norm = make_norm(norm, num_hiddens) if PLACEMENT_TABLE[placement].final_norm else None
         X = torch.randn(1, num_steps, num_hiddens)
         R = torch.randn(1, num_steps, num_hiddens)
     blocks.to(device=device, dtype=dtype)

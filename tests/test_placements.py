@@ -31,3 +31,26 @@ def test_the_blocks_tuples_and_the_figures_dicts_are_read_from_the_records():
     with pytest.raises(TypeError, match="not an attribute"):
         placement_field("colour")
 
+
+
+@pytest.mark.parametrize("name", PLACEMENTS)
+def test_the_language_model_ends_with_a_norm_unless_its_stream_is_normalized(name):
+    # A placement's record decides the final norm: one entry, not a name compared somewhere.
+    from d2lmini import LanguageModel
+
+    model = LanguageModel(12, 1, 8, num_hiddens=8, num_heads=2, placement=name)
+    assert (model.final_norm is not None) == PLACEMENT_TABLE[name].final_norm == (not PLACEMENT_TABLE[name].norm_post)
+
+
+def test_chapter_4s_diagrams_draw_the_norms_each_record_names():
+    import matplotlib.pyplot as plt
+
+    from d2lmini.chapters.ch04_norm_placement import draw_placement_diagrams
+
+    names = tuple(plot.PLACEMENT_FORMULAS)
+    fig = draw_placement_diagrams(names)
+    for ax, name in zip(fig.axes, names):
+        boxes = sum(text.get_text().startswith("N") for text in ax.texts)
+        record = PLACEMENT_TABLE[name]
+        assert boxes == record.norm_in + record.norm_out + record.norm_post, name
+    plt.close(fig)

@@ -23,6 +23,7 @@ from .._checks import (check_choice, check_seeds, check_instance, check_int_in, 
 from .._shown import shown_in
 from ..data import CharCorpus, python_reference_corpus
 from ..norms import COMPARED_NORMS
+from ..placements import PLACEMENT_TABLE
 from ..plot import (NORM_LABELS, PLACEMENT_COLORS, PLACEMENT_FORMULAS, PLACEMENT_LABELS, STYLE, WEIGHT_COLORS,
                     figure_png, new_figure, plot_depth_probes, styled_figure)
 from ..probes import (ATTENTION_WEIGHTS, HYPER_PLACEMENT, PROBED_PLACEMENTS, DepthProbe, probe_depth,
@@ -120,13 +121,12 @@ def draw_placement_diagrams(placements=("post", "pre", "post_sublayer", "sandwic
 
     with styled_figure(len(placements), width=1.75 * len(placements), height=3.4) as (fig, axes):
         for ax, placement in zip(axes if len(placements) > 1 else [axes], placements):
-            color = PLACEMENT_COLORS[placement]
-            has_in = placement in ("pre", "sandwich", "sandwich_scaled")
-            has_out = placement in ("post_sublayer", "sandwich", "sandwich_scaled")
-            top = 0.97 if placement != "post" else 0.81
+            color, norms = PLACEMENT_COLORS[placement], PLACEMENT_TABLE[placement]
+            has_in, has_out = norms.norm_in, norms.norm_out
+            top = 0.81 if norms.norm_post else 0.97
             arrow(ax, (stream_x, 0.04), (stream_x, add_y - 0.03))
             arrow(ax, (stream_x, add_y + 0.03), (stream_x, top))
-            if placement == "post":
+            if norms.norm_post:
                 box(ax, stream_x, 0.86, "N", color, width=0.3)
                 arrow(ax, (stream_x, 0.91), (stream_x, 0.99))
             # the branch: out of the stream, up through its boxes, back into the addition

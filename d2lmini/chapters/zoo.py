@@ -57,6 +57,7 @@ from .._checks import check_bool, check_instance, check_int_at_least, check_seed
 from .._shown import shown_in
 from ..attention import GatedAttention, MultiHeadAttention
 from ..block import TransformerBlock
+from ..placements import PLACEMENT_TABLE
 from ..ffn import FeedForward
 from ..moe import MixtureOfExperts
 from ..plot import ACT_SHORT_LABELS, NORM_LABELS, PLACEMENT_SHORT_LABELS, QK_SHORT_LABELS, table_style
@@ -1044,7 +1045,8 @@ def block_features(block: TransformerBlock) -> dict[str, bool]:
     check_instance("block", block, TransformerBlock, "a d2lmini TransformerBlock")
     gated = isinstance(block.attention, GatedAttention)
     att, ffn = (block.attention.attention if gated else block.attention), block.ffn
-    return {"post-norm": block.placement == "post", "parallel sublayers": block.placement.startswith("parallel"),
+    placement = PLACEMENT_TABLE[block.placement]
+    return {"post-norm": placement.norm_post, "parallel sublayers": placement.parallel,
             "RMSNorm": block.norm == "rms", "gated FFN": ffn.act.startswith(("swiglu", "geglu")),
             "mixture of experts": isinstance(ffn, MixtureOfExperts), "biases": att.W_q.bias is not None,
             "RoPE": att.rope_theta is not None,
