@@ -17,14 +17,19 @@ attention and hash-routed experts) and :mod:`d2lmini.block`
 (the key/value cache) and :mod:`d2lmini.lm` (:class:`~d2lmini.lm.LanguageModel`, a stack of blocks, and
 :func:`~d2lmini.lm.generate`).
 
-**The shared machinery**: :mod:`d2lmini.parameters` (counting a module's parameters,
-in total or part by part), :mod:`d2lmini.seeding` (seeded draws that leave the global
-random state alone), :mod:`d2lmini.probes` (depth measurements at
+Beside them, helpers they may import: :mod:`d2lmini.parameters` (counting a module's parameters,
+in total or part by part) and :mod:`d2lmini.seeding` (seeded draws that leave the global random state
+alone).
+
+**The released models' layers**, :mod:`d2lmini.reference` (one module per family, real layers as
+d2lmini blocks), built on the model parts only.
+
+**The shared machinery**: :mod:`d2lmini.probes` (depth measurements at
 initialization), :mod:`d2lmini.data` and :mod:`d2lmini.train` (the character corpus, a
 tiny language model and the one training loop), :mod:`d2lmini.plot` (the house style,
 every colour and label), :mod:`d2lmini.widgets` (live explorers and their static
-twins), :mod:`d2lmini.reference` (real layers as d2lmini blocks) and
-:mod:`d2lmini.timing` (the timing harness).
+twins), :mod:`d2lmini.timing` (the timing harness) and :mod:`d2lmini.webmodel` (a trained
+model running in the page).
 
 **Each chapter's experiments**, one module per notebook in ``d2lmini.chapters``:
 
@@ -37,7 +42,7 @@ chapter                                                       module
 4. Where the norm goes: post-LN, pre-LN and after             :mod:`d2lmini.chapters.ch04_norm_placement`
 5. RMSNorm: keep the scale, drop the centring                 :mod:`d2lmini.chapters.ch05_rmsnorm`
 6. QK-norm: the same discipline inside attention              :mod:`d2lmini.chapters.ch06_qk_norm`
-7. The feed-forward network: SwiGLU and mixtures of experts   :mod:`d2lmini.chapters.ch07_ffn`
+7. The feed-forward network: SwiGLU, then a mixture of experts :mod:`d2lmini.chapters.ch07_ffn`
 8. Attention for generation: the cache, GQA and MLA           :mod:`d2lmini.chapters.ch08_attention_generation`
 9. The 2026 block                                             :mod:`d2lmini.chapters.ch09_the_2026_block`
 10. Beyond one residual stream: hyper-connections and mHC     :mod:`d2lmini.chapters.ch10_hyper_connections`

@@ -374,8 +374,9 @@ def attention_mask(valid_lens: torch.Tensor | None, batch_size: int, num_queries
         valid_lens: ``None``, ``(batch_size,)`` or ``(batch_size, num_queries)`` integer lengths.
         batch_size, num_queries, num_keys: the attention's sizes ``b``, ``q``, ``k``.
         device: where the mask is made.
-        causal, window, chunk: as :class:`MultiHeadAttention`'s arguments (``window``/``chunk`` are
-            read only with ``causal``; ``None``: none).
+        causal, window: as :class:`MultiHeadAttention`'s arguments; chunk: Llama 4's chunked attention
+            (:class:`~d2lmini.reference.llama4.Llama4Attention`), query ``i`` sees the keys of its own
+            block of ``chunk`` positions (``window``/``chunk`` are read only with ``causal``; ``None``: none).
         start: the number of cached positions before the queries.
 
     Returns:
@@ -481,7 +482,7 @@ class MultiHeadAttention(nn.Module):
         ValueError: sizes that do not divide, an unknown ``qk_norm``, an odd ``head_dim`` with RoPE, dropout
             outside [0, 1), ``window`` below 1 or without ``causal=True``, a bad ``rope_scaling`` or one without
             ``rope_theta``; at call time, inputs of the wrong shape, RoPE or causal attention with different
-            query and key lengths, bad ``valid_lens``.
+            query and key lengths, bad ``valid_lens``, a ``cache`` without ``causal`` or with ``valid_lens``.
         TypeError: arguments or inputs of the wrong type.
     """
 
@@ -693,8 +694,8 @@ class GatedAttention(nn.Module):
     :class:`~d2lmini.attention.MultiHeadAttention` whose own output projection is
     replaced by the identity, so the wrapped module returns the concatenated heads.
     Drop it into a block with ``TransformerBlock(d, h, attn_factory=lambda:
-    GatedAttention(d, h, ...))``. Introduced in the chapter "Attention in 2026", which checks
-    it against Qwen3.5's ``Qwen3_5Attention``.
+    GatedAttention(d, h, ...))``. The chapter "Beyond softmax attention" checks it against
+    Qwen3.5's ``Qwen3_5Attention``.
 
     Args:
         num_hiddens: model width ``d``.
@@ -717,7 +718,7 @@ class GatedAttention(nn.Module):
     Raises:
         ValueError / TypeError: as :class:`~d2lmini.attention.MultiHeadAttention`.
 
-    Introduced in the chapter "Beyond softmax attention"; the block zoo uses it.
+    The block zoo uses it too.
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, **attention_kwargs):

@@ -115,6 +115,7 @@ class AddNorm(nn.Module):
     @shown_in("ch04")
     def forward(self, X: torch.Tensor,
                 branch: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """The stream ``X`` ``(b, n, d)`` updated by ``branch`` (a sublayer) with this placement's norms."""
         Y = branch(X if self.norm_in is None else self.norm_in(X))
         if self.norm_out is not None:
             Y = self.norm_out(Y)
@@ -221,7 +222,7 @@ class TransformerBlock(nn.Module):
 
     Args:
         num_hiddens: width ``d`` of the residual stream.
-        num_heads: attention heads; must divide ``num_hiddens``.
+        num_heads: attention heads; must divide ``num_hiddens`` unless ``head_dim`` is given.
         dropout: dropout on attention weights, FFN hidden units and each branch
             output before it is added (training only), in [0, 1).
         norm: ``'layer'`` (LayerNorm), ``'rms'`` (RMSNorm), ``'layer_no_bias'`` (LayerNorm

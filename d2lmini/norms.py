@@ -300,7 +300,7 @@ class LayerNormByHand(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Normalize ``X``, shape ``(*, d)``, over its last dimension; returns the same shape."""
         check_last_dim("X", X, self.num_hiddens)
-        X32 = X.float()
+        X32 = X if X.dtype == torch.float64 else X.float()  # at least float32, as RMSNorm
         centred = X32 - X32.mean(dim=-1, keepdim=True)
         Y = centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return Y.to(X.dtype) * self.weight + self.bias

@@ -19,6 +19,8 @@ from .plot import STYLE, figure_png, new_figure
 
 
 def round_frame_values(values, digits: int = 4):
+    """``values`` rounded to ``digits`` significant digits for a static twin's frames (smaller pages);
+    ``None`` and NaN become ``None``. Returns a list of floats and ``None``."""
     return [None if v is None or v != v else float(f"{v:.{digits}g}") for v in values]
 
 

@@ -388,6 +388,7 @@ class Reveal:
     guess: int | None = None
 
     def summary(self) -> str:
+        """One line on the reader's guess: open, right, or not this time."""
         if self.guess is None:
             return "Which was right? (open)"
         verdict = "right" if self.guess == self.answer else "not this time"
