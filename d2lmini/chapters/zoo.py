@@ -369,7 +369,7 @@ MODELING = {row.model: row.modeling for row in ROWS_2026}
 #: module says why). Such a row shows the class's defaults and is left out of :func:`feature_counts`.
 SIZES = {row.model: row.size for row in ROWS_2026}
 
-#: Cells of a named size that still hold a class default the released model does not share.
+#: Cells of a named size that still hold a class default the released model need not share.
 CLASS_DEFAULT_CELLS = {row.model: row.class_default_cells for row in ROWS_2026 if row.class_default_cells}
 
 #: DeepSeek-V4's RoPE labels (``rope_parameters``' keys) as the layers that use them: in
@@ -486,9 +486,9 @@ def describe_config(row: Row2026) -> dict:
     cells = {"shape": f"{n} layers, d = {c.hidden_size}", "norm": m["norm"], "ffn": ffn,
              "residual": f"{c.hc_mult} streams (mHC)" if getattr(c, "hc_mult", None) else "one stream",
              "mixer": mixer, "attention": "; ".join(parts), "positions": _positions(c, m, counts)}
-    for key, note in CLASS_DEFAULT_CELLS.get(row.model, {}).items():  # after the RoPE base, else at the end
+    for key, note in CLASS_DEFAULT_CELLS.get(row.model, {}).items():  # after the one RoPE base, else at the end
         cells[key] = re.sub(r"(RoPE θ = [\d,]+)", rf"\1 ({note})", cells[key], count=1) \
-            if "RoPE θ" in cells[key] else cells[key] + f" ({note})"
+            if cells[key].count("RoPE θ") == 1 else cells[key] + f" ({note})"
     return {**cells, "features": features, "size": SIZES[row.model],
             "local_global": _ratio(counts["sliding_attention"], full)
             if full and counts.get("sliding_attention") else None}

@@ -563,7 +563,7 @@ class Row2026:
         report: values the report or model card gives for the released model where the
             class defaults describe another model (Kimi K2.5's defaults are DeepSeek-V3's).
         class_default_cells: cells of a named size that still hold a class default the released
-            model does not share, with the note the cell gets.
+            model need not share (or is not known to share), with the note the cell gets.
         check: the name of the zoo's check that reproduces its layers, or ``None``.
         verify: the check itself, ``seed -> [comparison results]`` (one
             :func:`~d2lmini.reference.harness.compare_with_reference` result per layer compared), or
