@@ -24,9 +24,15 @@ CASES = {
                          [("self.attention(self.norm1(X))", "self.attention(self.norm2(X))"),
                           ("self.ffn(self.norm2(X))", "self.ffn(self.norm1(X))")], "`norm1` and `norm2`"),
     "01 GELU": ("01_anatomy", "class MiniBlock", "check_build", [("nn.ReLU()", "nn.GELU()")], "`ffn` alone"),
+    "01 scaled by sqrt(d)": ("01_anatomy", "class MiniBlock", "check_build",
+                             [("math.sqrt(Q.shape[-1])", "math.sqrt(X.shape[-1])")], "sqrt(d_h)"),
     "02 norms swapped": ("02_residual", "class MiniBlock", "check_build",
                          [("H = self.norm1(X)", "H = self.norm2(X)"),
                           ("self.W_1(self.norm2(X))", "self.W_1(self.norm1(X))")], "`norm1` and `norm2`"),
+    "02 causal attention": ("02_residual", "class MiniBlock", "check_build",
+                            [("d2lmini.MultiHeadAttention(num_hiddens, num_heads)",
+                              "d2lmini.MultiHeadAttention(num_hiddens, num_heads, causal=True)")],
+                            "`attention` alone"),
     "03 unbiased variance": ("03_normalization", "class MyLayerNorm", "check_build",
                              [("var = ((X - mu) ** 2).mean(dim=-1, keepdim=True)", "var = X.var(dim=-1, keepdim=True)")],
                              "biased variance"),
@@ -52,6 +58,8 @@ CASES = {
     "08 keys and values swapped": ("08_attention_generation", "class MyGQA", "check_build",
                                    [("k = self.W_k(X)", "k = self.W_v(X)"), ("v = self.W_v(X)", "v = self.W_k(X)")],
                                    "`W_k` and `W_v`"),
+    "09 not causal": ("09_the_2026_block", "class Block2026", "check_build",
+                      [("causal=True)", "causal=False)")], "`attention` alone"),
     "09 norms swapped": ("09_the_2026_block", "class Block2026", "check_build",
                          [("[self.norm1(X)]", "[self.norm2(X)]"), ("self.ffn(self.norm2(X))", "self.ffn(self.norm1(X))")],
                          "`norm1` and `norm2`"),
@@ -130,3 +138,64 @@ def test_check_build_says_where_a_block_differs():
     assert check_build(mine, ref, X).shape == X.shape
     with pytest.raises(TypeError, match="nn.Module"):
         check_build(lambda X: X, ref, X)
+
+
+class _Attention(nn.Module):
+    """A one-head attention with ``forward(queries, keys, values, valid_lens=None)``, as d2lmini's;
+    ``mask=False`` ignores ``valid_lens`` (the slip the check must find alone)."""
+
+    def __init__(self, d, mask=True):
+        super().__init__()
+        self.mask = mask
+        self.W_q, self.W_k, self.W_v = (nn.Linear(d, d, bias=False) for _ in range(3))
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        scores = self.W_q(queries) @ self.W_k(keys).transpose(1, 2) / queries.shape[-1] ** 0.5
+        if self.mask and valid_lens is not None:
+            positions = torch.arange(keys.shape[1])
+            scores = scores.masked_fill(positions[None, None, :] >= valid_lens[:, None, None], -1e9)
+        return torch.softmax(scores, dim=-1) @ self.W_v(values)
+
+
+class _AttentionBlock(nn.Module):
+    def __init__(self, d=8, mask=True, order=("norm1", "norm2")):
+        super().__init__()
+        self.order = order
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attention = _Attention(d, mask)
+        self.ffn = nn.Sequential(nn.Linear(d, 2 * d), nn.ReLU(), nn.Linear(2 * d, d))
+
+    def forward(self, X, valid_lens=None):
+        a, b = (getattr(self, name) for name in self.order)
+        H = a(X)
+        X = X + self.attention(H, H, H, valid_lens)
+        return X + self.ffn(b(X))
+
+
+def test_check_build_runs_an_attention_part_alone_with_and_without_valid_lens():
+    torch.manual_seed(0)
+    ref = _AttentionBlock()
+    for p in (*ref.norm1.parameters(), *ref.norm2.parameters()):
+        nn.init.normal_(p)
+    X, valid_lens = torch.randn(2, 5, 8), torch.tensor([5, 3])
+    cases = ((_AttentionBlock(mask=False), "`attention` alone", "valid_lens=["),
+             (_AttentionBlock(order=("norm2", "norm1")), "`norm1` where `norm2` belongs", None))
+    for mine, words, call in cases:
+        mine.load_state_dict(ref.state_dict())
+        with pytest.raises(AssertionError, match="Hint:") as error:
+            check_build(mine, ref, X, valid_lens)
+        message = str(error.value)
+        assert words in message and "could not be run alone" not in message, message
+        assert call is None or call in message, message
+    # an attention part that agrees alone is named among the parts that agree
+    mine = _AttentionBlock()
+    mine.load_state_dict(ref.state_dict())
+    mine.ffn[1] = nn.Identity()  # no ReLU: ffn differs alone
+    with pytest.raises(AssertionError, match="`ffn` alone"):
+        check_build(mine, ref, X, valid_lens)
+    mine = _AttentionBlock()
+    mine.load_state_dict(ref.state_dict())
+    mine.forward = lambda X, valid_lens=None: X + mine.attention(X, X, X, valid_lens)  # noqa: E731
+    with pytest.raises(AssertionError, match="Hint:") as error:
+        check_build(mine, ref, X, valid_lens)
+    assert "`attention`" in str(error.value) and "look at forward" in str(error.value)

@@ -6,7 +6,9 @@ module. When they agree it returns quietly; when they do not, it looks for the p
 differs, so that the error says where to look instead of only how large the difference is:
 
 1. every submodule of the reader's (``norm1``, ``ffn``, each expert, ...), run alone on a
-   random input beside the ``d2lmini`` submodule its weights came from;
+   random input beside the ``d2lmini`` submodule its weights came from (an attention part on
+   the same tensor as queries, keys and values, and with ``valid_lens`` too where its forward
+   takes them);
 2. two submodules of the same kind and shapes used in each other's place (the two norms of a
    block, say), found by exchanging their weights and comparing again;
 3. for a norm written by hand, the usual slips (the unbiased variance, ``eps`` outside the
@@ -76,12 +78,50 @@ def _is_norm(module: nn.Module) -> bool:
     return "norm" in type(module).__name__.lower()
 
 
-def _part_hint(name: str, source: str, module: nn.Module, gap: float) -> str:
+def _part_hint(name: str, source: str, module: nn.Module, gap: float, called: str | None = None) -> str:
+    """The hint for a part that differs alone; ``called``: how an attention part was called (None: one tensor)."""
+    attention = called is not None
     what = ("its statistic (over the last dimension), eps (inside the square root) and its gain"
             + (" and bias" if sum(1 for _ in module.parameters()) > 1 else "")
-            if _is_norm(module) else "its layers, their order and the activation between them")
+            if _is_norm(module) else
+            "the arguments it is built with (heads, bias, mask, positions, norms) and, if you wrote it, "
+            "each head's softmax(Q_h K_h^T / sqrt(d_h)) and W_o on the concatenated heads" if attention
+            else "its layers, their order and the activation between them")
     return (f"`{name}` alone computes something else than d2lmini's `{source}`, whose weights it holds "
-            f"(largest difference {gap:.2g} on the same random input): check {what}.")
+            f"(largest difference {gap:.2g} on the same random input{', ' + called if called else ''}): "
+            f"check {what}.")
+
+
+def _calls(module: nn.Module, Z: torch.Tensor) -> list[tuple[tuple, torch.Tensor]]:
+    """The calls that compare a part alone, with ``module``'s (d2lmini's) output for each.
+
+    A part that reads one tensor is called on ``Z``; an attention part, whose forward reads
+    queries, keys and values, on ``(Z, Z, Z)``, and where its forward takes ``valid_lens``, also on
+    ``(Z, Z, Z, valid_lens)`` with the lengths n, n - 1, ... (padding masked in all but the first
+    sequence). Empty when neither runs."""
+    try:
+        return [((Z,), _output(module(Z)))]
+    except Exception:
+        pass
+    try:
+        calls = [((Z, Z, Z), _output(module(Z, Z, Z)))]
+    except Exception:
+        return []
+    valid_lens = torch.arange(Z.shape[1], Z.shape[1] - Z.shape[0], -1).clamp(min=1)
+    try:
+        calls.append(((Z, Z, Z, valid_lens), _output(module(Z, Z, Z, valid_lens))))
+    except Exception:  # a forward without valid_lens
+        pass
+    return calls
+
+
+def _words(args: tuple, Z: torch.Tensor) -> str:
+    """How a part was called, in words: one tensor, or the queries, keys, values (and valid_lens)."""
+    shape = tuple(Z.shape)
+    if len(args) == 1:
+        return f"a tensor of shape {shape}"
+    lens = f" and valid_lens={args[3].tolist()}" if len(args) > 3 else ""
+    return f"one tensor of shape {shape} as queries, keys and values{lens}"
 
 
 def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
@@ -189,7 +229,7 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
         return ("Hint: your output agrees within rounding but not bit for bit" + difference + ": follow "
                 "d2lmini's order of operations, in the same dtype at each step, and torch.rsqrt for 1/sqrt.")
     generator = torch.Generator().manual_seed(0)
-    agreeing, whole_only = {}, []
+    agreeing = {}
     for name, part in _parts(mine).items():
         source = _source_of(name, ref, rename)
         width = _width(part)
@@ -198,18 +238,20 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
         theirs = ref.get_submodule(source)
         dtype = next(part.parameters()).dtype
         Z = (2 * torch.randn(3, 5, width, generator=generator, dtype=torch.float64) + 0.5).to(dtype)
-        try:
-            expected = _output(theirs(Z))
-        except Exception:  # a part that needs more than one tensor (attention): compared as a whole only
-            whole_only.append(name)
+        calls = _calls(theirs, Z)
+        if not calls:  # a part that takes other inputs: compared as a whole only
             continue
-        try:
-            alone = _output(part(Z))
-        except Exception as error:
-            return f"Hint: `{name}` alone, on a tensor of shape {tuple(Z.shape)}, raised {type(error).__name__}: {error}"
-        part_gap = _differs(alone, expected, rtol, atol)
-        if part_gap is not None:
-            return "Hint: " + _part_hint(name, source, part, part_gap)
+        for args, expected in calls:
+            words = _words(args, Z)
+            try:
+                alone = _output(part(*args))
+            except Exception as error:
+                if len(args) > 3:  # a forward of the reader's own without valid_lens: not this call
+                    continue
+                return f"Hint: `{name}` alone, called with {words}, raised {type(error).__name__}: {error}"
+            part_gap = _differs(alone, expected, rtol, atol)
+            if part_gap is not None:
+                return "Hint: " + _part_hint(name, source, part, part_gap, words if len(args) > 1 else None)
         agreeing[name] = part
     kinds = {}
     for name, part in agreeing.items():
@@ -243,8 +285,7 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
         groups.setdefault(head if head and tail.isdigit() else name, []).append(name)
     parts = ", ".join(f"`{names[0]}`" if len(names) == 1 else f"`{key}` (all {len(names)})"
                       for key, names in groups.items())
-    unchecked = f" (`{'`, `'.join(whole_only)}` could not be run alone: check it too)" if whole_only else ""
-    alone = f"Every part ({parts}) computes alone what d2lmini's does{unchecked}, so look at forward: " \
+    alone = f"Every part ({parts}) computes alone what d2lmini's does, so look at forward: " \
         if agreeing else "The difference is in forward: "
     return "Hint: " + alone + (hint or "which input each part reads, the order of the steps, and how their "
                                        "results are combined") + difference + "."
