@@ -347,3 +347,10 @@ def test_each_built_chapter_folds_its_prediction_answer(html, path):
     asks = len(prediction_spans(nbformat.read(path, as_version=4).cells))
     assert len(details) == asks and not any(d.has_attr("open") for d in details)
     assert "Predict." in soup.get_text(" ")
+
+
+def test_a_fraction_handed_in_as_a_percentage_is_told_so():
+    expected = exercise("5.4").answer()
+    percentage, agreeing = check("5.4", 100 * expected), check("5.4", 1 - expected)
+    assert not percentage and "not a percentage" in percentage.message
+    assert not agreeing and "not of those that agree" in agreeing.message

@@ -64,8 +64,10 @@ SWEEP_RATES = (0.005, 0.02)
 
 #: Shazeer (2020), "GLU Variants Improve Transformer", Table 1: held-out log-perplexity
 #: of a T5-base-sized model (pre-trained on C4) after 65,536 steps, for the FFN variants
-#: this book implements. Published numbers, not measured here.
-SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "geglu": 1.942, "swiglu": 1.944}
+#: this book implements and for GLU, the sigmoid-gated FFN (``"glu"``, not implemented
+#: here). Published numbers, not measured here.
+SHAZEER_2020_LOG_PERPLEXITY = {"relu": 1.997, "gelu": 1.983, "glu": 1.982, "geglu": 1.942,
+                               "swiglu": 1.944}
 
 
 # --------------------------------------------------------------------------------------

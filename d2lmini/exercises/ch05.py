@@ -158,8 +158,9 @@ EXERCISES = [
                      "the orders must round at different places: Llama's rounds the normalized token to "
                      "bfloat16 and then multiplies by g (rounding again), Gemma 3's multiplies in float32 "
                      "and rounds once"),
+                    (lambda a, e: a > 1, "a fraction between 0 and 1, not a percentage"),
                     (lambda a, e: a > 0.5, "hand in the fraction of outputs that differ, not of those that agree")],
-             wrong=[lambda e: 0.0, lambda e: 1 - e]),
+             wrong=[lambda e: 0.0, lambda e: 1 - e, lambda e: 100 * e]),
     Exercise("5.5", "(layer, rms): the two norms' mean validation losses, nats per character",
              kind="numbers", expected=_lower_rate, names=("layer", "rms"), rel=0, abs=0.01, slow=True,
              hints=[(lambda a, e: abs(a["layer"] * math.log(2) - e["layer"]) < 0.02,
