@@ -459,7 +459,7 @@ class MultiHeadAttention(nn.Module):
         rope_scaling: ``None`` or a dict as ``transformers``' ``config.rope_parameters`` without
             ``rope_theta`` (needs ``rope_theta``): the frequencies' scaling (:func:`rope_frequencies`)
             and, but under ``'proportional'``, partial RoPE: ``partial_rotary_factor`` ``p`` turns the
-            first ``int(p * head_dim)`` features of each head, as ``transformers`` does.
+            first ``int(p * head_dim + 1e-9)`` features of each head (``transformers``: no ``1e-9``, rarely one less).
         sinks: ``True``: a learned logit per query head (``self.sinks``, initially 0) joins every query's
             softmax as one more key without a value, so the weights on the real keys sum to less than 1
             (Xiao et al., 2023; gpt-oss).
@@ -531,7 +531,7 @@ class MultiHeadAttention(nn.Module):
         self.rotary_dim = None
         if scaling is not None and scaling["rope_type"] != "proportional":  # proportional: frequencies
             share = scaling.pop("partial_rotary_factor", 1.0)
-            # int() as transformers; + 1e-9 so that 0.29 * 100 = 28.999999999999996 counts as 29
+            # transformers takes int(share * head_dim); + 1e-9 gives r back for share = r / head_dim
             rotary_dim = int(share * self.head_dim + 1e-9)
             if rotary_dim < 2 or rotary_dim % 2:
                 raise ValueError(f"rope_scaling['partial_rotary_factor']={share} turns {rotary_dim} of "
