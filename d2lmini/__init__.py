@@ -33,23 +33,23 @@ model running in the page).
 
 **Each chapter's experiments**, one module per notebook in ``d2lmini.chapters``:
 
-============================================================  =============================================
-chapter                                                       module
-============================================================  =============================================
-1. Anatomy: two sublayers on one residual stream              :mod:`d2lmini.chapters.ch01_anatomy`
-2. Residual connections: the gradient highway                 :mod:`d2lmini.chapters.ch02_residual`
-3. Normalization: why LayerNorm, not BatchNorm                :mod:`d2lmini.chapters.ch03_normalization`
-4. Where the norm goes: post-LN, pre-LN and after             :mod:`d2lmini.chapters.ch04_norm_placement`
-5. RMSNorm: keep the scale, drop the centring                 :mod:`d2lmini.chapters.ch05_rmsnorm`
-6. QK-norm: the same discipline inside attention              :mod:`d2lmini.chapters.ch06_qk_norm`
-7. The feed-forward network: SwiGLU, then a mixture of experts :mod:`d2lmini.chapters.ch07_ffn`
-8. Attention for generation: the cache, GQA and MLA           :mod:`d2lmini.chapters.ch08_attention_generation`
-9. The 2026 block                                             :mod:`d2lmini.chapters.ch09_the_2026_block`
-10. Beyond one residual stream: hyper-connections and mHC     :mod:`d2lmini.chapters.ch10_hyper_connections`
-11. Beyond softmax attention                                  :mod:`d2lmini.chapters.ch11_beyond_softmax`
-Errors and their messages                                     :mod:`d2lmini.chapters.errors`
-The block zoo                                                 :mod:`d2lmini.chapters.zoo`
-============================================================  =============================================
+==============================================================  =================================================
+chapter                                                         module
+==============================================================  =================================================
+1. Anatomy: two sublayers on one residual stream                :mod:`d2lmini.chapters.ch01_anatomy`
+2. Residual connections: the gradient highway                   :mod:`d2lmini.chapters.ch02_residual`
+3. Normalization: why LayerNorm, not BatchNorm                  :mod:`d2lmini.chapters.ch03_normalization`
+4. Where the norm goes: post-LN, pre-LN and after               :mod:`d2lmini.chapters.ch04_norm_placement`
+5. RMSNorm: keep the scale, drop the centring                   :mod:`d2lmini.chapters.ch05_rmsnorm`
+6. QK-norm: the same discipline inside attention                :mod:`d2lmini.chapters.ch06_qk_norm`
+7. The feed-forward network: SwiGLU, then a mixture of experts  :mod:`d2lmini.chapters.ch07_ffn`
+8. Attention for generation: the cache, GQA and MLA             :mod:`d2lmini.chapters.ch08_attention_generation`
+9. The 2026 block                                               :mod:`d2lmini.chapters.ch09_the_2026_block`
+10. Beyond one residual stream: hyper-connections and mHC       :mod:`d2lmini.chapters.ch10_hyper_connections`
+11. Beyond softmax attention                                    :mod:`d2lmini.chapters.ch11_beyond_softmax`
+Errors and their messages                                       :mod:`d2lmini.chapters.errors`
+The block zoo                                                   :mod:`d2lmini.chapters.zoo`
+==============================================================  =================================================
 """
 
 from .attention import QK_NORMS, GatedAttention, MultiHeadAttention, apply_rotary, rotary_cos_sin, valid_lens_mask
