@@ -104,7 +104,8 @@ def ffn_parameter_counts(num_hiddens: int = 768,
                           f"names from {ACTS}")
     rows = []
     for act in acts:
-        ffn = FeedForward(num_hiddens, act=act).to("meta")  # shapes only, no memory
+        with torch.device("meta"):  # shapes only: no memory, no initialization
+            ffn = FeedForward(num_hiddens, act=act)
         params = num_parameters(ffn)
         rows.append(dict(act=act, gated=act in GATED_ACTS,
                          matrices=3 if act in GATED_ACTS else 2,
