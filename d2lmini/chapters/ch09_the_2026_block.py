@@ -293,7 +293,7 @@ def lm_walk(num_kv_heads: int = 2) -> list[tuple[str, dict]]:
     """The language models from the 2017 block to the 2026 block, one substitution of
     :data:`SUBSTITUTIONS` at a time: ``(name, LanguageModel kwargs)``, the 2017 block first.
 
-    The GQA step keeps ``num_kv_heads`` key/value heads; the RoPE step replaces the learned
+    The GQA step keeps ``num_kv_heads`` key/value heads; the RoPE step replaces the sinusoidal
     positions (``positions='rope'``).
     """
     kwargs, walk = dict(LM_2017), [("2017 block", dict(LM_2017))]
