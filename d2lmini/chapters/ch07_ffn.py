@@ -745,7 +745,8 @@ def ffn_comparison(corpus: CharCorpus | None = None, acts=("gelu", "geglu", "swi
     and every seed, a :class:`~d2lmini.train.TinyLM` with the settings of
     :data:`COMPARISON_CONFIG` is trained for ``num_steps`` AdamW steps. Seed ``s`` fixes
     the initial weights and the batch stream, so the models of one seed see the same
-    characters in the same order; only the FFN differs. Every model is scored after each
+    characters in the same order and start with the same embeddings, attention and norms
+    (the FFN differs, and so does the output layer, drawn after it). Every model is scored after each
     of ``eval_steps`` on the same held-out batches.
 
     With a sequence of ``rates`` (the default, :data:`SWEEP_RATES`), each activation trains
