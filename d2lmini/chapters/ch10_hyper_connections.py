@@ -87,7 +87,7 @@ def stream_divergence(depth: int = 32, num_streams: int = 4, num_hiddens: int = 
             blocks.append(init_linear_weights_(block, init))
         HyperHead(num_hiddens, num_streams)  # drawn by probe_depth before the input
         X = torch.randn(1, num_steps, num_hiddens, dtype=torch.float32).to(dtype)
-    X = expand_streams(X, num_streams)  # (1, n, streams, d), equal streams
+    X = expand_streams(X, num_streams)  # (1, steps, streams, d), equal streams
     gaps = []
     with torch.no_grad():
         for block in blocks:
