@@ -118,7 +118,8 @@ EXERCISES = [
                (lambda a, e: all(a[k] < 0.6 * e[k] for k in e),
                 "Hand in the largest error over the 100 matrices, not their mean."),
                (lambda a, e: a["iters_20"] > 0.5,
-                "Multiply the standard normal draws by 2.56 before calling sinkhorn_knopp, and pass iters=k.")],
+                "After 20 rounds the rows are near 1: call sinkhorn_knopp(logits, iters=k) for each k, "
+                "not one fixed number of rounds.")],
         hint="Draw the logits exactly as the exercise says (seed 0, shape (100, 4, 4), times 2.56), then "
              "take (M.sum(dim=-1) - 1).abs().max() for each number of iterations.",
         wrong=[lambda e: _sinkhorn_errors(dim=-2), lambda e: _sinkhorn_errors(reduce="mean"),
