@@ -134,6 +134,8 @@ def test_check_build_says_where_a_block_differs():
             check_build(mine, ref, X)
         assert words in str(error.value)
     mine = Block()
+    with pytest.raises(AssertionError, match=r"`norm1` holds other weights .*copy_parameters\(ref, mine, rename\)"):
+        check_build(mine, ref, X)  # a correct block whose weights were never copied
     mine.load_state_dict(ref.state_dict())
     assert check_build(mine, ref, X).shape == X.shape
     with pytest.raises(TypeError, match="nn.Module"):

@@ -66,6 +66,22 @@ def _source_of(name: str, ref: nn.Module, rename: dict) -> str | None:
     return None
 
 
+def _uncopied(mine: nn.Module, ref: nn.Module, rename: dict) -> tuple[str, str] | None:
+    """The first part of ``mine`` whose tensors have the shapes of its source's in ``ref`` but other values
+    (``copy_parameters`` not called), as ``(name, source)``; None when every such part holds ``ref``'s."""
+    for name, part in _parts(mine).items():
+        source = _source_of(name, ref, rename)
+        if source is None:
+            continue
+        mine_state, ref_state = part.state_dict(), ref.get_submodule(source).state_dict()
+        if mine_state.keys() != ref_state.keys() or not mine_state:
+            continue
+        if all(a.shape == b.shape for a, b in zip(mine_state.values(), (ref_state[k] for k in mine_state))) \
+                and not all(torch.equal(mine_state[k], ref_state[k]) for k in mine_state):
+            return name, source
+    return None
+
+
 def _width(module: nn.Module) -> int | None:
     """The width of the last dimension ``module`` reads, from its first parameter (None without one)."""
     weight = next(module.parameters(), None)
@@ -228,6 +244,10 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
     if _differs(got, want, 1e-3, 1e-3) is None and (rtol, atol) == (0, 0):
         return ("Hint: your output agrees within rounding but not bit for bit" + difference + ": follow "
                 "d2lmini's order of operations, in the same dtype at each step, and torch.rsqrt for 1/sqrt.")
+    uncopied = _uncopied(mine, ref, rename)
+    if uncopied is not None:
+        return (f"Hint: `{uncopied[0]}` holds other weights than d2lmini's `{uncopied[1]}`: copy them first, "
+                f"`mine = d2lmini.copy_parameters(ref, mine, rename)`, then check again.")
     generator = torch.Generator().manual_seed(0)
     agreeing = {}
     for name, part in _parts(mine).items():
