@@ -326,7 +326,7 @@ def test_skip_training_rows_gather_the_table(training):
         assert row["final model, validation text"] == pytest.approx(mean([r.val_loss[-1] for r in runs]))
         assert row["validation, range over seeds"] == pytest.approx(
             max(r.val_loss[-1] for r in runs) - min(r.val_loss[-1] for r in runs))
-        assert row["token spread at init (last block)"] == training.init_token_spread[residual][-1]
+        assert row["token spread at init (last block, first seed)"] == training.init_token_spread[residual][-1]
     assert "training loss (last 5 steps)" in training.rows(window=5)[0]
     with pytest.raises(ValueError, match="window"):
         training.rows(window=0)

@@ -321,8 +321,9 @@ def depth_gradients(depths=(8, 16, 32, 64), configs=SKIP_CONFIGS, num_hiddens: i
     ``Norm(X_L)`` with one final norm for ``'pre'``. It records the gradient norm
     of every block's weight matrices and of ``X_0``.
 
-    This is the experiment of He et al. (2016), Fig. 1 and 4 (plain versus residual
-    networks), on a Transformer stack at initialization. Runs in float64 by default,
+    He et al. (2016) compared plain and residual networks by their training error (Fig. 1
+    and 4); this compares a Transformer stack's gradients at initialization, with and
+    without skips. Runs in float64 by default,
     so that gradients far below float32's range are still measured.
 
     Args:
@@ -600,7 +601,7 @@ class SkipTraining:
                  "final model, training text": _mean(self.final_train_text_loss[residual]),
                  "final model, validation text": _mean(self.final_val(residual)),
                  "validation, range over seeds": max(self.final_val(residual)) - min(self.final_val(residual)),
-                 "token spread at init (last block)": self.init_token_spread[residual][-1]}
+                 "token spread at init (last block, first seed)": self.init_token_spread[residual][-1]}
                 for residual, runs in ((True, self.runs[True]), (False, self.runs[False]))]
 
 
