@@ -166,6 +166,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
             ("the output is gamma * x_hat + beta: the gain multiplies, the bias adds",
              b * (X32 - mu) / torch.sqrt(var + eps) + g),
         ]
+        slips.append(("subtract each token's mean before dividing: gamma * (x - mu) / sqrt(var + eps) + beta",
+                      g * X32 / torch.sqrt(var + eps) + b))
         for dims, words in (((0,), "the batch"), ((0, 1), "the batch and the positions")):
             m, v = X32.mean(dims, keepdim=True), X32.var(dims, keepdim=True, unbiased=False)
             slips.append((f"the statistics are per token, over its features (dim=-1), not over {words}",
