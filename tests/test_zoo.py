@@ -62,7 +62,7 @@ def test_zoo_table_reads_its_columns_from_the_blocks():
     ("Gemma 3 (local)", "sliding_attention", 5), ("Gemma 3 (global)", "full_attention", None),
     ("OLMo 3 (sliding)", "sliding_attention", 5), ("OLMo 3 (full)", "full_attention", None),
     ("Ministral 8B (sliding)", "sliding_attention", 5), ("Ministral 8B (full)", "full_attention", None),
-    ("gpt-oss", "sliding_attention", 5), ("gpt-oss (full)", "full_attention", None), ("Mistral 7B", None, 5), ("StarCoder2", None, 5),
+    ("gpt-oss (sliding)", "sliding_attention", 5), ("gpt-oss (full)", "full_attention", None), ("Mistral 7B", None, 5), ("StarCoder2", None, 5),
     ("Qwen2", "full_attention", None),
 ])
 def test_layer_idx_selects_the_layer_type(name, layer_type, window):

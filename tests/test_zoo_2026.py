@@ -106,7 +106,7 @@ def _set_limit(limit):
 
 
 def test_gpt_oss_row_is_a_sliding_layer_with_sinks_yarn_biases_and_the_moe():
-    layer, config = ROWS["gpt-oss"].make(0)
+    layer, config = ROWS["gpt-oss (sliding)"].make(0)
     assert config.layer_types[0] == "sliding_attention" and config._attn_implementation == "eager"
     block = from_hf(layer, config, 0)
     att = block.attention
@@ -134,11 +134,11 @@ def test_gpt_oss_full_attention_layer(padded):
     _set_limit(7.0),
 ], ids=["sinks zeroed", "YaRN dropped", "window removed", "router bias zeroed", "clamp limit 7"])
 def test_gpt_oss_check_catches_a_wrong_block(mutate):
-    assert _differs(_mutated(ROWS["gpt-oss"], mutate))
+    assert _differs(_mutated(ROWS["gpt-oss (sliding)"], mutate))
 
 
 def test_gpt_oss_other_swiglu_alpha_is_refused():
-    layer, config = ROWS["gpt-oss"].make(0)
+    layer, config = ROWS["gpt-oss (sliding)"].make(0)
     layer.mlp.experts.alpha = 1.0
     with pytest.raises(ValueError, match="swiglu_alpha"):
         from_hf(layer, config, 0)
@@ -199,7 +199,7 @@ def test_rope_kwargs_reads_every_form_of_the_config():
 
 def test_describe_reads_the_new_features_from_the_modules():
     rows = {r["name"]: r for r in zoo.zoo_table(rows=[ROWS["Ministral 3"], ROWS["Arcee Trinity (local)"],
-                                                       ROWS["Arcee Trinity (global)"], ROWS["gpt-oss"]])}
+                                                       ROWS["Arcee Trinity (global)"], ROWS["gpt-oss (sliding)"]])}
     assert all(r["reproduced"] for r in rows.values())
     m3 = rows["Ministral 3"]
     assert "query scaling 1 + 0.1 log(1 + floor(p / 4))" in m3["attention"]
@@ -208,7 +208,7 @@ def test_describe_reads_the_new_features_from_the_modules():
     assert "sigmoid output gate" in local["attention"] and "window 5" in local["attention"]
     assert glob["positions"] == "none in the layer" and local["positions"].startswith("RoPE")
     assert glob["ffn"] == "MoE: 8 SwiGLU experts of 32 hidden, top-2, 1 shared, sigmoid router"
-    gpt_oss = rows["gpt-oss"]
+    gpt_oss = rows["gpt-oss (sliding)"]
     assert gpt_oss["attention"].endswith("window 5, sinks") and gpt_oss["bias"] == "all"
     assert gpt_oss["positions"] == "RoPE, base 150000, yarn scaling x32"
     assert gpt_oss["ffn"] == "MoE: 4 SwiGLU (clamped) experts of 160 hidden, top-2, softmax router with bias"

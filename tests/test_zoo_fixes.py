@@ -164,7 +164,7 @@ def test_describe_reports_router_and_expert_biases():
                        dict(TINY_CONFIGS["gpt_oss"], attention_bias=False), attn_implementation="eager")
     block = ref.convert(*ref.make(0))
     assert zoo.describe(block)["bias"] == "FFN, router"
-    row = next(row for row in zoo.ZOO if row.name == "gpt-oss")
+    row = next(row for row in zoo.ZOO if row.name == "gpt-oss (sliding)")
     assert zoo.describe(row.reference().convert(*row.make(0)))["bias"] == "all"
 
 

@@ -295,7 +295,7 @@ TINY_QWEN3_5 = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2
 def verify_sinks(seed: int = 0) -> dict:
     """Attention sinks against gpt-oss: the appendix's ``GptOssDecoderLayer`` row, converted and compared.
 
-    The tiny gpt-oss layer (:data:`d2lmini.chapters.zoo.ZOO`, row ``'gpt-oss'``: attention with a
+    The tiny gpt-oss layer (:data:`d2lmini.chapters.zoo.ZOO`, row ``'gpt-oss (sliding)'``: attention with a
     learned sink per head, YaRN, a sliding window, biases, and its mixture of experts) is
     converted by :func:`d2lmini.reference.from_hf` into a block whose attention is
     ``MultiHeadAttention(..., sinks=True)`` and compared on a padded batch
@@ -304,7 +304,7 @@ def verify_sinks(seed: int = 0) -> dict:
     """
     from .zoo import ZOO, zoo_row
 
-    result = zoo_row(next(row for row in ZOO if row.name == "gpt-oss"), seed=seed)
+    result = zoo_row(next(row for row in ZOO if row.name == "gpt-oss (sliding)"), seed=seed)
     if result["max_abs_diff"] is None:
         return dict(NOT_AVAILABLE)
     return {"max_abs_diff": result["max_abs_diff"], "max_abs_grad_diff": result["max_abs_grad_diff"],

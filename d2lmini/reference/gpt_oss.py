@@ -185,7 +185,7 @@ TINY_CONFIGS: dict[str, dict] = {
 
 #: The layers of the family the zoo reproduces (:class:`~d2lmini.reference.base.LayerRow`).
 ROWS = (
-    LayerRow("gpt-oss", "gpt-oss", 2025, "GptOssDecoderLayer", "gpt_oss", "GptOssConfig", "gpt_oss", layer_idx=0,
+    LayerRow("gpt-oss (sliding)", "gpt-oss", 2025, "GptOssDecoderLayer", "gpt_oss", "GptOssConfig", "gpt_oss", layer_idx=0,
              attn_implementation="eager", note="sliding layer; the full-attention layers alternate with it"),
     LayerRow("gpt-oss (full)", "gpt-oss", 2025, "GptOssDecoderLayer", "gpt_oss", "GptOssConfig", "gpt_oss",
              layer_idx=1, attn_implementation="eager", note="full-attention layer"),
@@ -195,5 +195,5 @@ ROWS = (
 ROWS_2026 = (
     Row2026("gpt-oss", 2025, "openai2025gptoss", "GptOssConfig",
             dict(norm="RMSNorm, pre", sinks=True, router="softmax", act="clamped SwiGLU"), "gpt-oss-120b",
-            check="gpt-oss", zoo_rows=("gpt-oss", "gpt-oss (full)")),
+            check="gpt-oss", zoo_rows=("gpt-oss (sliding)", "gpt-oss (full)")),
 )
