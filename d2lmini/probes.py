@@ -157,8 +157,9 @@ def probe_depth(placement: str = "pre", norm: str = "layer", depth: int = 32, nu
     r"""Push one random sequence through ``depth`` fresh blocks and measure every depth.
 
     The stack is ``depth`` blocks (:class:`~d2lmini.block.TransformerBlock`;
-    bidirectional self-attention, no dropout, no biases -- at initialization biases
-    are zero, so leaving them out changes nothing) with the given placement, norm and
+    bidirectional self-attention, no dropout, no biases: with ``init='xavier_uniform'``
+    biases would start at zero, so leaving them out changes nothing; PyTorch's default
+    draws them nonzero) with the given placement, norm and
     activation, every linear weight drawn by ``init``. The input is one sequence
     ``X_0`` of ``num_steps`` tokens with i.i.d. standard normal entries. After every
     block it records the stream RMS and the token spread. Then it backpropagates
