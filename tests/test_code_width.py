@@ -5,7 +5,9 @@ and a comment at its end is out of sight. Two kinds of code are shown: the visib
 cells of every page in ``_toc.yml`` (chapters, the zoo, the solutions), and the listings
 that ``d2lmini.show_code`` prints from the package (every object marked ``@shown_in``,
 printed as ``source_without_docstrings`` prints it). A code cell is hidden, and not
-checked, when a tag removes or folds its code in the HTML book (:data:`HIDDEN_TAGS`).
+checked, when a tag removes or folds its code in the HTML book (:data:`HIDDEN_TAGS`) and
+Jupyter and Colab hide it too (``metadata.jupyter.source_hidden``); a folded cell that
+Jupyter shows is checked.
 
 Nothing is exempt: a line that does not fit is wrapped where its meaning allows (or its
 comment moved above it), never fitted by cutting a comment the reader needs.
@@ -41,7 +43,10 @@ def wide_cells() -> dict[tuple[str, str], list[str]]:
     found = {}
     for path in chapter_notebooks():
         for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type != "code" or HIDDEN_TAGS & set(cell.metadata.get("tags", [])):
+            hidden_everywhere = HIDDEN_TAGS & set(cell.metadata.get("tags", [])) and (
+                cell.metadata.get("jupyter", {}).get("source_hidden")
+                or "remove-cell" in cell.metadata.get("tags", []))
+            if cell.cell_type != "code" or hidden_everywhere:
                 continue
             wide = [line for line in cell.source.splitlines() if len(line) > WIDTH]
             if wide:
