@@ -40,6 +40,8 @@ CASES = {
                              "biased variance"),
     "03 mean kept": ("03_normalization", "class MyLayerNorm", "check_build",
                      [("return self.gamma * (X - mu)", "return self.gamma * X")], "subtract each token's mean"),
+    "03 no eps": ("03_normalization", "class MyLayerNorm", "check_build",
+                  [("torch.sqrt(var + self.eps)", "torch.sqrt(var)")], "add eps inside the square root"),
     "03 no gain": ("03_normalization", "class MyLayerNorm", "check_build",
                    [("return self.gamma * (X - mu)", "return (X - mu)")], "multiply by the gain"),
     "04 post-LN as pre-LN": ("04_norm_placement", "class MiniBlock", "check_build",

@@ -166,6 +166,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
             ("the output is gamma * x_hat + beta: the gain multiplies, the bias adds",
              b * (X32 - mu) / torch.sqrt(var + eps) + g),
         ]
+        slips.append(("add eps inside the square root, (x - mu) / sqrt(var + eps): without it small tokens "
+                      "are blown up", g * (X32 - mu) / torch.sqrt(var) + b))
         slips.append(("subtract each token's mean before dividing: gamma * (x - mu) / sqrt(var + eps) + beta",
                       g * X32 / torch.sqrt(var + eps) + b))
         for dims, words in (((0,), "the batch"), ((0, 1), "the batch and the positions")):
