@@ -170,6 +170,9 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
                       "are blown up", g * (X32 - mu) / torch.sqrt(var) + b))
         slips.append(("subtract each token's mean before dividing: gamma * (x - mu) / sqrt(var + eps) + beta",
                       g * X32 / torch.sqrt(var + eps) + b))
+        slips.append(("LayerNorm subtracts each token's mean, in the variance and in the numerator: "
+                      "gamma * (x - mu) / sqrt(mean((x - mu)^2) + eps) + beta",
+                      g * X32 / torch.sqrt(X32.pow(2).mean(-1, keepdim=True) + eps) + b))
         for dims, words in (((0,), "the batch"), ((0, 1), "the batch and the positions")):
             m, v = X32.mean(dims, keepdim=True), X32.var(dims, keepdim=True, unbiased=False)
             slips.append((f"the statistics are per token, over its features (dim=-1), not over {words}",
@@ -294,7 +297,8 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
             if _differs(swapped, want, rtol, atol) is None:
                 return (f"Hint: `{a}` and `{b}` each compute alone what d2lmini's do, but your forward uses "
                         f"`{a}` where `{b}` belongs and `{b}` where `{a}` belongs: with their weights exchanged "
-                        f"your module matches d2lmini's. See which input each one reads.")
+                        f"your module matches d2lmini's. See which input each one reads, and which one passes through an "
+                        f"activation.")
     if _is_norm(ref) and len(ref_inputs) == 1 and isinstance(ref_inputs[0], torch.Tensor):
         for words, slipped in _norm_slips(ref, ref_inputs[0]):
             exact = slipped.dtype in (torch.bfloat16, torch.float16)
