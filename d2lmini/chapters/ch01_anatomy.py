@@ -341,11 +341,13 @@ def alone_vs_in_sequence(sublayer, X: torch.Tensor) -> tuple[float, float]:
     ``(largest absolute difference of one entry, largest |difference| / |row|)``,
     both over all tokens ``i`` (row lengths are Euclidean norms).
     """
-    full = sublayer(X)
+    with torch.no_grad():
+        full = sublayer(X)
     gap = relative = 0.0
     for i in range(X.shape[1]):
         # token i alone vs. in the sequence
-        diff = sublayer(X[:, i : i + 1]) - full[:, i : i + 1]
+        with torch.no_grad():
+            diff = sublayer(X[:, i : i + 1]) - full[:, i : i + 1]
         gap = max(gap, float(diff.abs().max()))
         relative = max(relative, float(diff.norm() / full[:, i].norm()))
     return gap, relative

@@ -140,6 +140,26 @@ def _words(args: tuple, Z: torch.Tensor) -> str:
     return f"one tensor of shape {shape} as queries, keys and values{lens}"
 
 
+#: The epsilons of other norms, which a reader may have typed instead of the one the check uses.
+_OTHER_EPS = (1e-5, 1e-6, 1e-8)
+
+
+def _norm_slip(ref: nn.Module, ref_inputs: tuple, got: torch.Tensor, want: torch.Tensor) -> str | None:
+    """The words of the first usual slip of a norm written by hand that ``got`` matches (much closer to
+    it than to ``want``, d2lmini's output), or None."""
+    if not (_is_norm(ref) and len(ref_inputs) == 1 and isinstance(ref_inputs[0], torch.Tensor)):
+        return None
+    off = float((got.double() - want.double()).abs().max())
+    for words, slipped in _norm_slips(ref, ref_inputs[0]):
+        if slipped.dtype in (torch.bfloat16, torch.float16):
+            if _differs(got, slipped, 0, 0) is None:
+                return words
+        elif _differs(got.double(), slipped, 1e-4, 1e-4) is None and \
+                float((got.double() - slipped).abs().max()) <= 0.1 * off:
+            return words
+    return None
+
+
 def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """What a norm written by hand computes with a usual slip, for ``ref``'s weights and input ``X``."""
     weight = getattr(ref, "weight", None)
@@ -168,6 +188,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
         ]
         slips.append(("add eps inside the square root, (x - mu) / sqrt(var + eps): without it small tokens "
                       "are blown up", g * (X32 - mu) / torch.sqrt(var) + b))
+        slips += [(f"eps is {eps:g} here, not {other:g}", g * (X32 - mu) / torch.sqrt(var + other) + b)
+                  for other in _OTHER_EPS if other != eps]
         slips.append(("subtract each token's mean before dividing: gamma * (x - mu) / sqrt(var + eps) + beta",
                       g * X32 / torch.sqrt(var + eps) + b))
         slips.append(("LayerNorm subtracts each token's mean, in the variance and in the numerator: "
@@ -184,6 +206,10 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
              g * (X32 - X32.mean(-1, keepdim=True)) / torch.sqrt(X32.var(-1, keepdim=True, unbiased=False) + eps)),
             ("eps goes inside the square root: x * rsqrt(mean(x**2) + eps)", g * X32 / (torch.sqrt(ms) + eps)),
             ("the output is multiplied by the gain gamma", X32 * torch.rsqrt(ms + eps)),
+            ("add eps inside the square root, x * rsqrt(mean(x**2) + eps): without it small tokens are "
+             "blown up", g * X32 * torch.rsqrt(ms)),
+            *[(f"eps is {eps:g} here, not {other:g}", g * X32 * torch.rsqrt(ms + other))
+              for other in _OTHER_EPS if other != eps],
             ("the statistic is the mean of the squares over the last dimension (dim=-1, keepdim=True)",
              g * X32 * torch.rsqrt(X32.pow(2).mean((0, 1), keepdim=True) + eps)),
         ]
@@ -243,11 +269,17 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise AssertionError(f"Hint: your module returns {shape}; d2lmini's returns shape {tuple(want.shape)}.")
+        if got.dtype != want.dtype:
+            raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: round the result "
+                                 f"back to the input's dtype (Y.to(X.dtype)) where d2lmini does.")
         raise AssertionError(_diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint))
 
 
 def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint) -> str:
     difference = f" (largest difference {gap:.2g})"
+    slip = _norm_slip(ref, ref_inputs, got, want)
+    if slip is not None:
+        return f"Hint: {slip}{difference}."
     if _differs(got, want, 1e-3, 1e-3) is None and (rtol, atol) == (0, 0):
         return ("Hint: your output agrees within rounding but not bit for bit" + difference + ": follow "
                 "d2lmini's order of operations, in the same dtype at each step, and torch.rsqrt for 1/sqrt.")
@@ -297,13 +329,8 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
             if _differs(swapped, want, rtol, atol) is None:
                 return (f"Hint: `{a}` and `{b}` each compute alone what d2lmini's do, but your forward uses "
                         f"`{a}` where `{b}` belongs and `{b}` where `{a}` belongs: with their weights exchanged "
-                        f"your module matches d2lmini's. See which input each one reads, and which one passes through an "
-                        f"activation.")
-    if _is_norm(ref) and len(ref_inputs) == 1 and isinstance(ref_inputs[0], torch.Tensor):
-        for words, slipped in _norm_slips(ref, ref_inputs[0]):
-            exact = slipped.dtype in (torch.bfloat16, torch.float16)
-            if _differs(got, slipped, 0, 0) is None if exact else _differs(got.double(), slipped, 1e-4, 1e-4) is None:
-                return f"Hint: {words}{difference}."
+                        f"your module matches d2lmini's. See which input each one reads"
+                        + ("." if _is_norm(agreeing[a]) else ", and which one passes through an activation."))
     if _is_norm(ref) and not agreeing:
         return ("Hint: " + (hint or "check the statistic (over the last dimension), eps (inside the square root) "
                                     "and the gain") + difference + ".")
