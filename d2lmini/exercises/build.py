@@ -270,8 +270,8 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise AssertionError(f"Hint: your module returns {shape}; d2lmini's returns shape {tuple(want.shape)}.")
         if got.dtype != want.dtype:
-            raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: round the result "
-                                 f"back to the input's dtype (Y.to(X.dtype)) where d2lmini does.")
+            raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: the last step "
+                                 f"must be in the input's dtype (the gain too; round back with Y.to(X.dtype)).")
         raise AssertionError(_diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint))
 
 
@@ -280,7 +280,8 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
     slip = _norm_slip(ref, ref_inputs, got, want)
     if slip is not None:
         return f"Hint: {slip}{difference}."
-    if _differs(got, want, 1e-3, 1e-3) is None and (rtol, atol) == (0, 0):
+    rounding = max(1e-3, 4 * torch.finfo(got.dtype).eps) if got.is_floating_point() else 1e-3
+    if _differs(got, want, rounding, rounding) is None and (rtol, atol) == (0, 0):
         return ("Hint: your output agrees within rounding but not bit for bit" + difference + ": follow "
                 "d2lmini's order of operations, in the same dtype at each step, and torch.rsqrt for 1/sqrt.")
     uncopied = _uncopied(mine, ref, rename)
@@ -332,8 +333,9 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                         f"your module matches d2lmini's. See which input each one reads"
                         + ("." if _is_norm(agreeing[a]) else ", and which one passes through an activation."))
     if _is_norm(ref) and not agreeing:
+        gain = "the gain and the bias (gamma * x_hat + beta)" if getattr(ref, "bias", None) is not None else "the gain"
         return ("Hint: " + (hint or "check the statistic (over the last dimension), eps (inside the square root) "
-                                    "and the gain") + difference + ".")
+                                    f"and {gain}") + difference + ".")
     groups = {}
     for name in agreeing:  # experts.0, experts.1, ... are named once, as `experts` (all 8)
         head, _, tail = name.rpartition(".")
