@@ -173,6 +173,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
     if bias is not None:  # LayerNorm: mean and variance over the last dimension, gain and bias
         mu = X32.mean(-1, keepdim=True)
         var = X32.var(-1, keepdim=True, unbiased=False)
+        formula = "(x - mu) / sqrt(var + eps)"
+        with_eps = lambda e: g * (X32 - mu) / torch.sqrt(var + e) + b  # noqa: E731 (the norm at another eps)
         slips += [
             ("the variance divides by num_hiddens, the biased variance (torch.var's default divides by "
              "num_hiddens - 1: pass unbiased=False, or average the squares)",
@@ -186,10 +188,6 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
             ("the output is gamma * x_hat + beta: the gain multiplies, the bias adds",
              b * (X32 - mu) / torch.sqrt(var + eps) + g),
         ]
-        slips.append(("add eps inside the square root, (x - mu) / sqrt(var + eps): without it small tokens "
-                      "are blown up", g * (X32 - mu) / torch.sqrt(var) + b))
-        slips += [(f"eps is {eps:g} here, not {other:g}", g * (X32 - mu) / torch.sqrt(var + other) + b)
-                  for other in _OTHER_EPS if other != eps]
         slips.append(("subtract each token's mean before dividing: gamma * (x - mu) / sqrt(var + eps) + beta",
                       g * X32 / torch.sqrt(var + eps) + b))
         slips.append(("LayerNorm subtracts each token's mean, in the variance and in the numerator: "
@@ -201,27 +199,28 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
                           g * (X32 - m) / torch.sqrt(v + eps) + b))
     else:  # RMSNorm: the root mean square over the last dimension, a gain
         ms = X32.pow(2).mean(-1, keepdim=True)
+        formula = "x * rsqrt(mean(x**2) + eps)"
+        with_eps = lambda e: g * X32 * torch.rsqrt(ms + e)  # noqa: E731 (the norm at another eps)
         slips += [
             ("RMSNorm subtracts no mean: divide x itself by its root mean square",
              g * (X32 - X32.mean(-1, keepdim=True)) / torch.sqrt(X32.var(-1, keepdim=True, unbiased=False) + eps)),
             ("eps goes inside the square root: x * rsqrt(mean(x**2) + eps)", g * X32 / (torch.sqrt(ms) + eps)),
             ("the output is multiplied by the gain gamma", X32 * torch.rsqrt(ms + eps)),
-            ("add eps inside the square root, x * rsqrt(mean(x**2) + eps): without it small tokens are "
-             "blown up", g * X32 * torch.rsqrt(ms)),
-            *[(f"eps is {eps:g} here, not {other:g}", g * X32 * torch.rsqrt(ms + other))
-              for other in _OTHER_EPS if other != eps],
             ("the statistic is the mean of the squares over the last dimension (dim=-1, keepdim=True)",
              g * X32 * torch.rsqrt(X32.pow(2).mean((0, 1), keepdim=True) + eps)),
         ]
-        if X.dtype in (torch.bfloat16, torch.float16):  # the two orders of a 16-bit input, bit for bit
-            Xf = X.float()
-            normed = Xf * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps)
-            slips += [
-                ("upcast first: compute the statistic and normalize in float32 (X.float()), then round back",
-                 X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * weight.to(X.dtype)),
-                ("round back to the input's dtype first, then multiply by the gain",
-                 (normed * weight.float()).to(X.dtype)),
-            ]
+    slips.append((f"add eps inside the square root, {formula}: without it small tokens are blown up",
+                  with_eps(0.0)))
+    slips += [(f"eps is {eps:g} here, not {other:g}", with_eps(other)) for other in _OTHER_EPS if other != eps]
+    if bias is None and X.dtype in (torch.bfloat16, torch.float16):  # RMSNorm's two orders of a 16-bit input
+        Xf = X.float()
+        normed = Xf * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps)
+        slips += [
+            ("upcast first: compute the statistic and normalize in float32 (X.float()), then round back",
+             X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * weight.to(X.dtype)),
+            ("round back to the input's dtype first, then multiply by the gain",
+             (normed * weight.float()).to(X.dtype)),
+        ]
     return slips
 
 
