@@ -104,6 +104,9 @@ def _judge_growing(answer) -> str | None:
     if got == _indices(m.pow(2) > s.pow(2)):
         return ("padding also multiplies the real tokens' variance s_j^2 by (1 - p): keep that factor "
                 "when you solve the inequality for m_j^2")
+    if got == _indices(batch.padding_share * m.pow(2) > s.pow(2)):
+        return ("the factor on m_j^2 is not p: subtract s_j^2 from both sides, then divide by p, which "
+                "leaves the (1 - p) of p(1 - p)")
     if got == _indices(var_all < var_real):
         return "these are the features whose variance padding shrinks; the exercise asks for those it increases"
     if got > want:
@@ -118,6 +121,11 @@ def _judge_growing(answer) -> str | None:
 def _mean_square_rule() -> list[int]:
     batch = _batch()
     return sorted(_indices(batch.feature_mean.pow(2) > batch.feature_scale.pow(2)))
+
+
+def _factor_p_rule() -> list[int]:
+    batch = _batch()
+    return sorted(_indices(batch.padding_share * batch.feature_mean.pow(2) > batch.feature_scale.pow(2)))
 
 
 def _shrinking_features() -> list[int]:
@@ -182,7 +190,7 @@ EXERCISES = [
     Exercise(
         "3.2", "the indices of the features whose variance padding increases, e.g. [3, 17]", kind="custom",
         judge=_judge_growing,
-        wrong=[_mean_square_rule, _shrinking_features, lambda: list(range(64))]),
+        wrong=[_mean_square_rule, _factor_p_rule, _shrinking_features, lambda: list(range(64))]),
     Exercise(
         "3.3", "BatchNorm's RMS |Δ| in evaluation mode for (momentum, warmup) = (0.01, 5), (0.01, 100), "
                "(0.5, 5), (0.5, 100), in that order",
