@@ -17,6 +17,7 @@ from d2lmini.exercises import Exercise, Prediction, check, exercise, exercise_id
 
 CHAPTERS = [p for p in chapter_notebooks() if re.match(r"\d\d_", p.name) and p.parent.name == "chapters"]
 PREDICTED = [p for p in CHAPTERS if int(p.name[:2]) <= 9]  # Parts I and II
+REVEAL_TITLE = "#@title Check your prediction"  # Colab shows the title and folds the code
 
 
 def number_of(path: Path) -> int:
@@ -287,8 +288,10 @@ def test_each_chapter_asks_for_a_prediction_before_its_experiment(path):
             f"{path.name}: the lesson of cell {ask}'s prediction is asserted with the reveal or right after it"
         # the reveal's code (its asserts and comments state the answer) folds until the reader opens it
         folded = cells[reveal].metadata
-        assert "hide-input" in folded.get("tags", []) and folded.get("jupyter", {}).get("source_hidden"), \
-            f"{path.name}: the reveal of cell {ask}'s prediction folds its code (hide-input, source_hidden)"
+        assert "hide-input" in folded.get("tags", []) and folded.get("jupyter", {}).get("source_hidden") \
+            and folded.get("cellView") == "form" and cells[reveal].source.startswith(REVEAL_TITLE), \
+            f"{path.name}: the reveal of cell {ask}'s prediction folds its code in every reader " \
+            f"(hide-input, source_hidden, and a Colab form titled {REVEAL_TITLE!r})"
 
 
 @pytest.mark.parametrize("path", PREDICTED, ids=lambda p: p.stem)

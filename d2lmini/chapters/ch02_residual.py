@@ -815,7 +815,7 @@ def residual_explorer(depths=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), depth: int = 
         for L in depths:
             frames[f"{L}|{probe.placement}|{probe.residual}"] = dict(
                 title=(f"{probe.label}, L = {L}: gradient reaching block 1 {probe.first_block_grad(L):.1e}, "
-                       f"reaching the input {probe.input_grad[L]:.1e}, token spread {probe.token_spread[L]:.1e}"),
+                       f"token spread {probe.token_spread[L]:.1e}"),
                 panels=[[dict(y=round_frame_values(probe.stream_rms[:L + 1]), x0=0, color=color)],
                         [dict(y=round_frame_values(probe.token_spread[:L + 1]), x0=0, color=color)],
                         [dict(y=round_frame_values(probe.block_grad[L]), x0=1, color=color)]])

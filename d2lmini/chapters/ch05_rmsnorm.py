@@ -355,7 +355,7 @@ def relative_error(Y: torch.Tensor, reference: torch.Tensor) -> float:
 
     Args:
         Y, reference: tensors of the same shape ``(*, d)`` (any floating dtypes; compared
-            in float64).
+            in float64; their gradients are not tracked).
 
     Returns:
         A Python float (1.0 for an output of zeros; ``inf``/``nan`` propagate).
@@ -366,7 +366,7 @@ def relative_error(Y: torch.Tensor, reference: torch.Tensor) -> float:
     if Y.shape != reference.shape:
         raise ValueError(f"Y and reference must have the same shape, got {tuple(Y.shape)} "
                          f"and {tuple(reference.shape)}")
-    Y, reference = Y.double(), reference.double()
+    Y, reference = Y.detach().double(), reference.detach().double()
     return float(((Y - reference).norm(dim=-1) / reference.norm(dim=-1)).max())
 
 
