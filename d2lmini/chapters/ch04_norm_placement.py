@@ -335,8 +335,8 @@ def training_table(results):
 def plot_training(results, reference: float | None = None, window: int = 20):
     """Training-loss curves of :func:`train_placements` runs, one panel per depth.
 
-    Colours are the placements'; in each panel the runs at the panel's highest peak rate are
-    solid, those at a lower rate dotted, and a warmed-up run dash-dotted (its warm-up's end
+    Colours are the placements'; the runs at the highest peak rate of all are solid, those at a
+    lower rate dotted (so that the legend tells the rates apart), and a warmed-up run dash-dotted (its warm-up's end
     marked by a grey vertical line). Post-LN is drawn wide and pale under pre-LN, so curves that
     coincide stay visible. Every seed is drawn, with one legend entry per placement, rate and
     warm-up; the panels share one legend above them.
@@ -357,8 +357,8 @@ def plot_training(results, reference: float | None = None, window: int = 20):
     handles = {}  # legend label -> line, over all panels
     with styled_figure(len(groups), width=4.3 * len(groups), height=3.6) as (fig, axes):
         axes = axes if len(groups) > 1 else [axes]
+        top_rate = max(result.config["lr"] for group in groups.values() for result in group)
         for ax, (depth, group) in zip(axes, groups.items()):
-            top_rate = max(result.config["lr"] for result in group)
             for result in group:
                 config = result.config
                 style = "-." if config["warmup_steps"] else ":" if config["lr"] < top_rate else "-"

@@ -193,7 +193,9 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
         slips.append(("LayerNorm subtracts each token's mean, in the variance and in the numerator: "
                       "gamma * (x - mu) / sqrt(mean((x - mu)^2) + eps) + beta",
                       g * X32 / torch.sqrt(X32.pow(2).mean(-1, keepdim=True) + eps) + b))
-        for dims, words in (((0,), "the batch"), ((0, 1), "the batch and the positions")):
+        slips.append(("the variance is the mean of (x - mu)^2, the squares of the centred token",
+                      g * (X32 - mu) / torch.sqrt(X32.pow(2).mean(-1, keepdim=True) + eps) + b))
+        for dims, words in (((0,), "the batch"), ((1,), "the positions"), ((0, 1), "the batch and the positions")):
             m, v = X32.mean(dims, keepdim=True), X32.var(dims, keepdim=True, unbiased=False)
             slips.append((f"the statistics are per token, over its features (dim=-1), not over {words}",
                           g * (X32 - m) / torch.sqrt(v + eps) + b))
