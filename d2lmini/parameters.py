@@ -116,6 +116,9 @@ def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = 
     if missing or extra:
         problems = ([f"the source has {extra}, which the target lacks"] if extra else []) + \
                    ([f"the target has {missing}, which the source lacks"] if missing else [])
+        plain = [name for name in extra if isinstance(_attribute(target, name), torch.Tensor)]
+        if plain:  # a weight written as a plain tensor is not registered: state_dict() skips it
+            problems.append(f"the target's {plain} are plain tensors: make them nn.Parameter")
         raise ValueError(f"target's tensors do not match source's (after rename): {'; '.join(problems)}")
     shapes = [f"{n}: {tuple(state[n].shape)} vs {tuple(wanted[n].shape)}" for n in state
               if state[n].shape != wanted[n].shape]
@@ -124,3 +127,12 @@ def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = 
     with torch.no_grad():
         target.load_state_dict(state)
     return target
+
+
+def _attribute(module, name: str):
+    """``module``'s attribute at the dotted ``name``, or None where there is none."""
+    *path, last = name.split(".")
+    try:
+        return getattr(module.get_submodule(".".join(path)), last, None)
+    except AttributeError:
+        return None

@@ -43,3 +43,13 @@ def test_mismatches_are_named():
         d2lmini.copy_parameters(ref, Reader(8, bias=False), {"W_1": 3})
     with pytest.raises(TypeError, match="target"):
         d2lmini.copy_parameters(ref, "module")
+
+
+def test_a_weight_written_as_a_plain_tensor_is_named():
+    class PlainNorm(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.gamma, self.beta = torch.ones(d), torch.zeros(d)  # not nn.Parameter
+
+    with pytest.raises(ValueError, match=r"\['beta', 'gamma'\] are plain tensors: make them nn.Parameter"):
+        d2lmini.copy_parameters(nn.LayerNorm(4), PlainNorm(4), {"weight": "gamma", "bias": "beta"})

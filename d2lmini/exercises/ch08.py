@@ -8,6 +8,8 @@ absorbed query.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -204,12 +206,19 @@ EXERCISES = [
                                                                             "for every key/value head"),
                     (lambda a, e: abs(a["mha_gib"] - 2 * e["mha_gib"]) < 1, "bfloat16: two bytes per number"),
                     (lambda a, e: a["mha_gib"] < e["mha_gib"] / 10, "every one of the 80 layers has its own cache"),
+                    (lambda a, e: abs(a["mha_gib"] / e["mha_gib"] - 2 ** 30 / 1e9) < 1e-3,
+                     "a GiB is 2^30 bytes, not 10^9"),
                     (lambda a, e: a["mha_sequences"] != int(a["mha_sequences"]) or a["gqa_sequences"] != int(
-                        a["gqa_sequences"]), "whole sequences only: round down")],
+                        a["gqa_sequences"]), "whole sequences only: round down"),
+                    (lambda a, e: math.isclose(a["mha_gib"], e["mha_gib"], rel_tol=1e-3)
+                     and math.isclose(a["gqa_gib"], e["gqa_gib"], rel_tol=1e-3),
+                     "the sizes are right; count the whole sequences that fit, floor(400 / GiB)")],
              hint="kv_cache_rows(builders, num_layers=80, context=131072), each builder a function of no "
                   "arguments returning d2lmini.MultiHeadAttention(8192, 64, ...)",
              wrong=[lambda e: {**e, "mha_gib": e["mha_gib"] / 2, "gqa_gib": e["gqa_gib"] / 2},
-                    lambda e: {**e, "mha_sequences": 400 / e["mha_gib"], "gqa_sequences": 400 / e["gqa_gib"]}]),
+                    lambda e: {**e, "mha_sequences": 400 / e["mha_gib"], "gqa_sequences": 400 / e["gqa_gib"]},
+                    lambda e: {**e, "mha_sequences": math.ceil(400 / e["mha_gib"])},
+                    lambda e: {k: v * 2 ** 30 / 1e9 if k.endswith("gib") else v for k, v in e.items()}]),
     Exercise("8.3", "a tuple (numbers cached per token and layer, parameters of the layer)",
              kind="numbers", names=("numbers", "parameters"), expected=_small_rope_mla, rel=0, abs=0.5,
              hints=[(lambda a, e: a["numbers"] == 2 * e["numbers"],
