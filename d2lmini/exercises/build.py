@@ -95,7 +95,8 @@ def _is_norm(module: nn.Module) -> bool:
 
 
 def _part_hint(name: str, source: str, module: nn.Module, gap: float, called: str | None = None) -> str:
-    """The hint for a part that differs alone; ``called``: how an attention part was called (None: one tensor)."""
+    """The hint for a part that differs alone; ``module``: d2lmini's part (what kind of part it is, whatever the
+    reader's class is called); ``called``: how an attention part was called (None: one tensor)."""
     attention = called is not None
     what = ("its statistic (over the last dimension), eps (inside the square root) and its gain"
             + (" and bias" if sum(1 for _ in module.parameters()) > 1 else "")
@@ -206,6 +207,9 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
         slips += [
             ("RMSNorm subtracts no mean: divide x itself by its root mean square",
              g * (X32 - X32.mean(-1, keepdim=True)) / torch.sqrt(X32.var(-1, keepdim=True, unbiased=False) + eps)),
+            ("the statistic is mean(x**2), the mean square of x itself, not its variance: RMSNorm "
+             "subtracts no mean, not even inside the statistic",
+             g * X32 * torch.rsqrt(X32.var(-1, keepdim=True, unbiased=False) + eps)),
             ("eps goes inside the square root: x * rsqrt(mean(x**2) + eps)", g * X32 / (torch.sqrt(ms) + eps)),
             ("the output is multiplied by the gain gamma", X32 * torch.rsqrt(ms + eps)),
             ("the statistic is the mean of the squares over the last dimension (dim=-1, keepdim=True)",
@@ -312,7 +316,7 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                 return f"Hint: `{name}` alone, called with {words}, raised {type(error).__name__}: {error}"
             part_gap = _differs(alone, expected, rtol, atol)
             if part_gap is not None:
-                return "Hint: " + _part_hint(name, source, part, part_gap, words if len(args) > 1 else None)
+                return "Hint: " + _part_hint(name, source, theirs, part_gap, words if len(args) > 1 else None)
         agreeing[name] = part
     kinds = {}
     for name, part in agreeing.items():

@@ -249,11 +249,13 @@ EXERCISES = [
                      "a norm on the branch leaves the stream's path alone"),
                     (lambda a, e: abs(a["rms"] - _pre_ln_contribution_rms()) < 0.01,
                      "rms: that is the pre-LN stack's; take the sandwich stack's contribution_rms"),
+                    (lambda a, e: abs(a["rms"] - 12 * e["rms"]) < 0.1,
+                     "rms: that is the sum of the 12 contributions' RMS; hand in their mean"),
                     (lambda a, e: a["rms"] > 1.5,
                      "rms: that is the size of the stream, which sums 13 terms; hand in the mean of the sandwich "
                      "stack's contribution_rms, the size of what each sublayer adds")],
              wrong=[lambda e: {**e, "sandwich": 1.5}, lambda e: {**e, "rms": _pre_ln_contribution_rms()},
-                    lambda e: {**e, "rms": 13 ** 0.5}]),
+                    lambda e: {**e, "rms": 13 ** 0.5}, lambda e: {**e, "rms": 12 * e["rms"]}]),
     Exercise("1.5", "(parameters, shared): num_parameters(stack) and anatomy.shared_parameters(stack) for six "
              "copies of one block", kind="numbers", names=("parameters", "shared"), expected=_tied_stack, rel=0,
              abs=0.5,
@@ -262,7 +264,7 @@ EXERCISES = [
                     (lambda a, e: a["shared"] == 6 / 5 * e["shared"],
                      "shared: block 1 owns its tensors; only blocks 2 to 6 share them"),
                     (lambda a, e: a["shared"] == 0, "shared: the six entries are one object"),
-                    (lambda a, e: a["shared"] in (5, e["shared"] / 5),
+                    (lambda a, e: a["shared"] in (5, 6, e["shared"] / 5),
                      "shared counts parameter tensors, not blocks: each of blocks 2 to 6 holds all of block 1's "
                      "tensors")],
              wrong=[lambda e: {**e, "parameters": 6 * e["parameters"]}, lambda e: {**e, "shared": 0},

@@ -139,7 +139,8 @@ def _training_judge(exercise_id: str, spec: dict):
         if type(answer).__name__ in ("DataFrame", "Styler", "Series"):  # a table made from the results
             return (f"hand in the list of results that {call} returns, not a table made from them "
                     f"(training_table(results) and plot_training(results) read that list)")
-        if isinstance(answer, (list, tuple)) and answer and all(isinstance(r, numbers.Real) for r in answer):
+        if isinstance(answer, numbers.Real) or (isinstance(answer, (list, tuple)) and answer
+                                                 and all(isinstance(r, numbers.Real) for r in answer)):
             return (f"these are numbers: hand in the results themselves, the list that {call} returns, "
                     f"not their losses")
         if not isinstance(answer, (list, tuple)) or not all(isinstance(r, TrainResult) for r in answer):
@@ -255,7 +256,8 @@ EXERCISES = [
         wrong=[lambda: _fake_results(RATE_RUN)[::-1], lambda: _fake_results(RATE_RUN, lr=RATE / 3),
                lambda: _fake_results(RATE_RUN, num_layers=16), lambda: _fake_results(RATE_RUN),
                lambda: _results_table(_fake_results(RATE_RUN)),
-               lambda: [r.val_loss[-1] for r in _fake_results(RATE_RUN)]]),
+               lambda: [r.val_loss[-1] for r in _fake_results(RATE_RUN)],
+               lambda: _fake_results(RATE_RUN)[0].val_loss[-1]]),
     Exercise(
         "4.6", "the list that train_placements returns for 16-block post-LN at the high rate without clipping, "
                "seed 0",

@@ -236,9 +236,15 @@ EXERCISES = [
                      "Both ways must compute the same qᵀk; check which rows of W_ukv are head 0's key part."),
                     (lambda a, e: (a["explicit_features"], a["absorbed_features"]) == (
                         e["absorbed_features"], e["explicit_features"]),
-                     "the order: an explicit key has qk_nope_head_dim features, the latent kv_lora_rank")],
+                     "the order: an explicit key has qk_nope_head_dim features, the latent kv_lora_rank"),
+                    (lambda a, e: a["explicit_features"] == e["explicit_features"] + ABSORPTION_LAYER[
+                        "qk_rope_head_dim"] or a["absorbed_features"] == e["absorbed_features"] + ABSORPTION_LAYER[
+                        "qk_rope_head_dim"],
+                     "the position-free scores leave out the qk_rope_head_dim rotary features")],
              hint="count the features of the two vectors each score is a dot product of",
              wrong=[lambda e: {**e, "max_difference": 0.5},
+                    lambda e: {**e, "explicit_features": e["explicit_features"] + 4,
+                               "absorbed_features": e["absorbed_features"] + 4},
                     lambda e: {**e, "explicit_features": e["absorbed_features"],
                                "absorbed_features": e["explicit_features"]}]),
 ]
