@@ -175,11 +175,16 @@ EXERCISES = [
     Exercise("2.5", "(w_o, w_q): the norms of the first step's gradients of block 1's attention.W_o.weight and "
              "attention.W_q.weight, output projections zeroed", kind="numbers", names=("w_o", "w_q"),
              expected=_first_step_gradients, rel=2e-2, abs=1e-6,
-             hints=[(lambda a, e: a["w_q"] > 1e-6, "w_q: did you zero the output projections before the step? "
+             hints=[(lambda a, e: a["w_o"] < 1e-6 and abs(a["w_q"] - e["w_o"]) < 0.05 * e["w_o"],
+                     "the order is (w_o, w_q)"),
+                    (lambda a, e: a["w_q"] > 1,
+                     "w_q: that is the size of a weight, not of its gradient: hand in .weight.grad.norm()"),
+                    (lambda a, e: a["w_q"] > 1e-6, "w_q: did you zero the output projections before the step? "
                                                   "Then ask what W_q's output can change while W_o is zero"),
                     (lambda a, e: a["w_o"] < 1e-6, "w_o: its gradient multiplies the gradient at the sublayer's "
                                                    "output by W_o's input; is either of them zero?"),
                     (lambda a, e: True, "one step of train_models on the model of seed 0 with the batches of "
                                         "seed 0, then the .grad of lm.blocks[0].attention.W_o.weight")],
-             wrong=[lambda e: {"w_o": 0.0, "w_q": 0.0}, lambda e: {**e, "w_q": e["w_o"]}]),
+             wrong=[lambda e: {"w_o": 0.0, "w_q": 0.0}, lambda e: {**e, "w_q": e["w_o"]},
+                    lambda e: {"w_o": 0.0, "w_q": e["w_o"]}, lambda e: {"w_o": 0.0, "w_q": 4.6}]),
 ]

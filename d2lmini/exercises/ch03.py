@@ -104,6 +104,10 @@ def _judge_growing(answer) -> str | None:
     if got == _indices(m.pow(2) > s.pow(2)):
         return ("padding also multiplies the real tokens' variance s_j^2 by (1 - p): keep that factor "
                 "when you solve the inequality for m_j^2")
+    p = batch.padding_share
+    if got in (_indices((1 - p) * m.pow(2) > p * s.pow(2)), _indices(p * m.pow(2) > (1 - p) * s.pow(2))):
+        return ("p and (1 - p) sit on the wrong sides: subtract s_j^2 from (1-p) s_j^2 + p(1-p) m_j^2, "
+                "which leaves -p s_j^2 + p(1-p) m_j^2 > 0")
     if got == _indices(batch.padding_share * m.pow(2) > s.pow(2)):
         return ("the factor on m_j^2 is not p: subtract s_j^2 from both sides, then divide by p, which "
                 "leaves the (1 - p) of p(1 - p)")
@@ -126,6 +130,12 @@ def _mean_square_rule() -> list[int]:
 def _factor_p_rule() -> list[int]:
     batch = _batch()
     return sorted(_indices(batch.padding_share * batch.feature_mean.pow(2) > batch.feature_scale.pow(2)))
+
+
+def _swapped_factors_rule() -> list[int]:
+    batch = _batch()
+    p = batch.padding_share
+    return sorted(_indices((1 - p) * batch.feature_mean.pow(2) > p * batch.feature_scale.pow(2)))
 
 
 def _shrinking_features() -> list[int]:
@@ -190,7 +200,7 @@ EXERCISES = [
     Exercise(
         "3.2", "the indices of the features whose variance padding increases, e.g. [3, 17]", kind="custom",
         judge=_judge_growing,
-        wrong=[_mean_square_rule, _factor_p_rule, _shrinking_features, lambda: list(range(64))]),
+        wrong=[_mean_square_rule, _factor_p_rule, _swapped_factors_rule, _shrinking_features, lambda: list(range(64))]),
     Exercise(
         "3.3", "BatchNorm's RMS |Δ| in evaluation mode for (momentum, warmup) = (0.01, 5), (0.01, 100), "
                "(0.5, 5), (0.5, 100), in that order",
