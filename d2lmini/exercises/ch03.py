@@ -117,7 +117,8 @@ def _judge_growing(answer) -> str | None:
         return ("some of these features' variance shrinks: compare the variance over all positions with "
                 "the variance over the real tokens (valid_lens), feature by feature")
     if got < want:
-        return "every feature you named is right, but some are missing: check all 64 features"
+        return ("every feature you named is right, but some are missing: check all 64 features; if a "
+                "condition chose them, it is too strict: redo its algebra, squares included")
     return ("compare nm.batch_norm_stats(batch.X) with nm.batch_norm_stats(batch.X, batch.valid_lens), "
             "feature by feature, in nm.padded_batch(padding=0.7)")
 

@@ -101,7 +101,9 @@ EXERCISES = [
     Exercise(
         "10.1", "(kept, removed): the norms ||Hx|| and ||x - Hx|| for H = J/4 and x = (3, 1, 0, 0)",
         kind="numbers", names=("kept", "removed"), expected=_average_of_streams, rel=1e-4,
-        hints=[(lambda a, e: abs(a["kept"] - math.sqrt(10)) < 1e-3,
+        hints=[(lambda a, e: math.isclose(a["kept"], e["removed"], rel_tol=1e-4)
+                and math.isclose(a["removed"], e["kept"], rel_tol=1e-4), "the order is (kept, removed): ||Hx|| first"),
+               (lambda a, e: abs(a["kept"] - math.sqrt(10)) < 1e-3,
                 "J/4 is not the identity: every entry of Hx is the average of all four entries of x."),
                (lambda a, e: abs(a["kept"] - 1) < 1e-3,
                 "Hx is a vector of four entries (each the mean of x): hand in the norm of that vector."),
@@ -109,7 +111,8 @@ EXERCISES = [
                 "The removed part is the vector x - Hx; take its norm, not the difference of two norms.")],
         hint="Compute Hx and x - Hx as vectors, then the Euclidean norm of each; their squares add up to ||x||^2.",
         wrong=[lambda e: {**e, "kept": 1.0}, lambda e: {**e, "removed": math.sqrt(10) - e["kept"]},
-               lambda e: {"kept": math.sqrt(10), "removed": 0.0}]),
+               lambda e: {"kept": math.sqrt(10), "removed": 0.0},
+               lambda e: {"kept": e["removed"], "removed": e["kept"]}]),
     Exercise(
         "10.2", "the largest |row sum - 1| over the 100 matrices after iters = 1, 2, 5 and 20, a tuple of four",
         kind="numbers", names=tuple(f"iters_{k}" for k in SINKHORN_ITERS), expected=_sinkhorn_errors, rel=2e-2,

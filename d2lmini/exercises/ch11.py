@@ -126,7 +126,9 @@ EXERCISES = [
     Exercise(
         "11.2", "(n_16, n_64): the sink's share at the last query with the sink logit at log n, for n = 16 and 64",
         kind="numbers", names=("n_16", "n_64"), expected=_sink_shares, rel=2e-3,
-        hints=[(lambda a, e: min(a.values()) > 0.9,
+        hints=[(lambda a, e: math.isclose(a["n_16"], e["n_64"], rel_tol=2e-3)
+                and math.isclose(a["n_64"], e["n_16"], rel_tol=2e-3), "the order is (n = 16, n = 64)"),
+               (lambda a, e: min(a.values()) > 0.9,
                 "That is the first query's share: it sees a single key. The last query (index -1) sees all n."),
                (lambda a, e: all(abs(a[k] - (1 - e[k])) < 2e-3 * e[k] for k in e),
                 "sink_sweep's share is the sink's weight; you handed in what is left for the real keys."),
@@ -136,6 +138,7 @@ EXERCISES = [
                 "Take the share at the last query, not an average over the queries; num_steps=n, seed 0.")],
         hint="Run sink_sweep([math.log(n)], num_steps=n, seed=0) for each n and read share[0, -1].",
         wrong=[lambda e: {k: 1 - v for k, v in e.items()}, lambda e: _sink_shares(position=0),
+               lambda e: {"n_16": e["n_64"], "n_64": e["n_16"]},
                lambda e: _sink_shares(reduce=True)]),
     Exercise(
         "11.3", "(kept, divided, ramp, attention_factor) for Llama 3.1's 64 pairs",
