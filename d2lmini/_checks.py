@@ -100,7 +100,13 @@ def check_choice(name: str, value, allowed: Iterable[str]) -> str:
 
 def check_optional_choice(name: str, value, allowed: Iterable[str]) -> str | None:
     """Return ``value`` if it is ``None`` or one of the strings in ``allowed``, else raise listing them."""
-    return None if value is None else check_choice(name, value, allowed)
+    if value is None:
+        return None
+    allowed = tuple(allowed)
+    if not isinstance(value, str) or value not in allowed:
+        error = ValueError if isinstance(value, str) else TypeError
+        raise error(f"{name} must be None or one of {allowed}, got {type(value).__name__} {value!r}")
+    return value
 
 
 def check_bool(name: str, value) -> bool:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import (check_bool, check_choice, check_dtype_matches,
+from ._checks import (check_bool, check_dtype_matches, check_optional_choice,
                       check_nonnegative_int, check_positive_float, check_positive_int, check_probability,
                       check_sequence_tensor)
 from ._shown import shown_in
@@ -509,7 +509,7 @@ class MultiHeadAttention(nn.Module):
         if self.window is not None and not self.causal:
             raise ValueError(f"window={window} needs causal=True (sliding-window attention is causal: "
                              "query i sees keys i - window < j <= i); pass causal=True or window=None")
-        self.qk_norm = None if qk_norm is None else check_choice("qk_norm", qk_norm, QK_NORMS)
+        self.qk_norm = check_optional_choice("qk_norm", qk_norm, QK_NORMS)
         self._set_rope(rope_theta, rope_scaling)
         self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if check_bool("sinks", sinks) else None
         q_hiddens, kv_hiddens = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim

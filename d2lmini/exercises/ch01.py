@@ -212,13 +212,21 @@ EXERCISES = [
                      "ffn: three matrices of d × 14,336 (or 14,336 × d), not two of d × 4d"),
                     (lambda a, e: abs(a["share"] - 100 * e["share"]) < 0.01 * a["share"],
                      "share: a fraction between 0 and 1, not a percentage"),
-                    (lambda a, e: abs(a["share"] - e["share"] / (1 - e["share"])) < 1e-3,
+                    (lambda a, e: abs(a["attention"] - (2 + 2 / 32)) < 0.01,
+                     "attention and ffn are Llama 3 8B's as released, with 8 key/value heads; only share "
+                     "uses num_kv_heads=1"),
+                    (lambda a, e: abs(a["share"] - e["share"]) < 0.01 or abs(a["share"] - 2.5 / 13) < 0.01 and
+                     abs(a["share"] - 2.5 / 13) > 1e-3,
+                     "share: give three significant digits"),
+                    (lambda a, e: abs(a["share"] - e["share"] / (1 - e["share"])) < 1e-3
+                     or abs(a["share"] - 2.5 / 10.5) < 1e-3,
                      "share: of the block, attention / (attention + ffn), not attention / ffn"),
                     (lambda a, e: abs(a["share"] - 2.5 / 13) < 1e-3,
                      "share: with num_kv_heads=1, W_k and W_v shrink to one head's width")],
              wrong=[lambda e: {**e, "attention": 4.0}, lambda e: {**e, "ffn": 7.0},
                     lambda e: {**e, "share": 100 * e["share"]},
-                    lambda e: {**e, "share": e["share"] / (1 - e["share"])}]),
+                    lambda e: {**e, "share": e["share"] / (1 - e["share"])},
+                    lambda e: {**e, "attention": 2 + 2 / 32}, lambda e: {**e, "share": round(e["share"], 2)}]),
     Exercise("1.2", "(n3, n48, n192): attention_alone_relative of position_mixing at num_steps 3, 48 and 192",
              kind="numbers", names=("n3", "n48", "n192"), expected=_alone_ratios, rel=2e-2,
              hints=[(lambda a, e: a["n192"] < a["n3"],

@@ -105,17 +105,20 @@ def _judge_growing(answer) -> str | None:
         return ("padding also multiplies the real tokens' variance s_j^2 by (1 - p): keep that factor "
                 "when you solve the inequality for m_j^2")
     p = batch.padding_share
-    if got in (_indices((1 - p) * m.pow(2) > p * s.pow(2)), _indices(p * m.pow(2) > (1 - p) * s.pow(2))):
-        return ("p and (1 - p) sit on the wrong sides: subtract s_j^2 from (1-p) s_j^2 + p(1-p) m_j^2, "
-                "which leaves -p s_j^2 + p(1-p) m_j^2 > 0")
-    if got == _indices(batch.padding_share * m.pow(2) > s.pow(2)):
-        return ("the factor on m_j^2 is not p: subtract s_j^2 from both sides, then divide by p, which "
-                "leaves the (1 - p) of p(1 - p)")
+    if got == _indices((1 - p) * m.pow(2) > p * s.pow(2)):
+        return "a factor p is left on s_j^2: divide both sides of p(1-p) m_j^2 > p s_j^2 by p"
+    if got in (_indices(p * m.pow(2) > (1 - p) * s.pow(2)), _indices(m.pow(2) > (1 - p) * s.pow(2))):
+        return ("(1 - p) sits on the wrong side: from (1-p) m_j^2 > s_j^2, dividing by (1 - p) puts it "
+                "under s_j^2")
+    if got in (_indices(p * m.pow(2) > s.pow(2)), _indices(m.pow(2) > p * s.pow(2))):
+        return ("the factor is not p: subtract s_j^2 from both sides, then divide by p, which leaves the "
+                "(1 - p) of p(1 - p) on m_j^2")
     if got == _indices(var_all < var_real):
         return "these are the features whose variance padding shrinks; the exercise asks for those it increases"
     if got > want:
         return ("some of these features' variance shrinks: compare the variance over all positions with "
-                "the variance over the real tokens (valid_lens), feature by feature")
+                "the variance over the real tokens (valid_lens), feature by feature; if a condition chose "
+                "them, it is too loose: redo its algebra")
     if got < want:
         return ("every feature you named is right, but some are missing: check all 64 features; if a "
                 "condition chose them, it is too strict: redo its algebra, squares included")
@@ -133,7 +136,7 @@ def _factor_p_rule() -> list[int]:
     return sorted(_indices(batch.padding_share * batch.feature_mean.pow(2) > batch.feature_scale.pow(2)))
 
 
-def _swapped_factors_rule() -> list[int]:
+def _p_left_on_s_rule() -> list[int]:
     batch = _batch()
     p = batch.padding_share
     return sorted(_indices((1 - p) * batch.feature_mean.pow(2) > p * batch.feature_scale.pow(2)))
@@ -201,7 +204,7 @@ EXERCISES = [
     Exercise(
         "3.2", "the indices of the features whose variance padding increases, e.g. [3, 17]", kind="custom",
         judge=_judge_growing,
-        wrong=[_mean_square_rule, _factor_p_rule, _swapped_factors_rule, _shrinking_features, lambda: list(range(64))]),
+        wrong=[_mean_square_rule, _factor_p_rule, _p_left_on_s_rule, _shrinking_features, lambda: list(range(64))]),
     Exercise(
         "3.3", "BatchNorm's RMS |Δ| in evaluation mode for (momentum, warmup) = (0.01, 5), (0.01, 100), "
                "(0.5, 5), (0.5, 100), in that order",

@@ -94,6 +94,9 @@ def _compare_flagged_block(cls) -> str | None:
         plain = cls(d, h, g, f, rope_theta=1e4, qk_norm=False)
         default = cls(d, h, g, f, rope_theta=1e4)
     except TypeError as error:
+        if "qk_norm" in str(error) and "argument" not in str(error):  # accepted, then refused inside
+            return (f"your __init__ accepts qk_norm, but a layer refused what it passed on ({error}): "
+                    f"MultiHeadAttention takes qk_norm=None for no QK-norm, 'per_head' for it")
         return (f"building it as cls(d, h, g, f, rope_theta=1e4, qk_norm=False) failed ({error}): give __init__ "
                 f"an argument qk_norm, True by default")
     layer, theirs = _mistral(X, valid_lens)
@@ -239,7 +242,8 @@ EXERCISES = [
         judge=_judge_flagged_block,
         wrong=[lambda: _block_class(lambda flag: "per_head", flag=False),  # the chapter's class, no flag
                lambda: _block_class(lambda flag: "per_head"),  # a flag that changes nothing
-               lambda: _block_class(lambda flag: None)]),  # QK-norm gone by default too
+               lambda: _block_class(lambda flag: None),  # QK-norm gone by default too
+               lambda: _block_class(lambda flag: flag)]),  # the bool passed on to the attention
     Exercise(
         "9.4", "the three caches' num_bytes(), for num_kv_heads 4, 2 and 1 in that order", kind="numbers",
         names=("num_kv_heads=4", "num_kv_heads=2", "num_kv_heads=1"), expected=_cache_bytes, rel=0, abs=0.5,
