@@ -215,13 +215,12 @@ EXERCISES = [
                     (lambda a, e: abs(a["attention"] - (2 + 2 / 32)) < 0.01,
                      "attention and ffn are Llama 3 8B's as released, with 8 key/value heads; only share "
                      "uses num_kv_heads=1"),
-                    (lambda a, e: abs(a["share"] - e["share"]) < 0.01 or abs(a["share"] - 2.5 / 13) < 0.01 and
-                     abs(a["share"] - 2.5 / 13) > 1e-3,
-                     "share: give three significant digits"),
-                    (lambda a, e: abs(a["share"] - e["share"] / (1 - e["share"])) < 1e-3
-                     or abs(a["share"] - 2.5 / 10.5) < 1e-3,
+                    (lambda a, e: abs(a["share"] - e["share"] / (1 - e["share"])) < 2e-3
+                     or abs(a["share"] - 2.5 / 10.5) < 2e-3,
                      "share: of the block, attention / (attention + ffn), not attention / ffn"),
-                    (lambda a, e: abs(a["share"] - 2.5 / 13) < 1e-3,
+                    (lambda a, e: 1e-3 < abs(a["share"] - e["share"]) < 0.01,
+                     "share: give three significant digits"),
+                    (lambda a, e: abs(a["share"] - 2.5 / 13) < 0.003,
                      "share: with num_kv_heads=1, W_k and W_v shrink to one head's width")],
              wrong=[lambda e: {**e, "attention": 4.0}, lambda e: {**e, "ffn": 7.0},
                     lambda e: {**e, "share": 100 * e["share"]},

@@ -106,10 +106,11 @@ def _judge_growing(answer) -> str | None:
                 "when you solve the inequality for m_j^2")
     p = batch.padding_share
     if got == _indices((1 - p) * m.pow(2) > p * s.pow(2)):
-        return "a factor p is left on s_j^2: divide both sides of p(1-p) m_j^2 > p s_j^2 by p"
-    if got in (_indices(p * m.pow(2) > (1 - p) * s.pow(2)), _indices(m.pow(2) > (1 - p) * s.pow(2))):
-        return ("(1 - p) sits on the wrong side: from (1-p) m_j^2 > s_j^2, dividing by (1 - p) puts it "
-                "under s_j^2")
+        return "a factor p is left on s_j^2: after subtracting s_j^2, divide both sides by p"
+    if got == _indices(p * m.pow(2) > (1 - p) * s.pow(2)):
+        return "a p is left on m_j^2 and (1 - p) sits on s_j^2: after subtracting s_j^2, divide both sides by p"
+    if got == _indices(m.pow(2) > (1 - p) * s.pow(2)):
+        return "(1 - p) sits on the wrong side: to leave m_j^2 alone, divide by (1 - p), do not multiply"
     if got in (_indices(p * m.pow(2) > s.pow(2)), _indices(m.pow(2) > p * s.pow(2))):
         return ("the factor is not p: subtract s_j^2 from both sides, then divide by p, which leaves the "
                 "(1 - p) of p(1 - p) on m_j^2")

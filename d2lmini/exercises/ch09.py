@@ -93,7 +93,7 @@ def _compare_flagged_block(cls) -> str | None:
     try:
         plain = cls(d, h, g, f, rope_theta=1e4, qk_norm=False)
         default = cls(d, h, g, f, rope_theta=1e4)
-    except TypeError as error:
+    except (TypeError, ValueError) as error:
         if "qk_norm" in str(error) and "argument" not in str(error):  # accepted, then refused inside
             return (f"your __init__ accepts qk_norm, but a layer refused what it passed on ({error}): "
                     f"MultiHeadAttention takes qk_norm=None for no QK-norm, 'per_head' for it")

@@ -133,8 +133,10 @@ EXERCISES = [
         hints=[(lambda a, e: a["hc_4096"] < e["hc_4096"] / 20,
                 "With 16 streams both the mixings and their logits change: v4_logit_std takes the number of "
                 "streams too, and mixing_sweep needs num_streams=16."),
-               (lambda a, e: 1.01 < a["hc_4096"] / e["hc_4096"] < 3,
+               (lambda a, e: math.isclose(a["hc_4096"], _final_norms(statistic="mean")["hc_4096"], rel_tol=0.02),
                 "Hand in the median over the stacks, not the mean: a few stacks stretch far more than the rest."),
+               (lambda a, e: 1.01 < a["hc_4096"] / e["hc_4096"] < 3 or 0.33 < a["hc_4096"] / e["hc_4096"] < 0.99,
+                "Close, but another draw: 50 stacks (num_stacks=50), depth 64, seed 0."),
                (lambda a, e: abs(a["mhc_128"] - 1) > 0.05 or abs(a["mhc_4096"] - 1) > 0.05,
                 "The mHC products are doubly stochastic: their norms should stay at 1. Take the last depth, "
                 "spectral[:, -1].")],
