@@ -120,6 +120,10 @@ def _judge_growing(answer) -> str | None:
         return ("some of these features' variance shrinks: compare the variance over all positions with "
                 "the variance over the real tokens (valid_lens), feature by feature; if a condition chose "
                 "them, it is too loose: redo its algebra")
+    if not got:
+        return ("none named, but padding does increase some features' variance: compare the variance over "
+                "all positions with the variance over the real tokens (valid_lens), feature by feature; if a "
+                "condition chose none, it is too strict: redo its algebra, squares included")
     if got < want:
         return ("every feature you named is right, but some are missing: check all 64 features; if a "
                 "condition chose them, it is too strict: redo its algebra, squares included")

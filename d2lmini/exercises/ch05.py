@@ -164,7 +164,8 @@ EXERCISES = [
                      "the orders must round at different places: Llama's rounds the normalized token to "
                      "bfloat16 and then multiplies by g (rounding again), Gemma 3's multiplies in float32 "
                      "and rounds once"),
-                    (lambda a, e: a > 1, "a fraction between 0 and 1, not a percentage"),
+                    (lambda a, e: a > 1, "a fraction between 0 and 1 (the differing outputs over all of them), "
+                                        "not a percentage or a count"),
                     (lambda a, e: a > 0.5, "hand in the fraction of outputs that differ, not of those that agree")],
              wrong=[lambda e: 0.0, lambda e: 1 - e, lambda e: 100 * e]),
     Exercise("5.5", "(layer, rms): the two norms' mean validation losses, nats per character",
@@ -179,11 +180,14 @@ EXERCISES = [
                     lambda e: {k: 2 * v for k, v in e.items()}]),
     Exercise("5.6", "(random, large_first): the mean relative distance from RMSNorm, for both kinds of tokens",
              kind="numbers", expected=_partial_rms, names=("random", "large_first"), rel=0.03,
-             hints=[(lambda a, e: abs(a["large_first"] - a["random"]) < 0.05,
+             hints=[(lambda a, e: abs(a["random"] - 3) < 0.3,
+                     "the partial RMS is the root of the mean of the first 32 squares: divide their sum by 32, "
+                     "not by d = 512"),
+                    (lambda a, e: abs(a["large_first"] - a["random"]) < 0.05,
                      "multiply the first 32 features of every token by 10 before normalizing it "
                      "with both norms"),
                     (lambda a, e: a["large_first"] > 1,
                      "divide by the norm of RMSNorm's output, not of the partial norm's")],
              wrong=[lambda e: {**e, "large_first": 1 / (1 - e["large_first"]) - 1},
-                    lambda e: {**e, "large_first": e["random"]}]),
+                    lambda e: {**e, "large_first": e["random"]}, lambda e: {"random": 3.068, "large_first": 0.076}]),
 ]

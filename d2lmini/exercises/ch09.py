@@ -247,7 +247,10 @@ EXERCISES = [
     Exercise(
         "9.4", "the three caches' num_bytes(), for num_kv_heads 4, 2 and 1 in that order", kind="numbers",
         names=("num_kv_heads=4", "num_kv_heads=2", "num_kv_heads=1"), expected=_cache_bytes, rel=0, abs=0.5,
-        hints=[(lambda a, e: all(_near(a[n], e[n] / 2) for n in e),
+        hints=[(lambda a, e: all(_near(a[n] * 2 ** 20, e[n], 0.01) or _near(a[n] * 1e6, e[n], 0.01)
+                                 for n in e),
+                "in bytes, as cache.num_bytes() returns them, not MiB or MB"),
+               (lambda a, e: all(_near(a[n], e[n] / 2) for n in e),
                 "half: the cache holds keys and values, and a float32 takes 4 bytes"),
                (lambda a, e: all(_near(a[n], e[n] / 4) for n in e),
                 "a factor of 4 is missing: each of the 4 blocks keeps a cache of its own, and a float32 takes "
