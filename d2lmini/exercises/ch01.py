@@ -218,7 +218,8 @@ EXERCISES = [
                     (lambda a, e: abs(a["share"] - e["share"] / (1 - e["share"])) < 2e-3
                      or abs(a["share"] - 2.5 / 10.5) < 2e-3,
                      "share: of the block, attention / (attention + ffn), not attention / ffn"),
-                    (lambda a, e: 1e-3 < abs(a["share"] - e["share"]) < 0.005,
+                    (lambda a, e: 1e-3 < abs(a["share"] - e["share"]) < 0.005
+                     and a["share"] == round(a["share"], 2),
                      "share: give three significant digits"),
                     (lambda a, e: abs(a["share"] - 2.5 / 13) < 0.003,
                      "share: with num_kv_heads=1, W_k and W_v shrink to one head's width")],
@@ -274,7 +275,9 @@ EXERCISES = [
                     (lambda a, e: a["shared"] == 6 / 5 * e["shared"],
                      "shared: block 1 owns its tensors; only blocks 2 to 6 share them"),
                     (lambda a, e: a["shared"] == 0, "shared: the six entries are one object"),
-                    (lambda a, e: a["shared"] in (5 * e["parameters"], 5 * e["shared"]),
+                    (lambda a, e: a["shared"] == 5 * e["shared"],
+                     "shared: each shared tensor counts once, not once per block that holds it"),
+                    (lambda a, e: a["shared"] in (5 * e["parameters"], 6 * e["parameters"]),
                      "shared_parameters counts parameter tensors, not numbers: how many tensors of blocks 2 to 6 "
                      "belong to block 1?"),
                     (lambda a, e: a["shared"] in (1, 5, 6, e["shared"] / 5),
@@ -282,7 +285,7 @@ EXERCISES = [
                      "tensors")],
              wrong=[lambda e: {**e, "parameters": 6 * e["parameters"]}, lambda e: {**e, "shared": 0},
                     lambda e: {**e, "shared": 6 / 5 * e["shared"]}, lambda e: {**e, "shared": 5},
-                    lambda e: {**e, "shared": e["shared"] / 5}]),
+                    lambda e: {**e, "shared": e["shared"] / 5}, lambda e: {**e, "shared": 6 * e["parameters"]}]),
     Exercise("1.6", "your class MiniBlock(num_hiddens, num_heads, causal=False)", kind="custom",
              judge=_judge_causal_miniblock,
              wrong=[lambda: _wrong_miniblock("ignored"), lambda: _wrong_miniblock("diagonal too"),

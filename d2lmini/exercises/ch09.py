@@ -247,9 +247,9 @@ EXERCISES = [
     Exercise(
         "9.4", "the three caches' num_bytes(), for num_kv_heads 4, 2 and 1 in that order", kind="numbers",
         names=("num_kv_heads=4", "num_kv_heads=2", "num_kv_heads=1"), expected=_cache_bytes, rel=0, abs=0.5,
-        hints=[(lambda a, e: all(_near(a[n] * 2 ** 20, e[n], 0.01) or _near(a[n] * 1e6, e[n], 0.01)
-                                 for n in e),
-                "in bytes, as cache.num_bytes() returns them, not MiB or MB"),
+        hints=[(lambda a, e: any(all(_near(a[n] * unit, e[n], 0.1) for n in e)
+                                 for unit in (2 ** 10, 1e3, 2 ** 20, 1e6)),
+                "in bytes, as cache.num_bytes() returns them, not KiB, kB, MiB or MB"),
                (lambda a, e: all(_near(a[n], e[n] / 2) for n in e),
                 "half: the cache holds keys and values, and a float32 takes 4 bytes"),
                (lambda a, e: all(_near(a[n], e[n] / 4) for n in e),
@@ -262,6 +262,7 @@ EXERCISES = [
                (lambda a, e: len(set(a.values())) == 1,
                 "the cache holds num_kv_heads key and value heads: halving num_kv_heads halves it")],
         wrong=[lambda e: {n: v / 2 for n, v in e.items()}, lambda e: {n: v / 4 for n, v in e.items()},
+               lambda e: {n: v / 2 ** 10 for n, v in e.items()},
                lambda e: dict(zip(e, reversed(list(e.values())))),
                lambda e: {n: e["num_kv_heads=4"] for n in e}]),
     Exercise(
