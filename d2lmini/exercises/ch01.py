@@ -275,8 +275,9 @@ EXERCISES = [
                     (lambda a, e: a["shared"] == 6 / 5 * e["shared"],
                      "shared: block 1 owns its tensors; only blocks 2 to 6 share them"),
                     (lambda a, e: a["shared"] == 0, "shared: the six entries are one object"),
-                    (lambda a, e: a["shared"] == 5 * e["shared"],
-                     "shared: each shared tensor counts once, not once per block that holds it"),
+                    (lambda a, e: a["shared"] in (5 * e["shared"], 6 * e["shared"]),
+                     "shared: each of blocks 2 to 6 counts each of its tensors once (it belongs to an earlier "
+                     "block), not once for every other block that holds it"),
                     (lambda a, e: a["shared"] in (5 * e["parameters"], 6 * e["parameters"]),
                      "shared_parameters counts parameter tensors, not numbers: how many tensors of blocks 2 to 6 "
                      "belong to block 1?"),
