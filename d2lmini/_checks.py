@@ -88,25 +88,21 @@ def check_positive_float(name: str, value) -> float:
     return float(value)
 
 
-def check_choice(name: str, value, allowed: Iterable[str]) -> str:
-    """Return ``value`` if it is one of the strings in ``allowed``, else raise listing them."""
+def check_choice(name: str, value, allowed: Iterable[str], *, or_none: bool = False) -> str:
+    """Return ``value`` if it is one of the strings in ``allowed``, else raise listing them (and None, which
+    the caller accepts, when ``or_none``)."""
     allowed = tuple(allowed)
+    what = f"{name} must be {'None or ' if or_none else ''}one of {allowed}"
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be one of {allowed}, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{what}, got {type(value).__name__} {value!r}")
     if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        raise ValueError(f"{what}, got {value!r}")
     return value
 
 
 def check_optional_choice(name: str, value, allowed: Iterable[str]) -> str | None:
     """Return ``value`` if it is ``None`` or one of the strings in ``allowed``, else raise listing them."""
-    if value is None:
-        return None
-    allowed = tuple(allowed)
-    if not isinstance(value, str) or value not in allowed:
-        error = ValueError if isinstance(value, str) else TypeError
-        raise error(f"{name} must be None or one of {allowed}, got {type(value).__name__} {value!r}")
-    return value
+    return None if value is None else check_choice(name, value, allowed, or_none=True)
 
 
 def check_bool(name: str, value) -> bool:
