@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import html
 import importlib
+import itertools
 import math
 import numbers
 import re
@@ -86,6 +87,8 @@ class Exercise:
         hints: ``(test, hint)`` pairs tried in order on a wrong answer; ``test(answer,
             expected)`` says whether ``hint`` fits (``expected`` is None for functions).
         hint: the hint when no test fits.
+        order: for ``"numbers"``: the hint for the right numbers handed in another order (tried
+            before ``hints``); None: no such test.
         wrong: plausible wrong answers, as functions of the expected answer (``"number(s)"``)
             or of nothing (``"function"``/``"custom"``): the tests check that each is rejected.
         slow: True if computing the expected answer takes more than a few seconds.
@@ -103,6 +106,7 @@ class Exercise:
     judge: Callable[[Any], str | None] | None = None
     hints: list[Hint] = field(default_factory=list)
     hint: str = "Rerun the exercise's code with exactly the settings it names."
+    order: str | None = None
     wrong: list[Callable] = field(default_factory=list)
     slow: bool = False
     _value: Any = field(default=None, repr=False)
@@ -159,6 +163,8 @@ class Exercise:
 
     def _hint(self, given, expected, off) -> str:
         where = f"Not right yet: {', '.join(off)}. " if off else ""
+        if self.order is not None and self._reordered(given, expected):
+            return f"{where}Hint: {self.order}"
         for test, hint in self.hints:
             try:
                 fits = test(given, expected)
@@ -167,6 +173,12 @@ class Exercise:
             if fits:
                 return f"{where}Hint: {hint}"
         return f"{where}Hint: {self.hint}"
+
+    def _reordered(self, given: dict, expected: dict) -> bool:
+        """Whether ``given`` holds ``expected``'s numbers, within the tolerance, in another order."""
+        want = [expected[name] for name in self.names]
+        return any(all(_close(given[name], value, self.rel, self.abs) for name, value in zip(self.names, order))
+                   for order in itertools.permutations(want) if list(order) != want)
 
     def _judge_function(self, fn) -> Verdict:
         if not callable(fn):
