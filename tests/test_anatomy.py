@@ -172,6 +172,9 @@ def test_recording_rejects_decoder_blocks_and_bad_inputs():
         record_contributions([TransformerDecoderBlock(**SMALL)], torch.randn(1, 3, 16))
     with pytest.raises(ValueError, match="num_hiddens=16"):
         record_contributions(make_stack(1, **SMALL), torch.randn(1, 3, 8))
+    for scales in ({"residual_multiplier": 0.5}, {"layer_scalar": 0.5}):
+        with pytest.raises(ValueError, match="set_scales"):
+            record_contributions([make_stack(1, **SMALL)[0].set_scales(**scales)], torch.randn(1, 3, 16))
 
 
 def test_recording_follows_blocks_without_skip_connections():

@@ -1,5 +1,5 @@
 """Exercises a reader can check: every exercise has a solution, every self-check accepts the right
-answer and rejects plausible wrong ones with a hint, and each chapter of Parts I and II asks for a
+answer and rejects plausible wrong ones with a hint aimed at each, and each chapter of Parts I and II asks for a
 prediction (or more) before its experiment and reveals it after, with nothing in between that gives
 the answer away."""
 
@@ -108,6 +108,8 @@ def test_each_check_accepts_the_answer_and_rejects_plausible_wrong_ones(exercise
         verdict = check(exercise_id, wrong)
         assert not verdict, f"{exercise_id}: {wrong!r} was accepted"
         assert "Hint:" in verdict.message and verdict.message.count("Hint:") == 1
+        if ex.kind != "custom":  # each plausible mistake gets a hint aimed at it, not the fallback
+            assert not verdict.message.endswith(f"Hint: {ex.hint}"), f"{exercise_id}: {wrong!r} gets no aimed hint"
 
 
 def test_a_function_check_runs_the_readers_function_on_fresh_inputs():
@@ -134,6 +136,14 @@ def test_numbers_answers_by_name_or_order_and_say_which_is_off():
     for bad, match in (((1.0,), "2 numbers"), ({"a": 1.0}, "missing"), ((1.0, "x"), "number"), (3.0, "tuple")):
         with pytest.raises(ValueError, match=match):
             ex.verdict(bad)
+    swapped, percent = ex.verdict((2.0, 1.0)), ex.verdict((100.0, 200.0))
+    assert not swapped and "another order: hand in (a, b)" in swapped.message
+    assert not percent and "percentages" in percent.message
+    strict = Exercise("0.5", "(a, b)", kind="numbers", names=("a", "b"), expected=lambda: (2.0, 1.0),
+                      rel={"a": 1e-6, "b": 0.1})
+    assert strict.verdict((2.0, 1.05)) and not strict.verdict((2.01, 1.0))
+    with pytest.raises(ValueError, match="rel"):
+        Exercise("0.6", "x", kind="number", expected=lambda: 1.0, rel={"x": 0.1})
 
 
 def test_unknown_exercises_and_discussions_raise_a_clear_error():
@@ -355,5 +365,5 @@ def test_each_built_chapter_folds_its_prediction_answer(html, path):
 def test_a_fraction_handed_in_as_a_percentage_is_told_so():
     expected = exercise("5.4").answer()
     percentage, agreeing = check("5.4", 100 * expected), check("5.4", 1 - expected)
-    assert not percentage and "not a percentage" in percentage.message
+    assert not percentage and "percentages: hand in fractions" in percentage.message
     assert not agreeing and "not of those that agree" in agreeing.message

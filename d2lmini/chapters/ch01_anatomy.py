@@ -566,7 +566,8 @@ def record_contributions(blocks, X: torch.Tensor, valid_lens: torch.Tensor | Non
         TypeError: if an element of ``blocks`` is not a plain
             :class:`~d2lmini.block.TransformerBlock`, or ``X`` is not a floating tensor.
         ValueError: if ``X`` is not ``(b, n, d)`` with the blocks' ``d``, or a block has a
-            parallel placement (:data:`d2lmini.block.PARALLEL_PLACEMENTS`).
+            parallel placement (:data:`d2lmini.block.PARALLEL_PLACEMENTS`) or scales set by
+            :meth:`~d2lmini.block.TransformerBlock.set_scales`.
     """
     blocks = list(blocks)
     for k, block in enumerate(blocks):
@@ -576,6 +577,9 @@ def record_contributions(blocks, X: torch.Tensor, valid_lens: torch.Tensor | Non
         if block.placement not in SEQUENTIAL_PLACEMENTS:  # its FFN reads the block's input, not attention's output
             raise ValueError(f"blocks[{k}] has placement={block.placement!r}; record_contributions replays "
                              f"sequential blocks only, placements {SEQUENTIAL_PLACEMENTS}")
+        if block.layer_scalar != 1.0 or any(a.residual_multiplier != 1.0 for a in block._addnorms()):
+            raise ValueError(f"blocks[{k}] has scales set by set_scales; record_contributions replays "
+                             f"blocks without them (residual_multiplier and layer_scalar 1)")
     if blocks:
         check_sequence_tensor("X", X, blocks[0].num_hiddens)
     contributions = []

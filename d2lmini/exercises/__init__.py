@@ -79,16 +79,19 @@ class Exercise:
         expected: for ``"number"``/``"numbers"``: a function of no arguments computing the
             answer with the package, from the exercise's settings (evaluated once, on first use).
         names: the names of a ``"numbers"`` answer, in order.
-        rel, abs: the tolerance, ``|answer - expected| <= abs + rel * |expected|`` per number.
+        rel, abs: the tolerance, ``|answer - expected| <= abs + rel * |expected|`` per number;
+            for ``"numbers"``, ``rel`` may be a dict giving some names their own (the others
+            keep the default, 1e-2).
         reference, inputs: for ``"function"``: the package's function, and a function of a
             ``torch.Generator`` returning a tuple of fresh arguments for both.
         judge: for ``"custom"``: a function of the answer returning ``None`` when right and
             a hint when not (raising ``ValueError`` for an answer of the wrong type).
         hints: ``(test, hint)`` pairs tried in order on a wrong answer; ``test(answer,
-            expected)`` says whether ``hint`` fits (``expected`` is None for functions).
+            expected)`` says whether ``hint`` fits (for functions: the reader's output and
+            ``reference``'s on the same inputs).
         hint: the hint when no test fits.
         order: for ``"numbers"``: the hint for the right numbers handed in another order (tried
-            before ``hints``); None: no such test.
+            before ``hints``); None: a hint naming ``names`` in order.
         wrong: plausible wrong answers, as functions of the expected answer (``"number(s)"``)
             or of nothing (``"function"``/``"custom"``): the tests check that each is rejected.
         slow: True if computing the expected answer takes more than a few seconds.
@@ -99,7 +102,7 @@ class Exercise:
     kind: str = "number"
     expected: Callable[[], Any] | None = None
     names: tuple[str, ...] = ()
-    rel: float = 1e-2
+    rel: float | dict[str, float] = 1e-2
     abs: float = 0.0
     reference: Callable | None = None
     inputs: Callable[[torch.Generator], tuple] | None = None
@@ -125,6 +128,12 @@ class Exercise:
             raise ValueError(f"exercise {self.id}: a 'function' exercise needs reference and inputs")
         if self.kind == "custom" and self.judge is None:
             raise ValueError(f"exercise {self.id}: a 'custom' exercise needs judge")
+        if isinstance(self.rel, dict) and (self.kind != "numbers" or not set(self.rel) <= set(self.names)):
+            raise ValueError(f"exercise {self.id}: rel as a dict is for a 'numbers' exercise, keyed by its names")
+
+    def _rel(self, name: str | None = None) -> float:
+        """The relative tolerance of the number called ``name`` (None: of a one-number answer)."""
+        return self.rel.get(name, 1e-2) if isinstance(self.rel, dict) else self.rel
 
     def answer(self):
         """The right answer, computed by the package (once per process); None for functions,
@@ -152,10 +161,10 @@ class Exercise:
         given = (_as_number(self.id, "answer", answer, self.hand_in) if self.kind == "number"
                  else _as_numbers(self, answer, self.hand_in))
         if self.kind == "number":
-            right = _close(given, expected, self.rel, self.abs)
+            right = _close(given, expected, self._rel(), self.abs)
             off = []
         else:
-            off = [name for name in self.names if not _close(given[name], expected[name], self.rel, self.abs)]
+            off = [name for name in self.names if not _close(given[name], expected[name], self._rel(name), self.abs)]
             right = not off
         if right:
             return Verdict(self.id, True, "")
@@ -163,8 +172,11 @@ class Exercise:
 
     def _hint(self, given, expected, off) -> str:
         where = f"Not right yet: {', '.join(off)}. " if off else ""
-        if self.order is not None and self._reordered(given, expected):
-            return f"{where}Hint: {self.order}"
+        if self.kind == "numbers" and self._reordered(given, expected):
+            order = self.order or f"these are the right numbers in another order: hand in ({', '.join(self.names)})"
+            return f"{where}Hint: {order}"
+        if self._percentages(given, expected, off):
+            return f"{where}Hint: these are percentages: hand in fractions (0.25, not 25)"
         for test, hint in self.hints:
             try:
                 fits = test(given, expected)
@@ -174,10 +186,16 @@ class Exercise:
                 return f"{where}Hint: {hint}"
         return f"{where}Hint: {self.hint}"
 
+    def _percentages(self, given, expected, off: list[str]) -> bool:
+        """Whether every wrong number of ``given`` is 100 times the right one."""
+        pairs = [(given, expected, None)] if self.kind == "number" else [(given[n], expected[n], n) for n in off]
+        return bool(pairs) and all(_close(got, 100 * want, self._rel(name), 100 * self.abs)
+                                   for got, want, name in pairs)
+
     def _reordered(self, given: dict, expected: dict) -> bool:
         """Whether ``given`` holds ``expected``'s numbers, within the tolerance, in another order."""
         want = [expected[name] for name in self.names]
-        return any(all(_close(given[name], value, self.rel, self.abs) for name, value in zip(self.names, order))
+        return any(all(_close(given[name], value, self._rel(name), self.abs) for name, value in zip(self.names, order))
                    for order in itertools.permutations(want) if list(order) != want)
 
     def _judge_function(self, fn) -> Verdict:
@@ -197,8 +215,8 @@ class Exercise:
             if got.shape != want.shape:
                 return Verdict(self.id, False, f"Hint: your function returns shape {tuple(got.shape)}; "
                                                f"the input's shape says it should be {tuple(want.shape)}")
-            if not torch.allclose(got.to(want.dtype), want, rtol=max(self.rel, 1e-5), atol=max(self.abs, 1e-5)):
-                return Verdict(self.id, False, self._hint(got, None, []))
+            if not torch.allclose(got.to(want.dtype), want, rtol=max(self._rel(), 1e-5), atol=max(self.abs, 1e-5)):
+                return Verdict(self.id, False, self._hint(got, want, []))
         return Verdict(self.id, True, "It agrees with the package's on three fresh random inputs.")
 
 

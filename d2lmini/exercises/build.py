@@ -13,7 +13,11 @@ differs, so that the error says where to look instead of only how large the diff
    block, say), found by exchanging their weights and comparing again;
 3. for a norm written by hand, the usual slips (the unbiased variance, ``eps`` outside the
    square root, the gain forgotten, the statistic over the wrong axis);
-4. otherwise the wiring of ``forward``, in the words of the chapter's ``hint``.
+4. for a pre-LN or post-LN block written by hand, the usual slips of its ``forward`` (the other
+   placement, a skip dropped or kept, the FFN reading the block's input or ``norm1``, the
+   stream normalized; in attention written out, the scale, the softmax's axis, the heads'
+   columns), each computed with ``d2lmini``'s parts;
+5. otherwise the wiring of ``forward``, in the words of the chapter's ``hint``.
 """
 
 from __future__ import annotations
@@ -230,6 +234,77 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
     return slips
 
 
+def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
+    """The usual slips of multi-head attention written out, as functions of one tensor (queries, keys
+    and values alike), with the weights of d2lmini's plain ``attention``; empty for any other kind."""
+    plain = (type(attention).__name__ == "MultiHeadAttention" and attention.qk_norm is None
+             and attention.rope_theta is None and not attention.causal and attention.window is None
+             and attention.sinks is None and attention.num_kv_heads == attention.num_heads)
+    if not plain:
+        return []
+    h, d_h = attention.num_heads, attention.head_dim
+
+    def attend(Y, scale=d_h ** -0.5, axis=-1, columns="per head"):
+        def split(T):  # (b, n, h d_h) -> (b, h, n, d_h)
+            if columns == "interleaved":  # head i on columns i, i + h, i + 2h, ...
+                return T.unflatten(-1, (d_h, h)).permute(0, 3, 1, 2)
+            return T.unflatten(-1, (h, d_h)).transpose(1, 2)
+        Q, K, V = split(attention.W_q(Y)), split(attention.W_k(Y)), split(attention.W_v(Y))
+        A = torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=axis)
+        return attention.W_o((A @ V).transpose(1, 2).flatten(-2))
+
+    return [
+        ("each head's logits are divided by sqrt(d_h), d_h = num_hiddens / num_heads, not by sqrt(num_hiddens)",
+         lambda Y: attend(Y, scale=(h * d_h) ** -0.5)),
+        ("divide each head's logits by sqrt(d_h)", lambda Y: attend(Y, scale=1.0)),
+        ("the softmax runs over the keys, the last dimension of Q_h K_h^T (dim=-1), so that each query's "
+         "weights sum to 1", lambda Y: attend(Y, axis=-2)),
+        ("head i reads columns i*d_h to (i+1)*d_h - 1: unflatten the last dimension as (num_heads, d_h)",
+         lambda Y: attend(Y, columns="interleaved")),
+    ]
+
+
+def _block_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """What a pre-LN or post-LN block written by hand computes with a usual slip in its ``forward``, with the
+    parts of d2lmini's ``ref`` (a plain :class:`~d2lmini.block.TransformerBlock`) on input ``X``; empty for
+    any other module."""
+    from ..block import TransformerBlock
+
+    if type(ref) is not TransformerBlock or ref.placement not in ("pre", "post") or ref.layer_scalar != 1.0 \
+            or any(a.residual_multiplier != 1.0 for a in ref._addnorms()):
+        return []
+    pre, skips = ref.placement == "pre", ref.addnorm1.residual
+    n1, n2 = ((a.norm_in if pre else a.norm_post) for a in ref._addnorms())
+    F = ref.ffn
+
+    def block(placement=ref.placement, skip1=skips, skip2=skips, ffn_reads="X'", norm2=n2, stream_normed=False,
+              attend=lambda Y: _output(ref.attention(Y, Y, Y))):
+        if placement == "pre":
+            Z = n1(X) if stream_normed else X
+            X1 = (Z if skip1 else 0) + attend(n1(X))
+            Z1 = norm2(X1) if stream_normed else X1
+            return (Z1 if skip2 else 0) + F(norm2(X1 if ffn_reads == "X'" else X))
+        X1 = n1((X if skip1 else 0) + attend(X))
+        return norm2((X1 if skip2 else 0) + F(X1 if ffn_reads == "X'" else X))
+
+    name = {True: "pre-LN, X + F(norm(X))", False: "post-LN, norm(X + F(X))"}
+    slips = [(f"this is {name[not pre]}; the block is {name[pre]}", block(placement="post" if pre else "pre")),
+             ("the FFN reads the stream after attention, X' = X + attention's output, not the block's input X",
+              block(ffn_reads="X")),
+             ("the FFN's norm is norm2: your forward uses norm1 twice", block(norm2=n1))]
+    if skips:
+        slips += [("attention's output is added to the stream X (its skip connection)", block(skip1=False)),
+                  ("the FFN's output is added to the stream X' (its skip connection)", block(skip2=False))]
+    else:
+        slips += [("residual=False: no skips, each step returns F(norm(X)) with no X added",
+                   block(skip1=True, skip2=True))]
+    if pre and skips:
+        slips.append(("add each sublayer's output to the stream X itself, not to norm1(X): in pre-LN the stream "
+                      "is never normalized", block(stream_normed=True)))
+    slips += [(words, block(attend=attend)) for words, attend in _attention_slips(ref.attention)]
+    return slips
+
+
 def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | None = None,
                 rename: dict | None = None, rtol: float | None = None, atol: float | None = None,
                 hint: str | None = None):
@@ -337,6 +412,10 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                         f"`{a}` where `{b}` belongs and `{b}` where `{a}` belongs: with their weights exchanged "
                         f"your module matches d2lmini's. See which input each one reads"
                         + ("." if _is_norm(agreeing[a]) else ", and which one passes through an activation."))
+    if len(ref_inputs) == 1 and isinstance(ref_inputs[0], torch.Tensor):
+        for words, slipped in _block_slips(ref, ref_inputs[0]):
+            if _differs(slipped, want, rtol, atol) is not None and _differs(got, slipped, rtol, atol) is None:
+                return f"Hint: {words}{difference}."
     if _is_norm(ref) and not agreeing:
         gain = "the gain and the bias (gamma * x_hat + beta)" if getattr(ref, "bias", None) is not None else "the gain"
         return ("Hint: " + (hint or "check the statistic (over the last dimension), eps (inside the square root) "

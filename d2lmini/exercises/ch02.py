@@ -60,6 +60,11 @@ def _post_ln_without_skips() -> dict:
             "gradient_fall": probe.first_block_grad(8) / probe.first_block_grad(64)}
 
 
+def _post_ln_with_skips_fall() -> float:
+    probe = _post_ln_sweep().get("post", True)
+    return probe.first_block_grad(8) / probe.first_block_grad(64)
+
+
 @functools.cache
 def _pre_ln_gradient_fall() -> float:
     from ..chapters import ch02_residual as residual
@@ -131,15 +136,19 @@ def _first_step_gradients() -> dict:
 
 EXERCISES = [
     Exercise("2.1", "the depth L, one of 2, 4, 8, 16, 32, 64", expected=_first_depth_over_100, rel=0, abs=0.5,
-             hints=[(lambda a, e: a > e, "compare every depth's gradient with depth 2's, "
+             hints=[(lambda a, e: a not in (2, 4, 8, 16, 32, 64),
+                     "hand in the depth L (one of 2, 4, 8, 16, 32, 64), not a gradient or a ratio"),
+                    (lambda a, e: a > e, "compare every depth's gradient with depth 2's, "
                                          "probe.first_block_grad(L) / probe.first_block_grad(2)"),
                     (lambda a, e: a < e, "more than 100 times depth 2's value: a factor of 3 or 4 is not yet")],
-             wrong=[lambda e: 2 * e, lambda e: e / 2]),
+             wrong=[lambda e: 2 * e, lambda e: e / 2, lambda e: 6047.76]),
     Exercise("2.2", "(collapse_block, gradient_fall) of post-LN without skips: the first block from which the token "
              "spread stays below 1e-14, and block 1's gradient at L = 8 divided by that at L = 64",
              kind="numbers", names=("collapse_block", "gradient_fall"), expected=_post_ln_without_skips, rel=2e-2,
              hints=[(lambda a, e: abs(a["gradient_fall"] - _pre_ln_gradient_fall()) < 0.05 * a["gradient_fall"],
                      "gradient_fall: that is the pre-LN stack's; use sweep.get('post', False)"),
+                    (lambda a, e: abs(a["gradient_fall"] - _post_ln_with_skips_fall()) < 0.05 * a["gradient_fall"],
+                     "gradient_fall: that is post-LN with skips; use sweep.get('post', False)"),
                     (lambda a, e: abs(a["gradient_fall"] * e["gradient_fall"] - 1) < 0.05,
                      "gradient_fall: depth 8's gradient divided by depth 64's, not the other way round"),
                     (lambda a, e: a["collapse_block"] != e["collapse_block"],
@@ -147,7 +156,8 @@ EXERCISES = [
                      "is every value below 1e-14?")],
              wrong=[lambda e: {**e, "gradient_fall": 1 / e["gradient_fall"]},
                     lambda e: {**e, "collapse_block": e["collapse_block"] - 1},
-                    lambda e: {**e, "gradient_fall": _pre_ln_gradient_fall()}]),
+                    lambda e: {**e, "gradient_fall": _pre_ln_gradient_fall()},
+                    lambda e: {**e, "gradient_fall": _post_ln_with_skips_fall()}]),
     Exercise("2.3", "(without, with): the stream's RMS after block 64, without and with the scaling",
              kind="numbers", names=("without", "with"), expected=_rms_after_64, rel=3e-3,
              hints=[(lambda a, e: abs(a["with"] - a["without"]) < 1e-3 * a["without"],

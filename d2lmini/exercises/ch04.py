@@ -236,16 +236,21 @@ EXERCISES = [
                "16 and for 256 tokens",
         kind="numbers", names=LENGTH_NAMES, expected=_spread_by_length, rel=0.01,
         hints=[(lambda a, e: _close_all(a, _spread_by_length((0,)), 0.01), "average over the three seeds 0, 1 and 2"),
+               (lambda a, e: _close_all(a, {k: 3 * v for k, v in e.items()}, 0.01),
+                "the mean over the three seeds: divide their sum by 3"),
                (lambda a, e: _close_all(a, _reversed(e), 0.01), "the order is 16 tokens, then 256")],
         hint="probe 16-block stacks, d2lmini.probe_depth(\"post\", depth=16, num_steps=n, seed=seed, "
              "dtype=torch.float64), and average token_spread[16] over the three seeds",
-        wrong=[lambda e: _spread_by_length((0,)), _reversed, lambda e: {k: 2 * v for k, v in e.items()}]),
+        wrong=[lambda e: _spread_by_length((0,)), _reversed, lambda e: {k: 3 * v for k, v in e.items()}]),
     Exercise(
         "4.4", "post-LN's q,k : v,o ratio at block 32 in float32 and in float64, as (float32, float64)",
         kind="numbers", names=RATIO_NAMES, expected=_ratios, rel=0.02,
         hints=[(lambda a, e: _close_all(a, _swapped(e), 0.02), "float32's ratio first, then float64's"),
                (lambda a, e: _close_all(a, {k: 1 / v for k, v in e.items()}, 0.02),
-                "the ratio puts queries and keys on top: qk_vo_ratio(32)")],
+                "the ratio puts queries and keys on top: qk_vo_ratio(32)"),
+               (lambda a, e: math.isclose(a["float32"], a["float64"], rel_tol=0.02),
+                "the two dtypes give different ratios: probe once with dtype=torch.float32, once with "
+                "torch.float64")],
         hint="probe the post-LN stack of 32 blocks (norm=\"layer\", seed=0) once with dtype=torch.float32 and once "
              "with torch.float64, and read qk_vo_ratio(32)",
         wrong=[_swapped, lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {k: e["float64"] for k in e}]),

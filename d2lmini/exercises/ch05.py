@@ -93,26 +93,37 @@ def _lower_rate() -> dict:
     return {"layer": run.mean("layer"), "rms": run.mean("rms")}
 
 
-def _partial_rms() -> dict:
-    """5.6: how far partial RMSNorm (the first 32 of 512 features) lands from RMSNorm."""
+def _partial_rms(measure: str = "distance") -> dict:
+    """5.6: how far partial RMSNorm (the first 32 of 512 features) lands from RMSNorm: the mean over
+    tokens of ||y_p - y|| / ||y||; ``measure`` names a wrong way to measure it (for the hints):
+    ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"mismatched"`` (y of
+    the unscaled tokens against y_p of the scaled ones)."""
     from ..chapters.ch05_rmsnorm import EPS
 
-    def distance(X, k=32):
+    def norms(X, k=32):
         y = X * torch.rsqrt(X.pow(2).mean(dim=-1, keepdim=True) + EPS)
-        y_p = X * torch.rsqrt(X[..., :k].pow(2).mean(dim=-1, keepdim=True) + EPS)
+        return y, X * torch.rsqrt(X[..., :k].pow(2).mean(dim=-1, keepdim=True) + EPS)
+
+    def distance(y, y_p):
+        if measure == "whole":
+            return float((y_p - y).norm() / y.norm())
+        if measure == "ratio":
+            return float((y_p.norm(dim=-1) / y.norm(dim=-1)).mean())
         return float(((y_p - y).norm(dim=-1) / y.norm(dim=-1)).mean())
 
     torch.manual_seed(0)
     X = torch.randn(256, 512)
     large = X.clone()
     large[:, :32] *= 10
-    return {"random": distance(X), "large_first": distance(large)}
+    (y, y_p), (y_large, y_p_large) = norms(X), norms(large)
+    return {"random": distance(y, y_p),
+            "large_first": distance(y if measure == "mismatched" else y_large, y_p_large)}
 
 
 EXERCISES = [
     Exercise("5.1", "(rms_times_3, rms_plus_3, ln_times_3, ln_plus_3): four largest output differences",
              kind="numbers", expected=_scale_and_shift,
-             names=("rms_times_3", "rms_plus_3", "ln_times_3", "ln_plus_3"), rel=0.01, abs=1e-4,
+             names=("rms_times_3", "rms_plus_3", "ln_times_3", "ln_plus_3"), rel=0.01, abs=1e-6,
              order="the order is (rms_times_3, rms_plus_3, ln_times_3, ln_plus_3): RMSNorm's two first",
              hints=[(lambda a, e: a["ln_plus_3"] > 0.1,
                      "ln_plus_3: compute norm(X + 3) - norm(X) with nn.LayerNorm(64), adding 3 to every feature"),
@@ -121,7 +132,10 @@ EXERCISES = [
                      "d2lmini.RMSNorm(64)'s outputs"),
                     (lambda a, e: max(a["rms_times_3"], a["ln_times_3"]) > 1e-3,
                      "multiply the whole token (3 * X), not one feature"),
-                    (lambda a, e: 0.5 < a["rms_plus_3"] / e["rms_plus_3"] < 2,
+                    (lambda a, e: min(a["rms_times_3"], a["ln_times_3"]) < 1e-7,
+                     "the x3 shifts are small but not 0: eps weighs less against a mean square nine times "
+                     "larger. Measure them"),
+                    (lambda a, e: 0.2 < a["rms_plus_3"] / e["rms_plus_3"] < 5,
                      "rms_plus_3 is measured, not estimated: the largest |RMSNorm(X + 3) - RMSNorm(X)| over "
                      "every entry of the 8 tokens, with d2lmini.RMSNorm(64) (gain 1) and X drawn right after "
                      "torch.manual_seed(0)")],
@@ -130,11 +144,14 @@ EXERCISES = [
                   "d2lmini.RMSNorm(64) or nn.LayerNorm(64)",
              wrong=[lambda e: {**e, "rms_plus_3": e["ln_plus_3"], "ln_plus_3": e["rms_plus_3"]},
                     lambda e: {**e, "rms_plus_3": e["rms_plus_3"] / 3},
-                    lambda e: {**e, "rms_plus_3": 2.0}]),
+                    lambda e: {**e, "rms_plus_3": 2.0},
+                    lambda e: {**e, "rms_times_3": 0.0, "ln_times_3": 0.0, "ln_plus_3": 0.0}]),
     Exercise("5.2", "(diff_at_0.01, diff_at_0.1, rms_at_1_percent): two relative differences and an RMS",
              kind="numbers", expected=_eps_differences,
              names=("diff_at_0.01", "diff_at_0.1", "rms_at_1_percent"), rel=0.02,
-             hints=[(lambda a, e: abs(a["rms_at_1_percent"] - e["rms_at_1_percent"] ** 2) < 0.1 * e["rms_at_1_percent"] ** 2,
+             hints=[(lambda a, e: abs(a["rms_at_1_percent"] - math.sqrt(1e-5 / 0.02)) < 2e-4,
+                     "the difference comes from eps_a - eps_b = 9e-6, not from eps_a alone"),
+                    (lambda a, e: abs(a["rms_at_1_percent"] - e["rms_at_1_percent"] ** 2) < 0.1 * e["rms_at_1_percent"] ** 2,
                      "the difference falls like 1/s**2: solve for s**2, then take the square root"),
                     (lambda a, e: abs(a["diff_at_0.01"] - (1e-5 - 1e-6) / (2 * 0.01**2)) < 1e-3,
                      "that is the first-order formula; at RMS 0.01 the mean square is only ten times "
@@ -146,7 +163,10 @@ EXERCISES = [
                      "the difference is (eps_a - eps_b) / (2 s**2): keep the 2 when you solve it for s")],
              wrong=[lambda e: {**e, "diff_at_0.01": 100 * e["diff_at_0.1"]},
                     lambda e: {**e, "rms_at_1_percent": e["rms_at_1_percent"] ** 2},
-                    lambda e: {**e, "rms_at_1_percent": e["rms_at_1_percent"] * math.sqrt(2)}]),
+                    lambda e: {**e, "rms_at_1_percent": e["rms_at_1_percent"] * math.sqrt(2)},
+                    lambda e: {"diff_at_0.01": 100 * e["diff_at_0.01"], "diff_at_0.1": 100 * e["diff_at_0.1"],
+                               "rms_at_1_percent": e["rms_at_1_percent"]},
+                    lambda e: {**e, "rms_at_1_percent": math.sqrt(1e-5 / 0.02)}]),
     Exercise("5.3", "(error, sum_of_squares): the relative error at RMS 1 and the first token's running sum",
              kind="numbers", expected=_sequential_bfloat16, names=("error", "sum_of_squares"), rel=0.01,
              hints=[(lambda a, e: a["error"] < 0.05 or a["sum_of_squares"] > 3000,
@@ -163,7 +183,7 @@ EXERCISES = [
                      "bfloat16 and then multiplies by g (rounding again), Gemma 3's multiplies in float32 "
                      "and rounds once"),
                     (lambda a, e: a > 1, "a fraction between 0 and 1 (the differing outputs over all of them), "
-                                        "not a percentage or a count"),
+                                        "not a count"),
                     (lambda a, e: a == 1, "per output entry (64 x 512 of them), not per token"),
                     (lambda a, e: abs(a - (1 - e)) < 0.02,
                      "hand in the fraction of outputs that differ, not of those that agree")],
@@ -187,7 +207,17 @@ EXERCISES = [
                      "multiply the first 32 features of every token by 10 before normalizing it "
                      "with both norms"),
                     (lambda a, e: a["large_first"] > 1,
-                     "divide by the norm of RMSNorm's output, not of the partial norm's")],
+                     "divide by the norm of RMSNorm's output, not of the partial norm's"),
+                    (lambda a, e: abs(a["random"] - _partial_rms("whole")["random"]) < 0.02 * a["random"],
+                     "random: take each token's ||y_p - y|| / ||y||, then the mean over the tokens, not one "
+                     "ratio of the whole tensors"),
+                    (lambda a, e: abs(a["large_first"] - _partial_rms("ratio")["large_first"]) < 0.02,
+                     "the distance is ||y_p - y|| / ||y||, not the ratio ||y_p|| / ||y||"),
+                    (lambda a, e: abs(a["large_first"] - _partial_rms("mismatched")["large_first"]) < 0.02,
+                     "large_first: compare y and y_p of the same tokens, both computed after scaling their "
+                     "first 32 features")],
              wrong=[lambda e: {**e, "large_first": 1 / (1 - e["large_first"]) - 1},
-                    lambda e: {**e, "large_first": e["random"]}, lambda e: {"random": 3.068, "large_first": 0.076}]),
+                    lambda e: {**e, "large_first": e["random"]}, lambda e: {"random": 3.068, "large_first": 0.076},
+                    lambda e: _partial_rms("whole"), lambda e: _partial_rms("ratio"),
+                    lambda e: {**e, "large_first": _partial_rms("mismatched")["large_first"]}]),
 ]

@@ -89,6 +89,8 @@ def _judge_norm_switch(answer) -> str | None:
     from ..chapters.ch06_qk_norm import queries_and_keys_after_rope
     from ..parameters import copy_parameters
 
+    if isinstance(answer, nn.Module):
+        return "hand in the class itself, MyAttention, not a module built from it: the check builds it both ways"
     if not callable(answer):
         raise ValueError(f"exercise 6.3: hand in your attention class (MyAttention with a norm_after_rope "
                          f"switch), got {type(answer).__name__}")
@@ -117,7 +119,7 @@ def _judge_norm_switch(answer) -> str | None:
         return "with norm_after_rope=True the output did not change: apply the norms after the rotation"
     if not close(outputs[True], after):
         return ("with norm_after_rope=True, rotate the queries and keys first, then apply q_norm and k_norm "
-                "over each head's features")
+                "over each head's features (only after the rotation, not also before)")
     return None
 
 
@@ -141,12 +143,19 @@ def _middle_rate() -> dict:
             "loss_gap": runs[None].val_loss - runs["per_head"].val_loss}
 
 
-def _logit_bound() -> dict:
-    """6.5: the bound sqrt(d_h) max|gamma_q| max|gamma_k| of the last layer and that layer's last largest logit."""
+def _logit_bound(layer: int = -1, pairing: str = "max_each") -> dict:
+    """6.5: the bound sqrt(d_h) max|gamma_q| max|gamma_k| of the last layer and that layer's last largest logit.
+
+    ``layer`` (0: the first) and ``pairing="max_product"`` (the largest |gamma_q,i gamma_k,i| of one
+    feature) give the wrong answers the hints aim at."""
     run = _middle_rate_runs()["per_head"]
-    gains = run.qk_gains[-32:]  # the last layer: 16 query gains, then 16 key gains
-    bound = math.sqrt(16) * max(abs(g) for g in gains[:16]) * max(abs(g) for g in gains[16:])
-    return {"bound": bound, "logit": run.max_logit_per_layer[-1][-1]}
+    start = 32 * (layer % len(run.max_logit_per_layer))
+    gains = run.qk_gains[start:start + 32]  # one layer: 16 query gains, then 16 key gains
+    if pairing == "max_product":
+        largest = max(abs(q * k) for q, k in zip(gains[:16], gains[16:]))
+    else:
+        largest = max(abs(g) for g in gains[:16]) * max(abs(g) for g in gains[16:])
+    return {"bound": math.sqrt(16) * largest, "logit": run.max_logit_per_layer[-1][-1]}
 
 
 def _cap_derivative(z: torch.Tensor, c: float) -> torch.Tensor:
@@ -160,9 +169,12 @@ EXERCISES = [
              hints=[(lambda a, e: abs(a["logit_3_1"] - a["logit_1_3"]) < 1e-3,
                      "your two logits are equal: put q at position 3 and k at 1, then q at 1 and k at 3"),
                     (lambda a, e: abs(a["logit_3_1"] + a["logit_1_3"]) < 1e-3,
-                     "the second logit is not the first with its sign flipped: recompute it with rotate")],
+                     "the second logit is not the first with its sign flipped: recompute it with rotate"),
+                    (lambda a, e: all(abs(a[k] - e[k]) < 0.01 * abs(e[k]) for k in e),
+                     "close, but rounded: hand in the logits as computed (four digits or more)")],
              wrong=[lambda e: {**e, "logit_1_3": e["logit_3_1"]},
-                    lambda e: {**e, "logit_1_3": -e["logit_3_1"]}]),
+                    lambda e: {**e, "logit_1_3": -e["logit_3_1"]},
+                    lambda e: {k: round(v, 2) for k, v in e.items()}]),
     Exercise("6.2", "(projection, per_head_distinct): the two variants' entropies at s = 64, in nats",
              kind="numbers", expected=_variant_entropies, names=("projection", "per_head_distinct"), rel=1e-3,
              hints=[(lambda a, e: max(abs(v - math.log(64)) for v in a.values()) < 1e-3,
@@ -182,31 +194,47 @@ EXERCISES = [
              names=("peak_logit", "loss_gap"), rel=0.1, abs=0.01, slow=True,
              hints=[(lambda a, e: a["loss_gap"] < 0 < e["loss_gap"],
                      "subtract the QK-norm model's validation loss from the other's, not the reverse"),
+                    (lambda a, e: abs(a["peak_logit"] - e["peak_logit"]) <= 0.1 * e["peak_logit"],
+                     "loss_gap: the validation losses, run.val_loss of each model, not their last training "
+                     "losses"),
                     (lambda a, e: a["peak_logit"] > 2 * e["peak_logit"],
                      "the recorded logits are already divided by sqrt(d_h): take max(run.max_logit)")],
              hint="Train with exactly the settings named (lr=1e-2, seed=2 and the chapter's model and run); "
                   "the peak is the largest entry of max_logit over all steps.",
              wrong=[lambda e: {**e, "loss_gap": -e["loss_gap"]},
-                    lambda e: {**e, "peak_logit": 4 * e["peak_logit"]}]),
+                    lambda e: {**e, "peak_logit": 4 * e["peak_logit"]},
+                    lambda e: {**e, "loss_gap": e["loss_gap"] + 0.1}]),
     Exercise("6.5", "(bound, logit): the last layer's bound and its largest logit at the last step",
              kind="numbers", expected=_logit_bound, names=("bound", "logit"), rel=0.05, slow=True,
              hints=[(lambda a, e: abs(a["bound"] - e["bound"] / 4) < 0.1 * e["bound"],
                      "the bound has a factor sqrt(d_h) = 4: a normalized query or key has length sqrt(d_h)"),
                     (lambda a, e: abs(a["bound"] - 4 * e["bound"]) < 0.4 * e["bound"],
-                     "the factor is sqrt(d_h), not d_h: two lengths sqrt(d_h), divided by sqrt(d_h)")],
-             wrong=[lambda e: {**e, "bound": e["bound"] / 4}, lambda e: {**e, "bound": 4 * e["bound"]}]),
+                     "the factor is sqrt(d_h), not d_h: two lengths sqrt(d_h), divided by sqrt(d_h)"),
+                    (lambda a, e: abs(a["bound"] - _logit_bound(layer=0)["bound"]) < 0.01 * e["bound"],
+                     "that is the first layer's bound: the last layer's gains are qk_gains[-32:]"),
+                    (lambda a, e: abs(a["bound"] - _logit_bound(pairing="max_product")["bound"]) < 0.01 * e["bound"],
+                     "the largest |gamma_q| times the largest |gamma_k|, each over its 16 gains: a query and a "
+                     "key can each take their largest gain on different features")],
+             wrong=[lambda e: {**e, "bound": e["bound"] / 4}, lambda e: {**e, "bound": 4 * e["bound"]},
+                    lambda e: {**e, "bound": _logit_bound(layer=0)["bound"]},
+                    lambda e: {**e, "bound": _logit_bound(pairing="max_product")["bound"]}]),
     Exercise("6.6", "a function cap_grad(z, c): the derivative of c * tanh(z / c) for a tensor z", kind="function",
              reference=_cap_derivative,
              inputs=lambda g: (torch.cat([torch.zeros(1), 100 * torch.randn(63, generator=g)]), 50.0),  # z[0] = 0
-             hints=[(lambda got, _: bool((got > 1 + 1e-6).any()), "the derivative of tanh is at most 1"),
+             hints=[(lambda got, _: abs(float(got[0]) - 50) < 1e-3,
+                     "at z = 0 your slope is c: the inner derivative 1/c cancels the c in front"),
+                    (lambda got, _: bool((got > 1 + 1e-6).any()), "the derivative of tanh is at most 1"),
                     (lambda got, _: bool((got < -1e-6).any()), "the derivative of a rising function is never negative"),
                     (lambda got, _: abs(float(got[0]) - 1) > 1e-3,
                      "At z = 0 the cap is the identity: what must the slope be there?"),
+                    (lambda got, want: torch.allclose(got.square(), want, atol=1e-5),
+                     "the derivative of tanh(u) is 1 - tanh(u)^2 = 1 / cosh(u)^2: the cosh is squared"),
                     (lambda got, _: float((got[1:] < 1e-6).float().mean()) > 0.5,
                      "your slope is right at z = 0 but falls to zero within a few units of z, where the cap "
                      "bends over a scale of c = 50: tanh's argument is z / c")],
              hint="Apply the chain rule to c·tanh(z/c).",
              wrong=[lambda: (lambda z, c: 1 / torch.cosh(z / c)),
+                    lambda: (lambda z, c: c * (1 - torch.tanh(z / c) ** 2)),
                     lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c),
                     lambda: (lambda z, c: 1 / torch.cosh(z) ** 2)]),
 ]

@@ -30,9 +30,11 @@ LLAMA3_70B = dict(num_hiddens=8192, num_heads=64, head_dim=128, num_kv_heads=8, 
 
 class _WindowGQA(nn.Module):
     """``MyGQA`` of the chapter with a cache of the last ``window + keep_extra`` tokens (the wrong
-    answers of 8.1: ``keep_extra=None`` keeps every token, ``-1`` one too few)."""
+    answers of 8.1: ``keep_extra=None`` keeps every token, ``-1`` one too few; ``short_cache``:
+    attends to ``window`` tokens but returns the last ``window - 1`` as the cache)."""
 
     keep_extra: int | None = 0
+    short_cache = False
 
     def __init__(self, num_hiddens, num_heads, num_kv_heads, window):
         super().__init__()
@@ -55,6 +57,8 @@ class _WindowGQA(nn.Module):
         group = self.h // self.g
         K, V = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         weights = torch.softmax(q @ K.transpose(-1, -2) / self.d_h ** 0.5, dim=-1)
+        if self.short_cache:
+            k, v = k[:, :, 1 - self.w:], v[:, :, 1 - self.w:]
         return self.W_o((weights @ V).transpose(1, 2).reshape(b, n, -1)), (k, v)
 
 
@@ -64,6 +68,10 @@ class _Untrimmed(_WindowGQA):
 
 class _OneShort(_WindowGQA):
     keep_extra = -1
+
+
+class _ShortCache(_WindowGQA):
+    short_cache = True
 
 
 def _decode(layer, X):
@@ -122,6 +130,9 @@ def _judge_window(answer) -> str | None:
         shape = (2, g, w, d // h)
         if not isinstance(cache, (tuple, list)) or len(cache) != 2 or tuple(cache[0].shape) != shape:
             kept = tuple(cache[0].shape) if isinstance(cache, (tuple, list)) and len(cache) else cache
+            if isinstance(kept, tuple) and len(kept) == 4 and kept[2] == w - 1:
+                return (f"the outputs are right, but the cache keeps {w - 1} keys and values: return the last "
+                        f"w = {w}, the new token's own included, {shape}")
             return (f"the outputs are right, but after {WINDOW_STEPS} tokens the cached keys are {kept}, "
                     f"not {shape}: return the trimmed keys and values as the cache")
     return None
@@ -197,7 +208,7 @@ def _absorption() -> tuple:
 EXERCISES = [
     Exercise("8.1", "the class MyWindowGQA(num_hiddens, num_heads, num_kv_heads, window), MyGQA with a "
                     "cache of the last window tokens", kind="custom", judge=_judge_window,
-             wrong=[lambda: _Untrimmed, lambda: _OneShort]),
+             wrong=[lambda: _Untrimmed, lambda: _OneShort, lambda: _ShortCache]),
     Exercise("8.2", "a dict {'mha_gib', 'gqa_gib', 'mha_sequences', 'gqa_sequences'}: GiB of cache of one "
                     "sequence of 131,072 tokens, and whole sequences in 400 GiB",
              kind="numbers", names=("mha_gib", "gqa_gib", "mha_sequences", "gqa_sequences"),

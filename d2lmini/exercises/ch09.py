@@ -192,6 +192,11 @@ def _closest_top_k():
     return {"k": k, "active": active[k], "dense": dense}
 
 
+def _active(k: int) -> int:
+    with torch.device("meta"):
+        return _moe(int(k)).num_active_parameters()
+
+
 def _moe_total(k: int) -> int:
     from d2lmini.parameters import num_parameters
 
@@ -218,9 +223,11 @@ EXERCISES = [
         hints=[(lambda a, e: _near(a["2017 block"], e["2026 block"]) and _near(a["2026 block"], e["2017 block"]),
                 "the order: the 2017 block first, then the 2026 block"),
                (lambda a, e: a["2026 block"] > e["2026 block"] + 0.05,
-                "is that a shallower model's loss? train 8 blocks (num_blocks=8) for 200 steps (num_steps=200)"),
+                "higher than 8 blocks reach in 200 steps: train num_blocks=8 for num_steps=200, and hand in "
+                "each run's val_loss (on held-out text), not its last training loss"),
                (lambda a, e: min(a[n] - e[n] for n in e) < -0.05,
-                "hand in each run's val_loss, the loss on held-out text after training, not the training loss")],
+                "lower than the exercise's run: train_group(..., num_blocks=8, num_steps=200) with the default "
+                "widths and nothing else (no target=)")],
         hint="train both at the rate 0.01 and seed 0, 8 blocks deep for 200 steps, as the exercise's call does",
         wrong=[lambda e: {"2017 block": e["2026 block"], "2026 block": e["2017 block"]},
                lambda e: {n: v + 0.2 for n, v in e.items()},
@@ -270,9 +277,12 @@ EXERCISES = [
         kind="numbers", names=("k", "active", "dense"), expected=_closest_top_k, rel=0, abs=0.5,
         hints=[(lambda a, e: a["active"] > 1.5 * e["dense"] and a["k"] == e["k"],
                 "a token uses only its top-k experts, the shared expert and the router: num_active_parameters()"),
+               (lambda a, e: a["k"] == e["k"] + 1 and a["active"] == _active(e["k"] + 1),
+                "the closest k, above or below: compare |active - dense| for each k"),
                (lambda a, e: a["k"] == e["k"] + 1, "the shared expert runs for every token, beside the top-k"),
                (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"],
                 "the dense FFN is TransformerBlock(512, 8)'s own: SwiGLU at width 8d/3, no biases")],
         wrong=[lambda e: {**e, "k": e["k"] + 1}, lambda e: {**e, "active": _moe_total(int(e["k"]))},
+               lambda e: {**e, "k": e["k"] + 1, "active": _active(e["k"] + 1)},
                lambda e: {**e, "dense": _relu_ffn_4d()}]),
 ]

@@ -107,11 +107,14 @@ EXERCISES = [
                (lambda a, e: abs(a["kept"] - 1) < 1e-3,
                 "Hx is a vector of four entries (each the mean of x): hand in the norm of that vector."),
                (lambda a, e: abs(a["removed"] - (math.sqrt(10) - e["kept"])) < 1e-3,
-                "The removed part is the vector x - Hx; take its norm, not the difference of two norms.")],
+                "The removed part is the vector x - Hx; take its norm, not the difference of two norms."),
+               (lambda a, e: all(abs(a[k] - e[k] ** 2) < 1e-3 for k in e),
+                "Those are the squared norms ||Hx||^2 and ||x - Hx||^2: take their square roots.")],
         hint="Compute Hx and x - Hx as vectors, then the Euclidean norm of each; their squares add up to ||x||^2.",
         wrong=[lambda e: {**e, "kept": 1.0}, lambda e: {**e, "removed": math.sqrt(10) - e["kept"]},
                lambda e: {"kept": math.sqrt(10), "removed": 0.0},
-               lambda e: {"kept": e["removed"], "removed": e["kept"]}]),
+               lambda e: {"kept": e["removed"], "removed": e["kept"]},
+               lambda e: {k: v ** 2 for k, v in e.items()}]),
     Exercise(
         "10.2", "the largest |row sum - 1| over the 100 matrices after iters = 1, 2, 5 and 20, a tuple of four",
         kind="numbers", names=tuple(f"iters_{k}" for k in SINKHORN_ITERS), expected=_sinkhorn_errors, rel=2e-2,
@@ -125,7 +128,7 @@ EXERCISES = [
         hint="Draw the logits exactly as the exercise says (seed 0, shape (100, 4, 4), times 2.56), then "
              "take (M.sum(dim=-1) - 1).abs().max() for each number of iterations.",
         wrong=[lambda e: _sinkhorn_errors(dim=-2), lambda e: _sinkhorn_errors(reduce="mean"),
-               lambda e: {k: 2 * v for k, v in e.items()}]),
+               lambda e: dict(zip(e, reversed(list(e.values())))), lambda e: {k: 100 * v for k, v in e.items()}]),
     Exercise(
         "10.3", "the medians of ||P_64||_2 with 16 streams: a dict with keys hc_128, hc_4096, mhc_128, mhc_4096",
         kind="numbers", names=("hc_128", "hc_4096", "mhc_128", "mhc_4096"), expected=_final_norms, rel=1e-2,
@@ -158,5 +161,6 @@ EXERCISES = [
         hint="Copy stream_divergence's code so that the draws are its draws (seed 0), and read the distances "
              "after blocks 1, 8 and 32 (list indices 0, 7 and 31).",
         wrong=[lambda e: _scaled_stack(scale=1.0), lambda e: _scaled_stack(scale=32.0),
-               lambda e: _scaled_stack(connections=("hc1",))]),
+               lambda e: _scaled_stack(connections=("hc1",)),
+               lambda e: {k: 100 * v for k, v in e.items()}]),
 ]

@@ -140,7 +140,7 @@ EXERCISES = [
         hint="Run sink_sweep([math.log(n)], num_steps=n, seed=0) for each n and read share[0, -1].",
         wrong=[lambda e: {k: 1 - v for k, v in e.items()}, lambda e: _sink_shares(position=0),
                lambda e: {"n_16": e["n_64"], "n_64": e["n_16"]},
-               lambda e: _sink_shares(reduce=True)]),
+               lambda e: _sink_shares(reduce=True), lambda e: {k: 100 * v for k, v in e.items()}]),
     Exercise(
         "11.3", "(kept, divided, ramp, attention_factor) for Llama 3.1's 64 pairs",
         kind="numbers", names=("kept", "divided", "ramp", "attention_factor"), expected=_llama3_1_pairs,
