@@ -219,9 +219,10 @@ EXERCISES = [
                (lambda a, e: _close_all(a, _evaluation_column(setting="other batch mates")),
                 "take the evaluation-mode row: the other batch mates' row is measured before any warm-up, "
                 "so it does not depend on the momentum"),
-               (lambda a, e: _close_all(a, _transposed(e)),
-                "the order is momentum 0.01 with warm-ups 5 and 100, then momentum 0.5 with 5 and 100")],
+],
+        order="the order is momentum 0.01 with warm-ups 5 and 100, then momentum 0.5 with 5 and 100",
         wrong=[lambda e: _evaluation_column("bn_max_delta"), _transposed,
+               lambda e: dict(zip(e, reversed(list(e.values())))),
                lambda e: _evaluation_column(setting="other batch mates")]),
     Exercise(
         "3.4", "the slope of log RMS |Δ| against log(tokens in the batch), one number",

@@ -212,10 +212,9 @@ def _pairs_swapped(values: dict) -> dict:
 EXERCISES = [
     Exercise(
         "4.1", "post-LN's and pre-LN's token spread after block 32 with RMSNorm, as (post, pre)",
-        kind="numbers", names=SPREADS, expected=_spreads, rel=0.005,
+        kind="numbers", names=SPREADS, expected=_spreads, rel=0.005, order="post-LN first, then pre-LN",
         hints=[(lambda a, e: _close_all(a, _spreads("layer"), 0.005),
                 "these are LayerNorm's spreads: pass norm=\"rms\" to probe_placements"),
-               (lambda a, e: _close_all(a, _swapped(e), 0.005), "post-LN first, then pre-LN"),
                (lambda a, e: math.isclose(a[SPREADS[0]], 1.0, rel_tol=1e-3),
                 "1 is post-LN's stream RMS; hand in the token spread column")],
         hint="probe 32 blocks as the chapter does (dtype=torch.float64, seed=0) with norm=\"rms\", and read "
@@ -230,23 +229,23 @@ EXERCISES = [
                 "post-LN's RMS is pinned at 1; hand in pre-LN's")],
         hint="probe 32 blocks (norm=\"layer\", dtype=torch.float64, seed=0) with init=\"torch_default\", and read "
              "stream_rms[32] of pre-LN and token_spread[32] of post-LN",
-        wrong=[lambda e: _init_effect("xavier_uniform"), lambda e: {**e, INIT_NAMES[0]: 1.0}]),
+        wrong=[lambda e: _init_effect("xavier_uniform"), lambda e: {**e, INIT_NAMES[0]: 1.0}, _swapped]),
     Exercise(
         "4.3", "post-LN's token spread after block 16 of a 16-block stack, the mean over seeds 0, 1 and 2, for "
                "16 and for 256 tokens",
         kind="numbers", names=LENGTH_NAMES, expected=_spread_by_length, rel=0.01,
+        order="the order is 16 tokens, then 256",
         hints=[(lambda a, e: _close_all(a, _spread_by_length((0,)), 0.01), "average over the three seeds 0, 1 and 2"),
                (lambda a, e: _close_all(a, {k: 3 * v for k, v in e.items()}, 0.01),
-                "the mean over the three seeds: divide their sum by 3"),
-               (lambda a, e: _close_all(a, _reversed(e), 0.01), "the order is 16 tokens, then 256")],
+                "the mean over the three seeds: divide their sum by 3")],
         hint="probe 16-block stacks, d2lmini.probe_depth(\"post\", depth=16, num_steps=n, seed=seed, "
              "dtype=torch.float64), and average token_spread[16] over the three seeds",
         wrong=[lambda e: _spread_by_length((0,)), _reversed, lambda e: {k: 3 * v for k, v in e.items()}]),
     Exercise(
         "4.4", "post-LN's q,k : v,o ratio at block 32 in float32 and in float64, as (float32, float64)",
         kind="numbers", names=RATIO_NAMES, expected=_ratios, rel=0.02,
-        hints=[(lambda a, e: _close_all(a, _swapped(e), 0.02), "float32's ratio first, then float64's"),
-               (lambda a, e: _close_all(a, {k: 1 / v for k, v in e.items()}, 0.02),
+        order="float32's ratio first, then float64's",
+        hints=[(lambda a, e: _close_all(a, {k: 1 / v for k, v in e.items()}, 0.02),
                 "the ratio puts queries and keys on top: qk_vo_ratio(32)"),
                (lambda a, e: math.isclose(a["float32"], a["float64"], rel_tol=0.02),
                 "the two dtypes give different ratios: probe once with dtype=torch.float32, once with "
@@ -273,11 +272,11 @@ EXERCISES = [
         "4.7", "the stream RMS after the last block of the sandwich and the depth-scaled sandwich at depth 8, "
                "then at depth 32",
         kind="numbers", names=SANDWICH_NAMES, expected=_sandwich_rms, rel=0.01,
-        hints=[(lambda a, e: _close_all(a, _pairs_swapped(e), 0.01),
-                "at each depth the sandwich comes first, then the depth-scaled sandwich"),
-               (lambda a, e: _close_all(a, {k: v ** 2 for k, v in e.items()}, 0.01),
+        order="depth 8 first, then 32, and at each depth the sandwich, then the depth-scaled sandwich",
+        hints=[(lambda a, e: _close_all(a, {k: v ** 2 for k, v in e.items()}, 0.01),
                 "that is the mean square; the RMS is its square root")],
         hint="probe_placements(depth, placements=(\"sandwich\", \"sandwich_scaled\"), norm=\"layer\", "
              "dtype=torch.float64) at depths 8 and 32, and read stream_rms[depth]",
-        wrong=[_pairs_swapped, lambda e: {k: v ** 2 for k, v in e.items()}]),
+        wrong=[_pairs_swapped, lambda e: {k: v ** 2 for k, v in e.items()},
+               lambda e: dict(zip(e, (e[k] for k in SANDWICH_NAMES[::2] + SANDWICH_NAMES[1::2])))]),
 ]

@@ -153,7 +153,7 @@ EXERCISES = [
     Exercise("7.5", "a tuple (most, least loaded with gamma=0.001, most, least loaded with gamma=0.1), "
                     "as multiples of the fair share",
              kind="numbers", names=("most_0.001", "least_0.001", "most_0.1", "least_0.1"), expected=_balancing,
-             rel=0, abs=0.02,
+             rel=0, abs=0.02, order="the order: gamma=0.001 first, then gamma=0.1, each as (most, least)",
              hints=[(lambda a, e: abs(a["most_0.001"] - e["most_0.1"]) < 0.02,
                      "the order: gamma=0.001 first, then gamma=0.1"),
                     (lambda a, e: a["most_0.001"] > 3,
