@@ -150,15 +150,24 @@ LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 
 
 def test_every_citation_is_its_bibliography_entry():
-    """A link to a cited work reads "Authors (Year)" or "Authors, Year", as the bib says."""
+    """A link to a cited work reads "Authors (Year)" or "Authors, Year", as the bib says; works of the same
+    authors and year carry a letter (2016a, 2016b), one per work and the same in every chapter."""
     by_url = {url: (who, year) for who, year, url in bibliography().values()}
-    cited = set()
+    shared = {pair for pair in by_url.values() if list(by_url.values()).count(pair) > 1}
+    cited, letters = set(), {}
     for path in NOTEBOOKS:
         for markdown in reader_markdown(nbformat.read(path, as_version=4)):
             for text, url in LINK.findall(markdown):
                 if url in by_url:
                     who, year = by_url[url]
-                    assert text in (f"{who} ({year})", f"{who}, {year}"), f"{path.name}: [{text}]({url})"
+                    if (who, year) in shared:  # two works of one year: 2016a, 2016b
+                        match = re.fullmatch(rf"{re.escape(who)}(?: \(|, ){year}([a-z])\)?", text)
+                        assert match, f"{path.name}: [{text}]({url}) needs a letter after {year}"
+                        assert letters.setdefault(url, match[1]) == match[1], f"{path.name}: [{text}]({url})"
+                        assert [letters.get(u) for u, pair in by_url.items() if pair == (who, year)].count(
+                            match[1]) == 1, f"{path.name}: [{text}]({url}): another work has this letter"
+                    else:
+                        assert text in (f"{who} ({year})", f"{who}, {year}"), f"{path.name}: [{text}]({url})"
                     cited.add(url)
                 elif re.search(r"\bet al\.|\(\d{4}\)|, \d{4}$", text):
                     pytest.fail(f"{path.name}: [{text}]({url}) reads as a citation but is not in references.bib")
