@@ -110,6 +110,10 @@ def test_each_check_accepts_the_answer_and_rejects_plausible_wrong_ones(exercise
         assert "Hint:" in verdict.message and verdict.message.count("Hint:") == 1
         if ex.kind != "custom":  # each plausible mistake gets a hint aimed at it, not the fallback
             assert not verdict.message.endswith(f"Hint: {ex.hint}"), f"{exercise_id}: {wrong!r} gets no aimed hint"
+        if ex.kind == "numbers" and "percentages" in verdict.message:  # only on answers that are
+            given = dict(zip(ex.names, wrong)) if isinstance(wrong, (tuple, list)) else wrong
+            assert all(abs(given[n] - 100 * expected[n]) <= 0.5 * abs(100 * expected[n])
+                       for n in ex.names if given[n] != expected[n]), f"{exercise_id}: {wrong!r}"
 
 
 def test_a_function_check_runs_the_readers_function_on_fresh_inputs():
@@ -136,9 +140,12 @@ def test_numbers_answers_by_name_or_order_and_say_which_is_off():
     for bad, match in (((1.0,), "2 numbers"), ({"a": 1.0}, "missing"), ((1.0, "x"), "number"), (3.0, "tuple")):
         with pytest.raises(ValueError, match=match):
             ex.verdict(bad)
-    swapped, percent = ex.verdict((2.0, 1.0)), ex.verdict((100.0, 200.0))
+    swapped = ex.verdict((2.0, 1.0))
     assert not swapped and "another order: hand in (a, b)" in swapped.message
+    shares = Exercise("0.7", "(a, b)", kind="numbers", names=("a", "b"), expected=lambda: (0.25, 0.001), abs=1e-3)
+    percent, small = shares.verdict((25.0, 0.001)), shares.verdict((0.25, 0.1))
     assert not percent and "percentages" in percent.message
+    assert not small and "percentages" not in small.message  # 100 x 0.001 is within 100 x abs of 0
     strict = Exercise("0.5", "(a, b)", kind="numbers", names=("a", "b"), expected=lambda: (2.0, 1.0),
                       rel={"a": 1e-6, "b": 0.1})
     assert strict.verdict((2.0, 1.05)) and not strict.verdict((2.01, 1.0))

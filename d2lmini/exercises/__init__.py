@@ -187,10 +187,15 @@ class Exercise:
         return f"{where}Hint: {self.hint}"
 
     def _percentages(self, given, expected, off: list[str]) -> bool:
-        """Whether every wrong number of ``given`` is 100 times the right one."""
+        """Whether every wrong number of ``given`` is 100 times the right one, a fraction (0 < |x| <= 1) far
+        enough from 0 that the percentage, within 100 times the tolerance, cannot be 0 or the fraction's negative."""
         pairs = [(given, expected, None)] if self.kind == "number" else [(given[n], expected[n], n) for n in off]
-        return bool(pairs) and all(_close(got, 100 * want, self._rel(name), 100 * self.abs)
-                                   for got, want, name in pairs)
+
+        def percentage(got, want, name):
+            window = 100 * (self.abs + self._rel(name) * abs(want))
+            return 0 < abs(want) <= 1 and 100 * abs(want) > 2 * window and abs(got - 100 * want) <= window
+
+        return bool(pairs) and all(percentage(*pair) for pair in pairs)
 
     def _reordered(self, given: dict, expected: dict) -> bool:
         """Whether ``given`` holds ``expected``'s numbers, within the tolerance, in another order."""
@@ -216,7 +221,7 @@ class Exercise:
                 return Verdict(self.id, False, f"Hint: your function returns shape {tuple(got.shape)}; "
                                                f"the input's shape says it should be {tuple(want.shape)}")
             if not torch.allclose(got.to(want.dtype), want, rtol=max(self._rel(), 1e-5), atol=max(self.abs, 1e-5)):
-                return Verdict(self.id, False, self._hint(got, want, []))
+                return Verdict(self.id, False, self._hint(got.to(want.dtype), want, []))
         return Verdict(self.id, True, "It agrees with the package's on three fresh random inputs.")
 
 

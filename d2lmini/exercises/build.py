@@ -244,14 +244,19 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
         return []
     h, d_h = attention.num_heads, attention.head_dim
 
-    def attend(Y, scale=d_h ** -0.5, axis=-1, columns="per head"):
+    def attend(Y, scale=d_h ** -0.5, axis=-1, columns="per head", merge="transposed"):
         def split(T):  # (b, n, h d_h) -> (b, h, n, d_h)
             if columns == "interleaved":  # head i on columns i, i + h, i + 2h, ...
                 return T.unflatten(-1, (d_h, h)).permute(0, 3, 1, 2)
+            if columns == "reshaped":  # (b, n, h d_h) read as (b, h, n, d_h) without the transpose
+                return T.reshape(T.shape[0], h, T.shape[1], d_h)
             return T.unflatten(-1, (h, d_h)).transpose(1, 2)
         Q, K, V = split(attention.W_q(Y)), split(attention.W_k(Y)), split(attention.W_v(Y))
         A = torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=axis)
-        return attention.W_o((A @ V).transpose(1, 2).flatten(-2))
+        heads = A @ V  # (b, h, n, d_h)
+        if merge == "reshaped":  # read as (b, n, h d_h) without the transpose
+            return attention.W_o(heads.reshape(Y.shape[0], Y.shape[1], h * d_h))
+        return attention.W_o(heads.transpose(1, 2).flatten(-2))
 
     return [
         ("each head's logits are divided by sqrt(d_h), d_h = num_hiddens / num_heads, not by sqrt(num_hiddens)",
@@ -261,6 +266,10 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
          "weights sum to 1", lambda Y: attend(Y, axis=-2)),
         ("head i reads columns i*d_h to (i+1)*d_h - 1: unflatten the last dimension as (num_heads, d_h)",
          lambda Y: attend(Y, columns="interleaved")),
+        ("split the heads as (b, n, num_heads, d_h), then transpose(1, 2) to (b, num_heads, n, d_h): a reshape "
+         "alone mixes positions and heads", lambda Y: attend(Y, columns="reshaped")),
+        ("before W_o, bring the heads back beside each other: (b, num_heads, n, d_h), transpose(1, 2), then "
+         "(b, n, num_hiddens); a reshape alone mixes positions and heads", lambda Y: attend(Y, merge="reshaped")),
     ]
 
 
@@ -278,29 +287,40 @@ def _block_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tenso
     F = ref.ffn
 
     def block(placement=ref.placement, skip1=skips, skip2=skips, ffn_reads="X'", norm2=n2, stream_normed=False,
-              attend=lambda Y: _output(ref.attention(Y, Y, Y))):
+              attend=lambda Y: _output(ref.attention(Y, Y, Y)), unnormed=()):
         if placement == "pre":
             Z = n1(X) if stream_normed else X
-            X1 = (Z if skip1 else 0) + attend(n1(X))
+            X1 = (Z if skip1 else 0) + attend(X if "attention" in unnormed else n1(X))
             Z1 = norm2(X1) if stream_normed else X1
-            return (Z1 if skip2 else 0) + F(norm2(X1 if ffn_reads == "X'" else X))
+            read = X1 if ffn_reads == "X'" else X
+            return (Z1 if skip2 else 0) + F(read if "ffn" in unnormed else norm2(read))
         X1 = n1((X if skip1 else 0) + attend(X))
         return norm2((X1 if skip2 else 0) + F(X1 if ffn_reads == "X'" else X))
 
     name = {True: "pre-LN, X + F(norm(X))", False: "post-LN, norm(X + F(X))"}
+    after = {(True, True): "X + Attn(norm1(X))", (True, False): "Attn(norm1(X))",
+             (False, True): "norm1(X + Attn(X))", (False, False): "norm1(Attn(X))"}[pre, skips]
     slips = [(f"this is {name[not pre]}; the block is {name[pre]}", block(placement="post" if pre else "pre")),
-             ("the FFN reads the stream after attention, X' = X + attention's output, not the block's input X",
+             (f"the FFN reads the stream after attention, X' = {after}, not the block's input X",
               block(ffn_reads="X")),
              ("the FFN's norm is norm2: your forward uses norm1 twice", block(norm2=n1))]
     if skips:
         slips += [("attention's output is added to the stream X (its skip connection)", block(skip1=False)),
                   ("the FFN's output is added to the stream X' (its skip connection)", block(skip2=False))]
     else:
-        slips += [("residual=False: no skips, each step returns F(norm(X)) with no X added",
+        step = "F(norm(X))" if pre else "norm(F(X))"
+        slips += [(f"residual=False: no skips, each step returns {step} with no X added",
                    block(skip1=True, skip2=True))]
     if pre and skips:
         slips.append(("add each sublayer's output to the stream X itself, not to norm1(X): in pre-LN the stream "
                       "is never normalized", block(stream_normed=True)))
+    if pre:
+        slips += [("attention reads norm1(X), not the stream X itself: in pre-LN each sublayer's input is "
+                   "normalized", block(unnormed=("attention",))),
+                  ("the FFN reads norm2(X'), not the stream X' itself: in pre-LN each sublayer's input is "
+                   "normalized", block(unnormed=("ffn",))),
+                  ("each sublayer reads its norm's output, norm1(X) and norm2(X'), not the stream itself: in "
+                   "pre-LN each sublayer's input is normalized", block(unnormed=("attention", "ffn")))]
     slips += [(words, block(attend=attend)) for words, attend in _attention_slips(ref.attention)]
     return slips
 

@@ -6,6 +6,7 @@ module, :mod:`d2lmini.chapters.ch01_anatomy`, and :class:`d2lmini.block.Transfor
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -32,10 +33,11 @@ def _llama_counts() -> dict:
 
 # --------------------------------------------------------------------------- 1.2 a token alone
 
-def _alone_ratios() -> dict:
+@functools.cache
+def _alone_ratios(field: str = "attention_alone_relative") -> dict:
     from ..chapters import ch01_anatomy as anatomy
 
-    return {f"n{n}": anatomy.position_mixing(num_hiddens=64, num_heads=4, num_steps=n, seed=0).attention_alone_relative
+    return {f"n{n}": getattr(anatomy.position_mixing(num_hiddens=64, num_heads=4, num_steps=n, seed=0), field)
             for n in (3, 48, 192)}
 
 
@@ -233,6 +235,8 @@ EXERCISES = [
              kind="numbers", names=("n3", "n48", "n192"), expected=_alone_ratios, rel=2e-2,
              hints=[(lambda a, e: max(a.values()) < 1e-4,
                      "those are rounding errors, block_permuted's: hand in attention_alone_relative"),
+                    (lambda a, e: all(abs(a[k] - v) < 0.02 * v for k, v in _alone_ratios("attention_alone").items()),
+                     "that is attention_alone, the absolute difference: hand in attention_alone_relative"),
                     (lambda a, e: a["n192"] < a["n3"],
                      "the ratio divides by the row in the sequence: how does an average of n vectors shrink?"),
                     (lambda a, e: all(abs(a[k] - 1 / e[k]) < 0.05 / e[k] for k in e),
@@ -242,7 +246,8 @@ EXERCISES = [
                      "hand in the measured attention_alone_relative of "
                      "anatomy.position_mixing(num_hiddens=64, num_heads=4, num_steps=n, seed=0)")],
              wrong=[lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {**e, "n192": e["n48"]},
-                    lambda e: {k: math.sqrt(int(k[1:])) for k in e}, lambda e: {k: 2.4e-7 for k in e}]),
+                    lambda e: {k: math.sqrt(int(k[1:])) for k in e}, lambda e: {k: 2.4e-7 for k in e},
+                    lambda e: _alone_ratios("attention_alone")]),
     Exercise("1.3", "(causal, rope): how many of the 8 output rows move when the first two tokens are swapped, "
              "in the causal block, then with rope_theta=10000.0", kind="numbers", names=("causal", "rope"),
              expected=_swapped_first_two, rel=0, abs=0.1,

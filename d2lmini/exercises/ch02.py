@@ -159,7 +159,8 @@ EXERCISES = [
                     lambda e: {**e, "gradient_fall": _pre_ln_gradient_fall()},
                     lambda e: {**e, "gradient_fall": _post_ln_with_skips_fall()}]),
     Exercise("2.3", "(without, with): the stream's RMS after block 64, without and with the scaling",
-             kind="numbers", names=("without", "with"), expected=_rms_after_64, rel=3e-3,
+             kind="numbers", names=("without", "with"), expected=_rms_after_64,
+             rel={"without": 0.05, "with": 3e-3},  # without: 66.4 to 68.0 by processor (float32 rounding)
              hints=[(lambda a, e: abs(a["with"] - a["without"]) < 1e-3 * a["without"],
                      "with: multiply the weights in place, under torch.no_grad(), before applying the blocks"),
                     (lambda a, e: abs(a["with"] - _scaled(1 / 8)["64"]) < 3e-3 * a["with"],

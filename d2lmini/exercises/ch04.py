@@ -243,7 +243,8 @@ EXERCISES = [
         wrong=[lambda e: _spread_by_length((0,)), _reversed, lambda e: {k: 3 * v for k, v in e.items()}]),
     Exercise(
         "4.4", "post-LN's q,k : v,o ratio at block 32 in float32 and in float64, as (float32, float64)",
-        kind="numbers", names=RATIO_NAMES, expected=_ratios, rel=0.02,
+        kind="numbers", names=RATIO_NAMES, expected=_ratios,
+        rel={"float32": 0.5, "float64": 0.02},  # float32's is rounding: 1.2e-7 to 2.0e-7 by processor
         order="float32's ratio first, then float64's",
         hints=[(lambda a, e: _close_all(a, {k: 1 / v for k, v in e.items()}, 0.02),
                 "the ratio puts queries and keys on top: qk_vo_ratio(32)"),

@@ -149,7 +149,7 @@ def _logit_bound(layer: int = -1, pairing: str = "max_each") -> dict:
     ``layer`` (0: the first) and ``pairing="max_product"`` (the largest |gamma_q,i gamma_k,i| of one
     feature) give the wrong answers the hints aim at."""
     run = _middle_rate_runs()["per_head"]
-    start = 32 * (layer % len(run.max_logit_per_layer))
+    start = 32 * (layer % (len(run.qk_gains) // 32))  # 32 gains a layer
     gains = run.qk_gains[start:start + 32]  # one layer: 16 query gains, then 16 key gains
     if pairing == "max_product":
         largest = max(abs(q * k) for q, k in zip(gains[:16], gains[16:]))
