@@ -372,5 +372,5 @@ def test_each_built_chapter_folds_its_prediction_answer(html, path):
 def test_a_fraction_handed_in_as_a_percentage_is_told_so():
     expected = exercise("5.4").answer()
     percentage, agreeing = check("5.4", 100 * expected), check("5.4", 1 - expected)
-    assert not percentage and "percentages: hand in fractions" in percentage.message
+    assert not percentage and "percentages: hand in the numbers themselves" in percentage.message
     assert not agreeing and "not of those that agree" in agreeing.message

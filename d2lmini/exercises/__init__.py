@@ -176,7 +176,7 @@ class Exercise:
             order = self.order or f"these are the right numbers in another order: hand in ({', '.join(self.names)})"
             return f"{where}Hint: {order}"
         if self._percentages(given, expected, off):
-            return f"{where}Hint: these are percentages: hand in fractions (0.25, not 25)"
+            return f"{where}Hint: these are percentages: hand in the numbers themselves (0.25, not 25)"
         for test, hint in self.hints:
             try:
                 fits = test(given, expected)
@@ -187,15 +187,17 @@ class Exercise:
         return f"{where}Hint: {self.hint}"
 
     def _percentages(self, given, expected, off: list[str]) -> bool:
-        """Whether every wrong number of ``given`` is 100 times the right one, a fraction (0 < |x| <= 1) far
-        enough from 0 that the percentage, within 100 times the tolerance, cannot be 0 or the fraction's negative."""
+        """Whether every wrong number of ``given`` is 100 times the right one, far enough from 0 that the
+        percentage, within 100 times the tolerance, cannot be 0 or the number's negative, and at least one
+        of them a fraction (0 < |x| <= 1): a count handed in 100-fold is not taken for a percentage."""
         pairs = [(given, expected, None)] if self.kind == "number" else [(given[n], expected[n], n) for n in off]
 
         def percentage(got, want, name):
             window = 100 * (self.abs + self._rel(name) * abs(want))
-            return 0 < abs(want) <= 1 and 100 * abs(want) > 2 * window and abs(got - 100 * want) <= window
+            return 100 * abs(want) > 2 * window and abs(got - 100 * want) <= window
 
-        return bool(pairs) and all(percentage(*pair) for pair in pairs)
+        return (bool(pairs) and all(percentage(*pair) for pair in pairs)
+                and any(0 < abs(want) <= 1 for _, want, _ in pairs))
 
     def _reordered(self, given: dict, expected: dict) -> bool:
         """Whether ``given`` holds ``expected``'s numbers, within the tolerance, in another order."""

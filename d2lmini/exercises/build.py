@@ -273,10 +273,10 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
     ]
 
 
-def _block_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torch.Tensor]]:
     """What a pre-LN or post-LN block written by hand computes with a usual slip in its ``forward``, with the
-    parts of d2lmini's ``ref`` (a plain :class:`~d2lmini.block.TransformerBlock`) on input ``X``; empty for
-    any other module."""
+    parts of d2lmini's ``ref`` (a plain :class:`~d2lmini.block.TransformerBlock`) on input ``X`` (``rest``:
+    the block's other arguments, ``valid_lens``, handed to its attention); empty for any other module."""
     from ..block import TransformerBlock
 
     if type(ref) is not TransformerBlock or ref.placement not in ("pre", "post") or ref.layer_scalar != 1.0 \
@@ -287,17 +287,21 @@ def _block_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tenso
     F = ref.ffn
 
     def block(placement=ref.placement, skip1=skips, skip2=skips, ffn_reads="X'", norm2=n2, stream_normed=False,
-              attend=lambda Y: _output(ref.attention(Y, Y, Y)), unnormed=()):
+              attend=lambda Y: _output(ref.attention(Y, Y, Y, *rest)), unnormed=(), ffn_adds_to="X'"):
         if placement == "pre":
             Z = n1(X) if stream_normed else X
             X1 = (Z if skip1 else 0) + attend(X if "attention" in unnormed else n1(X))
-            Z1 = norm2(X1) if stream_normed else X1
+            Z1 = norm2(X1) if stream_normed else (X1 if ffn_adds_to == "X'" else X)
             read = X1 if ffn_reads == "X'" else X
             return (Z1 if skip2 else 0) + F(read if "ffn" in unnormed else norm2(read))
+        if placement == "post_sublayer":  # a norm on each branch: X + norm(F(X))
+            X1 = X + n1(attend(X))
+            return X1 + norm2(F(X1))
         X1 = n1((X if skip1 else 0) + attend(X))
         return norm2((X1 if skip2 else 0) + F(X1 if ffn_reads == "X'" else X))
 
-    name = {True: "pre-LN, X + F(norm(X))", False: "post-LN, norm(X + F(X))"}
+    name = ({True: "pre-LN, X + F(norm(X))", False: "post-LN, norm(X + F(X))"} if skips else
+            {True: "pre-LN, F(norm(X))", False: "post-LN, norm(F(X))"})
     after = {(True, True): "X + Attn(norm1(X))", (True, False): "Attn(norm1(X))",
              (False, True): "norm1(X + Attn(X))", (False, False): "norm1(Attn(X))"}[pre, skips]
     slips = [(f"this is {name[not pre]}; the block is {name[pre]}", block(placement="post" if pre else "pre")),
@@ -307,6 +311,12 @@ def _block_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tenso
     if skips:
         slips += [("attention's output is added to the stream X (its skip connection)", block(skip1=False)),
                   ("the FFN's output is added to the stream X' (its skip connection)", block(skip2=False))]
+        if pre:
+            slips.append(("the FFN's output is added to X', the stream after attention, not to the block's "
+                          "input X", block(ffn_adds_to="X")))
+        else:
+            slips.append(("this is X + norm(F(X)), a norm on each branch; post-LN normalizes the sum, "
+                          "norm(X + F(X))", block(placement="post_sublayer")))
     else:
         step = "F(norm(X))" if pre else "norm(F(X))"
         slips += [(f"residual=False: no skips, each step returns {step} with no X added",
@@ -315,7 +325,9 @@ def _block_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tenso
         slips.append(("add each sublayer's output to the stream X itself, not to norm1(X): in pre-LN the stream "
                       "is never normalized", block(stream_normed=True)))
     if pre:
-        slips += [("attention reads norm1(X), not the stream X itself: in pre-LN each sublayer's input is "
+        slips += [("the queries, keys and values all come from norm1(X), not only the queries",
+                   block(attend=lambda Y: _output(ref.attention(Y, X, X, *rest)))),
+                  ("attention reads norm1(X), not the stream X itself: in pre-LN each sublayer's input is "
                    "normalized", block(unnormed=("attention",))),
                   ("the FFN reads norm2(X'), not the stream X' itself: in pre-LN each sublayer's input is "
                    "normalized", block(unnormed=("ffn",))),
@@ -432,10 +444,14 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                         f"`{a}` where `{b}` belongs and `{b}` where `{a}` belongs: with their weights exchanged "
                         f"your module matches d2lmini's. See which input each one reads"
                         + ("." if _is_norm(agreeing[a]) else ", and which one passes through an activation."))
-    if len(ref_inputs) == 1 and isinstance(ref_inputs[0], torch.Tensor):
-        for words, slipped in _block_slips(ref, ref_inputs[0]):
-            if _differs(slipped, want, rtol, atol) is not None and _differs(got, slipped, rtol, atol) is None:
-                return f"Hint: {words}{difference}."
+    first_tensor = bool(ref_inputs) and isinstance(ref_inputs[0], torch.Tensor)
+    try:  # a block whose attention takes arguments it was not given has none
+        slips = _block_slips(ref, *ref_inputs) if first_tensor else []
+    except (TypeError, ValueError, RuntimeError):
+        slips = []
+    for words, slipped in slips:
+        if _differs(slipped, want, rtol, atol) is not None and _differs(got, slipped, rtol, atol) is None:
+            return f"Hint: {words}{difference}."
     if _is_norm(ref) and not agreeing:
         gain = "the gain and the bias (gamma * x_hat + beta)" if getattr(ref, "bias", None) is not None else "the gain"
         return ("Hint: " + (hint or "check the statistic (over the last dimension), eps (inside the square root) "

@@ -239,10 +239,12 @@ EXERCISES = [
                      "that is attention_alone, the absolute difference: hand in attention_alone_relative"),
                     (lambda a, e: a["n192"] < a["n3"],
                      "the ratio divides by the row in the sequence: how does an average of n vectors shrink?"),
+                    (lambda a, e: a["n192"] <= a["n48"],
+                     "n192: the ratio keeps growing from 48 to 192 tokens: run num_steps=192"),
                     (lambda a, e: all(abs(a[k] - 1 / e[k]) < 0.05 / e[k] for k in e),
                      "you inverted the ratio: |Δ| / |row in the sequence|"),
                     (lambda a, e: all(0.5 < a[k] / e[k] < 2 for k in e),
-                     "the ratios named above grow with n as they should, but are not the run's (within 2%): "
+                     "these ratios grow with n as they should, but are not the run's (within 2%): "
                      "hand in the measured attention_alone_relative of "
                      "anatomy.position_mixing(num_hiddens=64, num_heads=4, num_steps=n, seed=0)")],
              wrong=[lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {**e, "n192": e["n48"]},

@@ -143,7 +143,7 @@ EXERCISES = [
                      "measure it: FeedForward(48, act=\"swiglu\") on X = torch.randn(256, 48) (any seed lies "
                      "within the check's 5%)"),
                     (lambda a, e: all(0.75 < a[k] / e[k] < 1.33 for k in e),
-                     "the ratios named above are near the run's but not within 5%: measure each one, "
+                     "the ratios not right yet are near the run's but not within 5%: measure each one, "
                      "ffn(2 * X).norm() / ffn(X).norm() with FeedForward(48, act=act) and "
                      "X = torch.randn(256, 48), rather than estimating it")],
              hint="ratios of Frobenius norms, torch.linalg.norm or .norm(), for tokens X = torch.randn(256, 48)",

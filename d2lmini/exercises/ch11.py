@@ -124,7 +124,8 @@ EXERCISES = [
              "whose field after four blocks is all 64 positions.",
         wrong=[lambda e: e - 1, lambda e: e + 1, lambda e: 63 / 4 + 1]),
     Exercise(
-        "11.2", "(n_16, n_64): the sink's share at the last query with the sink logit at log n, for n = 16 and 64",
+        "11.2", "(n_16, n_64): the sink's share at the last query with the sink logit at log n, for n = 16 and 64 "
+                "(share[0, -1] of sink_sweep's result)",
         kind="numbers", names=("n_16", "n_64"), expected=_sink_shares, rel=2e-3,
         order="the order is (n = 16, n = 64)",
         hints=[(lambda a, e: all(abs(a[k] - e[k]) < 0.02 * e[k] for k in e),
