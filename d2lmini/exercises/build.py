@@ -262,6 +262,7 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
         ("each head's logits are divided by sqrt(d_h), d_h = num_hiddens / num_heads, not by sqrt(num_hiddens)",
          lambda Y: attend(Y, scale=(h * d_h) ** -0.5)),
         ("divide each head's logits by sqrt(d_h)", lambda Y: attend(Y, scale=1.0)),
+        ("divide each head's logits by sqrt(d_h), not by d_h", lambda Y: attend(Y, scale=1 / d_h)),
         ("the softmax runs over the keys, the last dimension of Q_h K_h^T (dim=-1), so that each query's "
          "weights sum to 1", lambda Y: attend(Y, axis=-2)),
         ("head i reads columns i*d_h to (i+1)*d_h - 1: unflatten the last dimension as (num_heads, d_h)",
@@ -311,12 +312,12 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
     if skips:
         slips += [("attention's output is added to the stream X (its skip connection)", block(skip1=False)),
                   ("the FFN's output is added to the stream X' (its skip connection)", block(skip2=False))]
+        right = "pre-LN normalizes each sublayer's input, X + F(norm(X))" if pre else \
+            "post-LN normalizes the sum, norm(X + F(X))"
+        slips.append((f"this is X + norm(F(X)), a norm on each branch; {right}", block(placement="post_sublayer")))
         if pre:
             slips.append(("the FFN's output is added to X', the stream after attention, not to the block's "
                           "input X", block(ffn_adds_to="X")))
-        else:
-            slips.append(("this is X + norm(F(X)), a norm on each branch; post-LN normalizes the sum, "
-                          "norm(X + F(X))", block(placement="post_sublayer")))
     else:
         step = "F(norm(X))" if pre else "norm(F(X))"
         slips += [(f"residual=False: no skips, each step returns {step} with no X added",
@@ -333,6 +334,10 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
                    "normalized", block(unnormed=("ffn",))),
                   ("each sublayer reads its norm's output, norm1(X) and norm2(X'), not the stream itself: in "
                    "pre-LN each sublayer's input is normalized", block(unnormed=("attention", "ffn")))]
+    if rest:
+        slips.append(("hand valid_lens on to the attention, self.attention(Y, Y, Y, valid_lens): without it "
+                      "the padded sequence's queries read its padding",
+                      block(attend=lambda Y: _output(ref.attention(Y, Y, Y)))))
     slips += [(words, block(attend=attend)) for words, attend in _attention_slips(ref.attention)]
     return slips
 

@@ -75,10 +75,11 @@ def _pre_ln_gradient_fall() -> float:
 
 # --------------------------------------------------------------------------- 2.3 scaled branches
 
-def scaled_stream_rms(scale: float, blocks=(8, 32, 64)) -> dict:
+def scaled_stream_rms(scale: float, blocks=(8, 32, 64), ffn_too: bool = True) -> dict:
     """The stream's RMS after each of ``blocks`` (keys ``"8"``, ...) of the chapter's 64-block stack
     without norms, with skips (``make_skip_stack(64, "none", True, seed=1)``), every ``W_o`` and
-    ``W_2`` times ``scale``, on the input ``torch.randn(1, 32, 64)`` of a generator seeded with 0."""
+    ``W_2`` times ``scale`` (``ffn_too=False``: ``W_o`` only), on the input ``torch.randn(1, 32, 64)``
+    of a generator seeded with 0."""
     from ..chapters import ch02_residual as residual
     from ..probes import stream_rms
 
@@ -86,7 +87,8 @@ def scaled_stream_rms(scale: float, blocks=(8, 32, 64)) -> dict:
     with torch.no_grad():
         for block in stack:
             block.attention.W_o.weight.mul_(scale)
-            block.ffn.W_2.weight.mul_(scale)
+            if ffn_too:
+                block.ffn.W_2.weight.mul_(scale)
         X = torch.randn(1, 32, 64, generator=torch.Generator().manual_seed(0))
         rms = {}
         for k, block in enumerate(stack, 1):
@@ -96,6 +98,7 @@ def scaled_stream_rms(scale: float, blocks=(8, 32, 64)) -> dict:
 
 
 _scaled = functools.cache(lambda scale: scaled_stream_rms(scale))
+_attention_only = functools.cache(lambda: scaled_stream_rms(1 / math.sqrt(128), ffn_too=False)["64"])
 
 
 def _rms_after_64() -> dict:
@@ -169,9 +172,11 @@ EXERCISES = [
                      "with: scale by the square root of 1/(2L)"),
                     (lambda a, e: abs(a["with"] - e["without"]) < 3e-3 * e["without"],
                      "the first number is the stack as built, the second the scaled one"),
+                    (lambda a, e: abs(a["with"] - _attention_only()) < 3e-3 * a["with"],
+                     "with: scale both residual projections of every block, attention.W_o and ffn.W_2"),
                     (lambda a, e: abs(a["without"] - _scaled(1.0)["32"]) < 3e-3 * _scaled(1.0)["32"],
                      "that is the RMS after block 32: hand in the one after block 64, the last")],
-             wrong=[lambda e: {**e, "with": _scaled(1 / 8)["64"]},
+             wrong=[lambda e: {**e, "with": _scaled(1 / 8)["64"]}, lambda e: {**e, "with": _attention_only()},
                     lambda e: {"without": e["with"], "with": e["without"]}, lambda e: {**e, "with": e["without"]}]),
     Exercise("2.4", "run.val_loss[-1]: the final validation loss of the one-block model without skips",
              expected=lambda: _no_skip_val(1), rel=0, abs=0.015, slow=True,

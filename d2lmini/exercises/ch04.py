@@ -249,8 +249,8 @@ EXERCISES = [
         hints=[(lambda a, e: _close_all(a, {k: 1 / v for k, v in e.items()}, 0.02),
                 "the ratio puts queries and keys on top: qk_vo_ratio(32)"),
                (lambda a, e: math.isclose(a["float32"], a["float64"], rel_tol=0.02),
-                "the two dtypes give different ratios: probe once with dtype=torch.float32, once with "
-                "torch.float64")],
+                "your two ratios agree: the dtypes part only where the tokens have collapsed, at block 32 of "
+                "the 32-block post-LN stack; read its qk_vo_ratio(32) once with each dtype")],
         hint="probe the post-LN stack of 32 blocks (norm=\"layer\", seed=0) once with dtype=torch.float32 and once "
              "with torch.float64, and read qk_vo_ratio(32)",
         wrong=[_swapped, lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {k: e["float64"] for k in e}]),

@@ -106,7 +106,7 @@ EXERCISES = [
              hints=[(_each(lambda a, e: a > 1), "hand in the differences of the two losses, not the losses"),
                     (_each(lambda a, e: abs(a + e) < 0.006 and abs(e) > 0.006),
                      "the sign: GELU's loss minus SwiGLU's, positive when SwiGLU is ahead"),
-                    (_each(lambda a, e: abs(a) < 0.5),
+                    (_each(lambda a, e: abs(a) < 0.5 and abs(a - e) > 0.006),
                      "one run of 1,200 steps (its cosine schedule ends at step 1,200), seed 0, read at steps 600 "
                      "and 1,200; the chapter's 600-step run is another schedule")],
              hint="GELU's validation loss minus SwiGLU's, at steps 600 and 1,200 of one 1,200-step run, seed 0",
