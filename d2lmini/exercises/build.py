@@ -321,7 +321,9 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
     else:
         step = "F(norm(X))" if pre else "norm(F(X))"
         slips += [(f"residual=False: no skips, each step returns {step} with no X added",
-                   block(skip1=True, skip2=True))]
+                   block(skip1=True, skip2=True)),
+                  ("residual=False: attention's step still adds its input X", block(skip1=True)),
+                  ("residual=False: the FFN's step still adds its input X'", block(skip2=True))]
     if pre and skips:
         slips.append(("add each sublayer's output to the stream X itself, not to norm1(X): in pre-LN the stream "
                       "is never normalized", block(stream_normed=True)))
@@ -336,7 +338,7 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
                    "pre-LN each sublayer's input is normalized", block(unnormed=("attention", "ffn")))]
     if rest:
         slips.append(("hand valid_lens on to the attention, self.attention(Y, Y, Y, valid_lens): without it "
-                      "the padded sequence's queries read its padding",
+                      "the padded positions' queries read the padding keys",
                       block(attend=lambda Y: _output(ref.attention(Y, Y, Y)))))
     slips += [(words, block(attend=attend)) for words, attend in _attention_slips(ref.attention)]
     return slips

@@ -60,6 +60,11 @@ def _post_ln_without_skips() -> dict:
             "gradient_fall": probe.first_block_grad(8) / probe.first_block_grad(64)}
 
 
+def _post_ln_input_fall() -> float:
+    probe = _post_ln_sweep().get("post", False)
+    return probe.input_grad[8] / probe.input_grad[64]
+
+
 def _post_ln_with_skips_fall() -> float:
     probe = _post_ln_sweep().get("post", True)
     return probe.first_block_grad(8) / probe.first_block_grad(64)
@@ -150,6 +155,9 @@ EXERCISES = [
              kind="numbers", names=("collapse_block", "gradient_fall"), expected=_post_ln_without_skips, rel=2e-2,
              hints=[(lambda a, e: abs(a["gradient_fall"] - _pre_ln_gradient_fall()) < 0.05 * a["gradient_fall"],
                      "gradient_fall: that is the pre-LN stack's; use sweep.get('post', False)"),
+                    (lambda a, e: abs(a["gradient_fall"] - _post_ln_input_fall()) < 0.02 * a["gradient_fall"],
+                     "gradient_fall: block 1's weights' gradient, probe.first_block_grad(L), not the gradient "
+                     "reaching the input (input_grad)"),
                     (lambda a, e: abs(a["gradient_fall"] - _post_ln_with_skips_fall()) < 0.05 * a["gradient_fall"],
                      "gradient_fall: that is post-LN with skips; use sweep.get('post', False)"),
                     (lambda a, e: abs(a["gradient_fall"] * e["gradient_fall"] - 1) < 0.05,
@@ -160,7 +168,8 @@ EXERCISES = [
              wrong=[lambda e: {**e, "gradient_fall": 1 / e["gradient_fall"]},
                     lambda e: {**e, "collapse_block": e["collapse_block"] - 1},
                     lambda e: {**e, "gradient_fall": _pre_ln_gradient_fall()},
-                    lambda e: {**e, "gradient_fall": _post_ln_with_skips_fall()}]),
+                    lambda e: {**e, "gradient_fall": _post_ln_with_skips_fall()},
+                    lambda e: {**e, "gradient_fall": _post_ln_input_fall()}]),
     Exercise("2.3", "(without, with): the stream's RMS after block 64, without and with the scaling",
              kind="numbers", names=("without", "with"), expected=_rms_after_64,
              rel={"without": 0.05, "with": 3e-3},  # without: 66.4 to 68.0 by processor (float32 rounding)

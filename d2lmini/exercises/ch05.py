@@ -96,8 +96,8 @@ def _lower_rate() -> dict:
 def _partial_rms(measure: str = "distance") -> dict:
     """5.6: how far partial RMSNorm (the first 32 of 512 features) lands from RMSNorm: the mean over
     tokens of ||y_p - y|| / ||y||; ``measure`` names a wrong way to measure it (for the hints):
-    ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"mismatched"`` (y of
-    the unscaled tokens against y_p of the scaled ones)."""
+    ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"undivided"`` (||y_p - y||
+    alone), ``"mismatched"`` (y of the unscaled tokens against y_p of the scaled ones)."""
     from ..chapters.ch05_rmsnorm import EPS
 
     def norms(X, k=32):
@@ -109,6 +109,8 @@ def _partial_rms(measure: str = "distance") -> dict:
             return float((y_p - y).norm() / y.norm())
         if measure == "ratio":
             return float((y_p.norm(dim=-1) / y.norm(dim=-1)).mean())
+        if measure == "undivided":
+            return float((y_p - y).norm(dim=-1).mean())
         return float(((y_p - y).norm(dim=-1) / y.norm(dim=-1)).mean())
 
     torch.manual_seed(0)
@@ -207,6 +209,8 @@ EXERCISES = [
                     (lambda a, e: abs(a["large_first"] - a["random"]) < 0.05,
                      "multiply the first 32 features of every token by 10 before normalizing it "
                      "with both norms"),
+                    (lambda a, e: a["random"] > 1,
+                     "divide each token's ||y_p - y|| by ||y||, the norm of RMSNorm's output"),
                     (lambda a, e: a["large_first"] > 1,
                      "divide by the norm of RMSNorm's output, not of the partial norm's"),
                     (lambda a, e: abs(a["random"] - _partial_rms("whole")["random"]) < 0.02 * a["random"],
@@ -219,6 +223,6 @@ EXERCISES = [
                      "first 32 features")],
              wrong=[lambda e: {**e, "large_first": 1 / (1 - e["large_first"]) - 1},
                     lambda e: {**e, "large_first": e["random"]}, lambda e: {"random": 3.068, "large_first": 0.076},
-                    lambda e: _partial_rms("whole"), lambda e: _partial_rms("ratio"),
+                    lambda e: _partial_rms("whole"), lambda e: _partial_rms("ratio"), lambda e: _partial_rms("undivided"),
                     lambda e: {**e, "large_first": _partial_rms("mismatched")["large_first"]}]),
 ]

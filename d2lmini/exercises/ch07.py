@@ -107,8 +107,8 @@ EXERCISES = [
                     (_each(lambda a, e: abs(a + e) < 0.006 and abs(e) > 0.006),
                      "the sign: GELU's loss minus SwiGLU's, positive when SwiGLU is ahead"),
                     (_each(lambda a, e: abs(a) < 0.5 and abs(a - e) > 0.006),
-                     "one run of 1,200 steps (its cosine schedule ends at step 1,200), seed 0, read at steps 600 "
-                     "and 1,200; the chapter's 600-step run is another schedule")],
+                     "both gaps come from one run of 1,200 steps (its cosine schedule ends at step 1,200), seed 0, "
+                     "read at steps 600 and 1,200")],
              hint="GELU's validation loss minus SwiGLU's, at steps 600 and 1,200 of one 1,200-step run, seed 0",
              wrong=[lambda e: {k: v + 0.05 for k, v in e.items()}, lambda e: {k: v - 0.05 for k, v in e.items()},
                     lambda e: {"gap_600": 1.7, "gap_1200": 1.6}]),

@@ -38,8 +38,9 @@ def _sinkhorn_errors(dim: int = -1, reduce: str = "max") -> dict:
     logits = 2.56 * torch.randn(100, 4, 4, generator=torch.Generator().manual_seed(0))
     out = {}
     for k in SINKHORN_ITERS:
-        error = (sinkhorn_knopp(logits, iters=k).sum(dim=dim) - 1).abs()
-        out[f"iters_{k}"] = float(error.max() if reduce == "max" else error.mean())
+        error = sinkhorn_knopp(logits, iters=k).sum(dim=dim) - 1
+        out[f"iters_{k}"] = float(error.max() if reduce == "signed max" else error.abs().max() if reduce == "max"
+                                  else error.abs().mean())
     return out
 
 
@@ -120,6 +121,9 @@ EXERCISES = [
         kind="numbers", names=tuple(f"iters_{k}" for k in SINKHORN_ITERS), expected=_sinkhorn_errors, rel=2e-2,
         hints=[(lambda a, e: max(a.values()) < 1e-3,
                 "Those are the columns' errors (a sum over dim=-2): the rows sum over the last dimension."),
+               (lambda a, e: all(math.isclose(a[k], v, rel_tol=0.02, abs_tol=1e-9)
+                                 for k, v in _sinkhorn_errors(reduce="signed max").items()),
+                "The error is |sum - 1|: take .abs() before the max."),
                (lambda a, e: all(a[k] < 0.6 * e[k] for k in e),
                 "Hand in the largest error over the 100 matrices, not their mean."),
                (lambda a, e: a["iters_20"] > 0.5,
@@ -128,6 +132,7 @@ EXERCISES = [
         hint="Draw the logits exactly as the exercise says (seed 0, shape (100, 4, 4), times 2.56), then "
              "take (M.sum(dim=-1) - 1).abs().max() for each number of iterations.",
         wrong=[lambda e: _sinkhorn_errors(dim=-2), lambda e: _sinkhorn_errors(reduce="mean"),
+               lambda e: _sinkhorn_errors(reduce="signed max"),
                lambda e: dict(zip(e, reversed(list(e.values())))), lambda e: {k: 100 * v for k, v in e.items()}]),
     Exercise(
         "10.3", "the medians of ||P_64||_2 with 16 streams: a dict with keys hc_128, hc_4096, mhc_128, mhc_4096",
