@@ -116,6 +116,32 @@ def test_each_check_accepts_the_answer_and_rejects_plausible_wrong_ones(exercise
                        for n in ex.names if given[n] != expected[n]), f"{exercise_id}: {wrong!r}"
 
 
+#: Wrong answers whose hints once went to a neighbouring mistake: (exercise, the answer as a function of
+#: the right one, or of nothing for a function exercise, a phrase its hint must hold).
+AIMED = [
+    ("5.6", lambda e: exercises.ch05._partial_rms("ratio"), "not the ratio"),
+    ("5.6", lambda e: exercises.ch05._partial_rms("undivided"), "divide each token's"),
+    ("5.6", lambda e: exercises.ch05._partial_rms("sum"), "divide their sum by 32"),
+    ("1.2", lambda e: {**e, "n48": e["n192"]}, "n48:"),
+    ("1.2", lambda e: {**e, "n192": e["n48"]}, "n192:"),
+    ("5.1", lambda e: {**e, "ln_times_3": 2e-5}, "each difference named above"),
+    ("9.2", lambda e: {**e, "change": -e["change"]}, "the sign"),
+    ("6.5", lambda e: {**e, "bound": exercises.ch06._logit_bound(pairing="rope_pairs")["bound"]}, "within RoPE's"),
+    ("6.6", lambda: (lambda z, c: 1 - __import__("torch").tanh(z / c)), "the tanh is squared"),
+    ("6.6", lambda: (lambda z, c: 1 / __import__("torch").cosh(z / c)), "the cosh is squared"),
+]
+
+
+@pytest.mark.parametrize("exercise_id, make, phrase", [
+    pytest.param(*case, id=f"{case[0]}-{k}", marks=[pytest.mark.slow] if exercise(case[0]).slow else [])
+    for k, case in enumerate(AIMED)])
+def test_a_wrong_answer_gets_the_hint_written_for_it(exercise_id, make, phrase):
+    ex = exercise(exercise_id)
+    wrong = make() if ex.kind == "function" else make(ex.answer())
+    verdict = check(exercise_id, wrong)
+    assert not verdict and phrase in verdict.message, verdict.message
+
+
 def test_a_function_check_runs_the_readers_function_on_fresh_inputs():
     import torch
 

@@ -271,6 +271,9 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
          "alone mixes positions and heads", lambda Y: attend(Y, columns="reshaped")),
         ("before W_o, bring the heads back beside each other: (b, num_heads, n, d_h), transpose(1, 2), then "
          "(b, n, num_hiddens); a reshape alone mixes positions and heads", lambda Y: attend(Y, merge="reshaped")),
+        ("split the heads as (b, n, num_heads, d_h), then transpose(1, 2), and undo both before W_o: a "
+         "reshape alone, both ways, mixes positions and heads",
+         lambda Y: attend(Y, columns="reshaped", merge="reshaped")),
     ]
 
 

@@ -97,12 +97,15 @@ def _partial_rms(measure: str = "distance") -> dict:
     """5.6: how far partial RMSNorm (the first 32 of 512 features) lands from RMSNorm: the mean over
     tokens of ||y_p - y|| / ||y||; ``measure`` names a wrong way to measure it (for the hints):
     ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"undivided"`` (||y_p - y||
-    alone), ``"mismatched"`` (y of the unscaled tokens against y_p of the scaled ones)."""
+    alone), ``"mismatched"`` (y of the unscaled tokens against y_p of the scaled ones), ``"sum"`` (the
+    partial statistic a sum of the 32 squares, not their mean)."""
     from ..chapters.ch05_rmsnorm import EPS
 
     def norms(X, k=32):
         y = X * torch.rsqrt(X.pow(2).mean(dim=-1, keepdim=True) + EPS)
-        return y, X * torch.rsqrt(X[..., :k].pow(2).mean(dim=-1, keepdim=True) + EPS)
+        partial = X[..., :k].pow(2).sum(dim=-1, keepdim=True) if measure == "sum" else \
+            X[..., :k].pow(2).mean(dim=-1, keepdim=True)
+        return y, X * torch.rsqrt(partial + EPS)
 
     def distance(y, y_p):
         if measure == "whole":
@@ -209,8 +212,10 @@ EXERCISES = [
                     (lambda a, e: abs(a["large_first"] - a["random"]) < 0.05,
                      "multiply the first 32 features of every token by 10 before normalizing it "
                      "with both norms"),
-                    (lambda a, e: a["random"] > 1,
+                    (lambda a, e: a["random"] > 1 and a["large_first"] > 1,
                      "divide each token's ||y_p - y|| by ||y||, the norm of RMSNorm's output"),
+                    (lambda a, e: abs(a["random"] - _partial_rms("sum")["random"]) < 0.02,
+                     "the partial RMS is the root of the mean of the first 32 squares: divide their sum by 32"),
                     (lambda a, e: a["large_first"] > 1,
                      "divide by the norm of RMSNorm's output, not of the partial norm's"),
                     (lambda a, e: abs(a["random"] - _partial_rms("whole")["random"]) < 0.02 * a["random"],
@@ -224,5 +229,6 @@ EXERCISES = [
              wrong=[lambda e: {**e, "large_first": 1 / (1 - e["large_first"]) - 1},
                     lambda e: {**e, "large_first": e["random"]}, lambda e: {"random": 3.068, "large_first": 0.076},
                     lambda e: _partial_rms("whole"), lambda e: _partial_rms("ratio"), lambda e: _partial_rms("undivided"),
+                    lambda e: _partial_rms("sum"),
                     lambda e: {**e, "large_first": _partial_rms("mismatched")["large_first"]}]),
 ]
