@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from conftest import ROOT, chapter_notebooks, toc_files
 from d2lmini import exercises
@@ -127,8 +128,8 @@ AIMED = [
     ("5.1", lambda e: {**e, "ln_times_3": 2e-5}, "each difference named above"),
     ("9.2", lambda e: {**e, "change": -e["change"]}, "the sign"),
     ("6.5", lambda e: {**e, "bound": exercises.ch06._logit_bound(pairing="rope_pairs")["bound"]}, "within RoPE's"),
-    ("6.6", lambda: (lambda z, c: 1 - __import__("torch").tanh(z / c)), "the tanh is squared"),
-    ("6.6", lambda: (lambda z, c: 1 / __import__("torch").cosh(z / c)), "the cosh is squared"),
+    ("6.6", lambda: (lambda z, c: 1 - torch.tanh(z / c)), "the tanh is squared"),
+    ("6.6", lambda: (lambda z, c: 1 / torch.cosh(z / c)), "the cosh is squared"),
 ]
 
 
@@ -143,8 +144,6 @@ def test_a_wrong_answer_gets_the_hint_written_for_it(exercise_id, make, phrase):
 
 
 def test_a_function_check_runs_the_readers_function_on_fresh_inputs():
-    import torch
-
     ex = Exercise("0.1", "a function of X", kind="function", reference=lambda X: X.relu(),
                   inputs=lambda g: (torch.randn(3, 4, generator=g),), hints=[(lambda a, e: True, "clip at zero")],
                   wrong=[lambda: torch.tanh])

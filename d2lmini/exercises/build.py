@@ -319,17 +319,16 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
             "post-LN normalizes the sum, norm(X + F(X))"
         slips.append((f"this is X + norm(F(X)), a norm on each branch; {right}", block(placement="post_sublayer")))
         if pre:
-            slips.append(("the FFN's output is added to X', the stream after attention, not to the block's "
-                          "input X", block(ffn_adds_to="X")))
+            slips += [("the FFN's output is added to X', the stream after attention, not to the block's "
+                       "input X", block(ffn_adds_to="X")),
+                      ("add each sublayer's output to the stream X itself, not to norm1(X): in pre-LN the "
+                       "stream is never normalized", block(stream_normed=True))]
     else:
         step = "F(norm(X))" if pre else "norm(F(X))"
         slips += [(f"residual=False: no skips, each step returns {step} with no X added",
                    block(skip1=True, skip2=True)),
                   ("residual=False: attention's step still adds its input X", block(skip1=True)),
                   ("residual=False: the FFN's step still adds its input X'", block(skip2=True))]
-    if pre and skips:
-        slips.append(("add each sublayer's output to the stream X itself, not to norm1(X): in pre-LN the stream "
-                      "is never normalized", block(stream_normed=True)))
     if pre:
         slips += [("the queries, keys and values all come from norm1(X), not only the queries",
                    block(attend=lambda Y: _output(ref.attention(Y, X, X, *rest)))),

@@ -54,28 +54,30 @@ def _post_ln_sweep():
     return residual.depth_gradients(depths=(8, 16, 32, 64), configs=[("post", False), ("post", True)])
 
 
+def _gradient_fall(probe, of: str = "block 1") -> float:
+    """Block 1's weight gradient at L = 8 divided by that at L = 64 (``of="input"``: the input's gradient)."""
+    grad = probe.first_block_grad if of == "block 1" else probe.input_grad.__getitem__
+    return grad(8) / grad(64)
+
+
 def _post_ln_without_skips() -> dict:
     probe = _post_ln_sweep().get("post", False)
-    return {"collapse_block": collapse_block(probe),
-            "gradient_fall": probe.first_block_grad(8) / probe.first_block_grad(64)}
+    return {"collapse_block": collapse_block(probe), "gradient_fall": _gradient_fall(probe)}
 
 
 def _post_ln_input_fall() -> float:
-    probe = _post_ln_sweep().get("post", False)
-    return probe.input_grad[8] / probe.input_grad[64]
+    return _gradient_fall(_post_ln_sweep().get("post", False), of="input")
 
 
 def _post_ln_with_skips_fall() -> float:
-    probe = _post_ln_sweep().get("post", True)
-    return probe.first_block_grad(8) / probe.first_block_grad(64)
+    return _gradient_fall(_post_ln_sweep().get("post", True))
 
 
 @functools.cache
 def _pre_ln_gradient_fall() -> float:
     from ..chapters import ch02_residual as residual
 
-    probe = residual.depth_gradients(depths=(8, 16, 32, 64), configs=[("pre", False)]).probes[0]
-    return probe.first_block_grad(8) / probe.first_block_grad(64)
+    return _gradient_fall(residual.depth_gradients(depths=(8, 16, 32, 64), configs=[("pre", False)]).probes[0])
 
 
 # --------------------------------------------------------------------------- 2.3 scaled branches
