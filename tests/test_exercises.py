@@ -130,6 +130,15 @@ AIMED = [
     ("6.5", lambda e: {**e, "bound": exercises.ch06._logit_bound(pairing="rope_pairs")["bound"]}, "within RoPE's"),
     ("6.6", lambda: (lambda z, c: 1 - torch.tanh(z / c)), "the tanh is squared"),
     ("6.6", lambda: (lambda z, c: 1 / torch.cosh(z / c)), "the cosh is squared"),
+    ("1.1", lambda e: {**e, "attention": 2.25}, "W_k and W_v of d × (8 · 128)"),
+    ("1.1", lambda e: {**e, "ffn": 12.0}, "each d × 14,336"),
+    ("1.6", lambda: exercises.ch01._wrong_miniblock("before softmax", scale_by="d"), "not by sqrt(num_hiddens)"),
+    ("1.6", lambda: exercises.ch01._wrong_miniblock("always"), "masks too"),
+    ("2.3", lambda e: {"without": e["with"], "with": e["with"]}, "measure the stack before you scale it"),
+    ("2.4", lambda e: 3.20, "four-block model"),
+    ("2.4", lambda e: exercises.ch02._unigram_entropy("val"), "unigram entropy"),
+    ("4.7", lambda e: exercises.ch04._read_off_deeper(), "probe an 8-block stack"),
+    ("5.1", lambda e: {**e, "rms_times_3": 4.8e-7}, "machine epsilon"),
 ]
 
 
@@ -138,7 +147,7 @@ AIMED = [
     for k, case in enumerate(AIMED)])
 def test_a_wrong_answer_gets_the_hint_written_for_it(exercise_id, make, phrase):
     ex = exercise(exercise_id)
-    wrong = make() if ex.kind == "function" else make(ex.answer())
+    wrong = make(ex.answer()) if ex.kind in ("number", "numbers") else make()
     verdict = check(exercise_id, wrong)
     assert not verdict and phrase in verdict.message, verdict.message
 
@@ -171,11 +180,29 @@ def test_numbers_answers_by_name_or_order_and_say_which_is_off():
     percent, small = shares.verdict((25.0, 0.001)), shares.verdict((0.25, 0.1))
     assert not percent and "percentages" in percent.message
     assert not small and "percentages" not in small.message  # 100 x 0.001 is within 100 x abs of 0
+    rounding = Exercise("0.8", "(a, b)", kind="numbers", names=("a", "b"), expected=lambda: (0.12345, 3.8e-5),
+                        rel=1e-3)
+    assert "unrounded" in rounding.verdict((0.12, 3.8e-5)).message
+    assert "unrounded" in rounding.verdict((0.123, 0.0)).message
+    assert "unrounded" not in rounding.verdict((0.13, 3.8e-5)).message
     strict = Exercise("0.5", "(a, b)", kind="numbers", names=("a", "b"), expected=lambda: (2.0, 1.0),
                       rel={"a": 1e-6, "b": 0.1})
     assert strict.verdict((2.0, 1.05)) and not strict.verdict((2.01, 1.0))
     with pytest.raises(ValueError, match="rel"):
         Exercise("0.6", "x", kind="number", expected=lambda: 1.0, rel={"x": 0.1})
+
+
+def test_numpy_and_tensor_answers_are_taken_as_readers_hand_them_in():
+    np = pytest.importorskip("numpy")
+    _, var_all, var_real = exercises.ch03._variances()
+    mask = var_all > var_real
+    for answer in (mask, mask.numpy(), np.where(mask.numpy())[0], list(np.nonzero(mask.numpy())[0]),
+                   mask.tolist(), torch.nonzero(mask), mask.nonzero().flatten(), sorted(mask.nonzero().flatten().tolist())):
+        assert check("3.2", answer), type(answer)
+    ratios = exercise("1.2").answer()
+    assert check("1.2", np.array(list(ratios.values()))) and check("1.2", torch.tensor(list(ratios.values())))
+    with pytest.raises(ValueError, match="3 numbers"):
+        check("1.2", np.array([1.0, 2.0]))
 
 
 def test_unknown_exercises_and_discussions_raise_a_clear_error():

@@ -117,10 +117,10 @@ def test_training_table_puts_post_ln_beside_pre_ln_per_configuration():
     assert seed_losses(results)[8, 0.02, 0, "post"] == [3.2, 3.3]
     table = training_table(results)
     assert list(table.index) == [(8, 0.02, 0), (8, 0.02, 75), (8, 0.005, 0), (2, 0.005, 0)]
-    assert list(table.columns) == ["post-LN", "pre-LN", "post-LN spread", "pre-LN spread"]
+    assert list(table.columns) == ["post-LN", "pre-LN", "post-LN seed range", "pre-LN seed range"]
     assert table["post-LN"].tolist() == pytest.approx([3.25, 3.3, 2.4, 2.41])
-    assert table.loc[(8, 0.02, 0), "post-LN spread"] == pytest.approx(0.1)
-    assert table.loc[(2, 0.005, 0), "pre-LN"] == 2.4 and table.loc[(2, 0.005, 0), "pre-LN spread"] == 0
+    assert table.loc[(8, 0.02, 0), "post-LN seed range"] == pytest.approx(0.1)
+    assert table.loc[(2, 0.005, 0), "pre-LN"] == 2.4 and table.loc[(2, 0.005, 0), "pre-LN seed range"] == 0
     assert math.isnan(table.loc[(8, 0.02, 75), "pre-LN"])  # not trained: left empty
     fig = plot_training(results, reference=3.0)
     assert [ax.get_title() for ax in fig.axes] == ["8 blocks, peak rates 0.02 and 0.005", "2 blocks, peak rate 0.005"]

@@ -308,8 +308,8 @@ def training_table(results):
     Returns:
         ``pandas.DataFrame`` indexed by (blocks, peak rate, warm-up steps), deepest and highest
         rate first, then the shortest warm-up, with columns ``'post-LN'`` and ``'pre-LN'`` (the mean
-        validation loss over seeds, nats per character) and ``'post-LN spread'`` and
-        ``'pre-LN spread'`` (largest minus smallest over seeds); NaN where that placement was
+        validation loss over seeds, nats per character) and ``'post-LN seed range'`` and
+        ``'pre-LN seed range'`` (largest minus smallest over seeds); NaN where that placement was
         not trained in that configuration. The columns' name says they hold the final
         validation loss.
 
@@ -323,10 +323,10 @@ def training_table(results):
     for (depth, lr, warmup, placement), losses in seed_losses(results).items():
         row = rows.setdefault((depth, lr, warmup), {})
         row[PLACEMENT_SHORT[placement]] = sum(losses) / len(losses)
-        row[PLACEMENT_SHORT[placement] + " spread"] = max(losses) - min(losses)
+        row[PLACEMENT_SHORT[placement] + " seed range"] = max(losses) - min(losses)
     keys = sorted(rows, key=lambda key: (-key[0], -key[1], key[2]))
     index = pd.MultiIndex.from_tuples(keys, names=["blocks", "peak rate", "warm-up steps"])
-    columns = list(PLACEMENT_SHORT.values()) + [name + " spread" for name in PLACEMENT_SHORT.values()]
+    columns = list(PLACEMENT_SHORT.values()) + [name + " seed range" for name in PLACEMENT_SHORT.values()]
     table = pd.DataFrame([rows[key] for key in keys], index=index, columns=columns)
     table.columns.name = "final validation loss"  # shown above the columns: which loss they hold
     return table

@@ -184,6 +184,9 @@ class Exercise:
                 fits = False
             if fits:
                 return f"{where}Hint: {hint}"
+        if self._rounded(given, expected, off):
+            return (f"{where}Hint: rounded, {'these are' if len(off) > 1 else 'that is'} off by more than the "
+                    f"check allows: hand in the numbers as your code computes them, unrounded")
         return f"{where}Hint: {self.hint}"
 
     def _percentages(self, given, expected, off: list[str]) -> bool:
@@ -198,6 +201,17 @@ class Exercise:
 
         return (bool(pairs) and all(percentage(*pair) for pair in pairs)
                 and any(0 < abs(want) <= 1 for _, want, _ in pairs))
+
+    def _rounded(self, given, expected, off: list[str]) -> bool:
+        """Whether every wrong number of ``given`` is the right one rounded, to two or three significant
+        digits or to two to four decimals (0.0 included: a small number rounded away); one digit is a guess."""
+        pairs = [(given, expected)] if self.kind == "number" else [(given[n], expected[n]) for n in off]
+
+        def rounded(got, want):
+            roundings = {float(f"{want:.{k}g}") for k in (2, 3)} | {round(want, k) for k in (2, 3, 4)}
+            return got in roundings and got != want
+
+        return bool(pairs) and all(rounded(*pair) for pair in pairs)
 
     def _reordered(self, given: dict, expected: dict) -> bool:
         """Whether ``given`` holds ``expected``'s numbers, within the tolerance, in another order."""
@@ -257,8 +271,8 @@ def _as_numbers(ex: Exercise, value, hand_in: str | None = None) -> dict[str, fl
             raise ValueError(f"exercise {ex.id}: the {what} must be a dict with the keys {list(names)} "
                              f"({hand_in}); missing {missing}, unexpected {extra}")
         items = [value[n] for n in names]
-    elif isinstance(value, (tuple, list)):
-        if len(value) != len(names):
+    elif isinstance(value, (tuple, list)) or (hasattr(value, "__array__") and getattr(value, "ndim", 0) == 1):
+        if len(value) != len(names):  # a tuple, a list, or a 1-D tensor or NumPy array
             raise ValueError(f"exercise {ex.id}: the {what} must hold {len(names)} numbers, {', '.join(names)} "
                              f"in this order ({hand_in}); got {len(value)}")
         items = list(value)

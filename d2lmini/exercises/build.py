@@ -218,6 +218,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
             ("the output is multiplied by the gain gamma", X32 * torch.rsqrt(ms + eps)),
             ("the statistic is the mean of the squares over the last dimension (dim=-1, keepdim=True)",
              g * X32 * torch.rsqrt(X32.pow(2).mean((0, 1), keepdim=True) + eps)),
+            ("the statistic is the mean of the squares, mean(x**2), not their sum",
+             g * X32 * torch.rsqrt(X32.pow(2).sum(-1, keepdim=True) + eps)),
         ]
     slips.append((f"add eps inside the square root, {formula}: without it small tokens are blown up",
                   with_eps(0.0)))
@@ -256,6 +258,8 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
         heads = A @ V  # (b, h, n, d_h)
         if merge == "reshaped":  # read as (b, n, h d_h) without the transpose
             return attention.W_o(heads.reshape(Y.shape[0], Y.shape[1], h * d_h))
+        if merge == "no W_o":
+            return heads.transpose(1, 2).flatten(-2)
         return attention.W_o(heads.transpose(1, 2).flatten(-2))
 
     return [
@@ -274,6 +278,7 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
         ("split the heads as (b, n, num_heads, d_h), then transpose(1, 2), and undo both before W_o: a "
          "reshape alone, both ways, mixes positions and heads",
          lambda Y: attend(Y, columns="reshaped", merge="reshaped")),
+        ("the concatenated heads pass through the output projection W_o", lambda Y: attend(Y, merge="no W_o")),
     ]
 
 
@@ -353,7 +358,8 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
 
     Call it after ``d2lmini.copy_parameters(ref, mine, rename)``. It runs ``mine(*inputs)`` and
     ``ref(*ref_inputs)`` (``ref(*inputs)`` by default) without gradients and compares the two
-    outputs (the first entry of a tuple) with :func:`torch.testing.assert_close`.
+    outputs (the first entry of a tuple) with :func:`torch.testing.assert_close`; where ``ref`` holds
+    a norm, once more with the first input times 1e-3, where a norm's eps weighs.
 
     Args:
         mine: the reader's module; ref: ``d2lmini``'s, whose weights ``mine`` holds.
@@ -386,7 +392,15 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         want = _output(ref(*ref_inputs))
         gap = _differs(got, want, rtol, atol)
         if gap is None:
-            return got
+            small, small_ref = _small(ref, inputs), _small(ref, ref_inputs)
+            if small is None or small_ref is None:
+                return got
+            output = got  # a norm's eps weighs only on small tokens: compare those too
+            got, want = _output(mine(*small)), _output(ref(*small_ref))
+            gap = _differs(got, want, rtol, atol)
+            if gap is None:
+                return output
+            inputs, ref_inputs = small, small_ref
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise AssertionError(f"Hint: your module returns {shape}; d2lmini's returns shape {tuple(want.shape)}.")
@@ -394,6 +408,16 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
             raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: the last step "
                                  f"must be in the input's dtype (the gain too; round back with Y.to(X.dtype)).")
         raise AssertionError(_diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint))
+
+
+def _small(ref: nn.Module, inputs: tuple) -> tuple | None:
+    """``inputs`` with the first, a floating-point tensor, times 1e-3 (and each other input that is the same
+    tensor, as queries, keys and values are), where ``ref`` holds a norm; else None."""
+    if not inputs or not isinstance(inputs[0], torch.Tensor) or not inputs[0].is_floating_point() \
+            or not any(_is_norm(m) for m in ref.modules()):
+        return None
+    small = 1e-3 * inputs[0]
+    return tuple(small if x is inputs[0] else x for x in inputs)
 
 
 def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint) -> str:
@@ -422,6 +446,8 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
         calls = _calls(theirs, Z)
         if not calls:  # a part that takes other inputs: compared as a whole only
             continue
+        if _is_norm(theirs):  # small tokens too, where eps weighs
+            calls += _calls(theirs, 1e-3 * Z)
         for args, expected in calls:
             words = _words(args, Z)
             try:
@@ -432,6 +458,11 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                 return f"Hint: `{name}` alone, called with {words}, raised {type(error).__name__}: {error}"
             part_gap = _differs(alone, expected, rtol, atol)
             if part_gap is not None:
+                slip = _norm_slip(theirs, args, alone, expected)
+                if slip is not None:
+                    size = "" if args[0] is Z else ", times 1e-3"
+                    return (f"Hint: `{name}` alone differs from d2lmini's `{source}`: {slip} (largest difference "
+                            f"{part_gap:.2g} on a random input of shape {tuple(Z.shape)}{size}).")
                 return "Hint: " + _part_hint(name, source, theirs, part_gap, words if len(args) > 1 else None)
         agreeing[name] = part
     kinds = {}

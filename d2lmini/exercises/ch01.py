@@ -66,23 +66,17 @@ def _swapped_first_two() -> dict:
 
 # --------------------------------------------------------------------------- 1.4 norms on the branch
 
+def _residual_sums(placement: str):
+    from ..chapters import ch01_anatomy as anatomy
+
+    return anatomy.residual_sum(placement, depth=6, num_hiddens=64, num_heads=4, num_steps=16, norm="layer",
+                                act="relu", seed=0)
+
+
 def _branch_norms() -> dict:
-    from ..chapters import ch01_anatomy as anatomy
-
-    kwargs = dict(depth=6, num_hiddens=64, num_heads=4, num_steps=16, norm="layer", act="relu", seed=0)
-    post_sublayer = anatomy.residual_sum("post_sublayer", **kwargs)
-    sandwich = anatomy.residual_sum("sandwich", **kwargs)
-    rms = sandwich.contribution_rms
+    post_sublayer, sandwich = _residual_sums("post_sublayer"), _residual_sums("sandwich")
     return {"post_sublayer": post_sublayer.sum_vs_output, "sandwich": sandwich.sum_vs_output,
-            "rms": sum(rms) / len(rms)}
-
-
-def _pre_ln_contribution_rms() -> float:
-    from ..chapters import ch01_anatomy as anatomy
-
-    rms = anatomy.residual_sum("pre", depth=6, num_hiddens=64, num_heads=4, num_steps=16, norm="layer", act="relu",
-                               seed=0).contribution_rms
-    return sum(rms) / len(rms)
+            "output_rms": sandwich.output_rms}
 
 
 # --------------------------------------------------------------------------- 1.5 tied weights
@@ -102,7 +96,8 @@ def _tied_stack() -> dict:
 class _MiniBlock(nn.Module):
     """The chapter's ``MiniBlock`` with a ``causal`` flag; ``mask`` says how (for the wrong answers)."""
 
-    mask = "before softmax"  # or "ignored", "diagonal too", "after softmax"
+    mask = "before softmax"  # or "ignored", "diagonal too", "after softmax", "always"
+    scale_by = "d_h"  # or "d": a slip outside the mask
 
     def __init__(self, num_hiddens, num_heads, causal=False):
         super().__init__()
@@ -121,10 +116,10 @@ class _MiniBlock(nn.Module):
             return T.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
 
         Q, K, V = split(self.W_q(X)), split(self.W_k(X)), split(self.W_v(X))
-        logits = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        logits = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1] if self.scale_by == "d_h" else X.shape[-1])
         n = X.shape[1]
         future = torch.ones(n, n, dtype=torch.bool).triu(1 if self.mask != "diagonal too" else 0)
-        if self.causal and self.mask in ("before softmax", "diagonal too"):
+        if (self.causal and self.mask in ("before softmax", "diagonal too")) or self.mask == "always":
             logits = logits.masked_fill(future, float("-inf"))
         A = torch.softmax(logits, dim=-1)
         if self.causal and self.mask == "after softmax":
@@ -136,14 +131,15 @@ class _MiniBlock(nn.Module):
         return X + self.ffn(self.norm2(X))
 
 
-def _wrong_miniblock(mask: str):
-    return type(f"MiniBlock_{mask.replace(' ', '_')}", (_MiniBlock,), {"mask": mask})
+def _wrong_miniblock(mask: str, scale_by: str = "d_h"):
+    return type(f"MiniBlock_{mask.replace(' ', '_')}", (_MiniBlock,), {"mask": mask, "scale_by": scale_by})
 
 
 def _judge_causal_miniblock(cls) -> str | None:
     from ..block import TransformerBlock
     from ..parameters import copy_parameters
     from ..seeding import seeded
+    from .build import check_build
 
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ValueError(f"exercise 1.6: the answer must be your class MiniBlock itself (not an instance), "
@@ -157,7 +153,7 @@ def _judge_causal_miniblock(cls) -> str | None:
                 nn.init.normal_(p)
         refs[False].load_state_dict(refs[True].state_dict())
         X = torch.randn(2, 10, 64)
-    outputs = {}
+    outputs, mines = {}, {}
     for causal, ref in refs.items():
         try:
             mine = cls(64, 4, causal=causal)
@@ -169,16 +165,24 @@ def _judge_causal_miniblock(cls) -> str | None:
             return "keep MiniBlock's names for its parameters (norm1, W_q, ..., ffn): the check copies weights by name"
         with torch.no_grad():
             outputs[causal] = (mine(X), ref(X))
+        mines[causal] = mine
     got, want = outputs[True]
     if not torch.isfinite(got).all():
         return "some rows are NaN: a row whose logits are all -inf has no softmax; row i must keep j = i"
     if torch.allclose(got, outputs[False][1], atol=1e-5):
         return "with causal=True the block still reads later tokens: mask the logits of j > i before the softmax"
+    if not torch.allclose(*outputs[False], atol=1e-5):
+        if torch.allclose(outputs[False][0], want, atol=1e-5):
+            return "with causal=False (the default) the block masks too: mask only when causal is True"
+        try:  # a slip outside the mask: the Build-it check names the part
+            check_build(mines[False], refs[False], X, rename=MINIBLOCK_RENAME, rtol=0, atol=1e-5)
+        except AssertionError as error:
+            return "with causal=False your block is not yet the chapter's MiniBlock: " + \
+                str(error).removeprefix("Hint: ")
+        return "with causal=False (the default) the block must be the chapter's MiniBlock, unmasked"
     if not torch.allclose(got, want, atol=1e-5):
         return ("row i must read rows j <= i only, with weights that sum to 1: set the logits of j > i to -inf "
                 "before the softmax")
-    if not torch.allclose(*outputs[False], atol=1e-5):
-        return "with causal=False (the default) the block must be the chapter's MiniBlock, unmasked"
     return None
 
 
@@ -227,8 +231,17 @@ EXERCISES = [
                      "share: attention's share of the block, not the FFN's"),
                     (lambda a, e: abs(a["share"] - e["share"] * e["ffn"] / (1 - e["share"])
                                       / (e["attention"] + e["ffn"])) < 1e-3,
-                     "share: of the block with num_kv_heads=1, whose total is smaller too")],
+                     "share: of the block with num_kv_heads=1, whose total is smaller too"),
+                    (lambda a, e: abs(a["attention"] - e["attention"]) > 5e-3 * e["attention"],
+                     "attention: four matrices, W_q and W_o of d × d, and W_k and W_v of d × (8 · 128) each, "
+                     "8 key/value heads of width 128"),
+                    (lambda a, e: abs(a["ffn"] - e["ffn"]) > 5e-3 * e["ffn"],
+                     "ffn: three matrices, W_1, the gate W_g and W_2, each d × 14,336 (or 14,336 × d)"),
+                    (lambda a, e: True,
+                     "share: attention / (attention + ffn) with num_kv_heads=1, where W_k and W_v are d × 128 "
+                     "each and the FFN keeps its size")],
              wrong=[lambda e: {**e, "attention": 4.0}, lambda e: {**e, "ffn": 7.0},
+                    lambda e: {**e, "attention": 2.25}, lambda e: {**e, "ffn": 12.0}, lambda e: {**e, "share": 0.15},
                     lambda e: {**e, "share": 100 * e["share"]},
                     lambda e: {**e, "share": e["share"] / (1 - e["share"])},
                     lambda e: {**e, "attention": 2 + 2 / 32}, lambda e: {**e, "share": round(e["share"], 2)},
@@ -273,21 +286,28 @@ EXERCISES = [
                     (lambda a, e: a["rope"] < 8, "rope: with RoPE a query scores a key by their distance")],
              wrong=[lambda e: {"causal": 8, "rope": 8}, lambda e: {**e, "rope": e["causal"]},
                     lambda e: {**e, "causal": 1}, lambda e: {**e, "causal": 6}]),
-    Exercise("1.4", "(post_sublayer, sandwich, rms): sum_vs_output of both placements, and the mean of the "
-             "sandwich stack's contribution_rms", kind="numbers", names=("post_sublayer", "sandwich", "rms"),
+    Exercise("1.4", "(post_sublayer, sandwich, output_rms): sum_vs_output of both placements, and the sandwich "
+             "stack's output_rms", kind="numbers", names=("post_sublayer", "sandwich", "output_rms"),
              expected=_branch_norms, rel=1e-2, abs=1e-4,
              hints=[(lambda a, e: max(a["post_sublayer"], a["sandwich"]) > 0.01,
                      "run residual_sum with the placement's name as its first argument and the chapter's kwargs; "
                      "a norm on the branch leaves the stream's path alone"),
-                    (lambda a, e: abs(a["rms"] - _pre_ln_contribution_rms()) < 0.01,
-                     "rms: that is the pre-LN stack's; take the sandwich stack's contribution_rms"),
-                    (lambda a, e: abs(a["rms"] - 12 * e["rms"]) < 0.1,
-                     "rms: that is the sum of the 12 contributions' RMS; hand in their mean"),
-                    (lambda a, e: a["rms"] > 1.5,
-                     "rms: that is the size of the stream, which sums 13 terms; hand in the mean of the sandwich "
-                     "stack's contribution_rms, the size of what each sublayer adds")],
-             wrong=[lambda e: {**e, "sandwich": 1.5}, lambda e: {**e, "rms": _pre_ln_contribution_rms()},
-                    lambda e: {**e, "rms": 13 ** 0.5}, lambda e: {**e, "rms": 12 * e["rms"]}]),
+                    (lambda a, e: abs(a["output_rms"] - _residual_sums("pre").output_rms) < 0.01,
+                     "output_rms: that is the pre-LN stack's; take the sandwich stack's"),
+                    (lambda a, e: abs(a["output_rms"] - _residual_sums("post_sublayer").output_rms) < 0.01,
+                     "output_rms: that is the post_sublayer stack's; take the sandwich stack's"),
+                    (lambda a, e: abs(a["output_rms"] - 13 ** 0.5) < 1e-3,
+                     "output_rms: sqrt(13) is the size of 13 orthogonal terms of size 1; the terms are only "
+                     "nearly orthogonal: measure it"),
+                    (lambda a, e: abs(a["output_rms"] - 1) < 0.01,
+                     "output_rms: that is the size of each contribution; hand in the size of the output X_L, "
+                     "which sums 13 terms"),
+                    (lambda a, e: abs(a["output_rms"] - e["output_rms"] ** 2) < 0.1,
+                     "output_rms: that is the mean square; the RMS is its square root")],
+             wrong=[lambda e: {**e, "sandwich": 1.5}, lambda e: {**e, "output_rms": _residual_sums("pre").output_rms},
+                    lambda e: {**e, "output_rms": 13 ** 0.5}, lambda e: {**e, "output_rms": 1.0},
+                    lambda e: {**e, "output_rms": _residual_sums("post_sublayer").output_rms},
+                    lambda e: {**e, "output_rms": e["output_rms"] ** 2}]),
     Exercise("1.5", "(parameters, shared): num_parameters(stack) and anatomy.shared_parameters(stack) for six "
              "copies of one block", kind="numbers", names=("parameters", "shared"), expected=_tied_stack, rel=0,
              abs=0.5,
@@ -311,7 +331,8 @@ EXERCISES = [
     Exercise("1.6", "your class MiniBlock(num_hiddens, num_heads, causal=False)", kind="custom",
              judge=_judge_causal_miniblock,
              wrong=[lambda: _wrong_miniblock("ignored"), lambda: _wrong_miniblock("diagonal too"),
-                    lambda: _wrong_miniblock("after softmax")]),
+                    lambda: _wrong_miniblock("after softmax"), lambda: _wrong_miniblock("always"),
+                    lambda: _wrong_miniblock("before softmax", scale_by="d")]),
     Exercise("1.7", "the largest difference alone_vs_in_sequence(block, X) returns (its first number)",
              expected=_zero_attention_gap, rel=0, abs=1e-5,
              hints=[(lambda a, e: a > 1e-3, "attention still reads other rows: does attn_factory return your module, "

@@ -26,15 +26,16 @@ NUM_STEPS = 200
 # --------------------------------------------------------------------------- 2.1 Xavier initialization
 
 @functools.cache
-def _xavier_probe():
+def _xavier_probe(init: str = "xavier_uniform"):
     from ..chapters import ch02_residual as residual
 
-    sweep = residual.depth_gradients(depths=(2, 4, 8, 16, 32, 64), configs=[("none", True)], init="xavier_uniform")
+    sweep = residual.depth_gradients(depths=(2, 4, 8, 16, 32, 64), configs=[("none", True)], init=init)
     return sweep.probes[0]
 
 
-def _first_depth_over_100() -> int:
-    probe = _xavier_probe()
+def _first_depth_over_100(init: str = "xavier_uniform") -> int:
+    """2.1's answer (``init="torch_default"``: with the chapter's default initialization instead, a mistake)."""
+    probe = _xavier_probe(init)
     return next(L for L in probe.depths if probe.first_block_grad(L) > 100 * probe.first_block_grad(2))
 
 
@@ -126,6 +127,14 @@ def _no_skip_val(num_layers: int, residual: bool = False) -> float:
     return train_lm(corpus, residual=residual, num_steps=NUM_STEPS, seed=0, **model, **TRAINING).val_loss[-1]
 
 
+def _unigram_entropy(split: str) -> float:
+    """The unigram entropy of the chapter's corpus' ``split`` ("train" or "val"), nats per character."""
+    from ..chapters.ch02_residual import unigram_entropy
+    from ..data import python_reference_corpus
+
+    return unigram_entropy(getattr(python_reference_corpus(), split))
+
+
 # --------------------------------------------------------------------------- 2.5 start as the identity
 
 def _first_step_gradients() -> dict:
@@ -148,10 +157,13 @@ EXERCISES = [
     Exercise("2.1", "the depth L, one of 2, 4, 8, 16, 32, 64", expected=_first_depth_over_100, rel=0, abs=0.5,
              hints=[(lambda a, e: a not in (2, 4, 8, 16, 32, 64),
                      "hand in the depth L (one of 2, 4, 8, 16, 32, 64), not a gradient or a ratio"),
+                    (lambda a, e: a == _first_depth_over_100("torch_default"),
+                     "that is where the chapter's default initialization takes off: pass init=\"xavier_uniform\""),
                     (lambda a, e: a > e, "compare every depth's gradient with depth 2's, "
                                          "probe.first_block_grad(L) / probe.first_block_grad(2)"),
                     (lambda a, e: a < e, "more than 100 times depth 2's value: a factor of 3 or 4 is not yet")],
-             wrong=[lambda e: 2 * e, lambda e: e / 2, lambda e: 6047.76]),
+             wrong=[lambda e: 2 * e, lambda e: e / 2, lambda e: 6047.76,
+                    lambda e: _first_depth_over_100("torch_default")]),
     Exercise("2.2", "(collapse_block, gradient_fall) of post-LN without skips: the first block from which the token "
              "spread stays below 1e-14, and block 1's gradient at L = 8 divided by that at L = 64",
              kind="numbers", names=("collapse_block", "gradient_fall"), expected=_post_ln_without_skips, rel=2e-2,
@@ -175,7 +187,10 @@ EXERCISES = [
     Exercise("2.3", "(without, with): the stream's RMS after block 64, without and with the scaling",
              kind="numbers", names=("without", "with"), expected=_rms_after_64,
              rel={"without": 0.05, "with": 3e-3},  # without: 66.4 to 68.0 by processor (float32 rounding)
-             hints=[(lambda a, e: abs(a["with"] - a["without"]) < 1e-3 * a["without"],
+             hints=[(lambda a, e: abs(a["without"] - e["with"]) < 3e-3 * e["with"],
+                     "without: measure the stack before you scale it (the scaling is in place), or build "
+                     "it again"),
+                    (lambda a, e: abs(a["with"] - a["without"]) < 1e-3 * a["without"],
                      "with: multiply the weights in place, under torch.no_grad(), before applying the blocks"),
                     (lambda a, e: abs(a["with"] - _scaled(1 / 8)["64"]) < 3e-3 * a["with"],
                      "with: 2L, since a block has two sublayers: L = 64 blocks add 128 branches"),
@@ -188,17 +203,24 @@ EXERCISES = [
                     (lambda a, e: abs(a["without"] - _scaled(1.0)["32"]) < 3e-3 * _scaled(1.0)["32"],
                      "that is the RMS after block 32: hand in the one after block 64, the last")],
              wrong=[lambda e: {**e, "with": _scaled(1 / 8)["64"]}, lambda e: {**e, "with": _attention_only()},
-                    lambda e: {"without": e["with"], "with": e["without"]}, lambda e: {**e, "with": e["without"]}]),
+                    lambda e: {"without": e["with"], "with": e["without"]}, lambda e: {**e, "with": e["without"]},
+                    lambda e: {"without": e["with"], "with": e["with"]}]),
     Exercise("2.4", "run.val_loss[-1]: the final validation loss of the one-block model without skips",
              expected=lambda: _no_skip_val(1), rel=0, abs=0.015, slow=True,
              hints=[(lambda a, e: abs(a - _no_skip_val(4)) < 0.05,
                      "that is the chapter's four-block model: pass num_layers=1 after **model, or change it there"),
                     (lambda a, e: abs(a - _no_skip_val(1, True)) < 0.005,
                      "train with residual=False: the model without skips"),
-                    (lambda a, e: abs(a * math.log(2) - e) < 0.05, "the losses are in nats, not bits"),
+                    (lambda a, e: abs(a * math.log(2) - e) < 0.015, "the losses are in nats, not bits"),
+                    (lambda a, e: min(abs(a - _unigram_entropy(split)) for split in ("train", "val")) < 0.01,
+                     "that is a text's unigram entropy, the loss of a model that ignores the context: hand in "
+                     "the trained model's run.val_loss[-1]"),
+                    (lambda a, e: 2.9 < a < 3.4,
+                     "that is about the chapter's four-block model's loss: pass num_layers=1 after **model"),
                     (lambda a, e: True, "run.val_loss[-1] of train_lm with the chapter's training settings, "
                                         "num_steps=200, seed=0, residual=False and the model with num_layers=1")],
-             wrong=[lambda e: _no_skip_val(4), lambda e: e / math.log(2)]),
+             wrong=[lambda e: _no_skip_val(4), lambda e: e / math.log(2), lambda e: _unigram_entropy("val"),
+                    lambda e: 3.20]),
     Exercise("2.5", "(w_o, w_q): the norms of the first step's gradients of block 1's attention.W_o.weight and "
              "attention.W_q.weight, output projections zeroed", kind="numbers", names=("w_o", "w_q"),
              expected=_first_step_gradients, rel=2e-2, abs=1e-6,

@@ -8,6 +8,7 @@ and 3.2, and :func:`~d2lmini.chapters.ch03_normalization.same_sentence_elsewhere
 from __future__ import annotations
 
 import math
+import numbers
 from functools import lru_cache
 
 import torch
@@ -71,7 +72,13 @@ def _as_indices(answer, num_hiddens: int) -> set[int]:
     """A reader's answer to 3.2 as a set of feature indices: a list, tuple, set or range of ints, a 1-D
     integer tensor, or a boolean mask of shape ``(d,)``."""
     hand_in = "the indices of the features, e.g. [3, 17] or a boolean mask of shape (64,)"
+    if not isinstance(answer, torch.Tensor) and hasattr(answer, "__array__"):  # a NumPy array
+        answer = torch.as_tensor(answer)
+    if isinstance(answer, (list, tuple)) and len(answer) == num_hiddens and all(isinstance(a, bool) for a in answer):
+        answer = torch.tensor(answer)  # a mask as a list of bools
     if isinstance(answer, torch.Tensor):
+        if answer.dim() == 2 and answer.shape[-1] == 1:  # torch.nonzero's (count, 1)
+            answer = answer.flatten()
         if answer.dtype == torch.bool:
             if tuple(answer.shape) != (num_hiddens,):
                 raise ValueError(f"exercise 3.2: a boolean mask must have shape ({num_hiddens},) ({hand_in}), "
@@ -87,8 +94,9 @@ def _as_indices(answer, num_hiddens: int) -> set[int]:
     for index in answer:
         if isinstance(index, torch.Tensor) and index.numel() == 1 and not index.is_floating_point():
             index = index.item()
-        if isinstance(index, bool) or not isinstance(index, int):
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):  # NumPy's integers are Integral
             raise ValueError(f"exercise 3.2: every index must be an int ({hand_in}), got {index!r}")
+        index = int(index)
         if not 0 <= index < num_hiddens:
             raise ValueError(f"exercise 3.2: the batch has features 0 to {num_hiddens - 1}, got index {index}")
         indices.add(index)
@@ -184,15 +192,16 @@ def _batch_mates_rms() -> list[float]:
     return [_rows(warmup=2, batch_size=batch_size)["other batch mates"]["bn_rms_delta"] for batch_size in BATCH_SIZES]
 
 
-def _slope(xs, ys) -> float:
-    """The least-squares slope of log(ys) against log(xs)."""
+def _slope(xs, ys, intercept: bool = False) -> float:
+    """The least-squares slope of log(ys) against log(xs) (``intercept``: the line's intercept instead)."""
     lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
     mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / sum((x - mx) ** 2 for x in lx)
+    slope = sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / sum((x - mx) ** 2 for x in lx)
+    return my - slope * mx if intercept else slope
 
 
-def _batch_mates_slope() -> float:
-    return _slope([batch_size * NUM_STEPS for batch_size in BATCH_SIZES], _batch_mates_rms())
+def _batch_mates_slope(intercept: bool = False) -> float:
+    return _slope([batch_size * NUM_STEPS for batch_size in BATCH_SIZES], _batch_mates_rms(), intercept)
 
 
 EXERCISES = [
@@ -227,7 +236,9 @@ EXERCISES = [
     Exercise(
         "3.4", "the slope of log RMS |Δ| against log(tokens in the batch), one number",
         expected=_batch_mates_slope, rel=0.0, abs=0.005,
-        hints=[(lambda a, e: a > 0, "the change shrinks as the batch grows: the slope is negative"),
+        hints=[(lambda a, e: abs(a - _batch_mates_slope(intercept=True)) < 0.01,
+                "that is the line's intercept: np.polyfit(x, y, 1) returns [slope, intercept], so take [0]"),
+               (lambda a, e: a > 0, "the change shrinks as the batch grows: the slope is negative"),
                (lambda a, e: abs(a + 0.5) < 0.005, "-1/2 is the exponent a mean's sampling error predicts; hand "
                                                   "in the slope your five points fit"),
                (lambda a, e: math.isclose(a, 2 * e, rel_tol=0.05),
@@ -240,6 +251,7 @@ EXERCISES = [
                 "that is the largest change; fit the RMS column, bn_rms_delta")],
         hint="fit the 'other batch mates' row's bn_rms_delta at batch sizes 2, 8, 32, 128 and 512 (16 tokens "
              "each), both axes logarithmic: np.polyfit(np.log(tokens), np.log(rms), 1)[0]",
-        wrong=[lambda e: -0.5, lambda e: 2 * e, lambda e: 1 / e, lambda e: -e]),
+        wrong=[lambda e: -0.5, lambda e: 2 * e, lambda e: 1 / e, lambda e: -e,
+               lambda e: _batch_mates_slope(intercept=True)]),
     Exercise("3.5", "a short paragraph", kind="discussion"),
 ]

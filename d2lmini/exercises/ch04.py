@@ -204,6 +204,14 @@ def _sandwich_rms() -> dict[str, float]:
     return dict(zip(SANDWICH_NAMES, values))
 
 
+def _read_off_deeper() -> dict[str, float]:
+    """The answer with depth 8's numbers read at block 8 of the 32-block stacks (a mistake)."""
+    probes = _probes(depth=SANDWICH_DEPTHS[-1], placements=("sandwich", "sandwich_scaled"))
+    shallow = SANDWICH_DEPTHS[0]
+    return {**_sandwich_rms(), SANDWICH_NAMES[0]: probes["sandwich"].stream_rms[shallow],
+            SANDWICH_NAMES[1]: probes["sandwich_scaled"].stream_rms[shallow]}
+
+
 def _pairs_swapped(values: dict) -> dict:
     a, b, c, d = values.values()
     return dict(zip(values, (b, a, d, c)))
@@ -275,9 +283,14 @@ EXERCISES = [
         kind="numbers", names=SANDWICH_NAMES, expected=_sandwich_rms, rel=0.01,
         order="depth 8 first, then 32, and at each depth the sandwich, then the depth-scaled sandwich",
         hints=[(lambda a, e: _close_all(a, {k: v ** 2 for k, v in e.items()}, 0.01),
-                "that is the mean square; the RMS is its square root")],
+                "that is the mean square; the RMS is its square root"),
+               (lambda a, e: abs(a[SANDWICH_NAMES[1]] - _read_off_deeper()[SANDWICH_NAMES[1]])
+                < 0.01 * abs(_read_off_deeper()[SANDWICH_NAMES[1]]),
+                "the depth-scaled sandwich's gain starts at 1/sqrt(L) of its own stack's L: probe an 8-block "
+                "stack for depth 8, not block 8 of the 32-block one")],
         hint="probe_placements(depth, placements=(\"sandwich\", \"sandwich_scaled\"), norm=\"layer\", "
              "dtype=torch.float64) at depths 8 and 32, and read stream_rms[depth]",
         wrong=[_pairs_swapped, lambda e: {k: v ** 2 for k, v in e.items()},
-               lambda e: dict(zip(e, (e[k] for k in SANDWICH_NAMES[::2] + SANDWICH_NAMES[1::2])))]),
+               lambda e: dict(zip(e, (e[k] for k in SANDWICH_NAMES[::2] + SANDWICH_NAMES[1::2]))),
+               lambda e: _read_off_deeper()]),
 ]
