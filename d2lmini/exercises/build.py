@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 
 import torch
 from torch import nn
@@ -410,6 +411,18 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         raise AssertionError(_diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint))
 
 
+def _built_otherwise(part: nn.Module, theirs: nn.Module) -> tuple[str, str] | None:
+    """The settings (``name=value`` of ``extra_repr``) in which two modules of one class differ, as two
+    strings, or None (other classes, or the same settings)."""
+    if type(part) is not type(theirs):
+        return None
+    settings = [dict(re.findall(r"(\w+)=([^,=]+?)(?=, \w+=|$)", m.extra_repr())) for m in (part, theirs)]
+    names = [k for k in settings[1] if k in settings[0] and settings[0][k] != settings[1][k]]
+    if not names:
+        return None
+    return tuple(", ".join(f"{k}={s[k]}" for k in names) for s in settings)
+
+
 def _small(ref: nn.Module, inputs: tuple) -> tuple | None:
     """``inputs`` with the first, a floating-point tensor, times 1e-3 (and each other input that is the same
     tensor, as queries, keys and values are), where ``ref`` holds a norm; else None."""
@@ -458,6 +471,9 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                 return f"Hint: `{name}` alone, called with {words}, raised {type(error).__name__}: {error}"
             part_gap = _differs(alone, expected, rtol, atol)
             if part_gap is not None:
+                built = _built_otherwise(part, theirs)
+                if built is not None:
+                    return f"Hint: `{name}` is built with {built[0]}, d2lmini's `{source}` with {built[1]}."
                 slip = _norm_slip(theirs, args, alone, expected)
                 if slip is not None:
                     size = "" if args[0] is Z else ", times 1e-3"

@@ -8,6 +8,8 @@ balancing with two other step sizes.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import Exercise
@@ -82,6 +84,13 @@ def _balancing() -> tuple:
     return tuple(out)
 
 
+def _published() -> dict:
+    """Shazeer (2020), Table 1's losses after 65,536 steps, for exercise 7.1's FFNs (a wrong answer)."""
+    from ..chapters.ch07_ffn import SHAZEER_2020_LOG_PERPLEXITY
+
+    return {act: SHAZEER_2020_LOG_PERPLEXITY[act] for act in RANKED_ACTS}
+
+
 def _each(test):
     """A hint test that holds when ``test(answer, expected)`` holds for every name of a dict answer."""
     return lambda a, e: all(test(a[k], e[k]) for k in e)
@@ -90,7 +99,13 @@ def _each(test):
 EXERCISES = [
     Exercise("7.1", "a dict {act: validation loss after 600 steps} for relu, gelu, swiglu and geglu",
              kind="numbers", names=RANKED_ACTS, expected=_ranking, rel=0, abs=0.005, slow=True,
-             hints=[(_each(lambda a, e: a > e + 0.1),
+             hints=[(_each(lambda a, e: abs(a * math.log(2) - e) < 0.01), "the losses are in nats, not bits"),
+                    (_each(lambda a, e: abs(math.log(a) - e) < 0.01 if a > 0 else False),
+                     "those are perplexities, exp(loss): hand in the losses themselves"),
+                    (lambda a, e: all(abs(a[k] - _published()[k]) < 1e-3 for k in e),
+                     "those are Shazeer's (2020) published losses, of a T5 model after 65,536 steps; hand in "
+                     "your run's"),
+                    (_each(lambda a, e: a > e + 0.1),
                      "these losses are higher than 600 steps at 0.02 reach: did you read an earlier step, or "
                      "train at another rate? rates=None trains every FFN at the default 0.02"),
                     (_each(lambda a, e: a < e - 0.1),
@@ -100,7 +115,9 @@ EXERCISES = [
              hint="compare each FFN's loss with result.val_loss(act, 600)[0] of "
                   "ffn_comparison(acts=..., seeds=(0,), rates=None, workers=1, eval_steps=(600,))",
              wrong=[lambda e: {k: v + 0.3 for k, v in e.items()},
-                    lambda e: {k: v - 0.2 for k, v in e.items()}]),
+                    lambda e: {k: v - 0.2 for k, v in e.items()},
+                    lambda e: {k: v / math.log(2) for k, v in e.items()},
+                    lambda e: {k: math.exp(v) for k, v in e.items()}, lambda e: _published()]),
     Exercise("7.2", "a tuple (GELU − SwiGLU after 600 steps, after 1,200 steps), nats per character",
              kind="numbers", names=("gap_600", "gap_1200"), expected=_longer_gap, rel=0, abs=0.006, slow=True,
              hints=[(_each(lambda a, e: a > 1), "hand in the differences of the two losses, not the losses"),
@@ -133,8 +150,11 @@ EXERCISES = [
              kind="numbers", names=("relu", "gelu", "swiglu"), expected=_doubling,
              rel={"relu": 1e-4, "gelu": 0.05, "swiglu": 0.05},  # ReLU's is exactly 2, whatever the draw
              hints=[(lambda a, e: abs(a["gelu"] - 2) < 0.01 or abs(a["swiglu"] - 2) < 0.01,
-                     "run GELU and SwiGLU rather than assuming they scale like ReLU"),
+                     "run GELU and SwiGLU rather than assuming they scale like ReLU (2) or like a product of two "
+                     "linear maps (4)"),
                     (lambda a, e: a["relu"] < 1, "divide the norm of FFN(2X) by the norm of FFN(X), not the other way"),
+                    (lambda a, e: all(abs(a[k] - e[k] ** 2) < 0.05 * e[k] ** 2 for k in e),
+                     "those are ratios of squared norms: take .norm(), not its square"),
                     (lambda a, e: abs(a["relu"] - 2) > 1e-3,
                      "ReLU's ratio must be 2: the same ffn for FFN(2X) and FFN(X), the default bias=False "
                      "(a bias breaks the scaling), and tokens X = torch.randn(256, 48)"),
@@ -149,16 +169,20 @@ EXERCISES = [
              hint="ratios of Frobenius norms, torch.linalg.norm or .norm(), for tokens X = torch.randn(256, 48)",
              wrong=[lambda e: {"relu": 2.0, "gelu": 2.0, "swiglu": 2.0},
                     lambda e: {k: 1 / v for k, v in e.items()},
-                    lambda e: {**e, "swiglu": 4.0}, lambda e: {**e, "gelu": 2.4}, lambda e: {**e, "relu": 1.92}]),
+                    lambda e: {**e, "swiglu": 4.0}, lambda e: {**e, "gelu": 2.4}, lambda e: {**e, "relu": 1.92},
+                    lambda e: {"relu": 2.0, "gelu": 2.0, "swiglu": 4.0}, lambda e: {k: v ** 2 for k, v in e.items()}]),
     Exercise("7.5", "a tuple (most, least loaded with gamma=0.001, most, least loaded with gamma=0.1), "
                     "as multiples of the fair share",
              kind="numbers", names=("most_0.001", "least_0.001", "most_0.1", "least_0.1"), expected=_balancing,
              rel=0, abs=0.02, order="the order: gamma=0.001 first, then gamma=0.1, each as (most, least)",
              hints=[(lambda a, e: abs(a["most_0.001"] - e["most_0.1"]) < 0.02,
                      "the order: gamma=0.001 first, then gamma=0.1"),
+                    (lambda a, e: a["most_0.001"] > 50,
+                     "as multiples of the fair share, as router_loads returns them: each expert's count of tokens "
+                     "divided by the mean count"),
                     (lambda a, e: a["most_0.001"] > 3,
                      "read the loads after the 100 updates (the key 'with a shared component, balanced')")],
              hint="router_loads(gamma=...)['with a shared component, balanced'], its max and min, for each gamma",
              wrong=[lambda e: (e["most_0.1"], e["least_0.1"], e["most_0.001"], e["least_0.001"]),
-                    lambda e: {**e, "most_0.001": 3.3}]),
+                    lambda e: {**e, "most_0.001": 3.3}, lambda e: {k: 600 * v for k, v in e.items()}]),
 ]

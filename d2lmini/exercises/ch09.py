@@ -197,6 +197,13 @@ def _active(k: int) -> int:
         return _moe(int(k)).num_active_parameters()
 
 
+def _router_parameters() -> int:
+    from d2lmini.parameters import num_parameters
+
+    with torch.device("meta"):
+        return num_parameters(_moe(1).router)
+
+
 def _moe_total(k: int) -> int:
     from d2lmini.parameters import num_parameters
 
@@ -279,9 +286,13 @@ EXERCISES = [
                (lambda a, e: a["k"] == e["k"] + 1 and a["active"] == _active(e["k"] + 1),
                 "the closest k, above or below: compare |active - dense| for each k"),
                (lambda a, e: a["k"] == e["k"] + 1, "the shared expert runs for every token, beside the top-k"),
+               (lambda a, e: a["k"] == e["k"] - 1, "the closest k, above or below: compare |active - dense| for each k"),
+               (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"] - _router_parameters(),
+                "num_active_parameters() counts the router too: every token runs it"),
                (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"],
                 "the dense FFN is TransformerBlock(512, 8)'s own: SwiGLU at width 8d/3, no biases")],
         wrong=[lambda e: {**e, "k": e["k"] + 1}, lambda e: {**e, "active": _moe_total(int(e["k"]))},
                lambda e: {**e, "k": e["k"] + 1, "active": _active(e["k"] + 1)},
-               lambda e: {**e, "dense": _relu_ffn_4d()}]),
+               lambda e: {**e, "dense": _relu_ffn_4d()}, lambda e: {**e, "k": e["k"] - 1},
+               lambda e: {**e, "active": e["active"] - _router_parameters()}]),
 ]

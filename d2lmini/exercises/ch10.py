@@ -30,13 +30,14 @@ def _average_of_streams(x=(3.0, 1.0, 0.0, 0.0)) -> dict:
 SINKHORN_ITERS = (1, 2, 5, 20)
 
 
-def _sinkhorn_errors(dim: int = -1, reduce: str = "max") -> dict:
+def _sinkhorn_errors(dim: int = -1, reduce: str = "max", scale: float = 2.56) -> dict:
     """Largest (``reduce="max"``, or ``"mean"``) ``|sum - 1|`` of the rows (``dim=-1``) or columns (``dim=-2``)
     of :func:`~d2lmini.hyper.sinkhorn_knopp` of 100 random 4 x 4 logits of standard deviation 2.56;
-    ``"signed max"``: the largest ``sum - 1`` without the absolute value (a wrong answer a hint aims at)."""
+    ``"signed max"``: the largest ``sum - 1`` without the absolute value, and ``scale`` other than 2.56 (wrong
+    answers hints aim at)."""
     from ..hyper import sinkhorn_knopp
 
-    logits = 2.56 * torch.randn(100, 4, 4, generator=torch.Generator().manual_seed(0))
+    logits = scale * torch.randn(100, 4, 4, generator=torch.Generator().manual_seed(0))
     out = {}
     for k in SINKHORN_ITERS:
         error = sinkhorn_knopp(logits, iters=k).sum(dim=dim) - 1
@@ -60,13 +61,14 @@ def _sweep(num_streams: int, scale_streams: int):
     return stds, sweep
 
 
-def _final_norms(num_streams: int = 16, scale_streams: int = 16, statistic: str = "median") -> dict:
-    """The median (or mean) over the stacks of ``||P_64||_2``, per mixing and logit scale."""
+def _final_norms(num_streams: int = 16, scale_streams: int = 16, statistic: str = "median", depth: int = -1) -> dict:
+    """The median (or mean) over the stacks of ``||P_64||_2`` (``depth=0``: of ``||P_1||_2``, a mistake), per
+    mixing and logit scale."""
     stds, sweep = _sweep(num_streams, scale_streams)
     out = {}
     for kind, name in (("hc", "hc"), ("sinkhorn", "mhc")):
         for std, width in zip(stds, (128, 4096)):
-            last = sweep[(std, kind)]["spectral"][:, -1]
+            last = sweep[(std, kind)]["spectral"][:, depth]
             out[f"{name}_{width}"] = float(last.median() if statistic == "median" else last.mean())
     return out
 
@@ -124,6 +126,9 @@ EXERCISES = [
                (lambda a, e: all(math.isclose(a[k], v, rel_tol=0.02, abs_tol=1e-9)
                                  for k, v in _sinkhorn_errors(reduce="signed max").items()),
                 "The error is |sum - 1|: take .abs() before the max."),
+               (lambda a, e: all(math.isclose(a[k], v, rel_tol=0.02, abs_tol=1e-9)
+                                 for k, v in _sinkhorn_errors(scale=1.0).items()),
+                "The logits are 2.56 * torch.randn(100, 4, 4, ...): the standard deviation of d = 4096's."),
                (lambda a, e: all(a[k] < 0.6 * e[k] for k in e),
                 "Hand in the largest error over the 100 matrices, not their mean."),
                (lambda a, e: a["iters_20"] > 0.5,
@@ -133,11 +138,14 @@ EXERCISES = [
              "take (M.sum(dim=-1) - 1).abs().max() for each number of iterations.",
         wrong=[lambda e: _sinkhorn_errors(dim=-2), lambda e: _sinkhorn_errors(reduce="mean"),
                lambda e: _sinkhorn_errors(reduce="signed max"),
-               lambda e: dict(zip(e, reversed(list(e.values())))), lambda e: {k: 100 * v for k, v in e.items()}]),
+               lambda e: dict(zip(e, reversed(list(e.values())))), lambda e: {k: 100 * v for k, v in e.items()},
+               lambda e: _sinkhorn_errors(scale=1.0)]),
     Exercise(
         "10.3", "the medians of ||P_64||_2 with 16 streams: a dict with keys hc_128, hc_4096, mhc_128, mhc_4096",
         kind="numbers", names=("hc_128", "hc_4096", "mhc_128", "mhc_4096"), expected=_final_norms, rel=1e-2,
-        hints=[(lambda a, e: a["hc_4096"] < e["hc_4096"] / 20,
+        hints=[(lambda a, e: math.isclose(a["hc_4096"], _final_norms(depth=0)["hc_4096"], rel_tol=0.02),
+                "That is ||P_1||, after the first block: take the last depth, spectral[:, -1]."),
+               (lambda a, e: a["hc_4096"] < e["hc_4096"] / 20,
                 "With 16 streams both the mixings and their logits change: v4_logit_std takes the number of "
                 "streams too, and mixing_sweep needs num_streams=16."),
                (lambda a, e: math.isclose(a["hc_4096"], _final_norms(statistic="mean")["hc_4096"], rel_tol=0.02),
@@ -149,7 +157,7 @@ EXERCISES = [
                 "spectral[:, -1].")],
         hint="Use mixing_sweep with depth 64, 50 stacks and seed 0, and the median of spectral[:, -1].",
         wrong=[lambda e: _final_norms(statistic="mean"), lambda e: _final_norms(num_streams=4, scale_streams=4),
-               lambda e: _final_norms(num_streams=16, scale_streams=4)]),
+               lambda e: _final_norms(num_streams=16, scale_streams=4), lambda e: _final_norms(depth=0)]),
     Exercise(
         "10.4", "a dict with keys apart_1, apart_8, apart_32 (the streams' distance after those blocks) "
                 "and token_spread_32", kind="numbers", names=("apart_1", "apart_8", "apart_32", "token_spread_32"),

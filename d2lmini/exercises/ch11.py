@@ -36,13 +36,14 @@ def _smallest_window(depth: int = 4, num_steps: int = 64) -> int:
 # --------------------------------------------------------------------------- 11.2
 
 
-def _sink_shares(position: int = -1, reduce: bool = False) -> dict:
-    """The sink's share at query ``position`` (or averaged over all queries) with the sink logit at log n."""
+def _sink_shares(position: int = -1, reduce: bool = False, seed: int = 0) -> dict:
+    """The sink's share at query ``position`` (or averaged over all queries) with the sink logit at log n
+    (``seed`` other than 0: a wrong answer a hint aims at)."""
     from ..chapters import ch11_beyond_softmax as attn26
 
     out = {}
     for n in (16, 64):
-        share = attn26.sink_sweep([math.log(n)], num_steps=n, seed=0)["share"][0]
+        share = attn26.sink_sweep([math.log(n)], num_steps=n, seed=seed)["share"][0]
         out[f"n_{n}"] = float(share.mean() if reduce else share[position])
     return out
 
@@ -134,6 +135,9 @@ EXERCISES = [
                 "That is the first query's share: it sees a single key. The last query (index -1) sees all n."),
                (lambda a, e: all(abs(a[k] - (1 - e[k])) < 2e-3 * e[k] for k in e),
                 "sink_sweep's share is the sink's weight; you handed in what is left for the real keys."),
+               (lambda a, e: any(all(abs(a[k] - v) < 2e-3 * v for k, v in _sink_shares(seed=s).items())
+                                 for s in (1, 2)),
+                "That is another draw: seed=0."),
                (lambda a, e: all(a[k] == 0.5 for k in a),
                 "Measure it rather than assume it: the real logits are near zero, not exactly zero."),
                (lambda a, e: all(abs(a[k] - e[k]) < 0.25 for k in e),
@@ -141,7 +145,8 @@ EXERCISES = [
         hint="Run sink_sweep([math.log(n)], num_steps=n, seed=0) for each n and read share[0, -1].",
         wrong=[lambda e: {k: 1 - v for k, v in e.items()}, lambda e: _sink_shares(position=0),
                lambda e: {"n_16": e["n_64"], "n_64": e["n_16"]},
-               lambda e: _sink_shares(reduce=True), lambda e: {k: 100 * v for k, v in e.items()}]),
+               lambda e: _sink_shares(reduce=True), lambda e: {k: 100 * v for k, v in e.items()},
+               lambda e: _sink_shares(seed=1)]),
     Exercise(
         "11.3", "(kept, divided, ramp, attention_factor) for Llama 3.1's 64 pairs",
         kind="numbers", names=("kept", "divided", "ramp", "attention_factor"), expected=_llama3_1_pairs,
