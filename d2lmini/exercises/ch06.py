@@ -213,7 +213,11 @@ EXERCISES = [
                      "loss_gap: the validation losses, run.val_loss of each model, not their last training "
                      "losses"),
                     (lambda a, e: a["peak_logit"] > 2 * e["peak_logit"],
-                     "the recorded logits are already divided by sqrt(d_h): take max(run.max_logit)")],
+                     "the recorded logits are already divided by sqrt(d_h): take max(run.max_logit)"),
+                    (lambda a, e: abs(a["peak_logit"] - _middle_rate_runs()[None].max_logit[-1]) < 0.01
+                     < abs(e["peak_logit"] - _middle_rate_runs()[None].max_logit[-1]),
+                     "peak_logit: that is the last step's; the peak is the largest over all steps, "
+                     "max(run.max_logit)")],
              hint="Train with exactly the settings named (lr=1e-2, seed=2 and the chapter's model and run); "
                   "the peak is the largest entry of max_logit over all steps.",
              wrong=[lambda e: {**e, "loss_gap": -e["loss_gap"]},
@@ -221,7 +225,8 @@ EXERCISES = [
                     lambda e: {**e, "loss_gap": _middle_rate(train=True)["loss_gap"]},
                     lambda e: {**e, "peak_logit": max(_middle_rate_runs()["per_head"].max_logit)},
                     lambda e: {"peak_logit": max(_middle_rate_runs()["per_head"].max_logit),
-                               "loss_gap": -e["loss_gap"]}]),
+                               "loss_gap": -e["loss_gap"]},
+                    lambda e: {**e, "peak_logit": _middle_rate_runs()[None].max_logit[-1]}]),
     Exercise("6.5", "(bound, logit): the last layer's bound and its largest logit at the last step",
              kind="numbers", expected=_logit_bound, names=("bound", "logit"), rel={"bound": 0.02, "logit": 0.05},
              slow=True,

@@ -35,6 +35,16 @@ def _deep_pair():
     return {"2017 block": old.val_loss, "2026 block": new.val_loss}
 
 
+def _walk_pair() -> dict:
+    """The walk's own seed-0 runs of its two ends, 2 blocks deep (9.1's comparison; a wrong answer)."""
+    from d2lmini.chapters import ch09_the_2026_block as ch09
+    from d2lmini.data import python_reference_corpus
+
+    walk = ch09.lm_walk()
+    return {name: ch09.train_walk_step(python_reference_corpus(), *walk[k], seeds=(0,))[0].val_loss
+            for name, k in (("2017 block", 0), ("2026 block", -1))}
+
+
 def _qk_norm_step():
     from d2lmini.chapters import ch09_the_2026_block as ch09
     from d2lmini.data import python_reference_corpus
@@ -228,7 +238,10 @@ EXERCISES = [
         "9.1", "the validation losses of the 8-block models, (2017 block, 2026 block)", kind="numbers",
         names=("2017 block", "2026 block"), expected=_deep_pair, rel=0.01, slow=True,
         order="the order: the 2017 block first, then the 2026 block",
-        hints=[(lambda a, e: any(a[n] > e[n] + 0.05 for n in e),
+        hints=[(lambda a, e: all(abs(a[n] - v) < 0.01 for n, v in _walk_pair().items()),
+                "those are the walk's runs, 2 blocks deep: train both 8 blocks deep, train_group(..., "
+                "num_blocks=8, num_steps=200)"),
+               (lambda a, e: any(a[n] > e[n] + 0.05 for n in e),
                 "higher than 8 blocks reach in 200 steps: train num_blocks=8 for num_steps=200, and hand in "
                 "each run's val_loss (on held-out text), not its last training loss"),
                (lambda a, e: min(a[n] - e[n] for n in e) < -0.05,
@@ -237,7 +250,7 @@ EXERCISES = [
         hint="train both at the rate 0.01 and seed 0, 8 blocks deep for 200 steps, as the exercise's call does",
         wrong=[lambda e: {"2017 block": e["2026 block"], "2026 block": e["2017 block"]},
                lambda e: {n: v + 0.2 for n, v in e.items()},
-               lambda e: {**e, "2026 block": e["2026 block"] + 0.12}]),
+               lambda e: {**e, "2026 block": e["2026 block"] + 0.12}, lambda e: _walk_pair()]),
     Exercise(
         "9.2", "(change, spread): the 2026 block's mean loss over seeds 0-2 minus the step before's, and the "
                "largest max - min of one row's three losses", kind="numbers",

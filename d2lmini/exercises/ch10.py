@@ -162,7 +162,10 @@ EXERCISES = [
         "10.4", "a dict with keys apart_1, apart_8, apart_32 (the streams' distance after those blocks) "
                 "and token_spread_32", kind="numbers", names=("apart_1", "apart_8", "apart_32", "token_spread_32"),
         expected=_scaled_stack, rel=2e-2,
-        hints=[(lambda a, e: a["apart_1"] < 0.6 * e["apart_1"],
+        hints=[(lambda a, e: any(all(abs(a[k] / v[k] - 1) < 0.02 for k in e)
+                                 for v in (_scaled_stack(connections=("hc1",)), _scaled_stack(connections=("hc2",)))),
+                "Scale the phi of both connections of every block, hc1 and hc2, not one of them."),
+               (lambda a, e: a["apart_1"] < 0.6 * e["apart_1"],
                 "The logits are still those of d = 128: multiply the phi of both connections, hc1 and hc2, of "
                 "every block, before the first forward pass."),
                (lambda a, e: a["apart_1"] > 1.2 * e["apart_1"],
@@ -174,6 +177,6 @@ EXERCISES = [
         hint="Copy stream_divergence's code so that the draws are its draws (seed 0), and read the distances "
              "after blocks 1, 8 and 32 (list indices 0, 7 and 31).",
         wrong=[lambda e: _scaled_stack(scale=1.0), lambda e: _scaled_stack(scale=32.0),
-               lambda e: _scaled_stack(connections=("hc1",)),
+               lambda e: _scaled_stack(connections=("hc1",)), lambda e: _scaled_stack(connections=("hc2",)),
                lambda e: {k: 100 * v for k, v in e.items()}]),
 ]

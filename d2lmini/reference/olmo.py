@@ -96,7 +96,7 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = None) -> Transformer
 #: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
 #: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
 TINY_CONFIGS: dict[str, dict] = {
-    "olmo2": dict(TINY, num_hidden_layers=1),
+    "olmo2": dict(TINY, num_hidden_layers=1, rope_theta=500000.0),  # released OLMo 2's base
     "olmo": dict(TINY, num_hidden_layers=1),
     "olmo3": dict(TINY, num_hidden_layers=4, sliding_window=WINDOW),  # layers 0-2 sliding, 3 full
 }
