@@ -139,6 +139,20 @@ AIMED = [
     ("2.4", lambda e: exercises.ch02._unigram_entropy("val"), "unigram entropy"),
     ("4.7", lambda e: exercises.ch04._read_off_deeper(), "probe an 8-block stack"),
     ("5.1", lambda e: {**e, "rms_times_3": 4.8e-7}, "machine epsilon"),
+    ("6.1", lambda e: {k: v / 4 for k, v in e.items()}, "without the division by sqrt(d_h)"),
+    ("6.2", lambda e: {name: 4.16 for name in e}, "log 64"),
+    ("6.2", lambda e: {**e, "per_head_distinct": 0.00236}, "without QK-norm"),
+    ("7.4", lambda e: {k: v ** 2 for k, v in e.items()}, "squared norms"),
+    ("8.3", lambda e: {k: 61 * v for k, v in e.items()}, "61 layers"),
+    ("8.3", lambda e: {**e, "numbers": e["numbers"] - 2}, "the latent alone"),
+    ("6.2", lambda e: {**e, "projection": exercises.ch06._per_head_entropy()}, "per-head variant's"),
+    ("2.4", lambda e: exercises.ch02._no_skip_val(1, seed=1), "another draw"),
+    ("5.5", lambda e: exercises.ch05._lower_rate(seed=0), "one seed's"),
+    ("9.5", lambda e: {**e, "k": e["k"] - 1}, "above or below"),
+    ("10.2", lambda e: exercises.ch10._sinkhorn_errors(scale=1.0), "2.56"),
+    ("10.3", lambda e: exercises.ch10._final_norms(depth=0), "||P_1||"),
+    ("10.4", lambda e: exercises.ch10._scaled_stack(connections=("hc2",)), "not one of them"),
+    ("11.2", lambda e: exercises.ch11._sink_shares(seed=1), "another draw"),
 ]
 
 
@@ -185,6 +199,8 @@ def test_numbers_answers_by_name_or_order_and_say_which_is_off():
     assert "unrounded" in rounding.verdict((0.12, 3.8e-5)).message
     assert "unrounded" in rounding.verdict((0.123, 0.0)).message
     assert "unrounded" not in rounding.verdict((0.13, 3.8e-5)).message
+    counts = Exercise("0.9", "n", kind="number", expected=lambda: 269.0, rel=0, abs=0.5)
+    assert "unrounded" not in counts.verdict(270).message  # a count is off, not rounded
     strict = Exercise("0.5", "(a, b)", kind="numbers", names=("a", "b"), expected=lambda: (2.0, 1.0),
                       rel={"a": 1e-6, "b": 0.1})
     assert strict.verdict((2.0, 1.05)) and not strict.verdict((2.01, 1.0))

@@ -208,6 +208,8 @@ class Exercise:
         pairs = [(given, expected)] if self.kind == "number" else [(given[n], expected[n]) for n in off]
 
         def rounded(got, want):
+            if float(want).is_integer():  # a count is not rounded
+                return False
             roundings = {float(f"{want:.{k}g}") for k in (2, 3)} | {round(want, k) for k in (2, 3, 4)}
             return got in roundings and got != want
 

@@ -30,6 +30,13 @@ def _rotated_logits() -> dict:
     return {"logit_3_1": logit(3, 1), "logit_1_3": logit(1, 3)}
 
 
+def _per_head_entropy() -> float:
+    """The chapter's per-head QK-norm entropy at s = 64 (a wrong answer to 6.2)."""
+    from ..chapters.ch06_qk_norm import logit_scale_sweep
+
+    return logit_scale_sweep(qk_norms=("per_head",)).at(64.0, "per_head")["entropy"]
+
+
 def _variant_entropies() -> dict:
     """6.2: the attention entropy at s = 64 of the two other QK-norm variants."""
     from ..chapters.ch06_qk_norm import logit_scale_sweep
@@ -189,19 +196,23 @@ EXERCISES = [
                      "log 64 is the entropy of uniform attention, not what the variants measure at s = 64"),
                     (lambda a, e: min(a.values()) < 0.1,
                      "an entropy near 0 is the layer without QK-norm: read the variants' rows"),
+                    (lambda a, e: any(abs(v - _per_head_entropy()) < 5e-3 and abs(v - e[k]) > 5e-3
+                                      for k, v in a.items()),
+                     "that is the per-head variant's entropy, the chapter's; read sweep.at(64.0, name) with "
+                     "name \"projection\" and \"per_head_distinct\""),
                     (lambda a, e: abs(a["projection"] - a["per_head_distinct"]) < 1e-4,
                      "the two variants do not compute the same statistic; read each one's entropy at s = 64")],
              wrong=[lambda e: {**e, "projection": e["per_head_distinct"]},
                     lambda e: {"projection": e["per_head_distinct"], "per_head_distinct": e["projection"]},
                     lambda e: {name: math.log(64) for name in e}, lambda e: {name: 4.16 for name in e},
-                    lambda e: {**e, "per_head_distinct": 0.00236}]),
+                    lambda e: {**e, "per_head_distinct": 0.00236}, lambda e: {**e, "projection": _per_head_entropy()}]),
     Exercise("6.3", "your attention class: MyAttention with a norm_after_rope switch", kind="custom",
              judge=_judge_norm_switch,
              wrong=[lambda: functools.partial(_SwitchAttention, mistake="ignore"),
                     lambda: functools.partial(_SwitchAttention, mistake="keys")]),
     Exercise("6.4", "(peak_logit, loss_gap): the largest logit without QK-norm, and the validation loss "
              "without QK-norm minus with it", kind="numbers", expected=_middle_rate,
-             names=("peak_logit", "loss_gap"), rel=0.1, abs=0.01, slow=True,
+             names=("peak_logit", "loss_gap"), rel=0.01, abs=2e-3, slow=True,
              hints=[(lambda a, e: abs(a["peak_logit"] - max(_middle_rate_runs()["per_head"].max_logit)) < 0.01
                      and a["loss_gap"] < 0 < e["loss_gap"],
                      "you read the QK-norm model as the model without it: the one without is runs[None]"),

@@ -98,7 +98,7 @@ def _each(test):
 
 EXERCISES = [
     Exercise("7.1", "a dict {act: validation loss after 600 steps} for relu, gelu, swiglu and geglu",
-             kind="numbers", names=RANKED_ACTS, expected=_ranking, rel=0, abs=0.005, slow=True,
+             kind="numbers", names=RANKED_ACTS, expected=_ranking, rel=0, abs=2e-3, slow=True,
              hints=[(_each(lambda a, e: abs(a * math.log(2) - e) < 0.01), "the losses are in nats, not bits"),
                     (_each(lambda a, e: abs(math.log(a) - e) < 0.01 if a > 0 else False),
                      "those are perplexities, exp(loss): hand in the losses themselves"),
@@ -119,11 +119,11 @@ EXERCISES = [
                     lambda e: {k: v / math.log(2) for k, v in e.items()},
                     lambda e: {k: math.exp(v) for k, v in e.items()}, lambda e: _published()]),
     Exercise("7.2", "a tuple (GELU − SwiGLU after 600 steps, after 1,200 steps), nats per character",
-             kind="numbers", names=("gap_600", "gap_1200"), expected=_longer_gap, rel=0, abs=0.006, slow=True,
+             kind="numbers", names=("gap_600", "gap_1200"), expected=_longer_gap, rel=0, abs=2e-3, slow=True,
              hints=[(_each(lambda a, e: a > 1), "hand in the differences of the two losses, not the losses"),
-                    (_each(lambda a, e: abs(a + e) < 0.006 and abs(e) > 0.006),
+                    (_each(lambda a, e: abs(a + e) < 2e-3 and abs(e) > 2e-3),
                      "the sign: GELU's loss minus SwiGLU's, positive when SwiGLU is ahead"),
-                    (_each(lambda a, e: abs(a) < 0.5 and abs(a - e) > 0.006),
+                    (_each(lambda a, e: abs(a) < 0.5 and abs(a - e) > 2e-3),
                      "both gaps come from one run of 1,200 steps (its cosine schedule ends at step 1,200), seed 0, "
                      "read at steps 600 and 1,200")],
              hint="GELU's validation loss minus SwiGLU's, at steps 600 and 1,200 of one 1,200-step run, seed 0",
@@ -131,7 +131,7 @@ EXERCISES = [
                     lambda e: {"gap_600": 1.7, "gap_1200": 1.6}]),
     Exercise("7.3", "a tuple (validation loss after 600 steps, FFN parameters of the model) for the GELU MLP "
                     "of width 171",
-             kind="numbers", names=("loss", "ffn_params"), expected=_narrow_gelu, rel=0, abs=0.005, slow=True,
+             kind="numbers", names=("loss", "ffn_params"), expected=_narrow_gelu, rel=0, abs=2e-3, slow=True,
              hints=[(lambda a, e: a["ffn_params"] == e["ffn_params"] // NARROW_WIDTH * 256,
                      "that is the FFN parameters of width 4d = 256: pass ffn_num_hiddens=171"),
                     (lambda a, e: a["ffn_params"] == e["ffn_params"] // 2 * 3,
@@ -139,7 +139,7 @@ EXERCISES = [
                     (lambda a, e: a["ffn_params"] == e["ffn_params"] and a["loss"] > e["loss"] + 0.1,
                      "this loss is higher than the narrow GELU model reaches in 600 steps at 0.02: pass lr=0.02 "
                      "and read the last validation loss"),
-                    (lambda a, e: abs(a["loss"] - e["loss"]) <= 0.005,
+                    (lambda a, e: abs(a["loss"] - e["loss"]) <= 2e-3,
                      "ffn_params: run.ffn_params, the parameters of the FFNs' two matrices, not of the whole "
                      "model")],
              hint="train_ensemble(corpus, act='gelu', ffn_num_hiddens=171, seeds=(0,), lr=0.02, eval_steps=(600,)); "

@@ -159,16 +159,27 @@ def _llama70b_cache() -> dict:
             "mha_sequences": 400 // rows["MHA"]["GiB"], "gqa_sequences": 400 // rows["GQA"]["GiB"]}
 
 
-def _small_rope_mla() -> tuple:
-    """8.3: numbers cached per token and parameters of DeepSeek-V3's MLA with a rotary key of 2 features."""
+def _small_rope_mla(rope_dim: int = 2):
+    """DeepSeek-V3's MLA layer on the meta device with a rotary key of ``rope_dim`` features."""
     from ..chapters import ch08_attention_generation as gen
-    from ..mla import MultiHeadLatentAttention, kv_cache_bytes_per_token
-    from ..parameters import num_parameters
+    from ..mla import MultiHeadLatentAttention
 
     sizes = {k: v for k, v in gen.DEEPSEEK_V3.items() if k not in ("num_hiddens", "num_heads", "num_layers")}
     with torch.device("meta"):
-        mla = MultiHeadLatentAttention(7168, 128, rope_theta=1e4, **{**sizes, "qk_rope_head_dim": 2})
-    return kv_cache_bytes_per_token(mla, dtype_bytes=1), num_parameters(mla)
+        return MultiHeadLatentAttention(7168, 128, rope_theta=1e4, **{**sizes, "qk_rope_head_dim": rope_dim})
+
+
+def _mla_parameters(rope_dim: int) -> int:
+    from ..parameters import num_parameters
+
+    return num_parameters(_small_rope_mla(rope_dim))
+
+
+def _small_rope_numbers() -> tuple:
+    """8.3: numbers cached per token and parameters of DeepSeek-V3's MLA with a rotary key of 2 features."""
+    from ..mla import kv_cache_bytes_per_token
+
+    return kv_cache_bytes_per_token(_small_rope_mla(), dtype_bytes=1), _mla_parameters(2)
 
 
 #: Exercise 8.4's MLA layer: 4 heads, no query latent, a key/value latent of 16, 8 + 4 query/key features.
@@ -231,17 +242,24 @@ EXERCISES = [
                     lambda e: {**e, "mha_sequences": math.ceil(400 / e["mha_gib"])},
                     lambda e: {k: v * 2 ** 30 / 1e9 if k.endswith("gib") else v for k, v in e.items()}]),
     Exercise("8.3", "a tuple (numbers cached per token and layer, parameters of the layer)",
-             kind="numbers", names=("numbers", "parameters"), expected=_small_rope_mla, rel=0, abs=0.5,
+             kind="numbers", names=("numbers", "parameters"), expected=_small_rope_numbers, rel=0, abs=0.5,
              hints=[(lambda a, e: a["numbers"] == 2 * e["numbers"],
                      "that is bytes at bfloat16: hand in numbers (dtype_bytes=1 counts them)"),
                     (lambda a, e: a["numbers"] == e["numbers"] + 62,
                      "576 is DeepSeek-V3's own: pass qk_rope_head_dim=2"),
+                    (lambda a, e: a["numbers"] == e["numbers"] - 2,
+                     "numbers: the latent alone; the shared rotary key (qk_rope_head_dim=2 features) is cached "
+                     "too"),
+                    (lambda a, e: a["parameters"] == _mla_parameters(64),
+                     "parameters: that is the layer with 64 rotary features, DeepSeek-V3's own: build it with "
+                     "qk_rope_head_dim=2"),
                     (lambda a, e: a["numbers"] == 61 * e["numbers"] or a["parameters"] == 61 * e["parameters"],
                      "per layer: hand in one layer's numbers and parameters, not those of DeepSeek-V3's 61 layers")],
              hint="build it inside `with torch.device('meta'):` and count with d2lmini.num_parameters",
              wrong=[lambda e: {**e, "numbers": 2 * e["numbers"]}, lambda e: {"numbers": 576.0,
                                                                              "parameters": e["parameters"] + 1e6},
-                    lambda e: {k: 61 * v for k, v in e.items()}]),
+                    lambda e: {k: 61 * v for k, v in e.items()}, lambda e: {**e, "numbers": e["numbers"] - 2},
+                    lambda e: {**e, "parameters": _mla_parameters(64)}]),
     Exercise("8.4", "a tuple (largest difference, features compared per key with explicit keys, with the "
                     "absorbed query)",
              kind="numbers", names=("max_difference", "explicit_features", "absorbed_features"),
