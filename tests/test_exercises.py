@@ -5,6 +5,7 @@ the answer away."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -148,6 +149,21 @@ AIMED = [
     ("6.2", lambda e: {**e, "projection": exercises.ch06._per_head_entropy()}, "per-head variant's"),
     ("2.4", lambda e: exercises.ch02._no_skip_val(1, seed=1), "another draw"),
     ("5.5", lambda e: exercises.ch05._lower_rate(seed=0), "one seed's"),
+    ("1.3", lambda e: {"causal": 128, "rope": 509}, "count rows, not entries"),
+    ("1.4", lambda e: {**e, "output_rms": 12 ** 0.5}, "13 terms"),
+    ("1.6", lambda: exercises.ch01._wrong_miniblock("before softmax", scale_by="d"), "sqrt(num_hiddens)"),
+    ("2.2", lambda e: {**e, "fall": math.log10(e["fall"])}, "not its order of magnitude"),
+    ("2.3", lambda e: {**e, "with": exercises.ch02._ffn_only()}, "attention.W_o and ffn.W_2"),
+    ("2.5", lambda e: exercises.ch02._first_step_gradients(block=3), "another block's"),
+    ("3.2", lambda: sorted(i + 1 for i in exercises.ch03._growing_features()), "one too high"),
+    ("5.1", lambda e: exercises.ch05._scale_and_shift("mean"), "not the mean"),
+    ("5.3", lambda e: {**e, "sum_of_squares": 32 * e["sum_of_squares"]}, "first token's running sum only"),
+    ("5.4", lambda e: 1.0, "1 + g"),
+    ("5.6", lambda e: exercises.ch05._partial_rms("last"), "X[..., :32]"),
+    ("6.2", lambda e: {k: v / math.log(64) for k, v in e.items()}, "fraction of log 64"),
+    ("8.1", lambda: exercises.ch08._TrimmedLate, "before the scores"),
+    ("9.4", lambda e: {n: 2 * v for n, v in e.items()}, "twice the cache"),
+    ("9.5", lambda e: {**e, "k": 1}, "above or below"),
     ("9.5", lambda e: {**e, "k": e["k"] - 1}, "above or below"),
     ("10.2", lambda e: exercises.ch10._sinkhorn_errors(scale=1.0), "2.56"),
     ("10.3", lambda e: exercises.ch10._final_norms(depth=0), "||P_1||"),

@@ -122,6 +122,8 @@ def test_training_table_puts_post_ln_beside_pre_ln_per_configuration():
     assert table.loc[(8, 0.02, 0), "post-LN seed range"] == pytest.approx(0.1)
     assert table.loc[(2, 0.005, 0), "pre-LN"] == 2.4 and table.loc[(2, 0.005, 0), "pre-LN seed range"] == 0
     assert math.isnan(table.loc[(8, 0.02, 75), "pre-LN"])  # not trained: left empty
+    one_seed = training_table([r for r in results if r.config["seed"] == 0])
+    assert list(one_seed.columns) == ["post-LN", "pre-LN"]  # one seed has no range
     fig = plot_training(results, reference=3.0)
     assert [ax.get_title() for ax in fig.axes] == ["8 blocks, peak rates 0.02 and 0.005", "2 blocks, peak rate 0.005"]
     assert [text.get_text() for text in fig.legends[0].get_texts()] == [

@@ -309,9 +309,9 @@ def training_table(results):
         ``pandas.DataFrame`` indexed by (blocks, peak rate, warm-up steps), deepest and highest
         rate first, then the shortest warm-up, with columns ``'post-LN'`` and ``'pre-LN'`` (the mean
         validation loss over seeds, nats per character) and ``'post-LN seed range'`` and
-        ``'pre-LN seed range'`` (largest minus smallest over seeds); NaN where that placement was
-        not trained in that configuration. The columns' name says they hold the final
-        validation loss.
+        ``'pre-LN seed range'`` (largest minus smallest over seeds; left out when every
+        configuration trained one seed); NaN where that placement was not trained in that
+        configuration. The columns' name says they hold the final validation loss.
 
     Raises:
         TypeError: if ``results`` is not such a list.
@@ -320,13 +320,16 @@ def training_table(results):
     import pandas as pd
 
     rows = {}  # (blocks, peak rate, warm-up steps) -> {column: value}
-    for (depth, lr, warmup, placement), losses in seed_losses(results).items():
+    losses_by_run = seed_losses(results)
+    for (depth, lr, warmup, placement), losses in losses_by_run.items():
         row = rows.setdefault((depth, lr, warmup), {})
         row[PLACEMENT_SHORT[placement]] = sum(losses) / len(losses)
         row[PLACEMENT_SHORT[placement] + " seed range"] = max(losses) - min(losses)
     keys = sorted(rows, key=lambda key: (-key[0], -key[1], key[2]))
     index = pd.MultiIndex.from_tuples(keys, names=["blocks", "peak rate", "warm-up steps"])
-    columns = list(PLACEMENT_SHORT.values()) + [name + " seed range" for name in PLACEMENT_SHORT.values()]
+    columns = list(PLACEMENT_SHORT.values())
+    if any(len(losses) > 1 for losses in losses_by_run.values()):  # one seed has no range
+        columns += [name + " seed range" for name in PLACEMENT_SHORT.values()]
     table = pd.DataFrame([rows[key] for key in keys], index=index, columns=columns)
     table.columns.name = "final validation loss"  # shown above the columns: which loss they hold
     return table

@@ -212,6 +212,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
         slips += [
             ("RMSNorm subtracts no mean: divide x itself by its root mean square",
              g * (X32 - X32.mean(-1, keepdim=True)) / torch.sqrt(X32.var(-1, keepdim=True, unbiased=False) + eps)),
+            ("RMSNorm subtracts no mean: multiply x itself, not x - mean(x), by rsqrt(mean(x**2) + eps)",
+             g * (X32 - X32.mean(-1, keepdim=True)) * torch.rsqrt(ms + eps)),
             ("the statistic is mean(x**2), the mean square of x itself, not its variance: RMSNorm "
              "subtracts no mean, not even inside the statistic",
              g * X32 * torch.rsqrt(X32.var(-1, keepdim=True, unbiased=False) + eps)),
@@ -297,7 +299,7 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
     F = ref.ffn
 
     def block(placement=ref.placement, skip1=skips, skip2=skips, ffn_reads="X'", norm2=n2, stream_normed=False,
-              attend=lambda Y: _output(ref.attention(Y, Y, Y, *rest)), unnormed=(), ffn_adds_to="X'"):
+              attend=lambda Y: _output(ref.attention(Y, Y, Y, *rest)), unnormed=(), ffn_adds_to="X'", F=F):
         if placement == "pre":
             Z = n1(X) if stream_normed else X
             X1 = (Z if skip1 else 0) + attend(X if "attention" in unnormed else n1(X))
@@ -349,6 +351,10 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
                       "the padded positions' queries read the padding keys",
                       block(attend=lambda Y: _output(ref.attention(Y, Y, Y)))))
     slips += [(words, block(attend=attend)) for words, attend in _attention_slips(ref.attention)]
+    if type(F).__name__ == "FeedForward" and not F.gated and F.act in ("relu", "gelu"):  # the other activation
+        other = {"relu": torch.nn.functional.gelu, "gelu": torch.relu}[F.act]
+        slips.append((f"the FFN's activation is {F.act}: W_2 {F.act}(W_1 x)",
+                      block(F=lambda Z: F.W_2(other(F.W_1(Z))))))
     return slips
 
 
@@ -385,6 +391,13 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         raise TypeError(f"rename must be the dict given to copy_parameters, got {type(rename).__name__}")
     rename = rename or {}
     ref_inputs = inputs if ref_inputs is None else tuple(ref_inputs)
+    trained = dict(mine.named_parameters())
+    for name, _ in ref.named_buffers():  # a buffer is state the optimizer must not train
+        mine_name = next((target + name[len(source):] for source, target in rename.items()
+                          if name == source or name.startswith(source + ".")), name)
+        if mine_name in trained:
+            raise AssertionError(f"Hint: `{mine_name}` is a parameter in yours, a buffer in d2lmini's: register it "
+                                 f"with self.register_buffer, so that an optimizer does not train it.")
     with torch.no_grad():
         try:
             got = _output(mine(*inputs))

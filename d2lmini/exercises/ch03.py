@@ -108,6 +108,8 @@ def _judge_growing(answer) -> str | None:
     got, want = _as_indices(answer, batch.X.shape[-1]), _indices(var_all > var_real)
     if got == want:
         return None
+    if got == {i + 1 for i in want}:
+        return "every index is one too high: feature indices start at 0, as tensor indices do"
     m, s = batch.feature_mean, batch.feature_scale
     if got == _indices(m.pow(2) > s.pow(2)):
         return ("padding also multiplies the real tokens' variance s_j^2 by (1 - p): keep that factor "
@@ -218,7 +220,8 @@ EXERCISES = [
     Exercise(
         "3.2", "the indices of the features whose variance padding increases, e.g. [3, 17]", kind="custom",
         judge=_judge_growing,
-        wrong=[_mean_square_rule, _factor_p_rule, _p_left_on_s_rule, _shrinking_features, lambda: list(range(64))]),
+        wrong=[_mean_square_rule, _factor_p_rule, _p_left_on_s_rule, _shrinking_features, lambda: list(range(64)),
+               lambda: sorted(i + 1 for i in _growing_features())]),
     Exercise(
         "3.3", "BatchNorm's RMS |Δ| in evaluation mode for (momentum, warmup) = (0.01, 5), (0.01, 100), "
                "(0.5, 5), (0.5, 100), in that order",

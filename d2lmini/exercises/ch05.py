@@ -13,8 +13,9 @@ import torch
 from . import Exercise
 
 
-def _scale_and_shift() -> dict:
-    """5.1: how much multiplying a token by 3, or adding 3 to it, moves each norm's output."""
+def _scale_and_shift(reduce: str = "max") -> dict:
+    """5.1: how much multiplying a token by 3, or adding 3 to it, moves each norm's output (the largest
+    change; ``reduce="mean"``: the mean, a wrong answer a hint aims at)."""
     from torch import nn
 
     from ..norms import RMSNorm
@@ -22,11 +23,10 @@ def _scale_and_shift() -> dict:
     torch.manual_seed(0)
     X = torch.randn(8, 64)
     rms, layer = RMSNorm(64), nn.LayerNorm(64)
+    size = lambda change: float(getattr(change.abs(), reduce)())  # noqa: E731
     with torch.no_grad():
-        return {"rms_times_3": float((rms(3 * X) - rms(X)).abs().max()),
-                "rms_plus_3": float((rms(X + 3) - rms(X)).abs().max()),
-                "ln_times_3": float((layer(3 * X) - layer(X)).abs().max()),
-                "ln_plus_3": float((layer(X + 3) - layer(X)).abs().max())}
+        return {"rms_times_3": size(rms(3 * X) - rms(X)), "rms_plus_3": size(rms(X + 3) - rms(X)),
+                "ln_times_3": size(layer(3 * X) - layer(X)), "ln_plus_3": size(layer(X + 3) - layer(X))}
 
 
 def _eps_difference(s: float, dtype=torch.float32) -> float:
@@ -111,13 +111,13 @@ def _partial_rms(measure: str = "distance") -> dict:
     tokens of ||y_p - y|| / ||y||; ``measure`` names a wrong way to measure it (for the hints):
     ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"undivided"`` (||y_p - y||
     alone), ``"mismatched"`` (y of the unscaled tokens against y_p of the scaled ones), ``"sum"`` (the
-    partial statistic a sum of the 32 squares, not their mean)."""
+    partial statistic a sum of the 32 squares, not their mean), ``"last"`` (the statistic of the last 32)."""
     from ..chapters.ch05_rmsnorm import EPS
 
     def norms(X, k=32):
         y = X * torch.rsqrt(X.pow(2).mean(dim=-1, keepdim=True) + EPS)
-        partial = X[..., :k].pow(2).sum(dim=-1, keepdim=True) if measure == "sum" else \
-            X[..., :k].pow(2).mean(dim=-1, keepdim=True)
+        read = X[..., -k:] if measure == "last" else X[..., :k]
+        partial = read.pow(2).sum(dim=-1, keepdim=True) if measure == "sum" else read.pow(2).mean(dim=-1, keepdim=True)
         return y, X * torch.rsqrt(partial + EPS)
 
     def distance(y, y_p):
@@ -153,6 +153,11 @@ EXERCISES = [
                     (lambda a, e: min(a["rms_times_3"], a["ln_times_3"]) < 1e-7,
                      "the x3 shifts are small but not 0: eps weighs less against a mean square nine times "
                      "larger. Measure them"),
+                    (lambda a, e: all(abs(a[k] - v) < 0.05 * v for k, v in _scale_and_shift("mean").items()),
+                     "each is the largest change over the entries, .abs().max(), not the mean"),
+                    (lambda a, e: a["rms_times_3"] > 4 * e["rms_times_3"],
+                     "rms_times_3: is your RMSNorm's eps 1e-6, d2lmini.RMSNorm(64)'s? With Llama 3's 1e-5 the shift "
+                     "is about ten times larger"),
                     (lambda a, e: a["rms_times_3"] < e["rms_times_3"] / 2,
                      "rms_times_3: is your RMSNorm's eps 1e-6? torch.nn.RMSNorm(64)'s default, eps=None, is "
                      "float32's machine epsilon, 1.19e-7; d2lmini.RMSNorm(64) has 1e-6"),
@@ -168,7 +173,8 @@ EXERCISES = [
                     lambda e: {**e, "rms_plus_3": e["rms_plus_3"] / 3},
                     lambda e: {**e, "rms_plus_3": 2.0},
                     lambda e: {**e, "rms_times_3": 0.0, "ln_times_3": 0.0, "ln_plus_3": 0.0},
-                    lambda e: {**e, "rms_times_3": 4.8e-7}]),
+                    lambda e: {**e, "rms_times_3": 4.8e-7}, lambda e: _scale_and_shift("mean"),
+                    lambda e: {**e, "rms_times_3": 1.74e-5}]),
     Exercise("5.2", "(diff_at_0.01, diff_at_0.1, rms_at_1_percent): two relative differences and an RMS",
              kind="numbers", expected=_eps_differences,
              names=("diff_at_0.01", "diff_at_0.1", "rms_at_1_percent"), rel=0.02,
@@ -192,13 +198,16 @@ EXERCISES = [
                     lambda e: {**e, "rms_at_1_percent": math.sqrt(1e-5 / 0.02)}]),
     Exercise("5.3", "(error, sum_of_squares): the relative error at RMS 1 and the first token's running sum",
              kind="numbers", expected=_sequential_bfloat16, names=("error", "sum_of_squares"), rel=0.01,
-             hints=[(lambda a, e: a["error"] < 0.05 or a["sum_of_squares"] > 3000,
+             hints=[(lambda a, e: a["sum_of_squares"] > 8 * e["sum_of_squares"],
+                     "sum_of_squares: the first token's running sum only, not every token's added up"),
+                    (lambda a, e: a["error"] < 0.05 or a["sum_of_squares"] > 3000,
                      "the running sum must be rounded to bfloat16 after every addition (torch.sum and "
                      "torch.cumsum accumulate in float32): add one square at a time to a bfloat16 tensor"),
                     (lambda a, e: a["sum_of_squares"] < 100,
                      "hand in the sum of the first token's 4096 squares, before dividing by d")],
              wrong=[lambda e: {"error": 0.004, "sum_of_squares": 4040.0},
-                    lambda e: {**e, "sum_of_squares": e["sum_of_squares"] / 4096}]),
+                    lambda e: {**e, "sum_of_squares": e["sum_of_squares"] / 4096},
+                    lambda e: {**e, "sum_of_squares": 32 * e["sum_of_squares"]}]),
     Exercise("5.4", "the fraction of outputs in which the two orders differ, one number", expected=_gain_orders,
              rel=2e-3,  # the same on torch 2.11 and 2.13; g drawn first gives 0.3% more
              hints=[(lambda a, e: a < 0.01,
@@ -207,7 +216,9 @@ EXERCISES = [
                      "and rounds once"),
                     (lambda a, e: a > 1, "a fraction between 0 and 1 (the differing outputs over all of them), "
                                         "not a count"),
-                    (lambda a, e: a == 1, "per output entry (64 x 512 of them), not per token"),
+                    (lambda a, e: a == 1,
+                     "every output differs: compare entry by entry (64 x 512 of them), not token by token, and "
+                     "multiply by g itself (not Gemma's 1 + g): only the place of the rounding may differ"),
                     (lambda a, e: abs(a - (1 - e)) < 0.02,
                      "hand in the fraction of outputs that differ, not of those that agree"),
                     (lambda a, e: abs(a - _gain_orders(gain_first=True)) < 1e-4,
@@ -235,6 +246,8 @@ EXERCISES = [
                     (lambda a, e: abs(a["large_first"] - a["random"]) < 0.05,
                      "multiply the first 32 features of every token by 10 before normalizing it "
                      "with both norms"),
+                    (lambda a, e: all(abs(a[k] - v) < 0.03 * v for k, v in _partial_rms("last").items()),
+                     "the partial RMS reads the first 32 features, X[..., :32], the ones scaled by 10"),
                     (lambda a, e: a["random"] > 1 and a["large_first"] > 1,
                      "divide each token's ||y_p - y|| by ||y||, the norm of RMSNorm's output"),
                     (lambda a, e: abs(a["random"] - _partial_rms("sum")["random"]) < 0.02,
@@ -253,5 +266,6 @@ EXERCISES = [
                     lambda e: {**e, "large_first": e["random"]}, lambda e: {"random": 3.068, "large_first": 0.076},
                     lambda e: _partial_rms("whole"), lambda e: _partial_rms("ratio"), lambda e: _partial_rms("undivided"),
                     lambda e: _partial_rms("sum"),
-                    lambda e: {**e, "large_first": _partial_rms("mismatched")["large_first"]}]),
+                    lambda e: {**e, "large_first": _partial_rms("mismatched")["large_first"]},
+                    lambda e: _partial_rms("last")]),
 ]

@@ -31,10 +31,12 @@ LLAMA3_70B = dict(num_hiddens=8192, num_heads=64, head_dim=128, num_kv_heads=8, 
 class _WindowGQA(nn.Module):
     """``MyGQA`` of the chapter with a cache of the last ``window + keep_extra`` tokens (the wrong
     answers of 8.1: ``keep_extra=None`` keeps every token, ``-1`` one too few; ``short_cache``:
-    attends to ``window`` tokens but returns the last ``window - 1`` as the cache)."""
+    attends to ``window`` tokens but returns the last ``window - 1`` as the cache; ``trim_late``: trims
+    the cache after the scores, which then read ``window + 1`` keys)."""
 
     keep_extra: int | None = 0
     short_cache = False
+    trim_late = False
 
     def __init__(self, num_hiddens, num_heads, num_kv_heads, window):
         super().__init__()
@@ -51,12 +53,14 @@ class _WindowGQA(nn.Module):
         v = self.W_v(X).view(b, n, self.g, self.d_h).transpose(1, 2)
         if cache is not None:
             k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
-        if self.keep_extra is not None:
+        if self.keep_extra is not None and not self.trim_late:
             keep = self.w + self.keep_extra
             k, v = k[:, :, -keep:], v[:, :, -keep:]
         group = self.h // self.g
         K, V = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         weights = torch.softmax(q @ K.transpose(-1, -2) / self.d_h ** 0.5, dim=-1)
+        if self.trim_late:
+            k, v = k[:, :, -self.w:], v[:, :, -self.w:]
         if self.short_cache:
             k, v = k[:, :, 1 - self.w:], v[:, :, 1 - self.w:]
         return self.W_o((weights @ V).transpose(1, 2).reshape(b, n, -1)), (k, v)
@@ -72,6 +76,10 @@ class _OneShort(_WindowGQA):
 
 class _ShortCache(_WindowGQA):
     short_cache = True
+
+
+class _TrimmedLate(_WindowGQA):
+    trim_late = True
 
 
 def _decode(layer, X):
@@ -125,6 +133,13 @@ def _judge_window(answer) -> str | None:
             if first < w - 1:
                 return (f"token {first} already differs, before the window is full: start from MyGQA's forward "
                         "and change only what the cache keeps")
+            wider = MultiHeadAttention(d, h, num_kv_heads=g, causal=True, window=w + 1)
+            copy_parameters(ref, wider)
+            late = torch.stack([wider(X[:, :t + 1], X[:, :t + 1], X[:, :t + 1])[:, -1]
+                                for t in range(WINDOW_STEPS)], 1)
+            if torch.allclose(got, late, atol=1e-5, rtol=1e-5):
+                return ("your outputs read w + 1 keys: keep the last w after appending and before the scores, "
+                        "not only in the cache you return")
             return (f"the outputs agree up to token {first - 1} and differ from token {first} on: the window holds "
                     "w keys, the new token's own included (token t sees tokens t - w + 1 to t)")
         shape = (2, g, w, d // h)
@@ -219,7 +234,7 @@ def _absorption() -> tuple:
 EXERCISES = [
     Exercise("8.1", "the class MyWindowGQA(num_hiddens, num_heads, num_kv_heads, window), MyGQA with a "
                     "cache of the last window tokens", kind="custom", judge=_judge_window,
-             wrong=[lambda: _Untrimmed, lambda: _OneShort, lambda: _ShortCache]),
+             wrong=[lambda: _Untrimmed, lambda: _OneShort, lambda: _ShortCache, lambda: _TrimmedLate]),
     Exercise("8.2", "a dict {'mha_gib', 'gqa_gib', 'mha_sequences', 'gqa_sequences'}: GiB of cache of one "
                     "sequence of 131,072 tokens, and whole sequences in 400 GiB",
              kind="numbers", names=("mha_gib", "gqa_gib", "mha_sequences", "gqa_sequences"),

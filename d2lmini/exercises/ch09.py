@@ -277,6 +277,8 @@ EXERCISES = [
         hints=[(lambda a, e: any(all(_near(a[n] * unit, e[n], 0.1) for n in e)
                                  for unit in (2 ** 10, 1e3, 2 ** 20, 1e6)),
                 "in bytes, as cache.num_bytes() returns them, not KiB, kB, MiB or MB"),
+               (lambda a, e: all(_near(a[n], 2 * e[n]) for n in e),
+                "twice the cache: 4 bytes per float32 number, for one key and one value per head and token"),
                (lambda a, e: all(_near(a[n], e[n] / 2) for n in e),
                 "half: the cache holds keys and values, and a float32 takes 4 bytes"),
                (lambda a, e: all(_near(a[n], e[n] / 4) for n in e),
@@ -290,7 +292,7 @@ EXERCISES = [
         wrong=[lambda e: {n: v / 2 for n, v in e.items()}, lambda e: {n: v / 4 for n, v in e.items()},
                lambda e: {n: v / 2 ** 10 for n, v in e.items()},
                lambda e: dict(zip(e, reversed(list(e.values())))),
-               lambda e: {n: e["num_kv_heads=4"] for n in e}]),
+               lambda e: {n: e["num_kv_heads=4"] for n in e}, lambda e: {n: 2 * v for n, v in e.items()}]),
     Exercise(
         "9.5", "(k, the mixture's num_active_parameters() at that k, the dense SwiGLU FFN's parameters)",
         kind="numbers", names=("k", "active", "dense"), expected=_closest_top_k, rel=0, abs=0.5,
@@ -299,7 +301,7 @@ EXERCISES = [
                (lambda a, e: a["k"] == e["k"] + 1 and a["active"] == _active(e["k"] + 1),
                 "the closest k, above or below: compare |active - dense| for each k"),
                (lambda a, e: a["k"] == e["k"] + 1, "the shared expert runs for every token, beside the top-k"),
-               (lambda a, e: a["k"] == e["k"] - 1, "the closest k, above or below: compare |active - dense| for each k"),
+               (lambda a, e: a["k"] != e["k"], "the closest k, above or below: compare |active - dense| for each k"),
                (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"] - _router_parameters(),
                 "num_active_parameters() counts the router too: every token runs it"),
                (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"],
