@@ -152,7 +152,7 @@ AIMED = [
     ("1.3", lambda e: {"causal": 128, "rope": 509}, "count rows, not entries"),
     ("1.4", lambda e: {**e, "output_rms": 12 ** 0.5}, "13 terms"),
     ("1.6", lambda: exercises.ch01._wrong_miniblock("before softmax", scale_by="d"), "sqrt(num_hiddens)"),
-    ("2.2", lambda e: {**e, "fall": math.log10(e["fall"])}, "not its order of magnitude"),
+    ("2.2", lambda e: {**e, "fall": math.log10(e["fall"])}, "not its logarithm"),
     ("2.3", lambda e: {**e, "with": exercises.ch02._ffn_only()}, "attention.W_o and ffn.W_2"),
     ("2.5", lambda e: exercises.ch02._first_step_gradients(block=3), "another block's"),
     ("3.2", lambda: sorted(i + 1 for i in exercises.ch03._growing_features()), "one too high"),
@@ -164,6 +164,17 @@ AIMED = [
     ("8.1", lambda: exercises.ch08._TrimmedLate, "before the scores"),
     ("9.4", lambda e: {n: 2 * v for n, v in e.items()}, "twice the cache"),
     ("9.5", lambda e: {**e, "k": 1}, "above or below"),
+    ("5.4", lambda e: exercises.ch05._gain_orders(one_plus=True), "not Gemma's stored 1 + g"),
+    ("11.4", lambda e: exercises.ch11._hybrid_range(groups=6, tail=0), "32 layers"),
+    ("3.4", lambda e: exercises.ch03._batch_mates_slope(intercept=True, base=10), "intercept"),
+    ("2.2", lambda e: {**e, "fall": math.log(e["fall"])}, "not its logarithm"),
+    ("1.4", lambda e: {**e, "output_rms": 3.61}, "sqrt(13)"),
+    ("2.5", lambda e: {k: round(v, 2) for k, v in e.items()}, "unrounded"),
+    ("5.3", lambda e: exercises.ch05._sequential_bfloat16(tree=True), "pairwise tree"),
+    ("5.1", lambda e: {k: 0.29 * v for k, v in e.items()}, "not divided by anything"),
+    ("7.5", lambda e: (5, 7, 0, 4), "indices"),
+    ("11.3", lambda e: {**e, "attention_factor": 8.0}, "not the attention factor"),
+    ("1.2", lambda e: exercises.ch01._alone_ratios("attention_scale"), "attention_scale"),
     ("9.5", lambda e: {**e, "k": e["k"] - 1}, "above or below"),
     ("10.2", lambda e: exercises.ch10._sinkhorn_errors(scale=1.0), "2.56"),
     ("10.3", lambda e: exercises.ch10._final_norms(depth=0), "||P_1||"),
@@ -230,6 +241,8 @@ def test_numpy_and_tensor_answers_are_taken_as_readers_hand_them_in():
     mask = var_all > var_real
     for answer in (mask, mask.numpy(), np.where(mask.numpy())[0], list(np.nonzero(mask.numpy())[0]),
                    mask.tolist(), torch.nonzero(mask), mask.nonzero().flatten(), sorted(mask.nonzero().flatten().tolist())):
+        assert check("3.2", answer), type(answer)
+    for answer in (np.nonzero(mask.numpy()), torch.where(mask), mask.nonzero(as_tuple=True)):  # one array a dim
         assert check("3.2", answer), type(answer)
     ratios = exercise("1.2").answer()
     assert check("1.2", np.array(list(ratios.values()))) and check("1.2", torch.tensor(list(ratios.values())))

@@ -177,6 +177,10 @@ class Exercise:
             return f"{where}Hint: {order}"
         if self._percentages(given, expected, off):
             return f"{where}Hint: these are percentages: hand in the numbers themselves (0.25, not 25)"
+        rounded = (f"{where}Hint: rounded, {'these are' if len(off) > 1 else 'that is'} off by more than the "
+                   f"check allows: hand in the numbers as your code computes them, unrounded")
+        if self._rounded(given, expected, off, to_zero=False):
+            return rounded
         for test, hint in self.hints:
             try:
                 fits = test(given, expected)
@@ -184,9 +188,8 @@ class Exercise:
                 fits = False
             if fits:
                 return f"{where}Hint: {hint}"
-        if self._rounded(given, expected, off):
-            return (f"{where}Hint: rounded, {'these are' if len(off) > 1 else 'that is'} off by more than the "
-                    f"check allows: hand in the numbers as your code computes them, unrounded")
+        if self._rounded(given, expected, off):  # 0.0 for a small number: after the hints, which may expect 0
+            return rounded
         return f"{where}Hint: {self.hint}"
 
     def _percentages(self, given, expected, off: list[str]) -> bool:
@@ -202,16 +205,17 @@ class Exercise:
         return (bool(pairs) and all(percentage(*pair) for pair in pairs)
                 and any(0 < abs(want) <= 1 for _, want, _ in pairs))
 
-    def _rounded(self, given, expected, off: list[str]) -> bool:
+    def _rounded(self, given, expected, off: list[str], to_zero: bool = True) -> bool:
         """Whether every wrong number of ``given`` is the right one rounded, to two or three significant
-        digits or to two to four decimals (0.0 included: a small number rounded away); one digit is a guess."""
+        digits or to two to four decimals (with ``to_zero``, 0.0 too: a small number rounded away); one digit is
+        a guess, and a count is not rounded."""
         pairs = [(given, expected)] if self.kind == "number" else [(given[n], expected[n]) for n in off]
 
         def rounded(got, want):
             if float(want).is_integer():  # a count is not rounded
                 return False
             roundings = {float(f"{want:.{k}g}") for k in (2, 3)} | {round(want, k) for k in (2, 3, 4)}
-            return got in roundings and got != want
+            return got in roundings and got != want and (to_zero or got != 0)
 
         return bool(pairs) and all(rounded(*pair) for pair in pairs)
 

@@ -99,7 +99,8 @@ def _is_norm(module: nn.Module) -> bool:
     return "norm" in type(module).__name__.lower()
 
 
-def _part_hint(name: str, source: str, module: nn.Module, gap: float, called: str | None = None) -> str:
+def _part_hint(name: str, source: str, module: nn.Module, gap: float, called: str | None = None,
+               small: bool = False) -> str:
     """The hint for a part that differs alone; ``module``: d2lmini's part (what kind of part it is, whatever the
     reader's class is called); ``called``: how an attention part was called (None: one tensor)."""
     attention = called is not None
@@ -110,8 +111,8 @@ def _part_hint(name: str, source: str, module: nn.Module, gap: float, called: st
             "each head's softmax(Q_h K_h^T / sqrt(d_h)) and W_o on the concatenated heads" if attention
             else "its layers, their order and the activation between them")
     return (f"`{name}` alone computes something else than d2lmini's `{source}`, whose weights it holds "
-            f"(largest difference {gap:.2g} on the same random input{', ' + called if called else ''}): "
-            f"check {what}.")
+            f"(largest difference {gap:.2g} on the same random input{', times 1e-3' if small else ''}"
+            f"{', ' + called if called else ''}): check {what}.")
 
 
 def _calls(module: nn.Module, Z: torch.Tensor) -> list[tuple[tuple, torch.Tensor]]:
@@ -147,7 +148,7 @@ def _words(args: tuple, Z: torch.Tensor) -> str:
 
 
 #: The epsilons of other norms, which a reader may have typed instead of the one the check uses.
-_OTHER_EPS = (1e-5, 1e-6, 1e-8)
+_OTHER_EPS = (1e-3, 1e-5, 1e-6, 1e-8, 1e-12)
 
 
 def _norm_slip(ref: nn.Module, ref_inputs: tuple, got: torch.Tensor, want: torch.Tensor) -> str | None:
@@ -227,6 +228,10 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
     slips.append((f"add eps inside the square root, {formula}: without it small tokens are blown up",
                   with_eps(0.0)))
     slips += [(f"eps is {eps:g} here, not {other:g}", with_eps(other)) for other in _OTHER_EPS if other != eps]
+    if bias is None:  # nn.RMSNorm's eps=None: float32's machine epsilon, whatever the input's dtype
+        machine = torch.finfo(torch.float32).eps
+        slips.append((f"eps is {eps:g} here, not float32's machine epsilon, {machine:.3g}, the default "
+                      f"(eps=None) of nn.RMSNorm", with_eps(machine)))
     if bias is None and X.dtype in (torch.bfloat16, torch.float16):  # RMSNorm's two orders of a 16-bit input
         Xf = X.float()
         normed = Xf * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps)
@@ -492,7 +497,8 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                     size = "" if args[0] is Z else ", times 1e-3"
                     return (f"Hint: `{name}` alone differs from d2lmini's `{source}`: {slip} (largest difference "
                             f"{part_gap:.2g} on a random input of shape {tuple(Z.shape)}{size}).")
-                return "Hint: " + _part_hint(name, source, theirs, part_gap, words if len(args) > 1 else None)
+                return "Hint: " + _part_hint(name, source, theirs, part_gap, words if len(args) > 1 else None,
+                                             small=args[0] is not Z)
         agreeing[name] = part
     kinds = {}
     for name, part in agreeing.items():

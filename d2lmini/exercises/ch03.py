@@ -72,6 +72,8 @@ def _as_indices(answer, num_hiddens: int) -> set[int]:
     """A reader's answer to 3.2 as a set of feature indices: a list, tuple, set or range of ints, a 1-D
     integer tensor, or a boolean mask of shape ``(d,)``."""
     hand_in = "the indices of the features, e.g. [3, 17] or a boolean mask of shape (64,)"
+    if isinstance(answer, (tuple, list)) and len(answer) == 1 and hasattr(answer[0], "__array__"):
+        answer = answer[0]  # np.nonzero, torch.where, nonzero(as_tuple=True): one array per dimension
     if not isinstance(answer, torch.Tensor) and hasattr(answer, "__array__"):  # a NumPy array
         answer = torch.as_tensor(answer)
     if isinstance(answer, (list, tuple)) and len(answer) == num_hiddens and all(isinstance(a, bool) for a in answer):
@@ -194,16 +196,17 @@ def _batch_mates_rms() -> list[float]:
     return [_rows(warmup=2, batch_size=batch_size)["other batch mates"]["bn_rms_delta"] for batch_size in BATCH_SIZES]
 
 
-def _slope(xs, ys, intercept: bool = False) -> float:
-    """The least-squares slope of log(ys) against log(xs) (``intercept``: the line's intercept instead)."""
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+def _slope(xs, ys, intercept: bool = False, base: float = math.e) -> float:
+    """The least-squares slope of log(ys) against log(xs) (``intercept``: the line's intercept instead, which
+    depends on the logarithm's ``base``)."""
+    lx, ly = [math.log(x, base) for x in xs], [math.log(y, base) for y in ys]
     mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
     slope = sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / sum((x - mx) ** 2 for x in lx)
     return my - slope * mx if intercept else slope
 
 
-def _batch_mates_slope(intercept: bool = False) -> float:
-    return _slope([batch_size * NUM_STEPS for batch_size in BATCH_SIZES], _batch_mates_rms(), intercept)
+def _batch_mates_slope(intercept: bool = False, base: float = math.e) -> float:
+    return _slope([batch_size * NUM_STEPS for batch_size in BATCH_SIZES], _batch_mates_rms(), intercept, base)
 
 
 EXERCISES = [
@@ -239,7 +242,8 @@ EXERCISES = [
     Exercise(
         "3.4", "the slope of log RMS |Δ| against log(tokens in the batch), one number",
         expected=_batch_mates_slope, rel=0.0, abs=0.005,
-        hints=[(lambda a, e: abs(a - _batch_mates_slope(intercept=True)) < 0.01,
+        hints=[(lambda a, e: min(abs(a - _batch_mates_slope(intercept=True, base=base)) for base in (math.e, 10, 2))
+                < 0.01,
                 "that is the line's intercept: np.polyfit(x, y, 1) returns [slope, intercept], so take [0]"),
                (lambda a, e: a > 0, "the change shrinks as the batch grows: the slope is negative"),
                (lambda a, e: abs(a + 0.5) < 0.005, "-1/2 is the exponent a mean's sampling error predicts; hand "
@@ -255,6 +259,6 @@ EXERCISES = [
         hint="fit the 'other batch mates' row's bn_rms_delta at batch sizes 2, 8, 32, 128 and 512 (16 tokens "
              "each), both axes logarithmic: np.polyfit(np.log(tokens), np.log(rms), 1)[0]",
         wrong=[lambda e: -0.5, lambda e: 2 * e, lambda e: 1 / e, lambda e: -e,
-               lambda e: _batch_mates_slope(intercept=True)]),
+               lambda e: _batch_mates_slope(intercept=True), lambda e: _batch_mates_slope(intercept=True, base=10)]),
     Exercise("3.5", "a short paragraph", kind="discussion"),
 ]

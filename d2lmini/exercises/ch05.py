@@ -57,23 +57,24 @@ def _sequential_sum(X: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def _sequential_bfloat16() -> dict:
-    """5.3: RMSNorm with a sequential bfloat16 sum of squares, at RMS 1 and d = 4096."""
-    from ..chapters.ch05_rmsnorm import EPS, relative_error
+def _sequential_bfloat16(tree: bool = False) -> dict:
+    """5.3: RMSNorm with a sequential bfloat16 sum of squares, at RMS 1 and d = 4096 (``tree``: the chapter's
+    pairwise sum instead, a wrong answer a hint aims at)."""
+    from ..chapters.ch05_rmsnorm import EPS, half_precision_sum, relative_error
     from ..norms import RMSNorm
 
     torch.manual_seed(0)
     X = torch.randn(32, 4096).bfloat16()
-    sums = _sequential_sum(X * X)
+    sums = half_precision_sum(X * X) if tree else _sequential_sum(X * X)
     Y = X * torch.rsqrt(sums / X.shape[-1] + EPS)
     with torch.no_grad():
         error = relative_error(Y, RMSNorm(4096)(X.float()))
     return {"error": error, "sum_of_squares": float(sums[0])}
 
 
-def _gain_orders(gain_first: bool = False) -> float:
+def _gain_orders(gain_first: bool = False, one_plus: bool = False) -> float:
     """5.4: how often Llama's order (round, then gain) and Gemma 3's (gain, then round) differ in bfloat16
-    (``gain_first``: with g drawn before X, a mistake)."""
+    (``gain_first``: with g drawn before X; ``one_plus``: with Gemma's 1 + g in both orders; mistakes)."""
     from ..chapters.ch05_rmsnorm import EPS
 
     torch.manual_seed(0)
@@ -84,8 +85,10 @@ def _gain_orders(gain_first: bool = False) -> float:
         g = torch.empty(512).uniform_(0.5, 1.5).bfloat16()
     X32 = X.float()
     normalized = X32 * torch.rsqrt(X32.pow(2).mean(dim=-1, keepdim=True) + EPS)
-    llama = normalized.bfloat16() * g
-    gemma = (normalized * g.float()).bfloat16()
+    if one_plus:  # Gemma's code stores w and multiplies by 1 + w: here g took w's place, in both orders
+        llama, gemma = normalized.bfloat16() * (1 + g), (normalized * (1 + g.float())).bfloat16()
+    else:
+        llama, gemma = normalized.bfloat16() * g, (normalized * g.float()).bfloat16()
     return float((llama != gemma).float().mean())
 
 
@@ -153,6 +156,10 @@ EXERCISES = [
                     (lambda a, e: min(a["rms_times_3"], a["ln_times_3"]) < 1e-7,
                      "the x3 shifts are small but not 0: eps weighs less against a mean square nine times "
                      "larger. Measure them"),
+                    (lambda a, e: 0 < min(a[k] / e[k] for k in e) and max(a[k] / e[k] for k in e)
+                     < min(1.2 * a[k] / e[k] for k in e) < 0.9,
+                     "each is the same fraction of the right difference: hand in the largest absolute "
+                     "difference itself, not divided by anything"),
                     (lambda a, e: all(abs(a[k] - v) < 0.05 * v for k, v in _scale_and_shift("mean").items()),
                      "each is the largest change over the entries, .abs().max(), not the mean"),
                     (lambda a, e: a["rms_times_3"] > 4 * e["rms_times_3"],
@@ -174,7 +181,7 @@ EXERCISES = [
                     lambda e: {**e, "rms_plus_3": 2.0},
                     lambda e: {**e, "rms_times_3": 0.0, "ln_times_3": 0.0, "ln_plus_3": 0.0},
                     lambda e: {**e, "rms_times_3": 4.8e-7}, lambda e: _scale_and_shift("mean"),
-                    lambda e: {**e, "rms_times_3": 1.74e-5}]),
+                    lambda e: {**e, "rms_times_3": 1.74e-5}, lambda e: {k: 0.29 * v for k, v in e.items()}]),
     Exercise("5.2", "(diff_at_0.01, diff_at_0.1, rms_at_1_percent): two relative differences and an RMS",
              kind="numbers", expected=_eps_differences,
              names=("diff_at_0.01", "diff_at_0.1", "rms_at_1_percent"), rel=0.02,
@@ -198,7 +205,10 @@ EXERCISES = [
                     lambda e: {**e, "rms_at_1_percent": math.sqrt(1e-5 / 0.02)}]),
     Exercise("5.3", "(error, sum_of_squares): the relative error at RMS 1 and the first token's running sum",
              kind="numbers", expected=_sequential_bfloat16, names=("error", "sum_of_squares"), rel=0.01,
-             hints=[(lambda a, e: a["sum_of_squares"] > 8 * e["sum_of_squares"],
+             hints=[(lambda a, e: all(abs(a[k] - v) < 0.01 * v for k, v in _sequential_bfloat16(tree=True).items()),
+                     "that is the chapter's pairwise tree, half_precision_sum: add one square at a time in a "
+                     "loop, rounding the running sum to bfloat16 after each"),
+                    (lambda a, e: a["sum_of_squares"] > 8 * e["sum_of_squares"],
                      "sum_of_squares: the first token's running sum only, not every token's added up"),
                     (lambda a, e: a["error"] < 0.05 or a["sum_of_squares"] > 3000,
                      "the running sum must be rounded to bfloat16 after every addition (torch.sum and "
@@ -207,7 +217,7 @@ EXERCISES = [
                      "hand in the sum of the first token's 4096 squares, before dividing by d")],
              wrong=[lambda e: {"error": 0.004, "sum_of_squares": 4040.0},
                     lambda e: {**e, "sum_of_squares": e["sum_of_squares"] / 4096},
-                    lambda e: {**e, "sum_of_squares": 32 * e["sum_of_squares"]}]),
+                    lambda e: {**e, "sum_of_squares": 32 * e["sum_of_squares"]}, lambda e: _sequential_bfloat16(True)]),
     Exercise("5.4", "the fraction of outputs in which the two orders differ, one number", expected=_gain_orders,
              rel=2e-3,  # the same on torch 2.11 and 2.13; g drawn first gives 0.3% more
              hints=[(lambda a, e: a < 0.01,
@@ -221,9 +231,13 @@ EXERCISES = [
                      "multiply by g itself (not Gemma's 1 + g): only the place of the rounding may differ"),
                     (lambda a, e: abs(a - (1 - e)) < 0.02,
                      "hand in the fraction of outputs that differ, not of those that agree"),
+                    (lambda a, e: abs(a - _gain_orders(one_plus=True)) < 1e-3,
+                     "multiply by g itself in both orders, not Gemma's stored 1 + g: the orders differ only in "
+                     "where they round"),
                     (lambda a, e: abs(a - _gain_orders(gain_first=True)) < 1e-4,
                      "draw X first, right after torch.manual_seed(0), then g")],
-             wrong=[lambda e: 0.0, lambda e: 1 - e, lambda e: 100 * e, lambda e: _gain_orders(gain_first=True)]),
+             wrong=[lambda e: 0.0, lambda e: 1 - e, lambda e: 100 * e, lambda e: _gain_orders(gain_first=True),
+                    lambda e: _gain_orders(one_plus=True)]),
     Exercise("5.5", "(layer, rms): the two norms' mean validation losses, nats per character",
              kind="numbers", expected=_lower_rate, names=("layer", "rms"), rel=0, abs=2e-3, slow=True,
              hints=[(lambda a, e: abs(a["layer"] * math.log(2) - e["layer"]) < 0.02,

@@ -177,6 +177,8 @@ EXERCISES = [
              rel=0, abs=0.02, order="the order: gamma=0.001 first, then gamma=0.1, each as (most, least)",
              hints=[(lambda a, e: abs(a["most_0.001"] - e["most_0.1"]) < 0.02,
                      "the order: gamma=0.001 first, then gamma=0.1"),
+                    (lambda a, e: all(float(v).is_integer() and 0 <= v < 8 for v in a.values()),
+                     "these are experts' indices: hand in their loads, as multiples of the fair share"),
                     (lambda a, e: a["most_0.001"] > 50,
                      "as multiples of the fair share, as router_loads returns them: each expert's count of tokens "
                      "divided by the mean count"),
@@ -184,5 +186,6 @@ EXERCISES = [
                      "read the loads after the 100 updates (the key 'with a shared component, balanced')")],
              hint="router_loads(gamma=...)['with a shared component, balanced'], its max and min, for each gamma",
              wrong=[lambda e: (e["most_0.1"], e["least_0.1"], e["most_0.001"], e["least_0.001"]),
-                    lambda e: {**e, "most_0.001": 3.3}, lambda e: {k: 600 * v for k, v in e.items()}]),
+                    lambda e: {**e, "most_0.001": 3.3}, lambda e: {k: 600 * v for k, v in e.items()},
+                    lambda e: (5, 7, 0, 4)]),
 ]

@@ -73,23 +73,24 @@ def _llama3_1_pairs(theta: float = 5e5) -> dict:
 # --------------------------------------------------------------------------- 11.4
 
 
-def _stacks(window: int):
+def _stacks(window: int, groups: int = 5, tail: int = 2):
     from ..chapters import ch11_beyond_softmax as attn26
 
     mixers = attn26.qwen3_5_mixers(window=window)
-    local_global = (["sliding_attention"] * 5 + ["full_attention"]) * 5 + ["sliding_attention"] * 2
+    local_global = (["sliding_attention"] * 5 + ["full_attention"]) * groups + ["sliding_attention"] * tail
     hybrid = ["linear_attention"] * 3 + ["full_attention"]
     return attn26.stack_state_bytes, mixers, local_global, hybrid * 8
 
 
-def _hybrid_range(window: int = 1024, strict: bool = True) -> dict:
+def _hybrid_range(window: int = 1024, strict: bool = True, groups: int = 5, tail: int = 2) -> dict:
     """The shortest and the longest context (in tokens) at which Qwen3.5's 3:1 stack keeps strictly less
-    (``strict=False``: at most as much) than the 5:1 local:global stack with ``window``.
+    (``strict=False``: at most as much) than the 5:1 local:global stack with ``window`` (``groups`` of five
+    local layers and a global one, then ``tail`` local ones: other than 5 and 2, the wrong answers of hints).
 
     The difference (hybrid minus 5:1) falls until the window fills and rises after it, so the lengths
     where it is negative form one range; each end is found by bisection on ``stack_state_bytes``.
     """
-    state_bytes, mixers, local_global, hybrid = _stacks(window)
+    state_bytes, mixers, local_global, hybrid = _stacks(window, groups, tail)
 
     def less(n: int) -> bool:
         [a], [b] = state_bytes(hybrid, mixers, [n]), state_bytes(local_global, mixers, [n])
@@ -155,26 +156,32 @@ EXERCISES = [
                 "A head of 128 features has 64 rotated pairs, not 32."),
                (lambda a, e: a["kept"] + a["divided"] + a["ramp"] != 64,
                 "Every one of the 64 pairs is kept, divided by 8 or on the ramp: the three counts add up to 64."),
+               (lambda a, e: a["attention_factor"] == 8,
+                "8 is the factor the slow wavelengths grow by, not the attention factor, by which the logits "
+                "are multiplied"),
                (lambda a, e: a["attention_factor"] != e["attention_factor"],
-                "rope_frequencies returns the attention factor beside the frequencies: hand in the one it returns "
+                "d2lmini.attention.rope_frequencies returns the attention factor beside the frequencies: hand in the one it returns "
                 "for Llama 3.1's scaling, not YaRN's."),
                (lambda a, e: a["kept"] != e["kept"],
                 "Compare each pair's wavelength with and without the scaling, at Llama 3.1's base of 500,000.")],
         hint="Compute the ratio of the scaled to the unscaled wavelengths: 1 means kept, 8 divided, in between "
              "the ramp.",
         wrong=[lambda e: {**e, "attention_factor": 0.1 * math.log(8) + 1}, lambda e: _llama3_1_pairs(theta=1e4),
-               lambda e: {**e, "kept": e["kept"] - 1, "ramp": e["ramp"] + 1}]),
+               lambda e: {**e, "kept": e["kept"] - 1, "ramp": e["ramp"] + 1}, lambda e: {**e, "attention_factor": 8.0}]),
     Exercise(
         "11.4", "(first, last): the shortest and the longest context, in tokens, at which the 3:1 hybrid "
                 "keeps strictly less than the 5:1 stack with a window of 1,024",
         kind="numbers", names=("first", "last"), expected=_hybrid_range, rel=0, abs=0,
         hints=[(lambda a, e: a["first"] == e["first"] - 1 or a["last"] == e["last"] + 1,
                 "At that length the two stacks keep exactly the same: hand in where the hybrid keeps strictly less."),
+               (lambda a, e: a in (_hybrid_range(groups=5, tail=0), _hybrid_range(groups=6, tail=0)),
+                "The chapter's 5:1 stack has 32 layers, as many as the hybrid: five times five local and one "
+                "global, then two local."),
                (lambda a, e: a["last"] > 2 * e["last"],
                 "qwen3_5_mixers() has a window of 4,096: pass window=1024."),
                (lambda a, e: all(math.log2(v).is_integer() for v in a.values()),
                 "The powers of two only bracket the ends of the range: search between them, one token at a time.")],
         hint="Compare stack_state_bytes of both stacks at every length (a grid of step 1 around each crossing).",
         wrong=[lambda e: _hybrid_range(strict=False), lambda e: _hybrid_range(window=4096),
-               lambda e: {"first": 512, "last": 4096}]),
+               lambda e: {"first": 512, "last": 4096}, lambda e: _hybrid_range(groups=5, tail=0)]),
 ]
