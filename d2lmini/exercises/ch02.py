@@ -140,10 +140,9 @@ def _unigram_entropy(split: str) -> float:
 # --------------------------------------------------------------------------- 2.5 start as the identity
 
 @functools.cache
-def _first_step_gradients(block: int = 0, seed: int = 0) -> dict:
-    """The gradient norms of block 1's ``W_o`` and ``W_q`` in the first training step of the chapter's
-    model (seed 0) with every block's output projections zeroed (another ``block`` index or ``seed``: the
-    wrong answers hints aim at)."""
+def _first_step(seed: int) -> tuple:
+    """Every block's gradient norms of ``W_o`` and ``W_q`` in the first training step of the chapter's
+    model of ``seed`` with every block's output projections zeroed, one dict per block."""
     from ..chapters import ch02_residual as residual
     from ..data import python_reference_corpus
     from ..train import seeded_tiny_lm, train_models
@@ -153,8 +152,14 @@ def _first_step_gradients(block: int = 0, seed: int = 0) -> dict:
     for each in lm.blocks:
         residual.zero_output_projections_(each)
     train_models([lm], corpus, [seed], num_steps=1, **TRAINING)  # each .grad keeps that step's gradient
-    attention = lm.blocks[block].attention
-    return {"w_o": float(attention.W_o.weight.grad.norm()), "w_q": float(attention.W_q.weight.grad.norm())}
+    return tuple({"w_o": float(b.attention.W_o.weight.grad.norm()), "w_q": float(b.attention.W_q.weight.grad.norm())}
+                 for b in lm.blocks)
+
+
+def _first_step_gradients(block: int = 0, seed: int = 0) -> dict:
+    """2.5: block 1's gradient norms of the first step, seed 0 (another ``block`` index or ``seed``: the wrong
+    answers hints aim at)."""
+    return dict(_first_step(seed)[block])
 
 
 EXERCISES = [
