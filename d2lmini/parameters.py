@@ -116,9 +116,13 @@ def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = 
     if missing or extra:
         problems = ([f"the source has {extra}, which the target lacks"] if extra else []) + \
                    ([f"the target has {missing}, which the source lacks"] if missing else [])
+        buffers = {renamed(name) for name, _ in source.named_buffers()}
         plain = [name for name in extra if isinstance(_attribute(target, name), torch.Tensor)]
-        if plain:  # a weight written as a plain tensor is not registered: state_dict() skips it
-            problems.append(f"the target's {plain} are plain tensors: make them nn.Parameter")
+        for names, fix in (([n for n in plain if n not in buffers], "make them nn.Parameter"),
+                           ([n for n in plain if n in buffers], "register them with self.register_buffer, "
+                                                                 "as the source's are buffers")):
+            if names:  # a tensor not registered as a parameter or a buffer: state_dict() skips it
+                problems.append(f"the target's {names} are plain tensors: {fix}")
         raise ValueError(f"target's tensors do not match source's (after rename): {'; '.join(problems)}")
     shapes = [f"{n}: {tuple(state[n].shape)} vs {tuple(wanted[n].shape)}" for n in state
               if state[n].shape != wanted[n].shape]

@@ -53,3 +53,22 @@ def test_a_weight_written_as_a_plain_tensor_is_named():
 
     with pytest.raises(ValueError, match=r"\['beta', 'gamma'\] are plain tensors: make them nn.Parameter"):
         d2lmini.copy_parameters(nn.LayerNorm(4), PlainNorm(4), {"weight": "gamma", "bias": "beta"})
+
+
+def test_a_buffer_written_as_a_plain_tensor_is_told_to_be_a_buffer():
+    class Source(nn.Module):  # a weight and a buffer, as a mixture of experts' router and expert_bias
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(4))
+            self.register_buffer("expert_bias", torch.zeros(4))
+
+    class Plain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight, self.expert_bias = torch.ones(4), torch.zeros(4)  # neither registered
+
+    with pytest.raises(ValueError) as error:
+        d2lmini.copy_parameters(Source(), Plain())
+    message = str(error.value)
+    assert "['weight'] are plain tensors: make them nn.Parameter" in message, message
+    assert "['expert_bias'] are plain tensors: register them with self.register_buffer" in message, message

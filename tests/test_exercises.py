@@ -121,6 +121,20 @@ def test_each_check_accepts_the_answer_and_rejects_plausible_wrong_ones(exercise
 #: Wrong answers whose hints once went to a neighbouring mistake: (exercise, the answer as a function of
 #: the right one, or of nothing for a function exercise, a phrase its hint must hold).
 AIMED = [
+    ("5.6", lambda e: exercises.ch05._partial_rms("worst"), "the worst token's distance"),
+    ("5.1", lambda e: exercises.ch05._scale_and_shift("relative"), "not a norm of the whole change"),
+    ("5.1", lambda e: exercises.ch05._scale_and_shift("norm"), "not a norm of the whole change"),
+    ("5.2", lambda e: {**e, "rms_at_1_percent": (9e-6 / 2) ** 0.5}, "0.01, not 1"),
+    ("5.4", lambda e: 1.0, "round Gemma's float32 product to bfloat16 once"),
+    ("8.2", lambda e: {k: v / 2 if k.endswith("gib") else 2 * v for k, v in e.items()}, "each number two bytes"),
+    ("8.2", lambda e: {**e, "gqa_gib": e["mha_gib"], "gqa_sequences": e["mha_sequences"]}, "num_kv_heads=8"),
+    ("9.4", lambda e: {n: 229376 for n in e}, "d_head stays num_hiddens / num_heads"),
+    ("10.2", lambda e: exercises.ch10._sinkhorn_errors(reduce="sums"), "the row sums themselves"),
+    ("10.3", lambda e: {**e, "hc_4096": 1.3 * e["hc_4096"]}, "spectral[:, -1]"),
+    ("11.3", lambda e: {**e, "attention_factor": 0.0}, "multiplies them by 1, not 0"),
+    ("2.2", lambda e: {**e, "fall": 1 - 1 / e["fall"]}, "not the fraction of the gradient lost"),
+    ("2.3", lambda e: {**e, "with": exercises.ch02._scaled(1 / 16)["64"]}, "L is the number of blocks, 64"),
+    ("3.2", lambda: [0], "the second of the (mean, variance) pair"),
     ("5.6", lambda e: exercises.ch05._partial_rms("ratio"), "not the ratio"),
     ("5.6", lambda e: exercises.ch05._partial_rms("undivided"), "divide each token's"),
     ("5.6", lambda e: exercises.ch05._partial_rms("sum"), "divide their sum by 32"),

@@ -151,6 +151,15 @@ def _words(args: tuple, Z: torch.Tensor) -> str:
 _OTHER_EPS = (1e-3, 1e-5, 1e-6, 1e-8, 1e-12)
 
 
+def _other_eps(part: nn.Module, theirs: nn.Module) -> str | None:
+    """The words for a norm whose ``eps`` attribute is a number other than d2lmini's, else None."""
+    mine, ref = getattr(part, "eps", None), getattr(theirs, "eps", None)
+    numbers = all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in (mine, ref))
+    if not numbers or not _is_norm(theirs) or mine == ref:
+        return None
+    return f"eps is {ref:g} here, not {mine:g}"
+
+
 def _norm_slip(ref: nn.Module, ref_inputs: tuple, got: torch.Tensor, want: torch.Tensor) -> str | None:
     """The words of the first usual slip of a norm written by hand that ``got`` matches (much closer to
     it than to ``want``, d2lmini's output), or None."""
@@ -254,21 +263,28 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
         return []
     h, d_h = attention.num_heads, attention.head_dim
 
-    def attend(Y, scale=d_h ** -0.5, axis=-1, columns="per head", merge="transposed"):
+    def attend(Y, scale=d_h ** -0.5, axis=-1, columns="per head", merge="transposed", causal=False, raw=""):
+        def project(W, T):  # nn.Linear computes T W^T + b; a raw one multiplies by W itself
+            if W is not getattr(attention, raw, None):
+                return W(T)
+            return T @ W.weight + (0 if W.bias is None else W.bias)
+
         def split(T):  # (b, n, h d_h) -> (b, h, n, d_h)
             if columns == "interleaved":  # head i on columns i, i + h, i + 2h, ...
                 return T.unflatten(-1, (d_h, h)).permute(0, 3, 1, 2)
             if columns == "reshaped":  # (b, n, h d_h) read as (b, h, n, d_h) without the transpose
                 return T.reshape(T.shape[0], h, T.shape[1], d_h)
             return T.unflatten(-1, (h, d_h)).transpose(1, 2)
-        Q, K, V = split(attention.W_q(Y)), split(attention.W_k(Y)), split(attention.W_v(Y))
-        A = torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=axis)
-        heads = A @ V  # (b, h, n, d_h)
+        Q, K, V = (split(project(W, Y)) for W in (attention.W_q, attention.W_k, attention.W_v))
+        S = Q @ K.transpose(-2, -1) * scale
+        if causal:  # a decoder's mask, where every query sees every key
+            S = S.masked_fill(torch.ones(S.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+        heads = torch.softmax(S, dim=axis) @ V  # (b, h, n, d_h)
         if merge == "reshaped":  # read as (b, n, h d_h) without the transpose
-            return attention.W_o(heads.reshape(Y.shape[0], Y.shape[1], h * d_h))
+            return project(attention.W_o, heads.reshape(Y.shape[0], Y.shape[1], h * d_h))
         if merge == "no W_o":
             return heads.transpose(1, 2).flatten(-2)
-        return attention.W_o(heads.transpose(1, 2).flatten(-2))
+        return project(attention.W_o, heads.transpose(1, 2).flatten(-2))
 
     return [
         ("each head's logits are divided by sqrt(d_h), d_h = num_hiddens / num_heads, not by sqrt(num_hiddens)",
@@ -287,7 +303,10 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
          "reshape alone, both ways, mixes positions and heads",
          lambda Y: attend(Y, columns="reshaped", merge="reshaped")),
         ("the concatenated heads pass through the output projection W_o", lambda Y: attend(Y, merge="no W_o")),
-    ]
+        ("this attention has no mask: every query sees every key, earlier and later ones",
+         lambda Y: attend(Y, causal=True)),
+    ] + [(f"call the layer, {W}(T): an nn.Linear computes T W^T (+ b), not T @ {W}.weight",
+          lambda Y, W=W: attend(Y, raw=W)) for W in ("W_q", "W_k", "W_v", "W_o")]
 
 
 def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torch.Tensor]]:
@@ -407,7 +426,9 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         try:
             got = _output(mine(*inputs))
         except Exception as error:  # the reader's forward failed: say how, as a hint
-            raise AssertionError(f"Hint: calling your module raised {type(error).__name__}: {error}") from error
+            look = f". Check in forward: {hint}." if hint else ""
+            raise AssertionError(f"Hint: calling your module raised {type(error).__name__}: "
+                                 f"{str(error).rstrip('.')}{look}") from error
         want = _output(ref(*ref_inputs))
         gap = _differs(got, want, rtol, atol)
         if gap is None:
@@ -453,7 +474,7 @@ def _small(ref: nn.Module, inputs: tuple) -> tuple | None:
 
 def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint) -> str:
     difference = f" (largest difference {gap:.2g})"
-    slip = _norm_slip(ref, ref_inputs, got, want)
+    slip = _other_eps(mine, ref) or _norm_slip(ref, ref_inputs, got, want)
     if slip is not None:
         return f"Hint: {slip}{difference}."
     rounding = max(1e-3, 4 * torch.finfo(got.dtype).eps) if got.is_floating_point() else 1e-3
@@ -492,7 +513,7 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
                 built = _built_otherwise(part, theirs)
                 if built is not None:
                     return f"Hint: `{name}` is built with {built[0]}, d2lmini's `{source}` with {built[1]}."
-                slip = _norm_slip(theirs, args, alone, expected)
+                slip = _other_eps(part, theirs) or _norm_slip(theirs, args, alone, expected)
                 if slip is not None:
                     size = "" if args[0] is Z else ", times 1e-3"
                     return (f"Hint: `{name}` alone differs from d2lmini's `{source}`: {slip} (largest difference "
@@ -515,10 +536,13 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
             except Exception:
                 continue
             if _differs(swapped, want, rtol, atol) is None:
+                ends = {_source_of(n, ref, rename).rpartition(".")[2] for n in (a, b)}
+                look = (", or the order of the scores' product: Q K^T, not K Q^T" if ends == {"W_q", "W_k"}
+                        else "" if _is_norm(agreeing[a]) or ends <= {"W_q", "W_k", "W_v", "W_o"}
+                        else ", and which one passes through an activation")
                 return (f"Hint: `{a}` and `{b}` each compute alone what d2lmini's do, but your forward uses "
                         f"`{a}` where `{b}` belongs and `{b}` where `{a}` belongs: with their weights exchanged "
-                        f"your module matches d2lmini's. See which input each one reads"
-                        + ("." if _is_norm(agreeing[a]) else ", and which one passes through an activation."))
+                        f"your module matches d2lmini's. See which input each one reads{look}.")
     first_tensor = bool(ref_inputs) and isinstance(ref_inputs[0], torch.Tensor)
     try:  # a block whose attention takes arguments it was not given has none
         slips = _block_slips(ref, *ref_inputs) if first_tensor else []

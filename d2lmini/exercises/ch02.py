@@ -188,6 +188,9 @@ EXERCISES = [
                      "fall: that is post-LN with skips; use sweep.get('post', False)"),
                     (lambda a, e: abs(a["fall"] * e["fall"] - 1) < 0.05,
                      "fall: depth 8's gradient divided by depth 64's, not the other way round"),
+                    (lambda a, e: abs(a["fall"] - (1 - 1 / e["fall"])) < 0.02,
+                     "fall: the ratio itself, depth 8's gradient divided by depth 64's, not the fraction of "
+                     "the gradient lost"),
                     (lambda a, e: a["k"] != e["k"],
                      "k: look at probe.token_spread[k] for k = 1, 2, 3, ...; from which block on "
                      "is every value below 1e-14?")],
@@ -196,7 +199,7 @@ EXERCISES = [
                     lambda e: {**e, "fall": _pre_ln_gradient_fall()},
                     lambda e: {**e, "fall": _post_ln_with_skips_fall()},
                     lambda e: {**e, "fall": _post_ln_input_fall()}, lambda e: {**e, "fall": math.log10(e["fall"])},
-                    lambda e: {**e, "fall": math.log(e["fall"])}]),
+                    lambda e: {**e, "fall": math.log(e["fall"])}, lambda e: {**e, "fall": 1 - 1 / e["fall"]}]),
     Exercise("2.3", "(without, with): the stream's RMS after block 64, without and with the scaling",
              kind="numbers", names=("without", "with"), expected=_rms_after_64,
              rel={"without": 0.05, "with": 3e-3},  # without: 66.4 to 68.0 by processor (float32 rounding)
@@ -209,6 +212,9 @@ EXERCISES = [
                      "with: 2L, since a block has two sublayers: L = 64 blocks add 128 branches"),
                     (lambda a, e: abs(a["with"] - _scaled(1 / 128)["64"]) < 3e-3 * a["with"],
                      "with: scale by the square root of 1/(2L)"),
+                    (lambda a, e: abs(a["with"] - _scaled(1 / 16)["64"]) < 3e-3 * a["with"],
+                     "with: L is the number of blocks, 64, so the factor is 1/sqrt(2 * 64): the 2 already "
+                     "counts the two sublayers of a block"),
                     (lambda a, e: abs(a["with"] - e["without"]) < 3e-3 * e["without"],
                      "the first number is the stack as built, the second the scaled one"),
                     (lambda a, e: min(abs(a["with"] - _attention_only()), abs(a["with"] - _ffn_only()))
@@ -218,7 +224,8 @@ EXERCISES = [
                      "that is the RMS after block 32: hand in the one after block 64, the last")],
              wrong=[lambda e: {**e, "with": _scaled(1 / 8)["64"]}, lambda e: {**e, "with": _attention_only()},
                     lambda e: {"without": e["with"], "with": e["without"]}, lambda e: {**e, "with": e["without"]},
-                    lambda e: {"without": e["with"], "with": e["with"]}, lambda e: {**e, "with": _ffn_only()}]),
+                    lambda e: {"without": e["with"], "with": e["with"]}, lambda e: {**e, "with": _ffn_only()},
+                    lambda e: {**e, "with": _scaled(1 / 16)["64"]}]),
     Exercise("2.4", "run.val_loss[-1]: the final validation loss of the one-block model without skips",
              expected=lambda: _no_skip_val(1), rel=0, abs=3e-3, slow=True,  # the check trains the same run
              hints=[(lambda a, e: abs(a - _no_skip_val(4)) < 0.05,

@@ -139,8 +139,8 @@ def _judge_growing(answer) -> str | None:
     if got < want:
         return ("every feature you named is right, but some are missing: check all 64 features; if a "
                 "condition chose them, it is too strict: redo its algebra, squares included")
-    return ("compare nm.batch_norm_stats(batch.X) with nm.batch_norm_stats(batch.X, batch.valid_lens), "
-            "feature by feature, in nm.padded_batch(padding=0.7)")
+    return ("compare the variances, the second of the (mean, variance) pair nm.batch_norm_stats returns, "
+            "of batch.X and of batch.X with batch.valid_lens, feature by feature, in nm.padded_batch(padding=0.7)")
 
 
 def _mean_square_rule() -> list[int]:

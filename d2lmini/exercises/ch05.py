@@ -15,7 +15,8 @@ from . import Exercise
 
 def _scale_and_shift(reduce: str = "max") -> dict:
     """5.1: how much multiplying a token by 3, or adding 3 to it, moves each norm's output (the largest
-    change; ``reduce="mean"``: the mean, a wrong answer a hint aims at)."""
+    change; ``reduce`` names wrong answers the hints aim at: ``"mean"``, the mean change; ``"norm"``, the
+    change's norm; ``"relative"``, that norm over the norm of the unchanged output)."""
     from torch import nn
 
     from ..norms import RMSNorm
@@ -23,10 +24,16 @@ def _scale_and_shift(reduce: str = "max") -> dict:
     torch.manual_seed(0)
     X = torch.randn(8, 64)
     rms, layer = RMSNorm(64), nn.LayerNorm(64)
-    size = lambda change: float(getattr(change.abs(), reduce)())  # noqa: E731
+
+    def size(norm, changed):
+        change = norm(changed) - norm(X)
+        if reduce in ("norm", "relative"):
+            return float(change.norm() / (norm(X).norm() if reduce == "relative" else 1))
+        return float(getattr(change.abs(), reduce)())
+
     with torch.no_grad():
-        return {"rms_times_3": size(rms(3 * X) - rms(X)), "rms_plus_3": size(rms(X + 3) - rms(X)),
-                "ln_times_3": size(layer(3 * X) - layer(X)), "ln_plus_3": size(layer(X + 3) - layer(X))}
+        return {"rms_times_3": size(rms, 3 * X), "rms_plus_3": size(rms, X + 3),
+                "ln_times_3": size(layer, 3 * X), "ln_plus_3": size(layer, X + 3)}
 
 
 def _eps_difference(s: float, dtype=torch.float32) -> float:
@@ -112,7 +119,7 @@ def _lower_rate(seed: int | None = None) -> dict:
 def _partial_rms(measure: str = "distance") -> dict:
     """5.6: how far partial RMSNorm (the first 32 of 512 features) lands from RMSNorm: the mean over
     tokens of ||y_p - y|| / ||y||; ``measure`` names a wrong way to measure it (for the hints):
-    ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"undivided"`` (||y_p - y||
+    ``"worst"`` (the largest over tokens, as ``relative_error`` takes), ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"undivided"`` (||y_p - y||
     alone), ``"mismatched"`` (y of the unscaled tokens against y_p of the scaled ones), ``"sum"`` (the
     partial statistic a sum of the 32 squares, not their mean), ``"last"`` (the statistic of the last 32)."""
     from ..chapters.ch05_rmsnorm import EPS
@@ -124,6 +131,8 @@ def _partial_rms(measure: str = "distance") -> dict:
         return y, X * torch.rsqrt(partial + EPS)
 
     def distance(y, y_p):
+        if measure == "worst":
+            return float(((y_p - y).norm(dim=-1) / y.norm(dim=-1)).max())
         if measure == "whole":
             return float((y_p - y).norm() / y.norm())
         if measure == "ratio":
@@ -162,6 +171,10 @@ EXERCISES = [
                      "difference itself, not divided by anything"),
                     (lambda a, e: all(abs(a[k] - v) < 0.05 * v for k, v in _scale_and_shift("mean").items()),
                      "each is the largest change over the entries, .abs().max(), not the mean"),
+                    (lambda a, e: any(all(abs(a[k] - v) < 0.05 * v for k, v in _scale_and_shift(r).items())
+                                      for r in ("norm", "relative")),
+                     "each is the largest change of one entry, (norm(changed X) - norm(X)).abs().max(), not a "
+                     "norm of the whole change"),
                     (lambda a, e: a["rms_times_3"] > 4 * e["rms_times_3"],
                      "rms_times_3: is your RMSNorm's eps 1e-6, d2lmini.RMSNorm(64)'s? With Llama 3's 1e-5 the shift "
                      "is about ten times larger"),
@@ -181,7 +194,8 @@ EXERCISES = [
                     lambda e: {**e, "rms_plus_3": 2.0},
                     lambda e: {**e, "rms_times_3": 0.0, "ln_times_3": 0.0, "ln_plus_3": 0.0},
                     lambda e: {**e, "rms_times_3": 4.8e-7}, lambda e: _scale_and_shift("mean"),
-                    lambda e: {**e, "rms_times_3": 1.74e-5}, lambda e: {k: 0.29 * v for k, v in e.items()}]),
+                    lambda e: {**e, "rms_times_3": 1.74e-5}, lambda e: {k: 0.29 * v for k, v in e.items()},
+                    lambda e: _scale_and_shift("norm"), lambda e: _scale_and_shift("relative")]),
     Exercise("5.2", "(diff_at_0.01, diff_at_0.1, rms_at_1_percent): two relative differences and an RMS",
              kind="numbers", expected=_eps_differences,
              names=("diff_at_0.01", "diff_at_0.1", "rms_at_1_percent"), rel=0.02,
@@ -196,13 +210,16 @@ EXERCISES = [
                      < 0.01 * e["diff_at_0.01"],
                      "divide by the norm of the eps=1e-6 output, not of the eps=1e-5 one"),
                     (lambda a, e: abs(a["rms_at_1_percent"] - e["rms_at_1_percent"] * math.sqrt(2)) < 0.05 * e["rms_at_1_percent"],
-                     "the difference is (eps_a - eps_b) / (2 s**2): keep the 2 when you solve it for s")],
+                     "the difference is (eps_a - eps_b) / (2 s**2): keep the 2 when you solve it for s"),
+                    (lambda a, e: abs(a["rms_at_1_percent"] - e["rms_at_1_percent"] / 10) < 0.05 * a["rms_at_1_percent"],
+                     "rms_at_1_percent: 1% is a relative difference of 0.01, not 1")],
              wrong=[lambda e: {**e, "diff_at_0.01": 100 * e["diff_at_0.1"]},
                     lambda e: {**e, "rms_at_1_percent": e["rms_at_1_percent"] ** 2},
                     lambda e: {**e, "rms_at_1_percent": e["rms_at_1_percent"] * math.sqrt(2)},
                     lambda e: {"diff_at_0.01": 100 * e["diff_at_0.01"], "diff_at_0.1": 100 * e["diff_at_0.1"],
                                "rms_at_1_percent": e["rms_at_1_percent"]},
-                    lambda e: {**e, "rms_at_1_percent": math.sqrt(1e-5 / 0.02)}]),
+                    lambda e: {**e, "rms_at_1_percent": math.sqrt(1e-5 / 0.02)},
+                    lambda e: {**e, "rms_at_1_percent": math.sqrt(9e-6 / 2)}]),
     Exercise("5.3", "(error, sum_of_squares): the relative error at RMS 1 and the first token's running sum",
              kind="numbers", expected=_sequential_bfloat16, names=("error", "sum_of_squares"), rel=0.01,
              hints=[(lambda a, e: all(abs(a[k] - v) < 0.01 * v for k, v in _sequential_bfloat16(tree=True).items()),
@@ -227,8 +244,9 @@ EXERCISES = [
                     (lambda a, e: a > 1, "a fraction between 0 and 1 (the differing outputs over all of them), "
                                         "not a count"),
                     (lambda a, e: a == 1,
-                     "every output differs: compare entry by entry (64 x 512 of them), not token by token, and "
-                     "multiply by g itself (not Gemma's 1 + g): only the place of the rounding may differ"),
+                     "every output differs: round Gemma's float32 product to bfloat16 once, at the end, compare "
+                     "entry by entry (64 x 512 of them), not token by token, and multiply by g itself (not "
+                     "Gemma's 1 + g): only the place of the rounding may differ"),
                     (lambda a, e: abs(a - (1 - e)) < 0.02,
                      "hand in the fraction of outputs that differ, not of those that agree"),
                     (lambda a, e: abs(a - _gain_orders(one_plus=True)) < 1e-3,
@@ -262,6 +280,9 @@ EXERCISES = [
                      "with both norms"),
                     (lambda a, e: all(abs(a[k] - v) < 0.03 * v for k, v in _partial_rms("last").items()),
                      "the partial RMS reads the first 32 features, X[..., :32], the ones scaled by 10"),
+                    (lambda a, e: all(abs(a[k] - v) < 0.02 * v for k, v in _partial_rms("worst").items()),
+                     "that is the worst token's distance (relative_error takes the largest over the tokens): "
+                     "hand in the mean over the 256 tokens of ||y_p - y|| / ||y||"),
                     (lambda a, e: a["random"] > 1 and a["large_first"] > 1,
                      "divide each token's ||y_p - y|| by ||y||, the norm of RMSNorm's output"),
                     (lambda a, e: abs(a["random"] - _partial_rms("sum")["random"]) < 0.02,
@@ -281,5 +302,5 @@ EXERCISES = [
                     lambda e: _partial_rms("whole"), lambda e: _partial_rms("ratio"), lambda e: _partial_rms("undivided"),
                     lambda e: _partial_rms("sum"),
                     lambda e: {**e, "large_first": _partial_rms("mismatched")["large_first"]},
-                    lambda e: _partial_rms("last")]),
+                    lambda e: _partial_rms("last"), lambda e: _partial_rms("worst")]),
 ]

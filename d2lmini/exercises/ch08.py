@@ -239,8 +239,11 @@ EXERCISES = [
                     "sequence of 131,072 tokens, and whole sequences in 400 GiB",
              kind="numbers", names=("mha_gib", "gqa_gib", "mha_sequences", "gqa_sequences"),
              expected=_llama70b_cache, rel=1e-3,
-             hints=[(lambda a, e: abs(a["mha_gib"] - e["mha_gib"] / 2) < 1, "a token caches a key and a value "
-                                                                            "for every key/value head"),
+             hints=[(lambda a, e: abs(a["mha_gib"] - e["mha_gib"] / 2) < 1,
+                     "half the cache: a token caches a key and a value for every key/value head, each number two "
+                     "bytes in bfloat16 (kv_cache_rows' default dtype_bytes=2)"),
+                    (lambda a, e: math.isclose(a["gqa_gib"], e["mha_gib"], rel_tol=1e-3),
+                     "gqa_gib: that is the MHA cache; build the GQA layer with num_kv_heads=8"),
                     (lambda a, e: abs(a["mha_gib"] - 2 * e["mha_gib"]) < 1, "bfloat16: two bytes per number"),
                     (lambda a, e: a["mha_gib"] < e["mha_gib"] / 10, "every one of the 80 layers has its own cache"),
                     (lambda a, e: abs(a["mha_gib"] / e["mha_gib"] - 2 ** 30 / 1e9) < 1e-3,
@@ -255,7 +258,8 @@ EXERCISES = [
              wrong=[lambda e: {**e, "mha_gib": e["mha_gib"] / 2, "gqa_gib": e["gqa_gib"] / 2},
                     lambda e: {**e, "mha_sequences": 400 / e["mha_gib"], "gqa_sequences": 400 / e["gqa_gib"]},
                     lambda e: {**e, "mha_sequences": math.ceil(400 / e["mha_gib"])},
-                    lambda e: {k: v * 2 ** 30 / 1e9 if k.endswith("gib") else v for k, v in e.items()}]),
+                    lambda e: {k: v * 2 ** 30 / 1e9 if k.endswith("gib") else v for k, v in e.items()},
+                    lambda e: {**e, "gqa_gib": e["mha_gib"], "gqa_sequences": e["mha_sequences"]}]),
     Exercise("8.3", "a tuple (numbers cached per token and layer, parameters of the layer)",
              kind="numbers", names=("numbers", "parameters"), expected=_small_rope_numbers, rel=0, abs=0.5,
              hints=[(lambda a, e: a["numbers"] == 2 * e["numbers"],

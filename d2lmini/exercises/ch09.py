@@ -288,7 +288,8 @@ EXERCISES = [
                 "d_head is the width of one head, num_hiddens / num_heads"),
                (lambda a, e: all(_near(a[n], e[n] * 64 / 112) for n in e), "the 112 tokens of the exercise"),
                (lambda a, e: len(set(a.values())) == 1,
-                "the cache holds num_kv_heads key and value heads: halving num_kv_heads halves it")],
+                "the cache holds num_kv_heads key and value heads: halving num_kv_heads halves it (d_head "
+                "stays num_hiddens / num_heads whatever num_kv_heads is)")],
         wrong=[lambda e: {n: v / 2 for n, v in e.items()}, lambda e: {n: v / 4 for n, v in e.items()},
                lambda e: {n: v / 2 ** 10 for n, v in e.items()},
                lambda e: dict(zip(e, reversed(list(e.values())))),

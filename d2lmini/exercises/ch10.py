@@ -33,15 +33,16 @@ SINKHORN_ITERS = (1, 2, 5, 20)
 def _sinkhorn_errors(dim: int = -1, reduce: str = "max", scale: float = 2.56) -> dict:
     """Largest (``reduce="max"``, or ``"mean"``) ``|sum - 1|`` of the rows (``dim=-1``) or columns (``dim=-2``)
     of :func:`~d2lmini.hyper.sinkhorn_knopp` of 100 random 4 x 4 logits of standard deviation 2.56;
-    ``"signed max"``: the largest ``sum - 1`` without the absolute value, and ``scale`` other than 2.56 (wrong
-    answers hints aim at)."""
+    ``"signed max"``: the largest ``sum - 1`` without the absolute value, ``"sums"``: the largest row sum
+    itself, and ``scale`` other than 2.56 (wrong answers hints aim at)."""
     from ..hyper import sinkhorn_knopp
 
     logits = scale * torch.randn(100, 4, 4, generator=torch.Generator().manual_seed(0))
     out = {}
     for k in SINKHORN_ITERS:
         error = sinkhorn_knopp(logits, iters=k).sum(dim=dim) - 1
-        out[f"iters_{k}"] = float({"max": error.abs().max, "mean": error.abs().mean, "signed max": error.max}[reduce]())
+        out[f"iters_{k}"] = float({"max": error.abs().max, "mean": error.abs().mean, "signed max": error.max,
+                                   "sums": (error + 1).max}[reduce]())
     return out
 
 
@@ -131,6 +132,8 @@ EXERCISES = [
                 "The logits are 2.56 * torch.randn(100, 4, 4, ...): the standard deviation of d = 4096's."),
                (lambda a, e: all(a[k] < 0.6 * e[k] for k in e),
                 "Hand in the largest error over the 100 matrices, not their mean."),
+               (lambda a, e: all(math.isclose(a[k], v, rel_tol=0.02) for k, v in _sinkhorn_errors(reduce="sums").items()),
+                "Those are the row sums themselves: hand in their distance from 1, |sum - 1|."),
                (lambda a, e: a["iters_20"] > 0.5,
                 "After 20 rounds the rows are near 1: call sinkhorn_knopp(logits, iters=k) for each k, "
                 "not one fixed number of rounds.")],
@@ -139,7 +142,7 @@ EXERCISES = [
         wrong=[lambda e: _sinkhorn_errors(dim=-2), lambda e: _sinkhorn_errors(reduce="mean"),
                lambda e: _sinkhorn_errors(reduce="signed max"),
                lambda e: dict(zip(e, reversed(list(e.values())))), lambda e: {k: 100 * v for k, v in e.items()},
-               lambda e: _sinkhorn_errors(scale=1.0)]),
+               lambda e: _sinkhorn_errors(scale=1.0), lambda e: _sinkhorn_errors(reduce="sums")]),
     Exercise(
         "10.3", "the medians of ||P_64||_2 with 16 streams: a dict with keys hc_128, hc_4096, mhc_128, mhc_4096",
         kind="numbers", names=("hc_128", "hc_4096", "mhc_128", "mhc_4096"), expected=_final_norms, rel=1e-2,
@@ -151,7 +154,8 @@ EXERCISES = [
                (lambda a, e: math.isclose(a["hc_4096"], _final_norms(statistic="mean")["hc_4096"], rel_tol=0.02),
                 "Hand in the median over the stacks, not the mean: a few stacks stretch far more than the rest."),
                (lambda a, e: 1.01 < a["hc_4096"] / e["hc_4096"] < 3 or 0.33 < a["hc_4096"] / e["hc_4096"] < 0.99,
-                "Close, but another draw: 50 stacks (num_stacks=50), depth 64, seed 0."),
+                "Close, but another draw or depth: 50 stacks (num_stacks=50), depth 64, seed 0, and the last "
+                "depth, spectral[:, -1]."),
                (lambda a, e: abs(a["mhc_128"] - 1) > 0.05 or abs(a["mhc_4096"] - 1) > 0.05,
                 "The mHC products are doubly stochastic: their norms should stay at 1. Take the last depth, "
                 "spectral[:, -1].")],

@@ -159,6 +159,8 @@ EXERCISES = [
                (lambda a, e: a["attention_factor"] == 8,
                 "8 is the factor the slow wavelengths grow by, not the attention factor, by which the logits "
                 "are multiplied"),
+               (lambda a, e: a["attention_factor"] == 0 and e["attention_factor"] == 1,
+                "A scaling that leaves the logits as they are multiplies them by 1, not 0."),
                (lambda a, e: a["attention_factor"] != e["attention_factor"],
                 "d2lmini.attention.rope_frequencies returns the attention factor beside the frequencies: hand in the one it returns "
                 "for Llama 3.1's scaling, not YaRN's."),
@@ -167,7 +169,8 @@ EXERCISES = [
         hint="Compute the ratio of the scaled to the unscaled wavelengths: 1 means kept, 8 divided, in between "
              "the ramp.",
         wrong=[lambda e: {**e, "attention_factor": 0.1 * math.log(8) + 1}, lambda e: _llama3_1_pairs(theta=1e4),
-               lambda e: {**e, "kept": e["kept"] - 1, "ramp": e["ramp"] + 1}, lambda e: {**e, "attention_factor": 8.0}]),
+               lambda e: {**e, "kept": e["kept"] - 1, "ramp": e["ramp"] + 1}, lambda e: {**e, "attention_factor": 8.0},
+               lambda e: {**e, "attention_factor": 0.0}]),
     Exercise(
         "11.4", "(first, last): the shortest and the longest context, in tokens, at which the 3:1 hybrid "
                 "keeps strictly less than the 5:1 stack with a window of 1,024",
