@@ -128,9 +128,27 @@ def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = 
               if state[n].shape != wanted[n].shape]
     if shapes:
         raise ValueError(f"shapes differ between source and target: {shapes}")
+    shared = _shared_in_target_only(source, target, renamed)
+    if shared:
+        raise ValueError(f"the target's {shared} are one tensor, the source's are not: each copy would "
+                         f"overwrite the other; build each part as a module of its own (one assignment "
+                         f"per part, not self.a = self.b = module)")
     with torch.no_grad():
         target.load_state_dict(state)
     return target
+
+
+def _shared_in_target_only(source, target, renamed) -> list[str]:
+    """The names of the first tensor that ``target`` holds under several names (one module assigned to two
+    attributes) where ``source`` holds separate tensors; empty when there is none."""
+    source_ids = {renamed(name): id(p) for name, p in source.named_parameters(remove_duplicate=False)}
+    names_of = {}
+    for name, p in target.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(p), []).append(name)
+    for names in names_of.values():
+        if len(names) > 1 and len({source_ids.get(n) for n in names}) > 1:
+            return names
+    return []
 
 
 def _attribute(module, name: str):

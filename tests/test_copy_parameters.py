@@ -72,3 +72,16 @@ def test_a_buffer_written_as_a_plain_tensor_is_told_to_be_a_buffer():
     message = str(error.value)
     assert "['weight'] are plain tensors: make them nn.Parameter" in message, message
     assert "['expert_bias'] are plain tensors: register them with self.register_buffer" in message, message
+
+
+def test_one_module_under_two_names_is_refused_unless_the_source_ties_them_too():
+    class Two(nn.Module):
+        def __init__(self, shared=False):
+            super().__init__()
+            self.norm1 = nn.LayerNorm(4)
+            self.norm2 = self.norm1 if shared else nn.LayerNorm(4)
+
+    with pytest.raises(ValueError, match=r"\['norm1.weight', 'norm2.weight'\] are one tensor"):
+        d2lmini.copy_parameters(Two(), Two(shared=True))
+    tied = d2lmini.copy_parameters(Two(shared=True), Two(shared=True))  # tied in both: nothing lost
+    assert tied.norm1 is tied.norm2

@@ -604,10 +604,10 @@ class ResidualSum:
         contribution_rms: ``2 L`` floats, the RMS of what each sublayer added.
         stream_rms: ``2 L + 1`` floats, the RMS of the stream after each sublayer
             (entry 0 is ``X_0``).
-        output_rms: RMS of the stack's output ``X_L``.
-        recorded_vs_block: ``max |X_L(recorded) - stack(X_0)|``: the recording
+        output_rms: RMS of the stack's output ``X_{2L}``.
+        recorded_vs_block: ``max |X_{2L}(recorded) - stack(X_0)|``: the recording
             reproduces the blocks' own forward pass.
-        sum_vs_output: ``max |X_0 + sum(contributions) - X_L|``: ~1e-6 in float32
+        sum_vs_output: ``max |X_0 + sum(contributions) - X_{2L}|``: ~1e-6 in float32
             when the identity path is untouched; order 1 for post-LN.
     """
 
@@ -646,7 +646,7 @@ def residual_sum(placement: str = "pre", depth: int = 6, num_hiddens: int = 64, 
     tokens, records every sublayer's contribution with :func:`record_contributions`
     and compares
 
-    .. math:: X_L \quad\text{with}\quad X_0 + \sum_{i=1}^{2L} C_i.
+    .. math:: X_{2L} \quad\text{with}\quad X_0 + \sum_{i=1}^{2L} C_i.
 
     With ``placement='pre'`` (x <- x + F(Norm(x)), GPT-2 onward) the two agree to
     rounding; with ``'post'`` (x <- Norm(x + F(x)), Vaswani et al. 2017) every norm

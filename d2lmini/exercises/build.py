@@ -152,7 +152,15 @@ _OTHER_EPS = (1e-3, 1e-5, 1e-6, 1e-8, 1e-12)
 
 
 def _other_eps(part: nn.Module, theirs: nn.Module) -> str | None:
-    """The words for a norm whose ``eps`` attribute is a number other than d2lmini's, else None."""
+    """The words for a norm of the other kind (LayerNorm for RMSNorm, or the reverse), or whose ``eps``
+    attribute is a number other than d2lmini's, else None."""
+    kinds = ["RMS" in type(m).__name__ for m in (part, theirs)]
+    if _is_norm(part) and _is_norm(theirs) and kinds[0] != kinds[1] and (
+            "LayerNorm" in type(part).__name__ or kinds[0]):
+        a = ["an" if type(m).__name__.startswith(("RMS", "A", "E", "I", "O", "U")) else "a" for m in (part, theirs)]
+        return (f"it is {a[0]} {type(part).__name__}, d2lmini's is {a[1]} {type(theirs).__name__}: "
+                + ("RMSNorm subtracts no mean and has no bias" if kinds[1] else
+                   "LayerNorm subtracts each token's mean and adds a bias"))
     mine, ref = getattr(part, "eps", None), getattr(theirs, "eps", None)
     numbers = all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in (mine, ref))
     if not numbers or not _is_norm(theirs) or mine == ref:
@@ -234,8 +242,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
             ("the statistic is the mean of the squares, mean(x**2), not their sum",
              g * X32 * torch.rsqrt(X32.pow(2).sum(-1, keepdim=True) + eps)),
         ]
-    slips.append((f"add eps inside the square root, {formula}: without it small tokens are blown up",
-                  with_eps(0.0)))
+    slips.append((f"add eps, the module's own, inside the square root, {formula}: without it (or with a "
+                  f"much smaller one) small tokens are blown up", with_eps(0.0)))
     slips += [(f"eps is {eps:g} here, not {other:g}", with_eps(other)) for other in _OTHER_EPS if other != eps]
     if bias is None:  # nn.RMSNorm's eps=None: float32's machine epsilon, whatever the input's dtype
         machine = torch.finfo(torch.float32).eps
@@ -415,13 +423,20 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         raise TypeError(f"rename must be the dict given to copy_parameters, got {type(rename).__name__}")
     rename = rename or {}
     ref_inputs = inputs if ref_inputs is None else tuple(ref_inputs)
-    trained = dict(mine.named_parameters())
+    trained, kept = dict(mine.named_parameters()), dict(mine.named_buffers())
+
+    def renamed(name):
+        return next((target + name[len(source):] for source, target in rename.items()
+                     if name == source or name.startswith(source + ".")), name)
+
     for name, _ in ref.named_buffers():  # a buffer is state the optimizer must not train
-        mine_name = next((target + name[len(source):] for source, target in rename.items()
-                          if name == source or name.startswith(source + ".")), name)
-        if mine_name in trained:
-            raise AssertionError(f"Hint: `{mine_name}` is a parameter in yours, a buffer in d2lmini's: register it "
-                                 f"with self.register_buffer, so that an optimizer does not train it.")
+        if renamed(name) in trained:
+            raise AssertionError(f"Hint: `{renamed(name)}` is a parameter in yours, a buffer in d2lmini's: register "
+                                 f"it with self.register_buffer, so that an optimizer does not train it.")
+    for name, _ in ref.named_parameters():  # and a parameter is what it trains
+        if renamed(name) in kept:
+            raise AssertionError(f"Hint: `{renamed(name)}` is a buffer in yours, a parameter in d2lmini's: make it "
+                                 f"an nn.Parameter, so that an optimizer trains it.")
     with torch.no_grad():
         try:
             got = _output(mine(*inputs))
@@ -430,6 +445,9 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
             raise AssertionError(f"Hint: calling your module raised {type(error).__name__}: "
                                  f"{str(error).rstrip('.')}{look}") from error
         want = _output(ref(*ref_inputs))
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype != want.dtype:
+            raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: the last step "
+                                 f"must be in the input's dtype (the gain too; round back with Y.to(X.dtype)).")
         gap = _differs(got, want, rtol, atol)
         if gap is None:
             small, small_ref = _small(ref, inputs), _small(ref, ref_inputs)
@@ -444,9 +462,6 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise AssertionError(f"Hint: your module returns {shape}; d2lmini's returns shape {tuple(want.shape)}.")
-        if got.dtype != want.dtype:
-            raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: the last step "
-                                 f"must be in the input's dtype (the gain too; round back with Y.to(X.dtype)).")
         raise AssertionError(_diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint))
 
 

@@ -315,11 +315,11 @@ EXERCISES = [
                      "output_rms: sqrt(13) is the size of 13 orthogonal terms of size 1; the terms are only "
                      "nearly orthogonal: measure it"),
                     (lambda a, e: abs(a["output_rms"] - 12 ** 0.5) < 0.02 * 12 ** 0.5,
-                     "output_rms: X_L sums 13 terms, the input X_0 and the 12 sublayers' contributions"),
+                     "output_rms: X_2L sums 13 terms, the input X_0 and the 12 sublayers' contributions"),
                     (lambda a, e: abs(a["output_rms"] - _residual_sums("sandwich").input_rms) < 1e-3,
-                     "output_rms: that is the input's RMS, X_0's; hand in the output's, X_L's"),
+                     "output_rms: that is the input's RMS, X_0's; hand in the output's, X_2L's"),
                     (lambda a, e: abs(a["output_rms"] - 1) < 0.01,
-                     "output_rms: that is the size of each contribution; hand in the size of the output X_L, "
+                     "output_rms: that is the size of each contribution; hand in the size of the output X_2L, "
                      "which sums 13 terms"),
                     (lambda a, e: abs(a["output_rms"] - e["output_rms"] ** 2) < 0.1,
                      "output_rms: that is the mean square; the RMS is its square root")],
