@@ -121,6 +121,20 @@ def test_each_check_accepts_the_answer_and_rejects_plausible_wrong_ones(exercise
 #: Wrong answers whose hints once went to a neighbouring mistake: (exercise, the answer as a function of
 #: the right one, or of nothing for a function exercise, a phrase its hint must hold).
 AIMED = [
+    ("5.3", lambda e: exercises.ch05._sequential_bfloat16(every_token=True), "added up or averaged"),
+    ("5.6", lambda e: exercises.ch05._partial_rms("median"), "the median over the tokens"),
+    ("2.5", lambda e: {**e, "w_o": e["w_o"] ** 2}, "the squared norm"),
+    ("1.4", lambda e: {**e, "output_rms": 7 ** 0.5}, "two per block"),
+    ("3.3", lambda e: {k: 0.0 for k in e}, "LayerNorm's column"),
+    ("8.3", lambda e: {**e, "numbers": 768}, "not once per head"),
+    ("8.3", lambda e: {**e, "parameters": e["parameters"] / 1e6}, "not in millions"),
+    ("7.5", lambda e: {k: v / 8 for k, v in e.items()}, "shares of all tokens"),
+    ("11.4", lambda e: {**e, "last": 10000}, "pass window=1024"),
+    ("11.2", lambda e: exercises.ch11._sink_shares(position=-2), "second-last query"),
+    ("11.2", lambda e: exercises.ch11._sink_shares(seed=3), "not this run's"),
+    ("9.4", lambda e: {n: 2 * v for n, v in e.items()}, "ids of shape (1, 112)"),
+    ("6.6", lambda: (lambda z, c: (z.abs() < c).float()), "a hard clip's"),
+    ("2.3", lambda e: {"without": 69.906, "with": 1.0441}, "another draw of the stack or of its input"),
     ("5.6", lambda e: exercises.ch05._partial_rms("worst"), "the worst token's distance"),
     ("5.1", lambda e: exercises.ch05._scale_and_shift("relative"), "not a norm of the whole change"),
     ("5.1", lambda e: exercises.ch05._scale_and_shift("norm"), "not a norm of the whole change"),

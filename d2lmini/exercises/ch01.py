@@ -314,8 +314,9 @@ EXERCISES = [
                     (lambda a, e: abs(a["output_rms"] - 13 ** 0.5) < 0.02 * 13 ** 0.5,
                      "output_rms: sqrt(13) is the size of 13 orthogonal terms of size 1; the terms are only "
                      "nearly orthogonal: measure it"),
-                    (lambda a, e: abs(a["output_rms"] - 12 ** 0.5) < 0.02 * 12 ** 0.5,
-                     "output_rms: X_2L sums 13 terms, the input X_0 and the 12 sublayers' contributions"),
+                    (lambda a, e: min(abs(a["output_rms"] - k ** 0.5) / k ** 0.5 for k in (6, 7, 12)) < 0.02,
+                     "output_rms: X_2L sums 13 terms, the input X_0 and the 12 sublayers' contributions (two "
+                     "per block)"),
                     (lambda a, e: abs(a["output_rms"] - _residual_sums("sandwich").input_rms) < 1e-3,
                      "output_rms: that is the input's RMS, X_0's; hand in the output's, X_2L's"),
                     (lambda a, e: abs(a["output_rms"] - 1) < 0.01,

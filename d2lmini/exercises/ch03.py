@@ -234,7 +234,8 @@ EXERCISES = [
                (lambda a, e: _close_all(a, _evaluation_column(setting="other batch mates")),
                 "take the evaluation-mode row: the other batch mates' row is measured before any warm-up, "
                 "so it does not depend on the momentum"),
-],
+               (lambda a, e: all(abs(v) < 1e-6 for v in a.values()),
+                "that is LayerNorm's column (0: it never reads the batch); hand in BatchNorm's, bn_rms_delta")],
         order="the order is momentum 0.01 with warm-ups 5 and 100, then momentum 0.5 with 5 and 100",
         wrong=[lambda e: _evaluation_column("bn_max_delta"), _transposed,
                lambda e: dict(zip(e, reversed(list(e.values())))),

@@ -292,6 +292,9 @@ EXERCISES = [
                     (lambda got, _: bool((got < -1e-6).any()), "the derivative of a rising function is never negative"),
                     (lambda got, _: abs(float(got[0]) - 1) > 1e-3,
                      "At z = 0 the cap is the identity: what must the slope be there?"),
+                    (lambda got, _: bool(((got - 1).abs() < 1e-6).logical_or(got.abs() < 1e-6).all()),
+                     "a slope of 1 or 0 is a hard clip's, clamp(z, -c, c); tanh bends smoothly, with slope "
+                     "1 - tanh(z / c)^2 everywhere"),
                     (lambda got, _: float((got[1:] < 1e-6).float().mean()) > 0.5,
                      "your slope is right at z = 0 but falls to zero within a few units of z, where the cap "
                      "bends over a scale of c = 50: tanh's argument is z / c")],
@@ -299,5 +302,6 @@ EXERCISES = [
              wrong=[lambda: (lambda z, c: 1 / torch.cosh(z / c)), lambda: (lambda z, c: 1 - torch.tanh(z / c)),
                     lambda: (lambda z, c: c * (1 - torch.tanh(z / c) ** 2)),
                     lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c),
-                    lambda: (lambda z, c: 1 / torch.cosh(z) ** 2)]),
+                    lambda: (lambda z, c: 1 / torch.cosh(z) ** 2),
+                    lambda: (lambda z, c: (z.abs() < c).float())]),
 ]

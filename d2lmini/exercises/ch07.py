@@ -183,9 +183,12 @@ EXERCISES = [
                      "as multiples of the fair share, as router_loads returns them: each expert's count of tokens "
                      "divided by the mean count"),
                     (lambda a, e: a["most_0.001"] > 3,
-                     "read the loads after the 100 updates (the key 'with a shared component, balanced')")],
+                     "read the loads after the 100 updates (the key 'with a shared component, balanced')"),
+                    (lambda a, e: all(abs(8 * a[k] - v) < 0.05 for k, v in e.items()),
+                     "those are shares of all tokens (they add up to 1); hand in multiples of the fair share, "
+                     "1/8 of the tokens: eight times these")],
              hint="router_loads(gamma=...)['with a shared component, balanced'], its max and min, for each gamma",
              wrong=[lambda e: (e["most_0.1"], e["least_0.1"], e["most_0.001"], e["least_0.001"]),
                     lambda e: {**e, "most_0.001": 3.3}, lambda e: {k: 600 * v for k, v in e.items()},
-                    lambda e: (5, 7, 0, 4)]),
+                    lambda e: (5, 7, 0, 4), lambda e: {k: v / 8 for k, v in e.items()}]),
 ]

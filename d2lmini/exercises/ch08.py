@@ -273,12 +273,22 @@ EXERCISES = [
                      "parameters: that is the layer with 64 rotary features, DeepSeek-V3's own: build it with "
                      "qk_rope_head_dim=2"),
                     (lambda a, e: a["numbers"] == 61 * e["numbers"] or a["parameters"] == 61 * e["parameters"],
-                     "per layer: hand in one layer's numbers and parameters, not those of DeepSeek-V3's 61 layers")],
+                     "per layer: hand in one layer's numbers and parameters, not those of DeepSeek-V3's 61 layers"),
+                    (lambda a, e: abs(a["parameters"] * 1e6 - e["parameters"]) < 1e6,
+                     "parameters: the count itself, not in millions"),
+                    (lambda a, e: e["numbers"] < a["numbers"] < 2 * e["numbers"] and (a["numbers"] - e["numbers"]) % 2 == 0,
+                     "numbers: the rotary key (qk_rope_head_dim=2 features) is cached once per token, shared by "
+                     "all heads, not once per head"),
+                    (lambda a, e: a["numbers"] != e["numbers"],
+                     "numbers: kv_cache_bytes_per_token(mla, dtype_bytes=1), the latent and the one rotary key "
+                     "all heads share")],
              hint="build it inside `with torch.device('meta'):` and count with d2lmini.num_parameters",
              wrong=[lambda e: {**e, "numbers": 2 * e["numbers"]}, lambda e: {"numbers": 576.0,
                                                                              "parameters": e["parameters"] + 1e6},
                     lambda e: {k: 61 * v for k, v in e.items()}, lambda e: {**e, "numbers": e["numbers"] - 2},
-                    lambda e: {**e, "parameters": _mla_parameters(64)}]),
+                    lambda e: {**e, "parameters": _mla_parameters(64)},
+                    lambda e: {**e, "numbers": e["numbers"] - 2 + 2 * 128},
+                    lambda e: {**e, "parameters": e["parameters"] / 1e6}]),
     Exercise("8.4", "a tuple (largest difference, features compared per key with explicit keys, with the "
                     "absorbed query)",
              kind="numbers", names=("max_difference", "explicit_features", "absorbed_features"),

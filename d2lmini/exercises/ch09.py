@@ -278,7 +278,8 @@ EXERCISES = [
                                  for unit in (2 ** 10, 1e3, 2 ** 20, 1e6)),
                 "in bytes, as cache.num_bytes() returns them, not KiB, kB, MiB or MB"),
                (lambda a, e: all(_near(a[n], 2 * e[n]) for n in e),
-                "twice the cache: 4 bytes per float32 number, for one key and one value per head and token"),
+                "twice the cache: one sequence, ids of shape (1, 112), and 4 bytes per float32 number, for one "
+                "key and one value per head and token"),
                (lambda a, e: all(_near(a[n], e[n] / 2) for n in e),
                 "half: the cache holds keys and values, and a float32 takes 4 bytes"),
                (lambda a, e: all(_near(a[n], e[n] / 4) for n in e),

@@ -48,13 +48,13 @@ def _sinkhorn_errors(dim: int = -1, reduce: str = "max", scale: float = 2.56) ->
 
 # --------------------------------------------------------------------------- 10.3
 
-NUM_STACKS = 50
+NUM_STACKS = 51  # odd: the median is one stack's, whichever median a reader takes
 
 
 @lru_cache(maxsize=None)
 def _sweep(num_streams: int, scale_streams: int):
     """:func:`mixing_sweep` with ``num_streams`` streams at the logit scales of d = 128 and 4096
-    computed for ``scale_streams`` streams (the same number, unless by mistake), 50 stacks."""
+    computed for ``scale_streams`` streams (the same number, unless by mistake), 51 stacks."""
     from ..chapters import ch10_hyper_connections as hc
 
     stds = (hc.v4_logit_std(128, scale_streams), hc.v4_logit_std(4096, scale_streams))
@@ -154,12 +154,12 @@ EXERCISES = [
                (lambda a, e: math.isclose(a["hc_4096"], _final_norms(statistic="mean")["hc_4096"], rel_tol=0.02),
                 "Hand in the median over the stacks, not the mean: a few stacks stretch far more than the rest."),
                (lambda a, e: 1.01 < a["hc_4096"] / e["hc_4096"] < 3 or 0.33 < a["hc_4096"] / e["hc_4096"] < 0.99,
-                "Close, but another draw or depth: 50 stacks (num_stacks=50), depth 64, seed 0, and the last "
+                "Close, but another draw or depth: 51 stacks (num_stacks=51), depth 64, seed 0, and the last "
                 "depth, spectral[:, -1]."),
                (lambda a, e: abs(a["mhc_128"] - 1) > 0.05 or abs(a["mhc_4096"] - 1) > 0.05,
                 "The mHC products are doubly stochastic: their norms should stay at 1. Take the last depth, "
                 "spectral[:, -1].")],
-        hint="Use mixing_sweep with depth 64, 50 stacks and seed 0, and the median of spectral[:, -1].",
+        hint="Use mixing_sweep with depth 64, 51 stacks and seed 0, and the median of spectral[:, -1].",
         wrong=[lambda e: _final_norms(statistic="mean"), lambda e: _final_norms(num_streams=4, scale_streams=4),
                lambda e: _final_norms(num_streams=16, scale_streams=4), lambda e: _final_norms(depth=0)]),
     Exercise(

@@ -141,8 +141,13 @@ EXERCISES = [
                 "That is another draw: seed=0."),
                (lambda a, e: all(a[k] == 0.5 for k in a),
                 "Measure it rather than assume it: the real logits are near zero, not exactly zero."),
+               (lambda a, e: all(abs(a[k] - v) < 0.02 * v for k, v in _sink_shares(reduce=True).items()),
+                "Take the share at the last query, not an average over the queries; num_steps=n, seed 0."),
+               (lambda a, e: all(abs(a[k] - v) < 2e-3 * v for k, v in _sink_shares(position=-2).items()),
+                "That is the second-last query's: the last is share[0, -1]."),
                (lambda a, e: all(abs(a[k] - e[k]) < 0.25 for k in e),
-                "Take the share at the last query, not an average over the queries; num_steps=n, seed 0.")],
+                "Close in size but not this run's: share[0, -1] of sink_sweep([math.log(n)], num_steps=n, "
+                "seed=0), the sink logit exactly log n.")],
         hint="Run sink_sweep([math.log(n)], num_steps=n, seed=0) for each n and read share[0, -1].",
         wrong=[lambda e: {k: 1 - v for k, v in e.items()}, lambda e: _sink_shares(position=0),
                lambda e: {"n_16": e["n_64"], "n_64": e["n_16"]},
@@ -180,11 +185,12 @@ EXERCISES = [
                (lambda a, e: a in (_hybrid_range(groups=5, tail=0), _hybrid_range(groups=6, tail=0)),
                 "The chapter's 5:1 stack has 32 layers, as many as the hybrid: five times five local and one "
                 "global, then two local."),
-               (lambda a, e: a["last"] > 2 * e["last"],
+               (lambda a, e: a["last"] > 2 * e["last"] or (a["first"] == e["first"] and a["last"] > e["last"] + 1),
                 "qwen3_5_mixers() has a window of 4,096: pass window=1024."),
                (lambda a, e: all(math.log2(v).is_integer() for v in a.values()),
                 "The powers of two only bracket the ends of the range: search between them, one token at a time.")],
-        hint="Compare stack_state_bytes of both stacks at every length (a grid of step 1 around each crossing).",
+        hint="Compare stack_state_bytes of both stacks at every length (a grid of step 1 around each crossing), "
+             "the 5:1 stack with window=1024.",
         wrong=[lambda e: _hybrid_range(strict=False), lambda e: _hybrid_range(window=4096),
                lambda e: {"first": 512, "last": 4096}, lambda e: _hybrid_range(groups=5, tail=0)]),
 ]
