@@ -117,12 +117,22 @@ def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = 
         problems = ([f"the source has {extra}, which the target lacks"] if extra else []) + \
                    ([f"the target has {missing}, which the source lacks"] if missing else [])
         buffers = {renamed(name) for name, _ in source.named_buffers()}
-        plain = [name for name in extra if isinstance(_attribute(target, name), torch.Tensor)]
+        transient = [name for name in extra if _non_persistent(target, name)]
+        plain = [name for name in extra if isinstance(_attribute(target, name), torch.Tensor)
+                 and name not in transient]
         for names, fix in (([n for n in plain if n not in buffers], "make them nn.Parameter"),
                            ([n for n in plain if n in buffers], "register them with self.register_buffer, "
                                                                  "as the source's are buffers")):
             if names:  # a tensor not registered as a parameter or a buffer: state_dict() skips it
                 problems.append(f"the target's {names} are plain tensors: {fix}")
+        if transient:
+            problems.append(f"the target's {transient} are buffers registered with persistent=False, which "
+                            f"keeps them out of state_dict(): leave persistent out")
+        listed = sorted({name.split(".")[0] for name in extra if "." in name
+                         and isinstance(getattr(target, name.split(".")[0], None), (list, tuple))})
+        if listed:
+            problems.append(f"the target's {listed} are plain Python lists, whose modules PyTorch does not see: "
+                            f"make them nn.ModuleList")
         raise ValueError(f"target's tensors do not match source's (after rename): {'; '.join(problems)}")
     shapes = [f"{n}: {tuple(state[n].shape)} vs {tuple(wanted[n].shape)}" for n in state
               if state[n].shape != wanted[n].shape]
@@ -149,6 +159,16 @@ def _shared_in_target_only(source, target, renamed) -> list[str]:
         if len(names) > 1 and len({source_ids.get(n) for n in names}) > 1:
             return names
     return []
+
+
+def _non_persistent(module, name: str) -> bool:
+    """Whether ``name`` is a buffer of ``module`` registered with ``persistent=False``."""
+    *path, last = name.split(".")
+    try:
+        owner = module.get_submodule(".".join(path))
+    except AttributeError:
+        return False
+    return last in owner._non_persistent_buffers_set
 
 
 def _attribute(module, name: str):

@@ -314,6 +314,26 @@ CASES = {
     "09 LayerNorm for RMSNorm": ("09_the_2026_block", "class Block2026", "check_build",
                                  [("self.norm1 = d2lmini.RMSNorm(num_hiddens)", "self.norm1 = nn.LayerNorm(num_hiddens, bias=False)")],
                                  "it is a LayerNorm, d2lmini's is an RMSNorm: RMSNorm subtracts no mean"),
+    "01 dropout in the FFN": ("01_anatomy", "class MiniBlock", "check_build",
+                              [("nn.ReLU(), nn.Linear(4 * num_hiddens, num_hiddens, bias=False))",
+                                "nn.ReLU(), nn.Linear(4 * num_hiddens, num_hiddens, bias=False), nn.Dropout(0.1))")],
+                              "is a dropout still in training mode"),
+    "01 V from W_q": ("01_anatomy", "class MiniBlock", "check_build",
+                      [("split(self.W_v(X))", "split(self.W_q(X))")], "your forward never calls `W_v`"),
+    "01 W_o in float64": ("01_anatomy", "class MiniBlock", "check_build",
+                          [("self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=False)",
+                            "self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=False, dtype=torch.float64)")],
+                          "`W_o.weight` is torch.float64"),
+    "03 bias in float64": ("03_normalization", "class MyLayerNorm", "check_build",
+                           [("self.beta = nn.Parameter(torch.zeros(num_hiddens))",
+                             "self.beta = nn.Parameter(torch.zeros(num_hiddens, dtype=torch.float64))")],
+                           "`beta` is torch.float64"),
+    "05 rounded to bfloat16": ("05_rmsnorm", "class MyRMSNorm", "check_build",
+                               [("return Y.to(X.dtype) * self.gamma", "return Y.bfloat16() * self.gamma")],
+                               "not to torch.bfloat16"),
+    "06 causal mask hides the diagonal": ("06_qk_norm", "class MyAttention", "check_build",
+                                          [("torch.ones(n, n, dtype=torch.bool).triu(1)",
+                                            "torch.ones(n, n, dtype=torch.bool).triu(0)")], "holds NaN"),
 }
 RIGHT = sorted({(chapter, build, check) for chapter, build, check, _, _ in CASES.values()})
 
@@ -451,4 +471,4 @@ def test_check_build_runs_an_attention_part_alone_with_and_without_valid_lens():
     mine.forward = lambda X, valid_lens=None: X + mine.attention(X, X, X, valid_lens)  # noqa: E731
     with pytest.raises(AssertionError, match="Hint:") as error:
         check_build(mine, ref, X, valid_lens)
-    assert "`attention`" in str(error.value) and "look at forward" in str(error.value)
+    assert "your forward never calls `norm1`" in str(error.value)  # nor norm2 and ffn: the first is named

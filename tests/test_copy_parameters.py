@@ -85,3 +85,23 @@ def test_one_module_under_two_names_is_refused_unless_the_source_ties_them_too()
         d2lmini.copy_parameters(Two(), Two(shared=True))
     tied = d2lmini.copy_parameters(Two(shared=True), Two(shared=True))  # tied in both: nothing lost
     assert tied.norm1 is tied.norm2
+
+
+def test_a_transient_buffer_and_a_plain_list_of_modules_are_named():
+    class Source(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = nn.ModuleList([nn.Linear(2, 2) for _ in range(2)])
+            self.register_buffer("expert_bias", torch.zeros(2))
+
+    class Reader(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = [nn.Linear(2, 2) for _ in range(2)]  # a plain list: not registered
+            self.register_buffer("expert_bias", torch.zeros(2), persistent=False)
+
+    with pytest.raises(ValueError) as error:
+        d2lmini.copy_parameters(Source(), Reader())
+    message = str(error.value)
+    assert "['expert_bias'] are buffers registered with persistent=False" in message, message
+    assert "['experts'] are plain Python lists" in message and "nn.ModuleList" in message, message

@@ -5,6 +5,7 @@ the answer away."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from pathlib import Path
@@ -121,6 +122,15 @@ def test_each_check_accepts_the_answer_and_rejects_plausible_wrong_ones(exercise
 #: Wrong answers whose hints once went to a neighbouring mistake: (exercise, the answer as a function of
 #: the right one, or of nothing for a function exercise, a phrase its hint must hold).
 AIMED = [
+    ("11.2", lambda e: {"n_16": 0.9999983, "n_64": 1.0}, "math.log(n), not n"),
+    ("5.3", lambda e: {**e, "sum_of_squares": 2080.0}, "the first token's running sum, sums[0]"),
+    ("5.2", lambda e: {**e, "rms_at_1_percent": 0.01}, "not the 1% itself"),
+    ("1.4", lambda e: {**e, "output_rms": exercises.ch01._residual_sums_by_default("sandwich")}, "residual_sum's defaults"),
+    ("4.1", lambda e: {**e, "post-LN spread": 0.0}, "small, not 0"),
+    ("10.4", lambda e: exercises.ch10._scaled_stack(scale=2.56), "2.56 is the standard deviation"),
+    ("6.3", lambda: functools.partial(exercises.ch06._SwitchAttention, mistake="gainless"), "your norms have no gains"),
+    ("6.1", lambda e: exercises.ch06._rotated_logits(adjacent=True), "adjacent features"),
+    ("5.6", lambda e: {"random": e["large_first"], "large_first": e["large_first"]}, "not X in place"),
     ("5.3", lambda e: exercises.ch05._sequential_bfloat16(every_token=True), "added up or averaged"),
     ("5.6", lambda e: exercises.ch05._partial_rms("median"), "the median over the tokens"),
     ("2.5", lambda e: {**e, "w_o": e["w_o"] ** 2}, "the squared norm"),

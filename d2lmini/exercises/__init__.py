@@ -189,6 +189,9 @@ class Exercise:
             if fits:
                 return f"{where}Hint: {hint}"
         if self._rounded(given, expected, off):  # 0.0 for a small number: after the hints, which may expect 0
+            if (given == 0) if self.kind == "number" else all(given[name] == 0 for name in off):
+                return (f"{where}Hint: {'that is' if len(off) <= 1 else 'these are'} 0, but what your code "
+                        f"measures is small, not 0: hand in the number it computes, not 0 or a rounding to 0")
             return rounded
         return f"{where}Hint: {self.hint}"
 

@@ -107,7 +107,7 @@ def _part_hint(name: str, source: str, module: nn.Module, gap: float, called: st
     what = ("its statistic (over the last dimension), eps (inside the square root) and its gain"
             + (" and bias" if sum(1 for _ in module.parameters()) > 1 else "")
             if _is_norm(module) else
-            "the arguments it is built with (heads, bias, mask, positions, norms) and, if you wrote it, "
+            "the arguments it is built with (heads, bias, mask, positions, norms, dropout) and, if you wrote it, "
             "each head's softmax(Q_h K_h^T / sqrt(d_h)) and W_o on the concatenated heads" if attention
             else "its layers, their order and the activation between them")
     return (f"`{name}` alone computes something else than d2lmini's `{source}`, whose weights it holds "
@@ -249,6 +249,11 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
         machine = torch.finfo(torch.float32).eps
         slips.append((f"eps is {eps:g} here, not float32's machine epsilon, {machine:.3g}, the default "
                       f"(eps=None) of nn.RMSNorm", with_eps(machine)))
+    if bias is None and X.dtype == torch.float32:  # rounded to a 16-bit type whatever the input's
+        Xf = X.float()
+        normed = Xf * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps)
+        slips += [(f"round back to the input's dtype, Y.to(X.dtype), not to {half}: the input here is float32",
+                   (normed.to(half).float() * weight.float()).double()) for half in (torch.bfloat16, torch.float16)]
     if bias is None and X.dtype in (torch.bfloat16, torch.float16):  # RMSNorm's two orders of a 16-bit input
         Xf = X.float()
         normed = Xf * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps)
@@ -438,16 +443,32 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
             raise AssertionError(f"Hint: `{renamed(name)}` is a buffer in yours, a parameter in d2lmini's: make it "
                                  f"an nn.Parameter, so that an optimizer trains it.")
     with torch.no_grad():
+        first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
+        odd = [] if first is None else [name for name, p in mine.named_parameters()
+                                        if p.is_floating_point() and p.dtype != first.dtype]
+        built_in = (f"`{odd[0]}` is {next(p for n, p in mine.named_parameters() if n == odd[0]).dtype}, the "
+                    f"input {first.dtype}: build every part in the input's dtype (leave dtype= out)") if odd else None
         try:
             got = _output(mine(*inputs))
         except Exception as error:  # the reader's forward failed: say how, as a hint
-            look = f". Check in forward: {hint}." if hint else ""
+            look = f". {built_in[0].upper()}{built_in[1:]}." if built_in and "dtype" in str(error) else \
+                f". Check in forward: {hint}." if hint else ""
             raise AssertionError(f"Hint: calling your module raised {type(error).__name__}: "
                                  f"{str(error).rstrip('.')}{look}") from error
         want = _output(ref(*ref_inputs))
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype != want.dtype:
-            raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: the last step "
-                                 f"must be in the input's dtype (the gain too; round back with Y.to(X.dtype)).")
+            raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: " + (
+                built_in or "the last step must be in the input's dtype (the gain too; round back with "
+                            "Y.to(X.dtype))") + ".")
+        if isinstance(got, torch.Tensor) and got.is_floating_point() and got.isnan().any() \
+                and not want.isnan().any():
+            raise AssertionError("Hint: your output holds NaN where d2lmini's does not: a softmax over a row whose "
+                                 "every key is masked gives NaN (a causal mask hides the keys j > i, "
+                                 "triu(diagonal=1), and keeps the diagonal), as does a division by zero.")
+        again = _output(mine(*inputs))
+        if isinstance(got, torch.Tensor) and isinstance(again, torch.Tensor) and not torch.equal(got, again):
+            raise AssertionError("Hint: your module gives two different outputs for the same input: is a dropout "
+                                 "still in training mode? Build it without dropout (dropout=0), as d2lmini's is.")
         gap = _differs(got, want, rtol, atol)
         if gap is None:
             small, small_ref = _small(ref, inputs), _small(ref, ref_inputs)
@@ -463,6 +484,27 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise AssertionError(f"Hint: your module returns {shape}; d2lmini's returns shape {tuple(want.shape)}.")
         raise AssertionError(_diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol, hint))
+
+
+def _not_called(mine: nn.Module, ref: nn.Module, rename: dict, inputs: tuple, ref_inputs: tuple) -> list[str]:
+    """The parts of ``mine`` holding weights that its forward never calls while ``ref``'s forward calls the part
+    they came from (a part used by its weights alone, or not at all)."""
+    called, hooks = set(), []
+    pairs = {name: _source_of(name, ref, rename) for name, part in _parts(mine).items()
+             if next(part.parameters(), None) is not None}
+    pairs = {name: source for name, source in pairs.items() if source is not None}
+    for name, source in pairs.items():
+        for key, module in ((("mine", name), mine.get_submodule(name)), (("ref", source), ref.get_submodule(source))):
+            hooks.append(module.register_forward_hook(lambda *_, key=key: called.add(key)))
+    try:
+        mine(*inputs)
+        ref(*ref_inputs)
+    except Exception:
+        return []
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [name for name, source in pairs.items() if ("ref", source) in called and ("mine", name) not in called]
 
 
 def _built_otherwise(part: nn.Module, theirs: nn.Module) -> tuple[str, str] | None:
@@ -566,6 +608,10 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
     for words, slipped in slips:
         if _differs(slipped, want, rtol, atol) is not None and _differs(got, slipped, rtol, atol) is None:
             return f"Hint: {words}{difference}."
+    unused = _not_called(mine, ref, rename, inputs, ref_inputs)
+    if unused:
+        return (f"Hint: your forward never calls `{unused[0]}` as a layer, `{unused[0]}(...)`, where d2lmini's calls "
+                f"its `{_source_of(unused[0], ref, rename)}`: see which part computes each step{difference}.")
     if _is_norm(ref) and not agreeing:
         gain = "the gain and the bias (gamma * x_hat + beta)" if getattr(ref, "bias", None) is not None else "the gain"
         return ("Hint: " + (hint or "check the statistic (over the last dimension), eps (inside the square root) "

@@ -73,6 +73,13 @@ def _residual_sums(placement: str):
                                 act="relu", seed=0)
 
 
+def _residual_sums_by_default(placement: str) -> float:
+    """The output RMS of ``residual_sum`` at its own defaults, without the chapter's kwargs (a wrong answer)."""
+    from ..chapters import ch01_anatomy as anatomy
+
+    return anatomy.residual_sum(placement).output_rms
+
+
 def _branch_norms() -> dict:
     post_sublayer, sandwich = _residual_sums("post_sublayer"), _residual_sums("sandwich")
     return {"post_sublayer": post_sublayer.sum_vs_output, "sandwich": sandwich.sum_vs_output,
@@ -311,6 +318,9 @@ EXERCISES = [
                      "output_rms: that is the pre-LN stack's; take the sandwich stack's"),
                     (lambda a, e: abs(a["output_rms"] - _residual_sums("post_sublayer").output_rms) < 2e-3,
                      "output_rms: that is the post_sublayer stack's; take the sandwich stack's"),
+                    (lambda a, e: abs(a["output_rms"] - _residual_sums_by_default("sandwich")) < 2e-3,
+                     "output_rms: that is residual_sum's defaults (RMSNorm, SwiGLU); pass the chapter's kwargs "
+                     "(LayerNorm, ReLU), as its cells do"),
                     (lambda a, e: abs(a["output_rms"] - 13 ** 0.5) < 0.02 * 13 ** 0.5,
                      "output_rms: sqrt(13) is the size of 13 orthogonal terms of size 1; the terms are only "
                      "nearly orthogonal: measure it"),

@@ -265,9 +265,10 @@ EXERCISES = [
                                                    "output by W_o's input; is either of them zero?"),
                     (lambda a, e: abs(a["w_o"] - e["w_o"] ** 2) < 1e-3 * e["w_o"] ** 2,
                      "w_o: that is the squared norm; hand in .norm(), its square root"),
-                    (lambda a, e: True, "one step of train_models on the model of seed 0 with the batches of "
-                                        "seed 0, then the .grad of lm.blocks[0].attention.W_o.weight and its "
-                                        ".norm()")],
+                    (lambda a, e: True, "zero the output projections of every block "
+                                        "(residual.zero_output_projections_), take one step of train_models on "
+                                        "the model of seed 0 with the batches of seed 0, then the .grad of "
+                                        "lm.blocks[0].attention.W_o.weight and its .norm()")],
              wrong=[lambda e: {"w_o": 0.0, "w_q": 0.0}, lambda e: {**e, "w_q": e["w_o"]},
                     lambda e: {"w_o": 0.0, "w_q": e["w_o"]}, lambda e: {"w_o": 0.0, "w_q": 4.6},
                     lambda e: _first_step_gradients(block=3), lambda e: _first_step_gradients(seed=1)]),

@@ -14,15 +14,23 @@ from torch import nn
 from . import Exercise
 
 
-def _rotated_logits() -> dict:
-    """6.1: the chapter's query and key (seed 0) at positions (3, 1) and (1, 3)."""
+def _rotated_logits(adjacent: bool = False) -> dict:
+    """6.1: the chapter's query and key (seed 0) at positions (3, 1) and (1, 3) (``adjacent``: with the pairs
+    (2i, 2i + 1) of Su et al.'s layout instead of ``rotate``'s (i, i + d/2), a wrong answer a hint aims at)."""
     from ..attention import apply_rotary, rotary_cos_sin
 
     torch.manual_seed(0)
     q, k = torch.randn(1, 16), torch.randn(1, 16)
     cos, sin = rotary_cos_sin(4, 16, 10000.0)
 
+    def turn(x, p):  # adjacent pairs: pair i is features (2i, 2i + 1), angle p * 10000^(-2i/16)
+        angle = p * 10000.0 ** (-torch.arange(8) * 2 / 16)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * angle.cos() - odd * angle.sin(), even * angle.sin() + odd * angle.cos()), -1)
+
     def logit(m, n):  # q at position m, k at position n
+        if adjacent:
+            return float((turn(q, m) * turn(k, n)).sum())
         rotated_q = apply_rotary(q[None, None], cos[m:m + 1], sin[m:m + 1])
         rotated_k = apply_rotary(k[None, None], cos[n:n + 1], sin[n:n + 1])
         return float((rotated_q * rotated_k).sum())
@@ -60,7 +68,8 @@ def _causal_output(attention, q, k, X):
 class _SwitchAttention(nn.Module):
     """The chapter's attention with a ``norm_after_rope`` switch, done wrong in one of two ways.
 
-    ``mistake="ignore"``: the switch changes nothing; ``"keys"``: after RoPE only the queries are normalized.
+    ``mistake="ignore"``: the switch changes nothing; ``"keys"``: after RoPE only the queries are normalized;
+    ``"gainless"``: after RoPE both are normalized without their gains (as Llama 4's norm, which has none).
     """
 
     def __init__(self, num_hiddens, num_heads, qk_norm=True, theta=10000.0, norm_after_rope=False, mistake="ignore"):
@@ -82,7 +91,9 @@ class _SwitchAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rotary_cos_sin(n, self.head_dim, self.theta)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if after:
+        if after and self.mistake == "gainless":
+            q, k = (nn.functional.rms_norm(t, (self.head_dim,), eps=1e-6) for t in (q, k))
+        elif after:
             q = self.q_norm(q)
             k = k if self.mistake == "keys" else self.k_norm(k)
         logits = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
@@ -109,6 +120,12 @@ def _judge_norm_switch(answer) -> str | None:
             norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=generator))
         before = ref(X, X, X)
         after = _causal_output(ref, *queries_and_keys_after_rope(ref, X, X), X)
+        gains = [norm.weight.clone() for norm in (ref.q_norm, ref.k_norm)]
+        for norm in (ref.q_norm, ref.k_norm):
+            norm.weight.fill_(1.0)
+        after_without_gains = _causal_output(ref, *queries_and_keys_after_rope(ref, X, X), X)
+        for norm, gain in zip((ref.q_norm, ref.k_norm), gains):
+            norm.weight.copy_(gain)
     outputs = {}
     for flag in (False, True):
         try:
@@ -124,6 +141,9 @@ def _judge_norm_switch(answer) -> str | None:
         return "with norm_after_rope=False the class should still compute the chapter's attention (norm, then RoPE)"
     if close(outputs[True], before):
         return "with norm_after_rope=True the output did not change: apply the norms after the rotation"
+    if not close(outputs[True], after) and close(outputs[True], after_without_gains):
+        return ("with norm_after_rope=True your norms have no gains: apply q_norm and k_norm themselves, whose "
+                "gains the check makes random")
     if not close(outputs[True], after):
         return ("with norm_after_rope=True, rotate the queries and keys first, then apply both q_norm and "
                 "k_norm over each head's features, and only after the rotation")
@@ -185,11 +205,15 @@ EXERCISES = [
                      "close, but rounded: hand in the logits as computed (four digits or more)"),
                     (lambda a, e: all(abs(a[k] - e[k] / 4) < 0.01 * abs(e[k] / 4) for k in e),
                      "logit(m, n) in rotate's check is the dot product of the rotated q and k, without the "
-                     "division by sqrt(d_h) = 4")],
+                     "division by sqrt(d_h) = 4"),
+                    (lambda a, e: all(abs(a[k] - v) < 1e-3 * abs(v) + 1e-4 for k, v in _rotated_logits(True).items()),
+                     "those pair adjacent features (2i, 2i + 1); the chapter's rotate pairs feature i with "
+                     "i + d_h/2: use rotate")],
              wrong=[lambda e: {k: v / 4 for k, v in e.items()}, lambda e: {**e, "logit_1_3": e["logit_3_1"]},
                     lambda e: {**e, "logit_1_3": -e["logit_3_1"]},
                     lambda e: {k: round(v, 2) for k, v in e.items()},
-                    lambda e: {"logit_3_1": e["logit_1_3"], "logit_1_3": e["logit_3_1"]}]),
+                    lambda e: {"logit_3_1": e["logit_1_3"], "logit_1_3": e["logit_3_1"]},
+                    lambda e: _rotated_logits(adjacent=True)]),
     Exercise("6.2", "(projection, per_head_distinct): the two variants' entropies at s = 64, in nats",
              kind="numbers", expected=_variant_entropies, names=("projection", "per_head_distinct"), rel=1e-3,
              hints=[(lambda a, e: max(abs(v - math.log(64)) for v in a.values()) < 0.01,
@@ -214,7 +238,8 @@ EXERCISES = [
     Exercise("6.3", "your attention class: MyAttention with a norm_after_rope switch", kind="custom",
              judge=_judge_norm_switch,
              wrong=[lambda: functools.partial(_SwitchAttention, mistake="ignore"),
-                    lambda: functools.partial(_SwitchAttention, mistake="keys")]),
+                    lambda: functools.partial(_SwitchAttention, mistake="keys"),
+                    lambda: functools.partial(_SwitchAttention, mistake="gainless")]),
     Exercise("6.4", "(peak_logit, loss_gap): the largest logit without QK-norm, and the validation loss "
              "without QK-norm minus with it", kind="numbers", expected=_middle_rate,
              names=("peak_logit", "loss_gap"), rel=0.01, abs=2e-3, slow=True,

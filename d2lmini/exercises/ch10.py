@@ -169,6 +169,9 @@ EXERCISES = [
         hints=[(lambda a, e: any(all(abs(a[k] / v[k] - 1) < 0.02 for k in e)
                                  for v in (_scaled_stack(connections=("hc1",)), _scaled_stack(connections=("hc2",)))),
                 "Scale the phi of both connections of every block, hc1 and hc2, not one of them."),
+               (lambda a, e: all(abs(a[k] / v - 1) < 0.02 for k, v in _scaled_stack(scale=2.56).items()),
+                "2.56 is the standard deviation the logits should reach; phi's entries are multiplied by the "
+                "factor that gets them there from d = 128's, sqrt(4096/128)."),
                (lambda a, e: a["apart_1"] < 0.6 * e["apart_1"],
                 "The logits are still those of d = 128: multiply the phi of both connections, hc1 and hc2, of "
                 "every block, before the first forward pass."),
@@ -182,5 +185,5 @@ EXERCISES = [
              "after blocks 1, 8 and 32 (list indices 0, 7 and 31).",
         wrong=[lambda e: _scaled_stack(scale=1.0), lambda e: _scaled_stack(scale=32.0),
                lambda e: _scaled_stack(connections=("hc1",)), lambda e: _scaled_stack(connections=("hc2",)),
-               lambda e: {k: 100 * v for k, v in e.items()}]),
+               lambda e: {k: 100 * v for k, v in e.items()}, lambda e: _scaled_stack(scale=2.56)]),
 ]

@@ -132,8 +132,10 @@ EXERCISES = [
         order="the order is (n = 16, n = 64)",
         hints=[(lambda a, e: all(abs(a[k] - e[k]) < 0.02 * e[k] for k in e),
                 "Close: give three significant digits."),
-               (lambda a, e: min(a.values()) > 0.9,
+               (lambda a, e: all(abs(a[k] - v) < 2e-3 for k, v in _sink_shares(position=0).items()),
                 "That is the first query's share: it sees a single key. The last query (index -1) sees all n."),
+               (lambda a, e: min(a.values()) > 0.9,
+                "The sink takes nearly everything: its logit is log n, math.log(n), not n."),
                (lambda a, e: all(abs(a[k] - (1 - e[k])) < 2e-3 * e[k] for k in e),
                 "sink_sweep's share is the sink's weight; you handed in what is left for the real keys."),
                (lambda a, e: any(all(abs(a[k] - v) < 2e-3 * v for k, v in _sink_shares(seed=s).items())

@@ -411,7 +411,8 @@ def from_starcoder2_layer(layer, config, layer_idx: int | None = None) -> Transf
 #: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
 #: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
 TINY_CONFIGS: dict[str, dict] = {
-    "llama": dict(TINY, num_hidden_layers=1, rope_theta=500000.0),  # released Llama 3's base
+    # released Llama 3's base and eps (LlamaConfig's defaults are 10,000 and 1e-6)
+    "llama": dict(TINY, num_hidden_layers=1, rope_theta=500000.0, rms_norm_eps=1e-5),
     "qwen3": dict(TINY, num_hidden_layers=1, head_dim=32, rope_theta=1000000.0),  # released Qwen3's base
     "mistral": dict(TINY, num_hidden_layers=1, sliding_window=WINDOW, rope_theta=10000.0),
     "starcoder2": dict(TINY, num_hidden_layers=1, sliding_window=WINDOW, bos_token_id=None, eos_token_id=None),

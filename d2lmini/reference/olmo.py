@@ -96,7 +96,8 @@ def from_olmo3_layer(layer, config, layer_idx: int | None = None) -> Transformer
 #: The family's tiny configurations by name (the keyword arguments of its ``transformers`` configuration
 #: classes), collected into :data:`~d2lmini.reference.tiny.TINY_CONFIGS`.
 TINY_CONFIGS: dict[str, dict] = {
-    "olmo2": dict(TINY, num_hidden_layers=1, rope_theta=500000.0),  # released OLMo 2's base
+    # released OLMo 2's base and eps (Olmo2Config's defaults are 10,000 and 1e-5)
+    "olmo2": dict(TINY, num_hidden_layers=1, rope_theta=500000.0, rms_norm_eps=1e-6),
     "olmo": dict(TINY, num_hidden_layers=1),
     "olmo3": dict(TINY, num_hidden_layers=4, sliding_window=WINDOW),  # layers 0-2 sliding, 3 full
 }
