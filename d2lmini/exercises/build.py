@@ -205,6 +205,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
              g * (X32 - mu) / torch.sqrt(X32.var(-1, keepdim=True) + eps) + b),
             ("eps goes inside the square root: (x - mu) / sqrt(var + eps)",
              g * (X32 - mu) / (torch.sqrt(var) + eps) + b),
+            ("divide by the square root of var + eps, the standard deviation, not by the variance itself",
+             g * (X32 - mu) / (var + eps) + b),
             ("the output is gamma * x_hat + beta: multiply by the gain gamma", (X32 - mu) / torch.sqrt(var + eps) + b),
             ("the output is gamma * x_hat + beta: add the bias beta", g * (X32 - mu) / torch.sqrt(var + eps)),
             ("the output is gamma * x_hat + beta: the gain and the bias are both missing",
@@ -236,6 +238,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
              "subtracts no mean, not even inside the statistic",
              g * X32 * torch.rsqrt(X32.var(-1, keepdim=True, unbiased=False) + eps)),
             ("eps goes inside the square root: x * rsqrt(mean(x**2) + eps)", g * X32 / (torch.sqrt(ms) + eps)),
+            ("divide by the root mean square, sqrt(mean(x**2) + eps), not by the mean square itself",
+             g * X32 / (ms + eps)),
             ("the output is multiplied by the gain gamma", X32 * torch.rsqrt(ms + eps)),
             ("the statistic is the mean of the squares over the last dimension (dim=-1, keepdim=True)",
              g * X32 * torch.rsqrt(X32.pow(2).mean((0, 1), keepdim=True) + eps)),
@@ -287,12 +291,16 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
                 return T.unflatten(-1, (d_h, h)).permute(0, 3, 1, 2)
             if columns == "reshaped":  # (b, n, h d_h) read as (b, h, n, d_h) without the transpose
                 return T.reshape(T.shape[0], h, T.shape[1], d_h)
+            if columns == "untransposed":  # (b, n, h, d_h): each token's heads attend to one another
+                return T.unflatten(-1, (h, d_h))
             return T.unflatten(-1, (h, d_h)).transpose(1, 2)
         Q, K, V = (split(project(W, Y)) for W in (attention.W_q, attention.W_k, attention.W_v))
         S = Q @ K.transpose(-2, -1) * scale
         if causal:  # a decoder's mask, where every query sees every key
             S = S.masked_fill(torch.ones(S.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
         heads = torch.softmax(S, dim=axis) @ V  # (b, h, n, d_h)
+        if columns == "untransposed":  # merged back as it was split
+            return project(attention.W_o, heads.flatten(-2))
         if merge == "reshaped":  # read as (b, n, h d_h) without the transpose
             return project(attention.W_o, heads.reshape(Y.shape[0], Y.shape[1], h * d_h))
         if merge == "no W_o":
@@ -304,6 +312,12 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
          lambda Y: attend(Y, scale=(h * d_h) ** -0.5)),
         ("divide each head's logits by sqrt(d_h)", lambda Y: attend(Y, scale=1.0)),
         ("divide each head's logits by sqrt(d_h), not by d_h", lambda Y: attend(Y, scale=1 / d_h)),
+        ("divide each head's logits by sqrt(d_h); do not multiply", lambda Y: attend(Y, scale=d_h ** 0.5)),
+        ("the softmax runs over the keys, the last dimension of Q_h K_h^T (dim=-1), not over the heads",
+         lambda Y: attend(Y, axis=1)),
+        ("after splitting the heads, transpose(1, 2) to (b, num_heads, n, d_h): without it each token's heads "
+         "attend to one another instead of each head attending over the tokens",
+         lambda Y: attend(Y, columns="untransposed")),
         ("the softmax runs over the keys, the last dimension of Q_h K_h^T (dim=-1), so that each query's "
          "weights sum to 1", lambda Y: attend(Y, axis=-2)),
         ("head i reads columns i*d_h to (i+1)*d_h - 1: unflatten the last dimension as (num_heads, d_h)",
@@ -338,9 +352,9 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
     def block(placement=ref.placement, skip1=skips, skip2=skips, ffn_reads="X'", norm2=n2, stream_normed=False,
               attend=lambda Y: _output(ref.attention(Y, Y, Y, *rest)), unnormed=(), ffn_adds_to="X'", F=F):
         if placement == "pre":
-            Z = n1(X) if stream_normed else X
+            Z = n1(X) if stream_normed in (True, "attention") else X  # the stream itself normalized: a slip
             X1 = (Z if skip1 else 0) + attend(X if "attention" in unnormed else n1(X))
-            Z1 = norm2(X1) if stream_normed else (X1 if ffn_adds_to == "X'" else X)
+            Z1 = norm2(X1) if stream_normed in (True, "ffn") else (X1 if ffn_adds_to == "X'" else X)
             read = X1 if ffn_reads == "X'" else X
             return (Z1 if skip2 else 0) + F(read if "ffn" in unnormed else norm2(read))
         if placement == "post_sublayer":  # a norm on each branch: X + norm(F(X))
@@ -366,8 +380,9 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
         if pre:
             slips += [("the FFN's output is added to X', the stream after attention, not to the block's "
                        "input X", block(ffn_adds_to="X")),
-                      ("add each sublayer's output to the stream X itself, not to norm1(X): in pre-LN the "
-                       "stream is never normalized", block(stream_normed=True))]
+                      *((f"add each sublayer's output to the stream itself, not to its norm: in pre-LN the "
+                         f"stream is never normalized", block(stream_normed=where))
+                        for where in (True, "attention", "ffn"))]
     else:
         step = "F(norm(X))" if pre else "norm(F(X))"
         slips += [(f"residual=False: no skips, each step returns {step} with no X added",
@@ -459,12 +474,13 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype != want.dtype:
             raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: " + (
                 built_in or "the last step must be in the input's dtype (the gain too; round back with "
-                            "Y.to(X.dtype))") + ".")
+                            "Y.to(X.dtype), X the input as it came in, not X = X.float())") + ".")
         if isinstance(got, torch.Tensor) and got.is_floating_point() and got.isnan().any() \
                 and not want.isnan().any():
             raise AssertionError("Hint: your output holds NaN where d2lmini's does not: a softmax over a row whose "
                                  "every key is masked gives NaN (a causal mask hides the keys j > i, "
-                                 "triu(diagonal=1), and keeps the diagonal), as does a division by zero.")
+                                 "triu(diagonal=1), and keeps the diagonal), as does 0 / 0 (a norm without eps on "
+                                 "a row of zeros, say).")
         again = _output(mine(*inputs))
         if isinstance(got, torch.Tensor) and isinstance(again, torch.Tensor) and not torch.equal(got, again):
             raise AssertionError("Hint: your module gives two different outputs for the same input: is a dropout "
