@@ -91,8 +91,9 @@ def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = 
     Raises:
         TypeError: if ``source`` or ``target`` is not an ``nn.Module``, or ``rename``
             not a dict of strings.
-        ValueError: if a name is missing from ``target`` or left over in it, or two
-            tensors of the same name differ in shape (the message lists them).
+        ValueError: if a name is missing from ``target`` or a parameter is left over in it
+            (a buffer only the target holds, such as a mask, keeps its value), or two tensors
+            of the same name differ in shape (the message lists them).
     """
     import torch
 
@@ -112,6 +113,8 @@ def copy_parameters(source: nn.Module, target: nn.Module, rename: dict | None = 
 
     state = {renamed(name): tensor for name, tensor in source.state_dict().items()}
     wanted = target.state_dict()
+    own = {name for name, _ in target.named_buffers()} - set(state)  # the target's own state (a mask, say): kept
+    state.update({name: wanted[name] for name in own if name in wanted})
     missing, extra = sorted(set(wanted) - set(state)), sorted(set(state) - set(wanted))
     if missing or extra:
         problems = ([f"the source has {extra}, which the target lacks"] if extra else []) + \

@@ -105,3 +105,14 @@ def test_a_transient_buffer_and_a_plain_list_of_modules_are_named():
     message = str(error.value)
     assert "['expert_bias'] are buffers registered with persistent=False" in message, message
     assert "['experts'] are plain Python lists" in message and "nn.ModuleList" in message, message
+
+
+def test_a_buffer_only_the_target_holds_keeps_its_value():
+    class Masked(nn.Linear):  # a linear layer with a causal mask of its own, as nanoGPT keeps one
+        def __init__(self):
+            super().__init__(4, 4)
+            self.register_buffer("future", torch.ones(3, 3, dtype=torch.bool).triu(1))
+
+    source = nn.Linear(4, 4)
+    target = d2lmini.copy_parameters(source, Masked())
+    assert torch.equal(target.weight, source.weight) and torch.equal(target.future, torch.ones(3, 3).triu(1).bool())

@@ -121,7 +121,30 @@ def test_each_check_accepts_the_answer_and_rejects_plausible_wrong_ones(exercise
 
 #: Wrong answers whose hints once went to a neighbouring mistake: (exercise, the answer as a function of
 #: the right one, or of nothing for a function exercise, a phrase its hint must hold).
+def _eps_switch_attention():
+    """6.3's attention done right but with another eps in its QK-norms (a wrong answer)."""
+    from d2lmini.exercises.ch06 import _SwitchAttention
+
+    class EpsSwitchAttention(_SwitchAttention):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, mistake="none", **kwargs)
+            self.q_norm, self.k_norm = (torch.nn.RMSNorm(self.head_dim, eps=1e-2) for _ in range(2))
+
+    return EpsSwitchAttention
+
 AIMED = [
+    ("6.3", _eps_switch_attention, "use eps=1e-6"),
+    ("5.1", lambda e: exercises.ch05._scale_and_shift(seed=1), "another draw"),
+    ("5.1", lambda e: {**e, "ln_times_3": exercises.ch05._scale_and_shift(ln_eps=1e-6)["ln_times_3"]}, "yours has 1e-6"),
+    ("9.5", lambda e: {**e, "active": 1581056}, "num_shared_experts=1"),
+    ("11.1", lambda e: 15.75, "w - 1 is at least 63/4"),
+    ("11.2", lambda e: {"n_16": 0.5059407949447632, "n_64": 0.49706488847732544}, "not this run's"),
+    ("11.3", lambda e: {**e, "kept": 35, "ramp": 0}, "2,048 tokens"),
+    ("8.2", lambda e: {k: v / 1024 if k.endswith("gib") else v for k, v in e.items()}, "not TiB or TB"),
+    ("2.2", lambda e: {**e, "fall": exercises.ch02._gradient_fall(exercises.ch02._post_ln_sweep().get("post", False),
+                                                                 of="block L")}, "the last block's gradient"),
+    ("2.3", lambda e: {"without": exercises.ch02.scaled_stream_rms(1.0, blocks=(63,))["63"], "with": e["with"]},
+     "after block 63"),
     ("11.2", lambda e: {"n_16": 0.9999983, "n_64": 1.0}, "math.log(n), not n"),
     ("5.3", lambda e: {**e, "sum_of_squares": 2080.0}, "the first token's running sum, sums[0]"),
     ("5.2", lambda e: {**e, "rms_at_1_percent": 0.01}, "not the 1% itself"),

@@ -56,8 +56,10 @@ def _post_ln_sweep():
 
 
 def _gradient_fall(probe, of: str = "block 1") -> float:
-    """Block 1's weight gradient at L = 8 divided by that at L = 64 (``of="input"``: the input's gradient)."""
-    grad = probe.first_block_grad if of == "block 1" else probe.input_grad.__getitem__
+    """Block 1's weight gradient at L = 8 divided by that at L = 64 (``of="input"``: the input's gradient;
+    ``of="block L"``: the last block's, wrong answers hints aim at)."""
+    grad = (probe.first_block_grad if of == "block 1" else (lambda L: probe.block_grad[L][-1]) if of == "block L"
+            else probe.input_grad.__getitem__)
     return grad(8) / grad(64)
 
 
@@ -186,6 +188,10 @@ EXERCISES = [
                      "fall: the factor itself, not its logarithm"),
                     (lambda a, e: abs(a["fall"] - _post_ln_with_skips_fall()) < 0.02 * a["fall"],
                      "fall: that is post-LN with skips; use sweep.get('post', False)"),
+                    (lambda a, e: abs(a["fall"] - _gradient_fall(_post_ln_sweep().get("post", False), of="block L"))
+                     < 0.02 * a["fall"],
+                     "fall: that is the last block's gradient (block_grad[L][-1]); block 1's is "
+                     "probe.first_block_grad(L)"),
                     (lambda a, e: abs(a["fall"] * e["fall"] - 1) < 0.05,
                      "fall: depth 8's gradient divided by depth 64's, not the other way round"),
                     (lambda a, e: abs(a["fall"] - (1 - 1 / e["fall"])) < 0.02,
@@ -203,7 +209,10 @@ EXERCISES = [
     Exercise("2.3", "(without, with): the stream's RMS after block 64, without and with the scaling",
              kind="numbers", names=("without", "with"), expected=_rms_after_64,
              rel={"without": 0.05, "with": 3e-3},  # without: 66.4 to 68.0 by processor (float32 rounding)
-             hints=[(lambda a, e: 0.02 < abs(a["without"] / e["without"] - 1) < 0.5 and 0.5 < a["with"] < 2,
+             hints=[(lambda a, e: abs(a["without"] - scaled_stream_rms(1.0, blocks=(63,))["63"]) < 1e-3 * a["without"],
+                     "that is the RMS after block 63: the list of RMS values starts with X_0's, so block 64's is "
+                     "the last entry"),
+                    (lambda a, e: 0.02 < abs(a["without"] / e["without"] - 1) < 0.5 and 0.5 < a["with"] < 2,
                      "without is off too: another draw of the stack or of its input; build the stack with "
                      "seed=1 and draw X with torch.randn(1, 32, 64, generator=torch.Generator().manual_seed(0))"),
                     (lambda a, e: abs(a["without"] - e["with"]) < 3e-3 * e["with"],

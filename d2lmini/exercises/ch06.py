@@ -137,6 +137,9 @@ def _judge_norm_switch(answer) -> str | None:
                     f"{type(error).__name__}: {error}. Keep MyAttention's arguments and layer names "
                     f"(W_q, W_k, W_v, W_o, q_norm, k_norm) and add norm_after_rope as a keyword argument")
     close = functools.partial(torch.allclose, rtol=1e-4, atol=1e-5)
+    eps = [getattr(getattr(mine, name, None), "eps", None) for name in ("q_norm", "k_norm")]
+    if any(isinstance(e, float) and e != 1e-6 for e in eps) and not close(outputs[False], before):
+        return f"q_norm and k_norm use eps=1e-6, as the chapter's (yours: {eps[0]}, {eps[1]})"
     if outputs[False].shape != before.shape or not close(outputs[False], before):
         return "with norm_after_rope=False the class should still compute the chapter's attention (norm, then RoPE)"
     if close(outputs[True], before):

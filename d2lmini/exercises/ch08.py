@@ -245,6 +245,9 @@ EXERCISES = [
                     (lambda a, e: math.isclose(a["gqa_gib"], e["mha_gib"], rel_tol=1e-3),
                      "gqa_gib: that is the MHA cache; build the GQA layer with num_kv_heads=8"),
                     (lambda a, e: abs(a["mha_gib"] - 2 * e["mha_gib"]) < 1, "bfloat16: two bytes per number"),
+                    (lambda a, e: any(abs(a["mha_gib"] * unit - e["mha_gib"]) < 1e-3 * e["mha_gib"]
+                                      for unit in (1024, 1e12 / 2 ** 30)),
+                     "in GiB (2^30 bytes), not TiB or TB"),
                     (lambda a, e: a["mha_gib"] < e["mha_gib"] / 10, "every one of the 80 layers has its own cache"),
                     (lambda a, e: abs(a["mha_gib"] / e["mha_gib"] - 2 ** 30 / 1e9) < 1e-3,
                      "a GiB is 2^30 bytes, not 10^9"),

@@ -306,6 +306,8 @@ EXERCISES = [
                (lambda a, e: a["k"] != e["k"], "the closest k, above or below: compare |active - dense| for each k"),
                (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"] - _router_parameters(),
                 "num_active_parameters() counts the router too: every token runs it"),
+               (lambda a, e: a["k"] == e["k"] and a["active"] < e["active"],
+                "active: build the mixture with its shared expert, num_shared_experts=1, which every token runs"),
                (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"],
                 "the dense FFN is TransformerBlock(512, 8)'s own: SwiGLU at width 8d/3, no biases")],
         wrong=[lambda e: {**e, "k": e["k"] + 1}, lambda e: {**e, "active": _moe_total(int(e["k"]))},

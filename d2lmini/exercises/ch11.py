@@ -117,7 +117,9 @@ def _hybrid_range(window: int = 1024, strict: bool = True, groups: int = 5, tail
 EXERCISES = [
     Exercise(
         "11.1", "the smallest window (an integer number of tokens)", expected=_smallest_window, rel=0, abs=0,
-        hints=[(lambda a, e: a != int(a), "A window is a whole number of tokens: round the bound up."),
+        hints=[(lambda a, e: a != int(a) and math.ceil(a) == e - 1,
+                "A window counts the token itself: w - 1 is at least 63/4, so w is that bound plus one, rounded up."),
+               (lambda a, e: a != int(a), "A window is a whole number of tokens: round the bound up."),
                (lambda a, e: a == e - 1,
                 "A window of w tokens is the token itself and the w - 1 before it: L layers reach L(w - 1) + 1 "
                 "positions. Does the first token reach the last with this window?"),
@@ -130,7 +132,7 @@ EXERCISES = [
                 "(share[0, -1] of sink_sweep's result)",
         kind="numbers", names=("n_16", "n_64"), expected=_sink_shares, rel=2e-3,
         order="the order is (n = 16, n = 64)",
-        hints=[(lambda a, e: all(abs(a[k] - e[k]) < 0.02 * e[k] for k in e),
+        hints=[(lambda a, e: all(abs(a[k] - e[k]) < 0.02 * e[k] and float(f"{a[k]:.3g}") == a[k] for k in e),
                 "Close: give three significant digits."),
                (lambda a, e: all(abs(a[k] - v) < 2e-3 for k, v in _sink_shares(position=0).items()),
                 "That is the first query's share: it sees a single key. The last query (index -1) sees all n."),
@@ -172,7 +174,9 @@ EXERCISES = [
                 "d2lmini.attention.rope_frequencies returns the attention factor beside the frequencies: hand in the one it returns "
                 "for Llama 3.1's scaling, not YaRN's."),
                (lambda a, e: a["kept"] != e["kept"],
-                "Compare each pair's wavelength with and without the scaling, at Llama 3.1's base of 500,000.")],
+                "A pair is kept when its wavelength is below original_max_position_embeddings / high_freq_factor "
+                "= 8,192 / 4 = 2,048 tokens, divided by 8 above 8,192 / low_freq_factor = 8,192, ramped between; "
+                "compare the wavelengths with and without the scaling, at Llama 3.1's base of 500,000.")],
         hint="Compute the ratio of the scaled to the unscaled wavelengths: 1 means kept, 8 divided, in between "
              "the ramp.",
         wrong=[lambda e: {**e, "attention_factor": 0.1 * math.log(8) + 1}, lambda e: _llama3_1_pairs(theta=1e4),
