@@ -133,6 +133,10 @@ def _eps_switch_attention():
     return EpsSwitchAttention
 
 AIMED = [
+    ("6.6", lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c), "your slope is 1/c"),
+    ("2.3", lambda e: {**e, "with": float("nan")}, "the stream overflowed"),
+    ("8.3", lambda e: {**e, "parameters": e["parameters"] - 2048}, "the gains of the latents' norms"),
+    ("10.2", lambda e: exercises.ch10._sinkhorn_errors(reduce="norm"), "not a norm of each matrix's row errors"),
     ("6.3", _eps_switch_attention, "use eps=1e-6"),
     ("5.1", lambda e: exercises.ch05._scale_and_shift(seed=1), "another draw"),
     ("5.1", lambda e: {**e, "ln_times_3": exercises.ch05._scale_and_shift(ln_eps=1e-6)["ln_times_3"]}, "yours has 1e-6"),

@@ -311,6 +311,8 @@ EXERCISES = [
              inputs=lambda g: (torch.cat([torch.zeros(1), 100 * torch.randn(63, generator=g)]), 50.0),  # z[0] = 0
              hints=[(lambda got, _: abs(float(got[0]) - 50) < 1e-3,
                      "at z = 0 your slope is c: the inner derivative 1/c cancels the c in front"),
+                    (lambda got, _: abs(float(got[0]) - 1 / 50) < 1e-6,
+                     "at z = 0 your slope is 1/c: the c in front cancels the inner derivative 1/c"),
                     (lambda got, want: bool(((got >= -1e-6) & (got <= 1 + 1e-6)).all())
                      and torch.allclose(got.square(), want, atol=1e-5),
                      "the derivative of tanh(u) is 1 - tanh(u)^2 = 1 / cosh(u)^2: the cosh is squared"),
@@ -331,5 +333,6 @@ EXERCISES = [
                     lambda: (lambda z, c: c * (1 - torch.tanh(z / c) ** 2)),
                     lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c),
                     lambda: (lambda z, c: 1 / torch.cosh(z) ** 2),
-                    lambda: (lambda z, c: (z.abs() < c).float())]),
+                    lambda: (lambda z, c: (z.abs() < c).float()),
+                    lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c)]),
 ]

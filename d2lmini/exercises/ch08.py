@@ -279,6 +279,10 @@ EXERCISES = [
                      "per layer: hand in one layer's numbers and parameters, not those of DeepSeek-V3's 61 layers"),
                     (lambda a, e: abs(a["parameters"] * 1e6 - e["parameters"]) < 1e6,
                      "parameters: the count itself, not in millions"),
+                    (lambda a, e: a["numbers"] == e["numbers"] and e["parameters"] - 10_000 < a["parameters"]
+                     < e["parameters"],
+                     "parameters: d2lmini.num_parameters(layer) counts every parameter, the gains of the latents' "
+                     "norms too"),
                     (lambda a, e: e["numbers"] < a["numbers"] < 2 * e["numbers"] and (a["numbers"] - e["numbers"]) % 2 == 0,
                      "numbers: the rotary key (qk_rope_head_dim=2 features) is cached once per token, shared by "
                      "all heads, not once per head"),

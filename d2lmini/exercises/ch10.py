@@ -34,7 +34,7 @@ def _sinkhorn_errors(dim: int = -1, reduce: str = "max", scale: float = 2.56) ->
     """Largest (``reduce="max"``, or ``"mean"``) ``|sum - 1|`` of the rows (``dim=-1``) or columns (``dim=-2``)
     of :func:`~d2lmini.hyper.sinkhorn_knopp` of 100 random 4 x 4 logits of standard deviation 2.56;
     ``"signed max"``: the largest ``sum - 1`` without the absolute value, ``"sums"``: the largest row sum
-    itself, and ``scale`` other than 2.56 (wrong answers hints aim at)."""
+    itself, ``"norm"``: the largest over the matrices of the norm of their rows' errors, and ``scale`` other than 2.56 (wrong answers hints aim at)."""
     from ..hyper import sinkhorn_knopp
 
     logits = scale * torch.randn(100, 4, 4, generator=torch.Generator().manual_seed(0))
@@ -42,7 +42,7 @@ def _sinkhorn_errors(dim: int = -1, reduce: str = "max", scale: float = 2.56) ->
     for k in SINKHORN_ITERS:
         error = sinkhorn_knopp(logits, iters=k).sum(dim=dim) - 1
         out[f"iters_{k}"] = float({"max": error.abs().max, "mean": error.abs().mean, "signed max": error.max,
-                                   "sums": (error + 1).max}[reduce]())
+                                   "sums": (error + 1).max, "norm": error.norm(dim=-1).max}[reduce]())
     return out
 
 
@@ -134,6 +134,9 @@ EXERCISES = [
                 "Hand in the largest error over the 100 matrices, not their mean."),
                (lambda a, e: all(math.isclose(a[k], v, rel_tol=0.02) for k, v in _sinkhorn_errors(reduce="sums").items()),
                 "Those are the row sums themselves: hand in their distance from 1, |sum - 1|."),
+               (lambda a, e: all(math.isclose(a[k], v, rel_tol=0.02) for k, v in _sinkhorn_errors(reduce="norm").items()),
+                "Take each row's |sum - 1| and the largest over every row of the 100 matrices, not a norm of each "
+                "matrix's row errors."),
                (lambda a, e: a["iters_20"] > 0.5,
                 "After 20 rounds the rows are near 1: call sinkhorn_knopp(logits, iters=k) for each k, "
                 "not one fixed number of rounds.")],
