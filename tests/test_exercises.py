@@ -133,6 +133,8 @@ def _eps_switch_attention():
     return EpsSwitchAttention
 
 AIMED = [
+    ("10.1", lambda e: {"kept": 4 * e["kept"], "removed": 6.48074069840786}, "H is J/4"),
+    ("6.1", lambda e: {k: -v for k, v in e.items()}, "both signs are flipped"),
     ("6.6", lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c), "your slope is 1/c"),
     ("2.3", lambda e: {**e, "with": float("nan")}, "the stream overflowed"),
     ("8.3", lambda e: {**e, "parameters": e["parameters"] - 2048}, "the gains of the latents' norms"),

@@ -202,6 +202,9 @@ EXERCISES = [
              names=("logit_3_1", "logit_1_3"), rel=1e-3, abs=1e-4,
              hints=[(lambda a, e: abs(a["logit_3_1"] - a["logit_1_3"]) < 1e-3,
                      "your two logits are equal: put q at position 3 and k at 1, then q at 1 and k at 3"),
+                    (lambda a, e: all(abs(a[k] + e[k]) < 1e-3 * abs(e[k]) + 1e-4 for k in e),
+                     "both signs are flipped: rotate turns q and k forward by their own positions' angles; check "
+                     "the direction of your rotation and which vector sits at which position"),
                     (lambda a, e: abs(a["logit_3_1"] + a["logit_1_3"]) < 1e-3,
                      "the second logit is not the first with its sign flipped: recompute it with rotate"),
                     (lambda a, e: all(abs(a[k] - e[k]) < 0.01 * abs(e[k]) for k in e),
