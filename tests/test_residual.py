@@ -321,12 +321,12 @@ def test_skip_training_rows_gather_the_table(training):
     assert [row["stack"] for row in rows] == ["pre-LN, with skips", "pre-LN, no skips"]
     for row, residual in zip(rows, (True, False)):
         runs = training.runs[residual]
-        assert row["training loss (last 20 steps)"] == pytest.approx(mean([r.smoothed(20)[-1] for r in runs]))
-        assert row["final model, training text"] == pytest.approx(mean(training.final_train_text_loss[residual]))
-        assert row["final model, validation text"] == pytest.approx(mean([r.val_loss[-1] for r in runs]))
+        assert row["training loss (running, last 20 steps)"] == pytest.approx(mean([r.smoothed(20)[-1] for r in runs]))
+        assert row["final model scored on training text"] == pytest.approx(mean(training.final_train_text_loss[residual]))
+        assert row["final model scored on validation text"] == pytest.approx(mean([r.val_loss[-1] for r in runs]))
         assert row["validation, range over seeds"] == pytest.approx(
             max(r.val_loss[-1] for r in runs) - min(r.val_loss[-1] for r in runs))
         assert row["token spread at init (last block, first seed)"] == training.init_token_spread[residual][-1]
-    assert "training loss (last 5 steps)" in training.rows(window=5)[0]
+    assert "training loss (running, last 5 steps)" in training.rows(window=5)[0]
     with pytest.raises(ValueError, match="window"):
         training.rows(window=0)

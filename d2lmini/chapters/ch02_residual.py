@@ -597,9 +597,9 @@ class SkipTraining:
         check_positive_int("window", window)
         placement = self.config["placement"]
         return [{"stack": skip_label(placement, residual) if placement in SKIP_COLORS else f"skips: {residual}",
-                 f"training loss (last {window} steps)": _mean([run.smoothed(window)[-1] for run in runs]),
-                 "final model, training text": _mean(self.final_train_text_loss[residual]),
-                 "final model, validation text": _mean(self.final_val(residual)),
+                 f"training loss (running, last {window} steps)": _mean([run.smoothed(window)[-1] for run in runs]),
+                 "final model scored on training text": _mean(self.final_train_text_loss[residual]),
+                 "final model scored on validation text": _mean(self.final_val(residual)),
                  "validation, range over seeds": max(self.final_val(residual)) - min(self.final_val(residual)),
                  "token spread at init (last block, first seed)": self.init_token_spread[residual][-1]}
                 for residual, runs in ((True, self.runs[True]), (False, self.runs[False]))]

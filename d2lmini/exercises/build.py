@@ -165,7 +165,7 @@ def _other_eps(part: nn.Module, theirs: nn.Module) -> str | None:
     numbers = all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in (mine, ref))
     if not numbers or not _is_norm(theirs) or mine == ref:
         return None
-    return f"eps is {ref:g} here, not {mine:g}"
+    return f"d2lmini's eps is {ref:g}, yours {mine:g}"
 
 
 def _norm_slip(ref: nn.Module, ref_inputs: tuple, got: torch.Tensor, want: torch.Tensor) -> str | None:
@@ -248,10 +248,12 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
         ]
     slips.append((f"add eps, the module's own, inside the square root, {formula}: without it (or with a "
                   f"much smaller one) small tokens are blown up", with_eps(0.0)))
-    slips += [(f"eps is {eps:g} here, not {other:g}", with_eps(other)) for other in _OTHER_EPS if other != eps]
+    slips += [(f"d2lmini's eps is {eps:g}; yours computes as with {other:g}", with_eps(other))
+              for other in _OTHER_EPS if other != eps]
     if bias is None:  # nn.RMSNorm's eps=None: float32's machine epsilon, whatever the input's dtype
         machine = torch.finfo(torch.float32).eps
-        slips.append((f"eps is {eps:g} here, not float32's machine epsilon, {machine:.3g}, the default "
+        slips.append((f"d2lmini's eps is {eps:g}; yours computes as with float32's machine epsilon, {machine:.3g}, "
+                      f"the default "
                       f"(eps=None) of nn.RMSNorm", with_eps(machine)))
     if bias is None and X.dtype == torch.float32:  # rounded to a 16-bit type whatever the input's
         Xf = X.float()

@@ -185,10 +185,14 @@ EXERCISES = [
                     (lambda a, e: a["most_0.001"] > 3,
                      "read the loads after the 100 updates (the key 'with a shared component, balanced')"),
                     (lambda a, e: all(abs(8 * a[k] - v) < 0.05 for k, v in e.items()),
-                     "those are shares of all tokens (they add up to 1); hand in multiples of the fair share, "
-                     "1/8 of the tokens: eight times these")],
+                     "those are shares of the T k expert assignments (they add up to 1); the fair share is T k / E, "
+                     "1/8 of them: hand in multiples of it, eight times these"),
+                    (lambda a, e: all(abs(4 * a[k] - v) < 0.05 for k, v in e.items()),
+                     "those are shares of the tokens (they add up to k = 2); the fair share is k / E = 1/4 of the "
+                     "tokens: hand in multiples of it, four times these")],
              hint="router_loads(gamma=...)['with a shared component, balanced'], its max and min, for each gamma",
              wrong=[lambda e: (e["most_0.1"], e["least_0.1"], e["most_0.001"], e["least_0.001"]),
                     lambda e: {**e, "most_0.001": 3.3}, lambda e: {k: 600 * v for k, v in e.items()},
-                    lambda e: (5, 7, 0, 4), lambda e: {k: v / 8 for k, v in e.items()}]),
+                    lambda e: (5, 7, 0, 4), lambda e: {k: v / 8 for k, v in e.items()},
+                    lambda e: {k: v / 4 for k, v in e.items()}]),
 ]

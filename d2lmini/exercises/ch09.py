@@ -286,10 +286,10 @@ EXERCISES = [
                 "a factor of 4 is missing: each of the 4 blocks keeps a cache of its own, and a float32 takes "
                 "4 bytes"),
                (lambda a, e: all(_near(a[n], 4 * e[n]) for n in e),
-                "d_head is the width of one head, num_hiddens / num_heads"),
+                "d_h is the width of one head, num_hiddens / num_heads"),
                (lambda a, e: all(_near(a[n], e[n] * 64 / 112) for n in e), "the 112 tokens of the exercise"),
                (lambda a, e: len(set(a.values())) == 1,
-                "the cache holds num_kv_heads key and value heads: halving num_kv_heads halves it (d_head "
+                "the cache holds num_kv_heads key and value heads: halving num_kv_heads halves it (d_h "
                 "stays num_hiddens / num_heads whatever num_kv_heads is)")],
         wrong=[lambda e: {n: v / 2 for n, v in e.items()}, lambda e: {n: v / 4 for n, v in e.items()},
                lambda e: {n: v / 2 ** 10 for n, v in e.items()},
