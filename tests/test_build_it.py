@@ -357,6 +357,15 @@ CASES = {
                                    [("torch.sqrt(var + self.eps)", "(var + self.eps)")], "not by the variance itself"),
     "05 upcast over X": ("05_rmsnorm", "class MyRMSNorm", "check_build",
                          [("X32 = X.float()", "X = X32 = X.float()")], "not X = X.float()"),
+    "08 no cache from the first call": ("08_attention_generation", "class MyGQA", "check_build",
+                                        [("reshape(b, n, -1)), (k, v)",
+                                          "reshape(b, n, -1)), (None if cache is None else (k, v))")],
+                                        "returns the new cache (k, v) too"),
+    "08 keys cached scaled": ("08_attention_generation", "class MyGQA", "check_build",
+                              [("        if cache is not None:  # the earlier",
+                                "        k = k / self.d_h ** 0.5\n        if cache is not None:  # the earlier"),
+                               ("scores = q @ K.transpose(-1, -2) / self.d_h ** 0.5", "scores = q @ K.transpose(-1, -2)")],
+                              "unscaled and not yet repeated"),
 }
 RIGHT = sorted({(chapter, build, check) for chapter, build, check, _, _ in CASES.values()})
 

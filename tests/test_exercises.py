@@ -133,8 +133,15 @@ def _eps_switch_attention():
     return EpsSwitchAttention
 
 AIMED = [
+    ("6.3", lambda: functools.partial(exercises.ch06._SwitchAttention, mistake="unmasked"), "keep the causal mask"),
+    ("5.3", lambda e: {**e, "error": exercises.ch05._sequential_bfloat16(tree=True)["error"]}, "your loop's running sum"),
+    ("5.3", lambda e: exercises.ch05._sequential_bfloat16(swapped=True), "your output first"),
+    ("5.6", lambda e: exercises.ch05._partial_rms("scaled_last"), "X[:, :32], the ones the partial RMS reads"),
+    ("9.3", lambda: exercises.ch09._block_class(lambda flag: "per_head" if flag else None, causal=False),
+     "both settings differ"),
     ("10.1", lambda e: {"kept": 4 * e["kept"], "removed": 6.48074069840786}, "H is J/4"),
-    ("6.1", lambda e: {k: -v for k, v in e.items()}, "both signs are flipped"),
+    ("6.1", lambda e: {k: -v for k, v in e.items()}, "q or k entered with its sign flipped"),
+    ("6.1", lambda e: {"logit_3_1": e["logit_1_3"], "logit_1_3": e["logit_3_1"]}, "your rotation runs backwards"),
     ("6.6", lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c), "your slope is 1/c"),
     ("2.3", lambda e: {**e, "with": float("nan")}, "the stream overflowed"),
     ("8.3", lambda e: {**e, "parameters": e["parameters"] - 2048}, "the gains of the latents' norms"),

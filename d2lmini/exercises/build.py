@@ -298,7 +298,7 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
             return T.unflatten(-1, (h, d_h)).transpose(1, 2)
         Q, K, V = (split(project(W, Y)) for W in (attention.W_q, attention.W_k, attention.W_v))
         S = Q @ K.transpose(-2, -1) * scale
-        if causal:  # a decoder's mask, where every query sees every key
+        if causal:  # the slip: a decoder's mask where d2lmini's attention has none
             S = S.masked_fill(torch.ones(S.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
         heads = torch.softmax(S, dim=axis) @ V  # (b, h, n, d_h)
         if columns == "untransposed":  # merged back as it was split

@@ -247,7 +247,7 @@ EXERCISES = [
                (lambda a, e: _close_all(a, {k: 3 * v for k, v in e.items()}, 0.01),
                 "the mean over the three seeds: divide their sum by 3")],
         hint="probe 16-block stacks, d2lmini.probe_depth(\"post\", depth=16, num_steps=n, seed=seed, "
-             "dtype=torch.float64), and average token_spread[16] over the three seeds",
+             "dtype=torch.float64), and average token_spread[16] over the seeds 0, 1 and 2",
         wrong=[lambda e: _spread_by_length((0,)), _reversed, lambda e: {k: 3 * v for k, v in e.items()}]),
     Exercise(
         "4.4", "post-LN's q,k : v,o ratio at block 32 in float32 and in float64, as (float32, float64)",

@@ -65,9 +65,10 @@ def _sequential_sum(X: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def _sequential_bfloat16(tree: bool = False, every_token: bool = False) -> dict:
+def _sequential_bfloat16(tree: bool = False, every_token: bool = False, swapped: bool = False) -> dict:
     """5.3: RMSNorm with a sequential bfloat16 sum of squares, at RMS 1 and d = 4096 (``tree``: the chapter's
-    pairwise sum instead; ``every_token``: the running sums' mean over the tokens; wrong answers hints aim at)."""
+    pairwise sum instead; ``every_token``: the running sums' mean over the tokens; ``swapped``: relative_error's
+    arguments in the other order; wrong answers hints aim at)."""
     from ..chapters.ch05_rmsnorm import EPS, half_precision_sum, relative_error
     from ..norms import RMSNorm
 
@@ -76,7 +77,8 @@ def _sequential_bfloat16(tree: bool = False, every_token: bool = False) -> dict:
     sums = half_precision_sum(X * X) if tree else _sequential_sum(X * X)
     Y = X * torch.rsqrt(sums / X.shape[-1] + EPS)
     with torch.no_grad():
-        error = relative_error(Y, RMSNorm(4096)(X.float()))
+        reference = RMSNorm(4096)(X.float())
+        error = relative_error(reference, Y) if swapped else relative_error(Y, reference)
     return {"error": error, "sum_of_squares": float(sums.float().mean() if every_token else sums[0])}
 
 
@@ -120,9 +122,11 @@ def _lower_rate(seed: int | None = None) -> dict:
 def _partial_rms(measure: str = "distance") -> dict:
     """5.6: how far partial RMSNorm (the first 32 of 512 features) lands from RMSNorm: the mean over
     tokens of ||y_p - y|| / ||y||; ``measure`` names a wrong way to measure it (for the hints):
-    ``"worst"`` (the largest over tokens, as ``relative_error`` takes), ``"median"`` (the median over tokens), ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"undivided"`` (||y_p - y||
-    alone), ``"mismatched"`` (y of the unscaled tokens against y_p of the scaled ones), ``"sum"`` (the
-    partial statistic a sum of the 32 squares, not their mean), ``"last"`` (the statistic of the last 32)."""
+    ``"worst"`` (the largest over tokens, as ``relative_error`` takes), ``"median"`` (the median over
+    tokens), ``"whole"`` (one ratio of whole tensors), ``"ratio"`` (||y_p|| / ||y||), ``"undivided"``
+    (||y_p - y|| alone), ``"mismatched"`` (y of the unscaled tokens against y_p of the scaled ones),
+    ``"sum"`` (the partial statistic a sum of the 32 squares, not their mean), ``"last"`` (the statistic
+    of the last 32), ``"scaled_last"`` (the last 32 features scaled by 10, not the first)."""
     from ..chapters.ch05_rmsnorm import EPS
 
     def norms(X, k=32):
@@ -146,7 +150,7 @@ def _partial_rms(measure: str = "distance") -> dict:
     torch.manual_seed(0)
     X = torch.randn(256, 512)
     large = X.clone()
-    large[:, :32] *= 10
+    large[:, slice(-32, None) if measure == "scaled_last" else slice(0, 32)] *= 10
     (y, y_p), (y_large, y_p_large) = norms(X), norms(large)
     return {"random": distance(y, y_p),
             "large_first": distance(y if measure == "mismatched" else y_large, y_p_large)}
@@ -236,6 +240,11 @@ EXERCISES = [
              hints=[(lambda a, e: all(abs(a[k] - v) < 0.01 * v for k, v in _sequential_bfloat16(tree=True).items()),
                      "that is the chapter's pairwise tree, half_precision_sum: add one square at a time in a "
                      "loop, rounding the running sum to bfloat16 after each"),
+                    (lambda a, e: a["sum_of_squares"] == e["sum_of_squares"]
+                     and abs(a["error"] - _sequential_bfloat16(tree=True)["error"]) < 1e-4,
+                     "error: normalize with your loop's running sum; rms_norm_no_upcast sums in the pairwise tree"),
+                    (lambda a, e: abs(a["error"] - _sequential_bfloat16(swapped=True)["error"]) < 1e-4,
+                     "error: relative_error(Y, reference), your output first, the float32 RMSNorm's second"),
                     (lambda a, e: a["sum_of_squares"] > 8 * e["sum_of_squares"]
                      or abs(a["sum_of_squares"] - _sequential_bfloat16(every_token=True)["sum_of_squares"]) < 1,
                      "sum_of_squares: the first token's running sum only, not every token's added up or averaged"),
@@ -304,6 +313,8 @@ EXERCISES = [
                      "hand in the mean over the 256 tokens of ||y_p - y|| / ||y||"),
                     (lambda a, e: all(abs(a[k] - v) < 0.01 * v for k, v in _partial_rms("median").items()),
                      "that is the median over the tokens: hand in the mean of ||y_p - y|| / ||y|| over the 256"),
+                    (lambda a, e: all(abs(a[k] - v) < 0.01 * v for k, v in _partial_rms("scaled_last").items()),
+                     "scale the first 32 features, X[:, :32], the ones the partial RMS reads, not the last"),
                     (lambda a, e: a["random"] > 1 and a["large_first"] > 1,
                      "divide each token's ||y_p - y|| by ||y||, the norm of RMSNorm's output"),
                     (lambda a, e: abs(a["random"] - _partial_rms("sum")["random"]) < 0.02,

@@ -56,12 +56,14 @@ def _variant_entropies() -> dict:
 # ------------------------------------------------------------------ 6.3: the norm before or after RoPE
 
 
-def _causal_output(attention, q, k, X):
-    """The output of d2lmini's ``attention`` on ``X`` from given (rotated, normalized) queries and keys."""
+def _causal_output(attention, q, k, X, causal: bool = True):
+    """The output of d2lmini's ``attention`` on ``X`` from given (rotated, normalized) queries and keys
+    (``causal=False``: without the mask, a wrong answer's)."""
     v = attention.W_v(X).unflatten(-1, (attention.num_heads, attention.head_dim)).transpose(1, 2)
     n = X.shape[1]
     logits = q @ k.transpose(-1, -2) / attention.head_dim ** 0.5
-    logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    if causal:
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
     return attention.W_o((torch.softmax(logits, dim=-1) @ v).transpose(1, 2).flatten(-2))
 
 
@@ -69,7 +71,8 @@ class _SwitchAttention(nn.Module):
     """The chapter's attention with a ``norm_after_rope`` switch, done wrong in one of two ways.
 
     ``mistake="ignore"``: the switch changes nothing; ``"keys"``: after RoPE only the queries are normalized;
-    ``"gainless"``: after RoPE both are normalized without their gains (as Llama 4's norm, which has none).
+    ``"gainless"``: after RoPE both are normalized without their gains (as Llama 4's norm, which has none);
+    ``"unmasked"``: the after-RoPE path drops the causal mask.
     """
 
     def __init__(self, num_hiddens, num_heads, qk_norm=True, theta=10000.0, norm_after_rope=False, mistake="ignore"):
@@ -97,7 +100,8 @@ class _SwitchAttention(nn.Module):
             q = self.q_norm(q)
             k = k if self.mistake == "keys" else self.k_norm(k)
         logits = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
-        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        if not (after and self.mistake == "unmasked"):
+            logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
         return self.W_o((torch.softmax(logits, dim=-1) @ v).transpose(1, 2).reshape(b, n, -1))
 
 
@@ -120,6 +124,7 @@ def _judge_norm_switch(answer) -> str | None:
             norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=generator))
         before = ref(X, X, X)
         after = _causal_output(ref, *queries_and_keys_after_rope(ref, X, X), X)
+        after_unmasked = _causal_output(ref, *queries_and_keys_after_rope(ref, X, X), X, causal=False)
         gains = [norm.weight.clone() for norm in (ref.q_norm, ref.k_norm)]
         for norm in (ref.q_norm, ref.k_norm):
             norm.weight.fill_(1.0)
@@ -144,6 +149,8 @@ def _judge_norm_switch(answer) -> str | None:
         return "with norm_after_rope=False the class should still compute the chapter's attention (norm, then RoPE)"
     if close(outputs[True], before):
         return "with norm_after_rope=True the output did not change: apply the norms after the rotation"
+    if not close(outputs[True], after) and close(outputs[True], after_unmasked):
+        return "with norm_after_rope=True your path attends to later tokens: keep the causal mask there too"
     if not close(outputs[True], after) and close(outputs[True], after_without_gains):
         return ("with norm_after_rope=True your norms have no gains: apply q_norm and k_norm themselves, whose "
                 "gains the check makes random")
@@ -200,11 +207,14 @@ def _cap_derivative(z: torch.Tensor, c: float) -> torch.Tensor:
 EXERCISES = [
     Exercise("6.1", "(logit_3_1, logit_1_3): the two logits", kind="numbers", expected=_rotated_logits,
              names=("logit_3_1", "logit_1_3"), rel=1e-3, abs=1e-4,
+             order="these are the right numbers in the other order: hand in (logit_3_1, logit_1_3), or, if that "
+                   "is their order, your rotation runs backwards (R_{m-n} for R_{n-m}) or q and k sit at each "
+                   "other's positions",
              hints=[(lambda a, e: abs(a["logit_3_1"] - a["logit_1_3"]) < 1e-3,
                      "your two logits are equal: put q at position 3 and k at 1, then q at 1 and k at 3"),
                     (lambda a, e: all(abs(a[k] + e[k]) < 1e-3 * abs(e[k]) + 1e-4 for k in e),
-                     "both signs are flipped: rotate turns q and k forward by their own positions' angles; check "
-                     "the direction of your rotation and which vector sits at which position"),
+                     "both signs are flipped: q or k entered with its sign flipped; check the rotation's formula, "
+                     "x cos + rotate_half(x) sin with rotate_half(x) = (-x2, x1)"),
                     (lambda a, e: abs(a["logit_3_1"] + a["logit_1_3"]) < 1e-3,
                      "the second logit is not the first with its sign flipped: recompute it with rotate"),
                     (lambda a, e: all(abs(a[k] - e[k]) < 0.01 * abs(e[k]) for k in e),
@@ -235,7 +245,7 @@ EXERCISES = [
                      "that is the per-head variant's entropy, the chapter's; read sweep.at(64.0, name) with "
                      "name \"projection\" and \"per_head_distinct\""),
                     (lambda a, e: abs(a["projection"] - a["per_head_distinct"]) < 1e-4,
-                     "the two variants do not compute the same statistic; read each one's entropy at s = 64")],
+                     "the two variants' entropies differ: read each one's own, sweep.at(64.0, name)[\"entropy\"]")],
              wrong=[lambda e: {**e, "projection": e["per_head_distinct"]},
                     lambda e: {"projection": e["per_head_distinct"], "per_head_distinct": e["projection"]},
                     lambda e: {name: math.log(64) for name in e}, lambda e: {name: 4.16 for name in e},
@@ -245,7 +255,8 @@ EXERCISES = [
              judge=_judge_norm_switch,
              wrong=[lambda: functools.partial(_SwitchAttention, mistake="ignore"),
                     lambda: functools.partial(_SwitchAttention, mistake="keys"),
-                    lambda: functools.partial(_SwitchAttention, mistake="gainless")]),
+                    lambda: functools.partial(_SwitchAttention, mistake="gainless"),
+                    lambda: functools.partial(_SwitchAttention, mistake="unmasked")]),
     Exercise("6.4", "(peak_logit, loss_gap): the largest logit without QK-norm, and the validation loss "
              "without QK-norm minus with it", kind="numbers", expected=_middle_rate,
              names=("peak_logit", "loss_gap"), rel=0.01, abs=2e-3, slow=True,

@@ -116,8 +116,7 @@ def _compare_flagged_block(cls) -> str | None:
         return (f"with qk_norm=False your block should hold exactly the tensors of Mistral's layer ({error}); "
                 f"what does MultiHeadAttention build when its qk_norm is None?")
     with torch.no_grad():
-        if not torch.allclose(plain(X, valid_lens), theirs, atol=1e-5, rtol=1e-4):
-            return "with qk_norm=False, the weights fit but the outputs differ from MistralDecoderLayer's"
+        plain_differs = not torch.allclose(plain(X, valid_lens), theirs, atol=1e-5, rtol=1e-4)
     ref = d2lmini.TransformerBlock(d, h, num_kv_heads=g, ffn_num_hiddens=f, qk_norm="per_head", rope_theta=1e4,
                                    causal=True)
     with torch.no_grad():
@@ -128,13 +127,20 @@ def _compare_flagged_block(cls) -> str | None:
     except ValueError as error:
         return f"by default (qk_norm=True) the block must stay the chapter's Block2026, QK-norm included ({error})"
     with torch.no_grad():
-        if not torch.allclose(default(X, valid_lens), ref(X, valid_lens), atol=1e-5, rtol=1e-4):
-            return "by default (qk_norm=True) the outputs differ from the chapter's Block2026 (TransformerBlock)"
+        default_differs = not torch.allclose(default(X, valid_lens), ref(X, valid_lens), atol=1e-5, rtol=1e-4)
+    if plain_differs and default_differs:
+        return ("both settings differ from their references, so look at what qk_norm does not touch: the causal "
+                "mask (causal=True) and valid_lens handed on to the attention")
+    if plain_differs:
+        return "with qk_norm=False, the weights fit but the outputs differ from MistralDecoderLayer's"
+    if default_differs:
+        return "by default (qk_norm=True) the outputs differ from the chapter's Block2026 (TransformerBlock)"
     return None
 
 
-def _block_class(qk_norm_of, flag: bool = True) -> type:
-    """A Block2026 whose MultiHeadAttention gets ``qk_norm_of(flag)``; without ``flag``, no qk_norm argument."""
+def _block_class(qk_norm_of, flag: bool = True, causal: bool = True) -> type:
+    """A Block2026 whose MultiHeadAttention gets ``qk_norm_of(flag)``; without ``flag``, no qk_norm argument;
+    ``causal=False``: the mask left out in both settings (a wrong answer)."""
     import d2lmini
 
     class Block(nn.Module):
@@ -145,7 +151,7 @@ def _block_class(qk_norm_of, flag: bool = True) -> type:
             self.norm1 = d2lmini.RMSNorm(num_hiddens)
             self.attention = d2lmini.MultiHeadAttention(num_hiddens, num_heads, num_kv_heads=num_kv_heads,
                                                         qk_norm=qk_norm_of(kw.get("qk_norm", True)),
-                                                        rope_theta=rope_theta, causal=True)
+                                                        rope_theta=rope_theta, causal=causal)
             self.norm2 = d2lmini.RMSNorm(num_hiddens)
             self.ffn = d2lmini.FeedForward(num_hiddens, ffn_num_hiddens, act="swiglu")
 
@@ -269,7 +275,8 @@ EXERCISES = [
         wrong=[lambda: _block_class(lambda flag: "per_head", flag=False),  # the chapter's class, no flag
                lambda: _block_class(lambda flag: "per_head"),  # a flag that changes nothing
                lambda: _block_class(lambda flag: None),  # QK-norm gone by default too
-               lambda: _block_class(lambda flag: flag)]),  # the bool passed on to the attention
+               lambda: _block_class(lambda flag: flag),  # the bool passed on to the attention
+               lambda: _block_class(lambda flag: "per_head" if flag else None, causal=False)]),  # no mask
     Exercise(
         "9.4", "the three caches' num_bytes(), for num_kv_heads 4, 2 and 1 in that order", kind="numbers",
         names=("num_kv_heads=4", "num_kv_heads=2", "num_kv_heads=1"), expected=_cache_bytes, rel=0, abs=0.5,
