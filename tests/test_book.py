@@ -70,7 +70,7 @@ def test_chapter_holds_its_executed_table_and_figure(html):
     soup = page(html, "chapters/04_norm_placement")
     tables = [t for t in soup.find_all("table") if "token spread" in t.get_text()]
     assert len(tables) == 2
-    assert len(tables[0].find("tbody").find_all("tr")) == 6  # post/pre x k = 8, 16, 32
+    assert len(tables[0].find("tbody").find_all("tr")) == 10  # post/pre x k = 4, 8, 16, 24, 32
     assert len(tables[1].find("tbody").find_all("tr")) == 5  # five placements at k = 32
     captions = figure_captions(soup, 4)
     assert list(captions) == ["4.1", "4.2", "4.3", "4.4"]
