@@ -461,10 +461,10 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
                                  f"an nn.Parameter, so that an optimizer trains it.")
     with torch.no_grad():
         first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
-        odd = [] if first is None else [name for name, p in mine.named_parameters()
+        odd = [] if first is None else [(name, p.dtype) for name, p in mine.named_parameters()
                                         if p.is_floating_point() and p.dtype != first.dtype]
-        built_in = (f"`{odd[0]}` is {next(p for n, p in mine.named_parameters() if n == odd[0]).dtype}, the "
-                    f"input {first.dtype}: build every part in the input's dtype (leave dtype= out)") if odd else None
+        built_in = (f"`{odd[0][0]}` is {odd[0][1]}, the input {first.dtype}: build every part in the input's "
+                    f"dtype (leave dtype= out)") if odd else None
         try:
             got = _output(mine(*inputs))
         except Exception as error:  # the reader's forward failed: say how, as a hint
