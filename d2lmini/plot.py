@@ -13,6 +13,7 @@ import contextlib
 import io
 
 import matplotlib
+import matplotlib.ticker
 from matplotlib.figure import Figure
 
 from ._checks import check_bool, check_choice
@@ -204,7 +205,8 @@ def figure_png(fig: Figure, dpi: int = 100) -> bytes:
     return buffer.getvalue()
 
 
-def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int | None = None, colors=None):
+def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int | None = None, colors=None,
+                      styles=None):
     """Draw stream RMS, token spread and the q,k / v,o gradient ratio against depth.
 
     Args:
@@ -213,6 +215,8 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
         fig, axes: draw into these (three axes) instead of a new figure.
         mark_depth: if given, a dashed vertical line at that depth.
         colors: colour per probe (default: its placement's colour).
+        styles: line keywords per probe (``linestyle``, ``linewidth``, ``alpha``; default: solid), so
+            that curves which coincide or share a hue stay apart.
 
     Returns:
         The figure (a new one from :func:`new_figure` unless ``fig`` was given).
@@ -223,13 +227,17 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
             fig, axes = new_figure(3, width=8.0, height=3.1)
     labels = labels or [PLACEMENT_LABELS.get(p.key, p.key) for p in probes]
     colors = colors or [PLACEMENT_COLORS.get(p.key) for p in probes]
+    styles = styles or [{}] * len(probes)
     with matplotlib.rc_context(STYLE):
-        for probe, label, color in zip(probes, labels, colors):
+        for probe, label, color, style in zip(probes, labels, colors, styles):
             ks = range(probe.depth + 1)
-            axes[0].plot(ks, probe.stream_rms, color=color, label=label)
-            axes[1].semilogy(ks, probe.token_spread, color=color, label=label)
+            axes[0].plot(ks, probe.stream_rms, color=color, label=label, **style)
+            axes[1].semilogy(ks, probe.token_spread, color=color, label=label, **style)
             blocks = range(1, probe.depth + 1)
-            axes[2].semilogy(blocks, [probe.qk_vo_ratio(k) for k in blocks], color=color, label=label)
+            axes[2].semilogy(blocks, [probe.qk_vo_ratio(k) for k in blocks], color=color, label=label, **style)
+        for ax in axes[1:]:  # log axes spanning a decade or two: label some minor ticks too
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatterSciNotation(
+                labelOnlyBase=False, minor_thresholds=(2, 0.5)))
         axes[0].set(xlabel="depth k (blocks)", ylabel="stream RMS", title="Stream RMS")
         axes[1].set(xlabel="depth k (blocks)", ylabel=r"$\|X-\bar{X}\|_F \,/\, \|X\|_F$",
                     title="Token spread")

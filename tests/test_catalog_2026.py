@@ -38,9 +38,11 @@ def test_columns_are_read_from_the_configuration_classes(rows):
     assert "local:global 1:1" in by["gpt-oss"]["attention"] and "YaRN" not in by["gpt-oss"]["positions"]
     assert "clamped SwiGLU" in by["gpt-oss"]["ffn"] and "CSA" in by["DeepSeek-V4"]["attention"]
     assert "class default" in by["Kimi K2.5"]["positions"] and "class default" in by["Qwen3.5"]["positions"]
-    # V4-Flash's shape and both RoPE bases are DeepseekV4Config's defaults, marked as such
+    # V4-Flash's shape and RoPE base are DeepseekV4Config's defaults, marked as such; its default
+    # pattern has only CSA and HCA layers, whose RoPE is "compress": the sliding-only "main" is not its
     assert by["DeepSeek-V4"]["shape"].startswith("43 layers, d = 4096 (class defaults")
-    assert by["DeepSeek-V4"]["positions"].endswith("(both bases: class defaults)")
+    assert by["DeepSeek-V4"]["positions"].startswith("RoPE θ = 160,000 (class default) on 0.125")
+    assert "sliding" not in by["DeepSeek-V4"]["positions"]
     assert by["gpt-oss"]["size"] == "gpt-oss-120b" and by["Gemma 4"]["size"] is None
     assert "NoPE in 12 of 48 layers" in by["Llama 4"]["positions"]
     assert by["Kimi K2.5"]["ffn"].startswith("MoE, 384 SwiGLU experts, 8 active + 1 shared")

@@ -413,19 +413,8 @@ def plot_placements(probes):
     Raises:
         TypeError: if ``probes`` is not a dict.
     """
-    import matplotlib
-
     check_instance("probes", probes, dict, "a dict {placement: DepthProbe}")
-    fig = plot_depth_probes(probes.values())
-    for ax in fig.axes:
-        for line, placement in zip(ax.get_lines(), probes):
-            line.set(**PLACEMENT_STYLES.get(placement, {}))
-    for legend in list(fig.legends):  # its handles copied the old styles: draw it anew
-        legend.remove()
-    with matplotlib.rc_context(STYLE):
-        fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside upper center",
-                   ncol=min(len(probes), 3), frameon=False)
-    return fig
+    return plot_depth_probes(probes.values(), styles=[PLACEMENT_STYLES.get(p, {}) for p in probes])
 
 
 #: The stream counts of the mHC explorer's streams slider (chapter "Beyond one residual stream").

@@ -376,6 +376,9 @@ CLASS_DEFAULT_CELLS = {row.model: row.class_default_cells for row in ROWS_2026 i
 #: ``DeepseekV4Attention``, ``rope_layer_type = "main" if layer_type == "sliding_attention"
 #: else "compress"``, so a CSA or HCA layer rotates all of its attention with "compress".
 _ROPE_LABELS = {"main": "sliding-only layers", "compress": "CSA and HCA layers"}
+#: The layer types that use each of DeepSeek-V4's RoPE labels.
+_ROPE_LAYERS = {"main": ("sliding_attention",),
+                "compress": ("compressed_sparse_attention", "heavily_compressed_attention")}
 
 
 def config_2026(row: Row2026):
@@ -498,8 +501,9 @@ def _positions(c, m: dict, counts: dict) -> str:
     params = c.rope_parameters
     if "rope_theta" in params:
         text = _rope_text(params)
-    else:  # one RoPE per layer type (or V4's main / compressed)
-        texts = {kind: _rope_text(p) for kind, p in params.items()}
+    else:  # one RoPE per layer type (or V4's main / compressed), of the layer types this pattern has
+        texts = {kind: _rope_text(p) for kind, p in params.items()
+                 if not counts or any(t in counts for t in _ROPE_LAYERS.get(kind, (kind,)))}
         text = next(iter(texts.values())) if len(set(texts.values())) == 1 else \
             "; ".join(f"{_ROPE_LABELS.get(kind, kind.replace('_attention', ''))}: {t}" for kind, t in texts.items())
     no_rope = getattr(c, "no_rope_layers", None)

@@ -151,6 +151,16 @@ def _words(args: tuple, Z: torch.Tensor) -> str:
 _OTHER_EPS = (1e-3, 1e-5, 1e-6, 1e-8, 1e-12)
 
 
+def _whose(ref: nn.Module) -> str:
+    """Whose module ``ref`` is, for a hint: d2lmini's, PyTorch's (``nn.LayerNorm``'s) or the reference's."""
+    module = type(ref).__module__
+    if module.startswith("d2lmini"):
+        return "d2lmini's"
+    if module.startswith("torch.nn"):
+        return f"nn.{type(ref).__name__}'s"
+    return "the reference's"
+
+
 def _other_eps(part: nn.Module, theirs: nn.Module) -> str | None:
     """The words for a norm of the other kind (LayerNorm for RMSNorm, or the reverse), or whose ``eps``
     attribute is a number other than d2lmini's, else None."""
@@ -165,7 +175,7 @@ def _other_eps(part: nn.Module, theirs: nn.Module) -> str | None:
     numbers = all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in (mine, ref))
     if not numbers or not _is_norm(theirs) or mine == ref:
         return None
-    return f"d2lmini's eps is {ref:g}, yours {mine:g}"
+    return f"{_whose(theirs)} eps is {ref:g}, yours {mine:g}"
 
 
 def _norm_slip(ref: nn.Module, ref_inputs: tuple, got: torch.Tensor, want: torch.Tensor) -> str | None:
@@ -213,6 +223,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
              (X32 - mu) / torch.sqrt(var + eps)),
             ("the output is gamma * x_hat + beta: the gain multiplies, the bias adds",
              b * (X32 - mu) / torch.sqrt(var + eps) + g),
+            ("the bias is added after the gain: gamma * x_hat + beta, not gamma * (x_hat + beta)",
+             g * ((X32 - mu) / torch.sqrt(var + eps) + b)),
         ]
         slips.append(("subtract each token's mean before dividing: gamma * (x - mu) / sqrt(var + eps) + beta",
                       g * X32 / torch.sqrt(var + eps) + b))
@@ -248,11 +260,12 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
         ]
     slips.append((f"add eps, the module's own, inside the square root, {formula}: without it (or with a "
                   f"much smaller one) small tokens are blown up", with_eps(0.0)))
-    slips += [(f"d2lmini's eps is {eps:g}; yours computes as with {other:g}", with_eps(other))
+    typed = "compute with the eps given to __init__ (self.eps), not a number typed in"
+    slips += [(f"{_whose(ref)} eps is {eps:g}; yours computes as with {other:g}: {typed}", with_eps(other))
               for other in _OTHER_EPS if other != eps]
     if bias is None:  # nn.RMSNorm's eps=None: float32's machine epsilon, whatever the input's dtype
         machine = torch.finfo(torch.float32).eps
-        slips.append((f"d2lmini's eps is {eps:g}; yours computes as with float32's machine epsilon, {machine:.3g}, "
+        slips.append((f"{_whose(ref)} eps is {eps:g}; yours computes as with float32's machine epsilon, {machine:.3g}, "
                       f"the default "
                       f"(eps=None) of nn.RMSNorm", with_eps(machine)))
     if bias is None and X.dtype == torch.float32:  # rounded to a 16-bit type whatever the input's

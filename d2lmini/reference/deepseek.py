@@ -574,7 +574,7 @@ ROWS_2026 = (
                  qk_norm="QK-norm: RMSNorm without gain on each query head, with gain on the shared K/V head",
                  sinks=True), "DeepSeek-V4-Flash",
             class_default_cells={"shape": "class defaults; the docstring names DeepSeek-V4-Flash-Base",
-                                 "positions": "both bases: class defaults"},
+                                 "positions": "class default"},
             check="DeepSeek-V4 (sliding, HCA and CSA layers, hash and top-k MoE)", verify=verify_deepseek_v4,
             missing="the key/value cache of the compressors (decoding token by token)"),
 )
