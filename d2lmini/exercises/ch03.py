@@ -176,6 +176,12 @@ def _rows(momentum: float = 0.1, warmup: int = 100, batch_size: int = 8) -> dict
 SETTING_NAMES = tuple(f"momentum {momentum} warmup {warmup}" for momentum, warmup in MOMENTA_WARMUPS)
 
 
+def _pairs_equal(answer: dict, pairs) -> bool:
+    """Whether the answer's numbers at each pair of positions are equal (a setting left at its default)."""
+    values = list(answer.values())
+    return all(math.isclose(values[i], values[j], rel_tol=1e-9) for i, j in pairs)
+
+
 def _evaluation_column(column: str = "bn_rms_delta", setting: str = "evaluation mode") -> dict[str, float]:
     return {name: _rows(momentum, warmup)[setting][column]
             for name, (momentum, warmup) in zip(SETTING_NAMES, MOMENTA_WARMUPS)}
@@ -235,11 +241,19 @@ EXERCISES = [
                 "take the evaluation-mode row: the other batch mates' row is measured before any warm-up, "
                 "so it does not depend on the momentum"),
                (lambda a, e: all(abs(v) < 1e-6 for v in a.values()),
-                "that is LayerNorm's column (0: it never reads the batch); hand in BatchNorm's, bn_rms_delta")],
+                "that is LayerNorm's column (0: it never reads the batch); hand in BatchNorm's, bn_rms_delta"),
+               (lambda a, e: _pairs_equal(a, ((0, 1), (2, 3))),
+                "each momentum gives the same number at both warm-ups: pass warmup=5 and warmup=100 as well "
+                "(the default is 100)"),
+               (lambda a, e: _pairs_equal(a, ((0, 2), (1, 3))),
+                "each warm-up gives the same number at both momenta: pass momentum=0.01 and momentum=0.5 as "
+                "well (the default is 0.1)")],
         order="the order is momentum 0.01 with warm-ups 5 and 100, then momentum 0.5 with 5 and 100",
         wrong=[lambda e: _evaluation_column("bn_max_delta"), _transposed,
                lambda e: dict(zip(e, reversed(list(e.values())))),
-               lambda e: _evaluation_column(setting="other batch mates")]),
+               lambda e: _evaluation_column(setting="other batch mates"),
+               lambda e: dict(zip(e, [v for v in list(e.values())[1::2] for _ in (0, 1)])),
+               lambda e: dict(zip(e, list(e.values())[:2] * 2))]),
     Exercise(
         "3.4", "the slope of log RMS |Δ| against log(tokens in the batch), one number",
         expected=_batch_mates_slope, rel=0.0, abs=0.005,

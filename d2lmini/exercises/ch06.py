@@ -311,12 +311,17 @@ EXERCISES = [
                      "logit: that is the model without QK-norm, which has no bound; take the QK-norm model's"),
                     (lambda a, e: abs(a["logit"] - _middle_rate_runs()["per_head"].max_logit_per_layer[0][-1])
                      < 0.01 * a["logit"],
-                     "logit: that is the first layer's largest logit; the last layer's is "
+                     "logit: that is the last layer's largest logit at the first step; max_logit_per_layer "
+                     "holds one list per step, so the last step's is max_logit_per_layer[-1][-1]"),
+                    (lambda a, e: abs(a["logit"] - _middle_rate_runs()["per_head"].max_logit_per_layer[-1][0])
+                     < 0.01 * a["logit"],
+                     "logit: that is the first layer's largest logit at the last step; the last layer's is "
                      "max_logit_per_layer[-1][-1]")],
              wrong=[lambda e: {**e, "bound": e["bound"] / 4}, lambda e: {**e, "bound": 4 * e["bound"]},
                     lambda e: {**e, "bound": 4.0}, lambda e: {**e, "bound": 2 * e["bound"]},
                     lambda e: {**e, "logit": _middle_rate_runs()[None].max_logit_per_layer[-1][-1]},
                     lambda e: {**e, "logit": _middle_rate_runs()["per_head"].max_logit_per_layer[0][-1]},
+                    lambda e: {**e, "logit": _middle_rate_runs()["per_head"].max_logit_per_layer[-1][0]},
                     lambda e: {**e, "bound": _logit_bound(layer=0)["bound"]},
                     lambda e: {**e, "bound": _logit_bound(pairing="max_product")["bound"]},
                     lambda e: {**e, "bound": _logit_bound(pairing="rope_pairs")["bound"]}]),

@@ -129,7 +129,8 @@ def _judge_window(answer) -> str | None:
             full = torch.stack([plain(X[:, :t + 1], X[:, :t + 1], X[:, :t + 1])[:, -1]
                                 for t in range(WINDOW_STEPS)], 1)
             if torch.allclose(got, full, atol=1e-5, rtol=1e-5):
-                return "your outputs attend to the whole prefix: after appending, keep only the last w keys and values"
+                return ("your outputs attend to the whole prefix: after appending, keep only the last w keys and "
+                        "values, along the tokens' dimension (the cache is (b, g, tokens, d_h): k[:, :, -w:])")
             if first < w - 1:
                 return (f"token {first} already differs, before the window is full: start from MyGQA's forward "
                         "and change only what the cache keeps")

@@ -139,6 +139,12 @@ EXERCISES = [
                (lambda a, e: all(math.isclose(a[k], v, rel_tol=0.02) for k, v in _sinkhorn_errors(reduce="norm").items()),
                 "Take each row's |sum - 1| and the largest over every row of the 100 matrices, not a norm of each "
                 "matrix's row errors."),
+               (lambda a, e: abs(a["iters_20"] - 1) < 0.05,
+                "After 20 rounds the rows sum to about 1: hand in each sum's distance from 1, |sum - 1|, "
+                "not the sums."),
+               (lambda a, e: len({round(v, 12) for v in a.values()}) == 1,
+                "All four numbers are the same: pass iters=k to sinkhorn_knopp for each k (its default is "
+                "20 rounds)."),
                (lambda a, e: a["iters_20"] > 0.5,
                 "After 20 rounds the rows are near 1: call sinkhorn_knopp(logits, iters=k) for each k, "
                 "not one fixed number of rounds.")],
@@ -147,7 +153,8 @@ EXERCISES = [
         wrong=[lambda e: _sinkhorn_errors(dim=-2), lambda e: _sinkhorn_errors(reduce="mean"),
                lambda e: _sinkhorn_errors(reduce="signed max"),
                lambda e: dict(zip(e, reversed(list(e.values())))), lambda e: {k: 100 * v for k, v in e.items()},
-               lambda e: _sinkhorn_errors(scale=1.0), lambda e: _sinkhorn_errors(reduce="sums")]),
+               lambda e: _sinkhorn_errors(scale=1.0), lambda e: _sinkhorn_errors(reduce="sums"),
+               lambda e: dict.fromkeys(e, e["iters_20"])]),
     Exercise(
         "10.3", "the medians of ||P_64||_2 with 16 streams: a dict with keys hc_128, hc_4096, mhc_128, mhc_4096",
         kind="numbers", names=("hc_128", "hc_4096", "mhc_128", "mhc_4096"), expected=_final_norms, rel=1e-2,

@@ -56,15 +56,22 @@ LLAMA3_1 = dict(theta=5e5, head_dim=128, rotary_dim=None,
                          "low_freq_factor": 1.0, "high_freq_factor": 4.0})
 
 
-def _llama3_1_pairs(theta: float = 5e5) -> dict:
-    """How many of the 64 pairs the scaling keeps, divides by 8 and ramps, and its attention factor."""
+def _llama3_1_pairs(theta: float = 5e5, turn: float = 2 * math.pi) -> dict:
+    """How many of the 64 pairs the scaling keeps, divides by 8 and ramps, and its attention factor;
+    ``turn`` other than 2 pi: the counts of wavelengths taken as ``turn / omega`` (a wrong answer's)."""
     from ..attention import rope_frequencies
     from ..chapters import ch11_beyond_softmax as attn26
 
     setting = dict(LLAMA3_1, theta=theta)
-    ratio = attn26.rope_wavelengths(setting) / attn26.rope_wavelengths(dict(setting, scaling=None))
+    unscaled = attn26.rope_wavelengths(dict(setting, scaling=None))
+    ratio = attn26.rope_wavelengths(setting) / unscaled
     factor = setting["scaling"]["factor"]
     kept, divided = int((ratio < 1 + 1e-4).sum()), int((ratio > factor * (1 - 1e-4)).sum())
+    if turn != 2 * math.pi:  # the wavelengths against the scaling's two thresholds, 2,048 and 8,192
+        scaling, wavelengths = setting["scaling"], unscaled * turn / (2 * math.pi)
+        original = scaling["original_max_position_embeddings"]
+        kept = int((wavelengths < original / scaling["high_freq_factor"]).sum())
+        divided = int((wavelengths > original / scaling["low_freq_factor"]).sum())
     _, attention_factor = rope_frequencies(setting["head_dim"], setting["theta"], setting["scaling"])
     return {"kept": kept, "divided": divided, "ramp": len(ratio) - kept - divided,
             "attention_factor": float(attention_factor)}
@@ -166,13 +173,16 @@ EXERCISES = [
                (lambda a, e: a["kept"] + a["divided"] + a["ramp"] != 64,
                 "Every one of the 64 pairs is kept, divided by 8 or on the ramp: the three counts add up to 64."),
                (lambda a, e: a["attention_factor"] == 8,
-                "8 is the factor the slow wavelengths grow by, not the attention factor, by which the logits "
-                "are multiplied"),
+                "8 is the factor the slow wavelengths grow by, not the attention factor, which multiplies the "
+                "queries and keys (so every logit by its square)"),
                (lambda a, e: a["attention_factor"] == 0 and e["attention_factor"] == 1,
                 "A scaling that leaves the logits as they are multiplies them by 1, not 0."),
                (lambda a, e: a["attention_factor"] != e["attention_factor"],
                 "d2lmini.attention.rope_frequencies returns the attention factor beside the frequencies: hand in the one it returns "
                 "for Llama 3.1's scaling, not YaRN's."),
+               (lambda a, e: a == _llama3_1_pairs(turn=1.0),
+                "A wavelength is the tokens of one full turn, 2 pi / omega: without the 2 pi every wavelength "
+                "comes out 6.28 times too short."),
                (lambda a, e: a["kept"] != e["kept"],
                 "A pair is kept when its wavelength is below original_max_position_embeddings / high_freq_factor "
                 "= 8,192 / 4 = 2,048 tokens, divided by 8 above 8,192 / low_freq_factor = 8,192, ramped between; "
@@ -181,7 +191,7 @@ EXERCISES = [
              "the ramp.",
         wrong=[lambda e: {**e, "attention_factor": 0.1 * math.log(8) + 1}, lambda e: _llama3_1_pairs(theta=1e4),
                lambda e: {**e, "kept": e["kept"] - 1, "ramp": e["ramp"] + 1}, lambda e: {**e, "attention_factor": 8.0},
-               lambda e: {**e, "attention_factor": 0.0}]),
+               lambda e: {**e, "attention_factor": 0.0}, lambda e: _llama3_1_pairs(turn=1.0)]),
     Exercise(
         "11.4", "(first, last): the shortest and the longest context, in tokens, at which the 3:1 hybrid "
                 "keeps strictly less than the 5:1 stack with a window of 1,024",
@@ -191,7 +201,7 @@ EXERCISES = [
                (lambda a, e: a in (_hybrid_range(groups=5, tail=0), _hybrid_range(groups=6, tail=0)),
                 "The chapter's 5:1 stack has 32 layers, as many as the hybrid: five times five local and one "
                 "global, then two local."),
-               (lambda a, e: a["last"] > 2 * e["last"] or (a["first"] == e["first"] and a["last"] > e["last"] + 1),
+               (lambda a, e: a == _hybrid_range(window=4096) or a["last"] > 4 * e["last"],
                 "qwen3_5_mixers() has a window of 4,096: pass window=1024."),
                (lambda a, e: all(math.log2(v).is_integer() for v in a.values()),
                 "The powers of two only bracket the ends of the range: search between them, one token at a time.")],
