@@ -271,6 +271,11 @@ EXERCISES = [
                     (lambda a, e: all(abs(a[k] - v) < 0.02 * v for k, v in _alone_ratios("attention_scale").items()),
                      "that is attention_scale, the size of the attention outputs compared: hand in "
                      "attention_alone_relative"),
+                    (lambda a, e: all(abs(a[k] - v) < 0.02 * v for k, v in _alone_ratios("block_permuted_causal").items()),
+                     "that is block_permuted_causal, the causal block's row: hand in attention_alone_relative"),
+                    (lambda a, e: all(abs(a[k] - v) < 0.02 * v for k, v in _alone_ratios("block_permuted_rope").items()),
+                     "that is block_permuted_rope, the row of the block with RoPE: hand in "
+                     "attention_alone_relative"),
                     (lambda a, e: a["n192"] < a["n3"],
                      "the ratio divides by the row in the sequence: how does an average of n vectors shrink?"),
                     (lambda a, e: a["n192"] <= a["n48"] and abs(a["n192"] - e["n192"]) > 0.02 * e["n192"],
@@ -287,7 +292,8 @@ EXERCISES = [
              wrong=[lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {**e, "n192": e["n48"]},
                     lambda e: {k: math.sqrt(int(k[1:])) for k in e}, lambda e: {k: 2.4e-7 for k in e},
                     lambda e: _alone_ratios("attention_alone"), lambda e: {**e, "n48": e["n192"]},
-                    lambda e: {k: 1.0 for k in e}, lambda e: _alone_ratios("attention_scale")]),
+                    lambda e: {k: 1.0 for k in e}, lambda e: _alone_ratios("attention_scale"),
+                    lambda e: _alone_ratios("block_permuted_causal"), lambda e: _alone_ratios("block_permuted_rope")]),
     Exercise("1.3", "(causal, rope): how many of the 8 output rows move when the first two tokens are swapped, "
              "in the causal block, then with rope_theta=10000.0", kind="numbers", names=("causal", "rope"),
              expected=_swapped_first_two, rel=0, abs=0.1,
@@ -321,6 +327,10 @@ EXERCISES = [
                     (lambda a, e: abs(a["output_rms"] - _residual_sums_by_default("sandwich")) < 2e-3,
                      "output_rms: that is residual_sum's defaults (RMSNorm, SwiGLU); pass the chapter's kwargs "
                      "(LayerNorm, ReLU), as its cells do"),
+                    (lambda a, e: any(abs(a["output_rms"] - v) < 1e-3
+                                      for v in _residual_sums("sandwich").stream_rms[1:-1]),
+                     "output_rms: that is an earlier entry of stream_rms, the stream before the last sublayers; "
+                     "X_2L's is the last, output_rms (stream_rms[-1])"),
                     (lambda a, e: abs(a["output_rms"] - 13 ** 0.5) < 0.02 * 13 ** 0.5,
                      "output_rms: sqrt(13) is the size of 13 orthogonal terms of size 1; the terms are only "
                      "nearly orthogonal: measure it"),
@@ -339,7 +349,8 @@ EXERCISES = [
                     lambda e: {**e, "output_rms": _residual_sums("post_sublayer").output_rms},
                     lambda e: {**e, "output_rms": e["output_rms"] ** 2}, lambda e: {**e, "output_rms": 3.6},
                     lambda e: {**e, "output_rms": 12 ** 0.5},
-                    lambda e: {**e, "output_rms": _residual_sums("sandwich").input_rms}]),
+                    lambda e: {**e, "output_rms": _residual_sums("sandwich").input_rms},
+                    lambda e: {**e, "output_rms": _residual_sums("sandwich").stream_rms[-2]}]),
     Exercise("1.5", "(parameters, shared): num_parameters(stack) and anatomy.shared_parameters(stack) for six "
              "copies of one block", kind="numbers", names=("parameters", "shared"), expected=_tied_stack, rel=0,
              abs=0.5,

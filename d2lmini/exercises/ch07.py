@@ -73,12 +73,13 @@ def _doubling() -> dict:
     return {act: sum(doubling_ratio(act, seed) for seed in range(4)) / 4 for act in ("relu", "gelu", "swiglu")}
 
 
-def _balancing() -> tuple:
-    """7.5: the most and least loaded expert after 100 bias updates with gamma 0.001, then 0.1."""
+def _balancing(gammas=(0.001, 0.1)) -> tuple:
+    """7.5: the most and least loaded expert after 100 bias updates with gamma 0.001, then 0.1 (other
+    ``gammas``: a wrong answer's, such as router_loads' default 0.01 for one of them)."""
     from ..chapters import ch07_ffn as ffn
 
     out = []
-    for gamma in (0.001, 0.1):
+    for gamma in gammas:
         loads = ffn.router_loads(gamma=gamma)["with a shared component, balanced"]
         out += [max(loads), min(loads)]
     return tuple(out)
@@ -182,6 +183,9 @@ EXERCISES = [
                     (lambda a, e: a["most_0.001"] > 50,
                      "as multiples of the fair share, as router_loads returns them: each expert's count of tokens "
                      "divided by the mean count"),
+                    (lambda a, e: any(all(abs(x - y) < 0.02 for x, y in zip(a.values(), _balancing(gammas)))
+                                      for gammas in ((0.01, 0.1), (0.001, 0.01), (0.01, 0.01))),
+                     "one pair is router_loads' default gamma=0.01: pass gamma=0.001, then gamma=0.1"),
                     (lambda a, e: a["most_0.001"] > 3,
                      "read the loads after the 100 updates (the key 'with a shared component, balanced')"),
                     (lambda a, e: all(abs(8 * a[k] - v) < 0.05 for k, v in e.items()),
@@ -194,5 +198,6 @@ EXERCISES = [
              wrong=[lambda e: (e["most_0.1"], e["least_0.1"], e["most_0.001"], e["least_0.001"]),
                     lambda e: {**e, "most_0.001": 3.3}, lambda e: {k: 600 * v for k, v in e.items()},
                     lambda e: (5, 7, 0, 4), lambda e: {k: v / 8 for k, v in e.items()},
-                    lambda e: {k: v / 4 for k, v in e.items()}]),
+                    lambda e: {k: v / 4 for k, v in e.items()}, lambda e: _balancing((0.01, 0.1)),
+                    lambda e: _balancing((0.001, 0.01))]),
 ]

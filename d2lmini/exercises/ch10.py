@@ -77,9 +77,10 @@ def _final_norms(num_streams: int = 16, scale_streams: int = 16, statistic: str 
 # --------------------------------------------------------------------------- 10.4
 
 
-def _scaled_stack(scale: float = math.sqrt(4096 / 128), connections=("hc1", "hc2")) -> dict:
+def _scaled_stack(scale: float = math.sqrt(4096 / 128), connections=("hc1", "hc2"), every: bool = False) -> dict:
     """``stream_divergence``'s n = 4 stack with the ``phi`` of ``connections`` multiplied by ``scale``:
-    how far apart the streams are after blocks 1, 8 and 32, and the token spread after block 32."""
+    how far apart the streams are after blocks 1, 8 and 32, and the token spread after block 32
+    (``every``: each parameter of the connections scaled, a wrong answer's)."""
     from ..hyper import HyperConnectedBlock, HyperHead, expand_streams
     from ..probes import init_linear_weights_, token_spread
     from ..seeding import seeded
@@ -94,7 +95,9 @@ def _scaled_stack(scale: float = math.sqrt(4096 / 128), connections=("hc1", "hc2
     with torch.no_grad():
         for block in blocks:
             for name in connections:
-                getattr(block, name).phi.mul_(scale)
+                connection = getattr(block, name)
+                for weight in (connection.parameters() if every else [connection.phi]):
+                    weight.mul_(scale)
             X = block.to(torch.float64)(X)
             deviation = X - X.mean(dim=2, keepdim=True)
             gaps.append(float(deviation.pow(2).mean().sqrt() / X.pow(2).mean().sqrt()))
@@ -160,6 +163,10 @@ EXERCISES = [
         kind="numbers", names=("hc_128", "hc_4096", "mhc_128", "mhc_4096"), expected=_final_norms, rel=1e-2,
         hints=[(lambda a, e: math.isclose(a["hc_4096"], _final_norms(depth=0)["hc_4096"], rel_tol=0.02),
                 "That is ||P_1||, after the first block: take the last depth, spectral[:, -1]."),
+               (lambda a, e: any(all(math.isclose(a[k], v, rel_tol=0.02) for k, v in _final_norms(depth=j).items())
+                                 for j in range(1, 63)),
+                "That is ||P_k|| at an earlier depth, another column of spectral: take the last depth, "
+                "spectral[:, -1], ||P_64||."),
                (lambda a, e: a["hc_4096"] < e["hc_4096"] / 20,
                 "With 16 streams both the mixings and their logits change: v4_logit_std takes the number of "
                 "streams too, and mixing_sweep needs num_streams=16."),
@@ -173,7 +180,8 @@ EXERCISES = [
                 "spectral[:, -1].")],
         hint="Use mixing_sweep with depth 64, 51 stacks and seed 0, and the median of spectral[:, -1].",
         wrong=[lambda e: _final_norms(statistic="mean"), lambda e: _final_norms(num_streams=4, scale_streams=4),
-               lambda e: _final_norms(num_streams=16, scale_streams=4), lambda e: _final_norms(depth=0)]),
+               lambda e: _final_norms(num_streams=16, scale_streams=4), lambda e: _final_norms(depth=0),
+               lambda e: _final_norms(depth=7)]),
     Exercise(
         "10.4", "a dict with keys apart_1, apart_8, apart_32 (the streams' distance after those blocks) "
                 "and token_spread_32", kind="numbers", names=("apart_1", "apart_8", "apart_32", "token_spread_32"),
@@ -187,6 +195,9 @@ EXERCISES = [
                (lambda a, e: a["apart_1"] < 0.6 * e["apart_1"],
                 "The logits are still those of d = 128: multiply the phi of both connections, hc1 and hc2, of "
                 "every block, before the first forward pass."),
+               (lambda a, e: all(abs(a[k] / v - 1) < 0.02 for k, v in _scaled_stack(every=True).items()),
+                "These logits grew by 4096/128 = 32: multiply phi alone by the square root, sqrt(32) (alpha "
+                "multiplies x' phi too, so scaling both phi and alpha by sqrt(32) also gives 32)."),
                (lambda a, e: a["apart_1"] > 1.2 * e["apart_1"],
                 "Scale phi by the square root of 4096/128: the logits' standard deviation grows as the square root "
                 "of the width."),
@@ -197,5 +208,6 @@ EXERCISES = [
              "after blocks 1, 8 and 32 (list indices 0, 7 and 31).",
         wrong=[lambda e: _scaled_stack(scale=1.0), lambda e: _scaled_stack(scale=32.0),
                lambda e: _scaled_stack(connections=("hc1",)), lambda e: _scaled_stack(connections=("hc2",)),
-               lambda e: {k: 100 * v for k, v in e.items()}, lambda e: _scaled_stack(scale=2.56)]),
+               lambda e: {k: 100 * v for k, v in e.items()}, lambda e: _scaled_stack(scale=2.56),
+               lambda e: _scaled_stack(every=True)]),
 ]
