@@ -235,7 +235,8 @@ def plot_depth_probes(probes, labels=None, fig=None, axes=None, mark_depth: int 
             axes[1].semilogy(ks, probe.token_spread, color=color, label=label, **style)
             blocks = range(1, probe.depth + 1)
             axes[2].semilogy(blocks, [probe.qk_vo_ratio(k) for k in blocks], color=color, label=label, **style)
-        for ax in axes[1:]:  # log axes spanning a decade or two: label some minor ticks too
+        for ax in axes[1:]:  # log axes spanning a decade or two: minor ticks at 2 and 5, labelled
+            ax.yaxis.set_minor_locator(matplotlib.ticker.LogLocator(subs=(2.0, 5.0)))
             ax.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatterSciNotation(
                 labelOnlyBase=False, minor_thresholds=(2, 0.5)))
         axes[0].set(xlabel="depth k (blocks)", ylabel="stream RMS", title="Stream RMS")

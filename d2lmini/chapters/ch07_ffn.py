@@ -898,7 +898,7 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", others=No
                             markersize=3.5, alpha=0.8)
         ax_gap.axhline(0.0, color="0.6", linewidth=1.0)
         ax_gap.set(xlabel="training step", ylabel="difference (nats / char)",
-                   title=f"{base} minus each other FFN (> 0: it is ahead)")
+                   title=f"{base} minus each other FFN (> 0: the other is ahead)")
         ax_gap.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(others), fontsize=9,
                       frameon=False)
     return fig

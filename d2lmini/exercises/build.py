@@ -287,32 +287,51 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
 
 def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
     """The usual slips of multi-head attention written out, as functions of one tensor (queries, keys
-    and values alike), with the weights of d2lmini's plain ``attention``; empty for any other kind."""
-    plain = (type(attention).__name__ == "MultiHeadAttention" and attention.qk_norm is None
-             and attention.rope_theta is None and not attention.causal and attention.window is None
-             and attention.sinks is None and attention.num_kv_heads == attention.num_heads)
-    if not plain:
-        return []
-    h, d_h = attention.num_heads, attention.head_dim
+    and values alike), with the weights of d2lmini's ``attention`` (causal or not, GQA, QK-norm and RoPE
+    included; the head-splitting slips only without QK-norm and RoPE); empty for windows and sinks."""
+    from ..attention import apply_rotary
 
-    def attend(Y, scale=d_h ** -0.5, axis=-1, columns="per head", merge="transposed", causal=False, raw=""):
+    if type(attention).__name__ != "MultiHeadAttention" or attention.window is not None \
+            or attention.sinks is not None:
+        return []
+    h, g, d_h = attention.num_heads, attention.num_kv_heads, attention.head_dim
+    plain = attention.qk_norm is None and attention.rope_theta is None
+    rotated = attention.rope_theta is not None
+    mask_words = ("this attention is causal: query i sees keys 0 to i, so mask the later keys, j > i "
+                  "(torch.ones(n, n).triu(1)), before the softmax")
+
+    def attend(Y, scale=attention.logit_scale, axis=-1, columns="per head", merge="transposed",
+               mask="as given", raw="", repeat="interleave", rotate_values=False):
         def project(W, T):  # nn.Linear computes T W^T + b; a raw one multiplies by W itself
             if W is not getattr(attention, raw, None):
                 return W(T)
             return T @ W.weight + (0 if W.bias is None else W.bias)
 
-        def split(T):  # (b, n, h d_h) -> (b, h, n, d_h)
-            if columns == "interleaved":  # head i on columns i, i + h, i + 2h, ...
-                return T.unflatten(-1, (d_h, h)).permute(0, 3, 1, 2)
-            if columns == "reshaped":  # (b, n, h d_h) read as (b, h, n, d_h) without the transpose
-                return T.reshape(T.shape[0], h, T.shape[1], d_h)
-            if columns == "untransposed":  # (b, n, h, d_h): each token's heads attend to one another
-                return T.unflatten(-1, (h, d_h))
-            return T.unflatten(-1, (h, d_h)).transpose(1, 2)
-        Q, K, V = (split(project(W, Y)) for W in (attention.W_q, attention.W_k, attention.W_v))
+        def split(T, heads):  # (b, n, heads d_h) -> (b, heads, n, d_h)
+            if columns == "interleaved":  # head i on columns i, i + heads, i + 2 heads, ...
+                return T.unflatten(-1, (d_h, heads)).permute(0, 3, 1, 2)
+            if columns == "reshaped":  # (b, n, heads d_h) read as (b, heads, n, d_h) without the transpose
+                return T.reshape(T.shape[0], heads, T.shape[1], d_h)
+            if columns == "untransposed":  # (b, n, heads, d_h): each token's heads attend to one another
+                return T.unflatten(-1, (heads, d_h))
+            return T.unflatten(-1, (heads, d_h)).transpose(1, 2)
+        if plain:
+            Q = split(project(attention.W_q, Y), h)
+            K, V = (split(project(W, Y), g) for W in (attention.W_k, attention.W_v))
+        else:  # normed and rotated as d2lmini's, then the kernel's slips
+            Q, K = attention.queries_and_keys(Y, Y)
+            V = attention.value_heads(Y)
+            if rotate_values:
+                V = apply_rotary(V, *attention._rotary(V.shape[2], V))
+        if g < h:  # query head i reads key/value head i // (h / g); repeat gives i % g instead
+            axis_of_heads = 2 if columns == "untransposed" else 1
+            K, V = (T.repeat_interleave(h // g, dim=axis_of_heads) if repeat == "interleave"
+                    else torch.cat([T] * (h // g), dim=axis_of_heads) for T in (K, V))
         S = Q @ K.transpose(-2, -1) * scale
-        if causal:  # the slip: a decoder's mask where d2lmini's attention has none
-            S = S.masked_fill(torch.ones(S.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+        mask = ("causal" if attention.causal else "none") if mask == "as given" else mask
+        if mask != "none":  # "causal": keys after the query hidden; "reversed": those before it
+            hidden = torch.ones(S.shape[-2:], dtype=torch.bool)
+            S = S.masked_fill(hidden.triu(1) if mask == "causal" else hidden.tril(-1), float("-inf"))
         heads = torch.softmax(S, dim=axis) @ V  # (b, h, n, d_h)
         if columns == "untransposed":  # merged back as it was split
             return project(attention.W_o, heads.flatten(-2))
@@ -322,7 +341,7 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
             return heads.transpose(1, 2).flatten(-2)
         return project(attention.W_o, heads.transpose(1, 2).flatten(-2))
 
-    return [
+    slips = [
         ("each head's logits are divided by sqrt(d_h), d_h = num_hiddens / num_heads, not by sqrt(num_hiddens)",
          lambda Y: attend(Y, scale=(h * d_h) ** -0.5)),
         ("divide each head's logits by sqrt(d_h)", lambda Y: attend(Y, scale=1.0)),
@@ -330,25 +349,41 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
         ("divide each head's logits by sqrt(d_h); do not multiply", lambda Y: attend(Y, scale=d_h ** 0.5)),
         ("the softmax runs over the keys, the last dimension of Q_h K_h^T (dim=-1), not over the heads",
          lambda Y: attend(Y, axis=1)),
-        ("after splitting the heads, transpose(1, 2) to (b, num_heads, n, d_h): without it each token's heads "
-         "attend to one another instead of each head attending over the tokens",
-         lambda Y: attend(Y, columns="untransposed")),
         ("the softmax runs over the keys, the last dimension of Q_h K_h^T (dim=-1), so that each query's "
          "weights sum to 1", lambda Y: attend(Y, axis=-2)),
-        ("head i reads columns i*d_h to (i+1)*d_h - 1: unflatten the last dimension as (num_heads, d_h)",
-         lambda Y: attend(Y, columns="interleaved")),
-        ("split the heads as (b, n, num_heads, d_h), then transpose(1, 2) to (b, num_heads, n, d_h): a reshape "
-         "alone mixes positions and heads", lambda Y: attend(Y, columns="reshaped")),
         ("before W_o, bring the heads back beside each other: (b, num_heads, n, d_h), transpose(1, 2), then "
          "(b, n, num_hiddens); a reshape alone mixes positions and heads", lambda Y: attend(Y, merge="reshaped")),
-        ("split the heads as (b, n, num_heads, d_h), then transpose(1, 2), and undo both before W_o: a "
-         "reshape alone, both ways, mixes positions and heads",
-         lambda Y: attend(Y, columns="reshaped", merge="reshaped")),
         ("the concatenated heads pass through the output projection W_o", lambda Y: attend(Y, merge="no W_o")),
-        ("this attention has no mask: every query sees every key, earlier and later ones",
-         lambda Y: attend(Y, causal=True)),
-    ] + [(f"call the layer, {W}(T): an nn.Linear computes T W^T (+ b), not T @ {W}.weight",
-          lambda Y, W=W: attend(Y, raw=W)) for W in ("W_q", "W_k", "W_v", "W_o")]
+    ]
+    if attention.causal:
+        slips += [(mask_words, lambda Y: attend(Y, mask="none")),
+                  ("mask the keys after each query, j > i (triu(1)), not those before it, j < i: query i sees "
+                   "keys 0 to i", lambda Y: attend(Y, mask="reversed"))]
+    else:
+        slips.append(("this attention has no mask: every query sees every key, earlier and later ones",
+                      lambda Y: attend(Y, mask="causal")))
+    if g < h:
+        slips.append((f"query head i reads key/value head i // {h // g} (groups of {h // g} consecutive heads): "
+                      f"repeat_interleave({h // g}, dim=1) repeats each key/value head {h // g} times in a row; "
+                      f"repeat or cat tiles them, giving i % {g}", lambda Y: attend(Y, repeat="tile")))
+    if rotated:
+        slips.append(("RoPE rotates the queries and the keys only: the values are not rotated",
+                      lambda Y: attend(Y, rotate_values=True)))
+    if plain:
+        slips += [
+            ("after splitting the heads, transpose(1, 2) to (b, num_heads, n, d_h): without it each token's heads "
+             "attend to one another instead of each head attending over the tokens",
+             lambda Y: attend(Y, columns="untransposed")),
+            ("head i reads columns i*d_h to (i+1)*d_h - 1: unflatten the last dimension as (num_heads, d_h)",
+             lambda Y: attend(Y, columns="interleaved")),
+            ("split the heads as (b, n, num_heads, d_h), then transpose(1, 2) to (b, num_heads, n, d_h): a "
+             "reshape alone mixes positions and heads", lambda Y: attend(Y, columns="reshaped")),
+            ("split the heads as (b, n, num_heads, d_h), then transpose(1, 2), and undo both before W_o: a "
+             "reshape alone, both ways, mixes positions and heads",
+             lambda Y: attend(Y, columns="reshaped", merge="reshaped")),
+        ] + [(f"call the layer, {W}(T): an nn.Linear computes T W^T (+ b), not T @ {W}.weight",
+              lambda Y, W=W: attend(Y, raw=W)) for W in ("W_q", "W_k", "W_v", "W_o")]
+    return slips
 
 
 def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torch.Tensor]]:
@@ -387,7 +422,9 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
               block(ffn_reads="X")),
              ("the FFN's norm is norm2: your forward uses norm1 twice", block(norm2=n1))]
     if skips:
-        slips += [("attention's output is added to the stream X (its skip connection)", block(skip1=False)),
+        slips += [("both skips are missing: each step adds its input, X + F(norm(X)), as residual=True (the "
+                   "default) asks", block(skip1=False, skip2=False)),
+                  ("attention's output is added to the stream X (its skip connection)", block(skip1=False)),
                   ("the FFN's output is added to the stream X' (its skip connection)", block(skip2=False))]
         right = "pre-LN normalizes each sublayer's input, X + F(norm(X))" if pre else \
             "post-LN normalizes the sum, norm(X + F(X))"
@@ -636,6 +673,12 @@ def _diagnose(mine, ref, inputs, ref_inputs, rename, got, want, gap, rtol, atol,
         slips = _block_slips(ref, *ref_inputs) if first_tensor else []
     except (TypeError, ValueError, RuntimeError):
         slips = []
+    if first_tensor and len(ref_inputs) == 3 and all(x is ref_inputs[0] for x in ref_inputs):
+        for words, attend in _attention_slips(ref):  # an attention alone, on one tensor
+            try:
+                slips.append((words, attend(ref_inputs[0])))
+            except (TypeError, ValueError, RuntimeError):  # a slip these shapes cannot make
+                continue
     for words, slipped in slips:
         if _differs(slipped, want, rtol, atol) is not None and _differs(got, slipped, rtol, atol) is None:
             return f"Hint: {words}{difference}."
