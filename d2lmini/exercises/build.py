@@ -279,6 +279,8 @@ def _norm_slips(ref: nn.Module, X: torch.Tensor) -> list[tuple[str, torch.Tensor
         slips += [
             ("upcast first: compute the statistic and normalize in float32 (X.float()), then round back",
              X * torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps) * weight.to(X.dtype)),
+            ("normalize in float32 too: X.float() * rsqrt(mean(x**2) + eps), then round back only the result",
+             X * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps).to(X.dtype) * weight.to(X.dtype)),
             ("round back to the input's dtype first, then multiply by the gain",
              (normed * weight.float()).to(X.dtype)),
         ]
@@ -422,8 +424,8 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
               block(ffn_reads="X")),
              ("the FFN's norm is norm2: your forward uses norm1 twice", block(norm2=n1))]
     if skips:
-        slips += [("both skips are missing: each step adds its input, X + F(norm(X)), as residual=True (the "
-                   "default) asks", block(skip1=False, skip2=False)),
+        slips += [(f"both skips are missing: each step adds its input, {name[pre].split(', ')[1]}",
+                   block(skip1=False, skip2=False)),
                   ("attention's output is added to the stream X (its skip connection)", block(skip1=False)),
                   ("the FFN's output is added to the stream X' (its skip connection)", block(skip2=False))]
         right = "pre-LN normalizes each sublayer's input, X + F(norm(X))" if pre else \

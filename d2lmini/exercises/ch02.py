@@ -215,6 +215,8 @@ EXERCISES = [
                     (lambda a, e: abs(a["without"] - scaled_stream_rms(1.0, blocks=(63,))["63"]) < 1e-3 * a["without"],
                      "that is the RMS after block 63: the list of RMS values starts with X_0's, so block 64's is "
                      "the last entry"),
+                    (lambda a, e: abs(a["without"] - _scaled(1.0)["32"]) < 3e-3 * _scaled(1.0)["32"],
+                     "that is the RMS after block 32: hand in the one after block 64, the last"),
                     (lambda a, e: 0.02 < abs(a["without"] / e["without"] - 1) < 0.5 and 0.5 < a["with"] < 2,
                      "without is off too: another draw of the stack or of its input; build the stack with "
                      "seed=1 and draw X with torch.randn(1, 32, 64, generator=torch.Generator().manual_seed(0))"),
@@ -234,9 +236,7 @@ EXERCISES = [
                      "the first number is the stack as built, the second the scaled one"),
                     (lambda a, e: min(abs(a["with"] - _attention_only()), abs(a["with"] - _ffn_only()))
                      < 3e-3 * a["with"],
-                     "with: scale both residual projections of every block, attention.W_o and ffn.W_2"),
-                    (lambda a, e: abs(a["without"] - _scaled(1.0)["32"]) < 3e-3 * _scaled(1.0)["32"],
-                     "that is the RMS after block 32: hand in the one after block 64, the last")],
+                     "with: scale both residual projections of every block, attention.W_o and ffn.W_2")],
              wrong=[lambda e: {**e, "with": _scaled(1 / 8)["64"]}, lambda e: {**e, "with": _attention_only()},
                     lambda e: {"without": e["with"], "with": e["without"]}, lambda e: {**e, "with": e["without"]},
                     lambda e: {"without": e["with"], "with": e["with"]}, lambda e: {**e, "with": _ffn_only()},

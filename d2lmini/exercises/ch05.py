@@ -82,9 +82,10 @@ def _sequential_bfloat16(tree: bool = False, every_token: bool = False, swapped:
     return {"error": error, "sum_of_squares": float(sums.float().mean() if every_token else sums[0])}
 
 
-def _gain_orders(gain_first: bool = False, one_plus: bool = False) -> float:
+def _gain_orders(gain_first: bool = False, one_plus: bool = False, product_in_float32: bool = False) -> float:
     """5.4: how often Llama's order (round, then gain) and Gemma 3's (gain, then round) differ in bfloat16
-    (``gain_first``: with g drawn before X; ``one_plus``: with Gemma's 1 + g in both orders; mistakes)."""
+    (``gain_first``: with g drawn before X; ``one_plus``: with Gemma's 1 + g in both orders;
+    ``product_in_float32``: Llama's product left unrounded; mistakes)."""
     from ..chapters.ch05_rmsnorm import EPS
 
     torch.manual_seed(0)
@@ -99,6 +100,8 @@ def _gain_orders(gain_first: bool = False, one_plus: bool = False) -> float:
         llama, gemma = normalized.bfloat16() * (1 + g), (normalized * (1 + g.float())).bfloat16()
     else:
         llama, gemma = normalized.bfloat16() * g, (normalized * g.float()).bfloat16()
+    if product_in_float32:
+        llama = normalized.bfloat16().float() * g.float()
     return float((llama != gemma).float().mean())
 
 
@@ -227,14 +230,18 @@ EXERCISES = [
                      "rms_at_1_percent is the RMS s of the token at which the relative difference falls to 1%, "
                      "not the 1% itself"),
                     (lambda a, e: abs(a["rms_at_1_percent"] - e["rms_at_1_percent"] / 10) < 0.05 * a["rms_at_1_percent"],
-                     "rms_at_1_percent: 1% is a relative difference of 0.01, not 1")],
+                     "rms_at_1_percent: 1% is a relative difference of 0.01, not 1"),
+                    (lambda a, e: 0.02 < abs(a["rms_at_1_percent"] / e["rms_at_1_percent"] - 1) < 0.1,
+                     "rms_at_1_percent: close, but the crossing lies between your grid's points: scan finer, or "
+                     "solve (eps_a - eps_b) / (2 s**2) = 0.01 for s")],
              wrong=[lambda e: {**e, "diff_at_0.01": 100 * e["diff_at_0.1"]},
                     lambda e: {**e, "rms_at_1_percent": e["rms_at_1_percent"] ** 2},
                     lambda e: {**e, "rms_at_1_percent": e["rms_at_1_percent"] * math.sqrt(2)},
                     lambda e: {"diff_at_0.01": 100 * e["diff_at_0.01"], "diff_at_0.1": 100 * e["diff_at_0.1"],
                                "rms_at_1_percent": e["rms_at_1_percent"]},
                     lambda e: {**e, "rms_at_1_percent": math.sqrt(1e-5 / 0.02)},
-                    lambda e: {**e, "rms_at_1_percent": math.sqrt(9e-6 / 2)}]),
+                    lambda e: {**e, "rms_at_1_percent": math.sqrt(9e-6 / 2)},
+                    lambda e: {**e, "rms_at_1_percent": round(e["rms_at_1_percent"] * 1.05, 3)}]),
     Exercise("5.3", "(error, sum_of_squares): the relative error at RMS 1 and the first token's running sum",
              kind="numbers", expected=_sequential_bfloat16, names=("error", "sum_of_squares"), rel=0.01,
              hints=[(lambda a, e: all(abs(a[k] - v) < 0.01 * v for k, v in _sequential_bfloat16(tree=True).items()),
@@ -278,9 +285,12 @@ EXERCISES = [
                      "multiply by g itself in both orders, not Gemma's stored 1 + g: the orders differ only in "
                      "where they round"),
                     (lambda a, e: abs(a - _gain_orders(gain_first=True)) < 1e-4,
-                     "draw X first, right after torch.manual_seed(0), then g")],
+                     "draw X first, right after torch.manual_seed(0), then g"),
+                    (lambda a, e: abs(a - _gain_orders(product_in_float32=True)) < 0.01,
+                     "Llama's product of two bfloat16 tensors is itself bfloat16, rounded: compare the two "
+                     "outputs in bfloat16, not Llama's product in float32")],
              wrong=[lambda e: 0.0, lambda e: 1 - e, lambda e: 100 * e, lambda e: _gain_orders(gain_first=True),
-                    lambda e: _gain_orders(one_plus=True)]),
+                    lambda e: _gain_orders(one_plus=True), lambda e: _gain_orders(product_in_float32=True)]),
     Exercise("5.5", "(layer, rms): the two norms' mean validation losses, nats per character",
              kind="numbers", expected=_lower_rate, names=("layer", "rms"), rel=0, abs=2e-3, slow=True,
              hints=[(lambda a, e: abs(a["layer"] * math.log(2) - e["layer"]) < 0.02,

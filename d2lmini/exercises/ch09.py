@@ -227,6 +227,15 @@ def _moe_total(k: int) -> int:
         return num_parameters(_moe(k))
 
 
+def _whole_block() -> int:
+    """The parameters of all of TransformerBlock(512, 8), norms and attention too (a wrong ``dense``)."""
+    import d2lmini
+    from d2lmini.parameters import num_parameters
+
+    with torch.device("meta"):
+        return num_parameters(d2lmini.TransformerBlock(512, 8))
+
+
 def _relu_ffn_4d() -> int:
     import d2lmini
     from d2lmini.parameters import num_parameters
@@ -305,7 +314,13 @@ EXERCISES = [
     Exercise(
         "9.5", "(k, the mixture's num_active_parameters() at that k, the dense SwiGLU FFN's parameters)",
         kind="numbers", names=("k", "active", "dense"), expected=_closest_top_k, rel=0, abs=0.5,
-        hints=[(lambda a, e: a["active"] > 1.5 * e["dense"] and a["k"] == e["k"],
+        hints=[(lambda a, e: a["dense"] == _whole_block(),
+                "dense: that counts the whole block; the dense FFN is TransformerBlock(512, 8).ffn, and k is "
+                "chosen against its count"),
+               (lambda a, e: a["dense"] != e["dense"] and a["k"] != e["k"],
+                "dense: the dense FFN is TransformerBlock(512, 8)'s own, .ffn (SwiGLU at width 8d/3, no "
+                "biases); choose k against its count"),
+               (lambda a, e: a["active"] > 1.5 * e["dense"] and a["k"] == e["k"],
                 "a token uses only its top-k experts, the shared expert and the router: num_active_parameters()"),
                (lambda a, e: a["k"] == e["k"] + 1 and a["active"] == _active(e["k"] + 1),
                 "the closest k, above or below: compare |active - dense| for each k"),
@@ -320,5 +335,6 @@ EXERCISES = [
         wrong=[lambda e: {**e, "k": e["k"] + 1}, lambda e: {**e, "active": _moe_total(int(e["k"]))},
                lambda e: {**e, "k": e["k"] + 1, "active": _active(e["k"] + 1)},
                lambda e: {**e, "dense": _relu_ffn_4d()}, lambda e: {**e, "k": e["k"] - 1},
-               lambda e: {**e, "active": e["active"] - _router_parameters()}]),
+               lambda e: {**e, "active": e["active"] - _router_parameters()},
+               lambda e: {"k": 7, "active": _active(7), "dense": _whole_block()}]),
 ]
