@@ -27,7 +27,7 @@ from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 #:   all heads (separate for q and k) -- Qwen3, Gemma 3.
 #: * ``'projection'``: over the whole projection (all heads' features at once), before
 #:   it is split into heads -- OLMo 2, and MiniMax-M2 as implemented in Hugging Face
-#:   ``transformers`` 5.24 (the chapter "QK-norm" checks it).
+#:   ``transformers`` 5.24 (``tests/test_qknorm.py`` checks MiniMax-M2; the block zoo, OLMo 2).
 #: * ``'per_head_distinct'``: over each head's features, a distinct gain vector for every
 #:   head (a d2lmini option; we found no released model that uses it).
 QK_NORMS = ("per_head", "projection", "per_head_distinct")
@@ -450,7 +450,8 @@ class MultiHeadAttention(nn.Module):
             (Ainslie et al., 2023), query head ``i`` reads key/value head ``i // (num_heads // num_kv_heads)``.
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
         head_dim: features per head (default ``num_hiddens // num_heads``, which must then divide exactly).
-        qk_norm: ``None`` or one of :data:`QK_NORMS` (Dehghani et al., 2023; RMSNorms, epsilon 1e-6, before RoPE).
+        qk_norm: ``None`` or one of :data:`QK_NORMS` (Henry et al., 2020;
+            Dehghani et al., 2023; RMSNorms, epsilon 1e-6, before RoPE).
         rope_theta: the base of RoPE (Su et al., 2021; half-split layout, :func:`apply_rotary`);
             ``None`` (default): no rotary embedding.
         window: ``None`` or an int ``w >= 1``: sliding-window attention (needs ``causal=True``), query ``i``
@@ -694,8 +695,8 @@ class GatedAttention(nn.Module):
     :class:`~d2lmini.attention.MultiHeadAttention` whose own output projection is
     replaced by the identity, so the wrapped module returns the concatenated heads.
     Drop it into a block with ``TransformerBlock(d, h, attn_factory=lambda:
-    GatedAttention(d, h, ...))``. The chapter "Beyond softmax attention" checks it against
-    Qwen3.5's ``Qwen3_5Attention``.
+    GatedAttention(d, h, ...))``. ``ch11_beyond_softmax.verify_gated_attention`` and the block
+    zoo's Qwen3.5 row check it against Qwen3.5's ``Qwen3_5Attention``.
 
     Args:
         num_hiddens: model width ``d``.

@@ -222,7 +222,8 @@ EXERCISES = [
         hints=[(lambda a, e: a < 0, "a difference's size is its absolute value: take .abs() before .max()"),
                (lambda a, e: math.isclose(a, _unmasked_difference(), rel_tol=0.01),
                 "that is the error of BatchNorm over every position: pass valid_lens=batch.valid_lens to the "
-                "padded batch's BatchNorm"),
+                "padded batch's BatchNorm, and compare it with BatchNorm of the real tokens alone, "
+                "nm.batch_norm_by_hand(batch.X[batch.mask])"),
                (lambda a, e: a > 1e-3, "compare only the real tokens: index the padded batch's output with "
                                        "batch.mask, which gives the same (N, d) rows as batch.X[batch.mask]")],
         wrong=[lambda e: _unmasked_difference(), lambda e: e + 0.5]),

@@ -153,7 +153,13 @@ EXERCISES = [
              hints=[(lambda a, e: abs(a["gelu"] - 2) < 0.01 or abs(a["swiglu"] - 2) < 0.01,
                      "run GELU and SwiGLU rather than assuming they scale like ReLU (2) or like a product of two "
                      "linear maps (4)"),
-                    (lambda a, e: a["relu"] < 1, "divide the norm of FFN(2X) by the norm of FFN(X), not the other way"),
+                    (lambda a, e: abs(a["relu"] - 1) < 1e-3,
+                     "you divided by the factor 2 as well: hand in ffn(2 * X).norm() / ffn(X).norm() itself"),
+                    (lambda a, e: abs(a["relu"]) < 1e-3,
+                     "that is how far each FFN is from scaling like ReLU (0 for ReLU): hand in the ratio "
+                     "ffn(2 * X).norm() / ffn(X).norm() itself"),
+                    (lambda a, e: 0.45 < a["relu"] < 0.55,
+                     "divide the norm of FFN(2X) by the norm of FFN(X), not the other way"),
                     (lambda a, e: all(abs(a[k] - e[k] ** 2) < 0.05 * e[k] ** 2 for k in e),
                      "those are ratios of squared norms: take .norm(), not its square"),
                     (lambda a, e: abs(a["relu"] - 2) > 1e-3,
@@ -169,7 +175,7 @@ EXERCISES = [
                      "X = torch.randn(256, 48), rather than estimating it")],
              hint="ratios of Frobenius norms, torch.linalg.norm or .norm(), for tokens X = torch.randn(256, 48)",
              wrong=[lambda e: {"relu": 2.0, "gelu": 2.0, "swiglu": 2.0},
-                    lambda e: {k: 1 / v for k, v in e.items()},
+                    lambda e: {k: 1 / v for k, v in e.items()}, lambda e: {k: v / 2 for k, v in e.items()},
                     lambda e: {**e, "swiglu": 4.0}, lambda e: {**e, "gelu": 2.4}, lambda e: {**e, "relu": 1.92},
                     lambda e: {"relu": 2.0, "gelu": 2.0, "swiglu": 4.0}, lambda e: {k: v ** 2 for k, v in e.items()}]),
     Exercise("7.5", "a tuple (most, least loaded with gamma=0.001, most, least loaded with gamma=0.1), "

@@ -331,7 +331,8 @@ EXERCISES = [
                (lambda a, e: a["k"] == e["k"] and a["active"] < e["active"],
                 "active: build the mixture with its shared expert, num_shared_experts=1, which every token runs"),
                (lambda a, e: a["k"] == e["k"] and a["active"] == e["active"],
-                "the dense FFN is TransformerBlock(512, 8)'s own: SwiGLU at width 8d/3, no biases")],
+                "the dense FFN is TransformerBlock(512, 8)'s own: SwiGLU at width 8d/3, no biases; count it with "
+                "num_parameters(TransformerBlock(512, 8).ffn) rather than by hand (the width is rounded)")],
         wrong=[lambda e: {**e, "k": e["k"] + 1}, lambda e: {**e, "active": _moe_total(int(e["k"]))},
                lambda e: {**e, "k": e["k"] + 1, "active": _active(e["k"] + 1)},
                lambda e: {**e, "dense": _relu_ffn_4d()}, lambda e: {**e, "k": e["k"] - 1},

@@ -17,12 +17,13 @@ from . import Exercise
 # --------------------------------------------------------------------------- 10.1
 
 
-def _average_of_streams(x=(3.0, 1.0, 0.0, 0.0)) -> dict:
-    """``H = J / n`` on four streams of width 1: the norm of what it keeps and of what it removes."""
+def _average_of_streams(x=(3.0, 1.0, 0.0, 0.0), order: int = 2) -> dict:
+    """``H = J / n`` on four streams of width 1: the norm of what it keeps and of what it removes
+    (``order`` 1: the sums of absolute values, a wrong answer's)."""
     x = torch.tensor(x, dtype=torch.float64)
     H = torch.full((len(x), len(x)), 1 / len(x), dtype=torch.float64)
     kept = H @ x
-    return {"kept": float(kept.norm()), "removed": float((x - kept).norm())}
+    return {"kept": float(kept.norm(p=order)), "removed": float((x - kept).norm(p=order))}
 
 
 # --------------------------------------------------------------------------- 10.2
@@ -117,13 +118,16 @@ EXERCISES = [
                 "The removed part is the vector x - Hx; take its norm, not the difference of two norms."),
                (lambda a, e: all(abs(a[k] - e[k] ** 2) < 1e-3 for k in e),
                 "Those are the squared norms ||Hx||^2 and ||x - Hx||^2: take their square roots."),
+               (lambda a, e: all(abs(a[k] - v) < 1e-3 for k, v in _average_of_streams(order=1).items()),
+                "||.|| is the Euclidean norm, the square root of the sum of squares, not the sum of absolute "
+                "values."),
                (lambda a, e: any(abs(a["kept"] - m * e["kept"]) < 1e-3 for m in (2, 4)),
                 "H is J/4, the all-ones matrix divided by 4: every entry of Hx is the mean of x, 1.")],
         hint="Compute Hx and x - Hx as vectors, then the Euclidean norm of each; their squares add up to ||x||^2.",
         wrong=[lambda e: {**e, "kept": 1.0}, lambda e: {**e, "removed": math.sqrt(10) - e["kept"]},
                lambda e: {"kept": math.sqrt(10), "removed": 0.0},
                lambda e: {"kept": e["removed"], "removed": e["kept"]},
-               lambda e: {k: v ** 2 for k, v in e.items()}]),
+               lambda e: {k: v ** 2 for k, v in e.items()}, lambda e: _average_of_streams(order=1)]),
     Exercise(
         "10.2", "the largest |row sum - 1| over the 100 matrices after iters = 1, 2, 5 and 20, a tuple of four",
         kind="numbers", names=tuple(f"iters_{k}" for k in SINKHORN_ITERS), expected=_sinkhorn_errors, rel=2e-2,
