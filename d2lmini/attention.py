@@ -450,8 +450,7 @@ class MultiHeadAttention(nn.Module):
             (Ainslie et al., 2023), query head ``i`` reads key/value head ``i // (num_heads // num_kv_heads)``.
         causal: if ``True``, query ``i`` sees only keys ``j <= i`` (decoder self-attention).
         head_dim: features per head (default ``num_hiddens // num_heads``, which must then divide exactly).
-        qk_norm: ``None`` or one of :data:`QK_NORMS` (Henry et al., 2020;
-            Dehghani et al., 2023; RMSNorms, epsilon 1e-6, before RoPE).
+        qk_norm: ``None`` or one of :data:`QK_NORMS` (Henry et al., 2020; Dehghani et al., 2023; RMSNorms, eps 1e-6, before RoPE).
         rope_theta: the base of RoPE (Su et al., 2021; half-split layout, :func:`apply_rotary`);
             ``None`` (default): no rotary embedding.
         window: ``None`` or an int ``w >= 1``: sliding-window attention (needs ``causal=True``), query ``i``

@@ -313,6 +313,8 @@ CASES = {
                                   [("Y = X32 * torch.rsqrt(mean_square + self.eps)",
                                     "Y = X * torch.rsqrt(mean_square + self.eps).to(X.dtype)")],
                                   "normalize in float32 too"),
+    "07 top_k fixed at 2": ("07_ffn", "class MyMoE", "expert_bias.normal_",
+                            [("        self.top_k = top_k\n", "        self.top_k = 2\n")], "not a fixed two"),
     "08 scale sqrt(d)": ("08_attention_generation", "class MyGQA", "check_build",
                          [("/ self.d_h ** 0.5", "/ (self.h * self.d_h) ** 0.5")], "not by sqrt(num_hiddens)"),
     "08 no mask": ("08_attention_generation", "class MyGQA", "check_build",

@@ -245,6 +245,8 @@ AIMED = [
     ("10.3", lambda e: exercises.ch10._final_norms(depth=7), "at an earlier depth"),
     ("7.5", lambda e: exercises.ch07._balancing((0.01, 0.1)), "default gamma=0.01"),
     ("7.4", lambda e: {k: v / 2 for k, v in e.items()}, "divided by the factor 2"),
+    ("11.2", lambda e: exercises.ch11._sink_shares(log=math.log2), "the natural logarithm"),
+    ("8.2", lambda e: {**e, "mha_gib": e["gqa_gib"], "gqa_gib": e["mha_gib"]}, "MHA caches every head"),
     ("7.4", lambda e: {"relu": 0.0, "gelu": 0.415, "swiglu": 2.542}, "how far each FFN is from scaling"),
     ("10.1", lambda e: exercises.ch10._average_of_streams(order=1), "the Euclidean norm"),
     ("3.1", lambda e: exercises.ch03._unmasked_difference(), "the real tokens alone"),

@@ -240,6 +240,9 @@ EXERCISES = [
                     "sequence of 131,072 tokens, and whole sequences in 400 GiB",
              kind="numbers", names=("mha_gib", "gqa_gib", "mha_sequences", "gqa_sequences"),
              expected=_llama70b_cache, rel=1e-3,
+             order="these are the right numbers in another order: MHA caches every head (the larger cache, "
+                   "fewer sequences), GQA 8 key/value heads; hand in mha_gib, gqa_gib, mha_sequences, "
+                   "gqa_sequences",
              hints=[(lambda a, e: abs(a["mha_gib"] - e["mha_gib"] / 2) < 1,
                      "half the cache: a token caches a key and a value for every key/value head, each number two "
                      "bytes in bfloat16 (kv_cache_rows' default dtype_bytes=2)"),

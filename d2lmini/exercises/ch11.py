@@ -36,14 +36,14 @@ def _smallest_window(depth: int = 4, num_steps: int = 64) -> int:
 # --------------------------------------------------------------------------- 11.2
 
 
-def _sink_shares(position: int = -1, reduce: bool = False, seed: int = 0) -> dict:
+def _sink_shares(position: int = -1, reduce: bool = False, seed: int = 0, log=math.log) -> dict:
     """The sink's share at query ``position`` (or averaged over all queries) with the sink logit at log n
-    (``seed`` other than 0: a wrong answer a hint aims at)."""
+    (``seed`` other than 0, or ``log`` other than the natural one: a wrong answer a hint aims at)."""
     from ..chapters import ch11_beyond_softmax as attn26
 
     out = {}
     for n in (16, 64):
-        share = attn26.sink_sweep([math.log(n)], num_steps=n, seed=seed)["share"][0]
+        share = attn26.sink_sweep([log(n)], num_steps=n, seed=seed)["share"][0]
         out[f"n_{n}"] = float(share.mean() if reduce else share[position])
     return out
 
@@ -150,6 +150,9 @@ EXERCISES = [
                (lambda a, e: any(all(abs(a[k] - v) < 2e-3 * v for k, v in _sink_shares(seed=s).items())
                                  for s in (1, 2)),
                 "That is another draw: seed=0."),
+               (lambda a, e: any(all(abs(a[k] - v) < 2e-3 * v for k, v in _sink_shares(log=log).items())
+                                 for log in (math.log2, math.log10)),
+                "log n is the natural logarithm, math.log(n), not log2 or log10."),
                (lambda a, e: all(a[k] == 0.5 for k in a),
                 "Measure it rather than assume it: the real logits are near zero, not exactly zero."),
                (lambda a, e: all(abs(a[k] - v) < 0.02 * v for k, v in _sink_shares(reduce=True).items()),
