@@ -181,7 +181,8 @@ def _judge_causal_miniblock(cls) -> str | None:
     if not torch.isfinite(got).all():
         return "some rows are NaN: a row whose logits are all -inf has no softmax; row i must keep j = i"
     if torch.allclose(got, outputs[False][1], atol=1e-5):
-        return "with causal=True the block still reads later tokens: mask the logits of j > i before the softmax"
+        return ("with causal=True the block still reads later tokens: mask the logits of j > i before the softmax "
+                "(masked_fill returns a new tensor: assign its result, S = S.masked_fill(...))")
     if not torch.allclose(*outputs[False], atol=1e-5):
         if torch.allclose(outputs[False][0], want, atol=1e-5):
             return "with causal=False (the default) the block masks too: mask only when causal is True"

@@ -209,9 +209,14 @@ EXERCISES = [
     Exercise("2.3", "(without, with): the stream's RMS after block 64, without and with the scaling",
              kind="numbers", names=("without", "with"), expected=_rms_after_64,
              rel={"without": 0.05, "with": 3e-3},  # without: 66.4 to 68.0 by processor (float32 rounding)
-             hints=[(lambda a, e: math.isnan(a["with"]) or math.isinf(a["with"]),
+             hints=[(lambda a, e: not (math.isfinite(a["with"]) or math.isfinite(a["without"])),
+                     "both overflowed: each block already adds its own skip, so apply it as X = block(X), not "
+                     "X + block(X)"),
+                    (lambda a, e: math.isnan(a["with"]) or math.isinf(a["with"]),
                      "with: the stream overflowed: multiply the weights by 1/sqrt(2L), a factor below 1, not by "
                      "sqrt(2L)"),
+                    (lambda a, e: all(abs(a[k] - v ** 2) < 0.02 * v ** 2 for k, v in e.items()),
+                     "those are mean squares: the RMS is their square root, X.pow(2).mean().sqrt()"),
                     (lambda a, e: abs(a["without"] - scaled_stream_rms(1.0, blocks=(63,))["63"]) < 1e-3 * a["without"],
                      "that is the RMS after block 63: the list of RMS values starts with X_0's, so block 64's is "
                      "the last entry"),

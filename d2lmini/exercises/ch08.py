@@ -82,6 +82,28 @@ class _TrimmedLate(_WindowGQA):
     trim_late = True
 
 
+class _TrimmedAfterPast(_WindowGQA):
+    """Trims the cache after counting ``past`` from the untrimmed one (a wrong answer): the mask is too wide."""
+
+    keep_extra = None
+
+    def forward(self, X, cache=None):
+        b, n, _ = X.shape
+        q = self.W_q(X).view(b, n, self.h, self.d_h).transpose(1, 2)
+        k = self.W_k(X).view(b, n, self.g, self.d_h).transpose(1, 2)
+        v = self.W_v(X).view(b, n, self.g, self.d_h).transpose(1, 2)
+        if cache is not None:
+            k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
+        past = k.shape[2] - n
+        k, v = k[:, :, -self.w:], v[:, :, -self.w:]
+        group = self.h // self.g
+        K, V = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ K.transpose(-1, -2) / self.d_h ** 0.5
+        mask = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past)
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        return self.W_o((weights @ V).transpose(1, 2).reshape(b, n, -1)), (k, v)
+
+
 def _decode(layer, X):
     """Feed ``X`` (b, n, d) to ``layer`` one token at a time; the outputs (b, n, d) and the last cache."""
     outputs, cache = [], None
@@ -119,7 +141,9 @@ def _judge_window(answer) -> str | None:
         try:
             got, cache = _decode(mine.eval(), X)
         except Exception as error:
-            return f"decoding one token at a time raised {type(error).__name__}: {error}"
+            stale = (": trim the cache right after appending, before past = k.shape[2] - n, so that past and the "
+                     "mask count the keys you keep") if "must match the size" in str(error) else ""
+            return f"decoding one token at a time raised {type(error).__name__}: {error}{stale}"
         want = torch.stack([ref(X[:, :t + 1], X[:, :t + 1], X[:, :t + 1])[:, -1] for t in range(WINDOW_STEPS)], 1)
         if got.shape != want.shape:
             return f"each call must return (output, cache), the output (b, 1, {d}); got {tuple(got.shape)} in all"

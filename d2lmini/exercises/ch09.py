@@ -156,7 +156,8 @@ def _block_class(qk_norm_of, flag: bool = True, causal: bool = True) -> type:
             self.ffn = d2lmini.FeedForward(num_hiddens, ffn_num_hiddens, act="swiglu")
 
         def forward(self, X, valid_lens=None):
-            X = X + self.attention(*[self.norm1(X)] * 3, valid_lens)
+            Y = self.norm1(X)
+            X = X + self.attention(Y, Y, Y, valid_lens)
             return X + self.ffn(self.norm2(X))
 
     return Block

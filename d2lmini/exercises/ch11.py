@@ -201,6 +201,9 @@ EXERCISES = [
         kind="numbers", names=("first", "last"), expected=_hybrid_range, rel=0, abs=0,
         hints=[(lambda a, e: a["first"] == e["first"] - 1 or a["last"] == e["last"] + 1,
                 "At that length the two stacks keep exactly the same: hand in where the hybrid keeps strictly less."),
+               (lambda a, e: a["last"] == e["last"] + 2,
+                "That is where the 5:1 stack starts keeping less: hand in the last length at which the hybrid "
+                "keeps strictly less."),
                (lambda a, e: a in (_hybrid_range(groups=5, tail=0), _hybrid_range(groups=6, tail=0)),
                 "The chapter's 5:1 stack has 32 layers, as many as the hybrid: five times five local and one "
                 "global, then two local."),
