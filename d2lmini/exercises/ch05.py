@@ -213,7 +213,10 @@ EXERCISES = [
     Exercise("5.2", "(diff_at_0.01, diff_at_0.1, rms_at_1_percent): two relative differences and an RMS",
              kind="numbers", expected=_eps_differences,
              names=("diff_at_0.01", "diff_at_0.1", "rms_at_1_percent"), rel=0.02,
-             hints=[(lambda a, e: abs(a["rms_at_1_percent"] - math.sqrt(1e-5 / 0.02)) < 2e-4,
+             hints=[(lambda a, e: a["diff_at_0.01"] > 2 * e["diff_at_0.01"]
+                     and abs(a["diff_at_0.01"] / e["diff_at_0.01"] / (a["diff_at_0.1"] / e["diff_at_0.1"]) - 1) < 0.05,
+                     "those are the differences' norms: divide each by y_b.norm(), a relative difference"),
+                    (lambda a, e: abs(a["rms_at_1_percent"] - math.sqrt(1e-5 / 0.02)) < 2e-4,
                      "the difference comes from eps_a - eps_b = 9e-6, not from eps_a alone"),
                     (lambda a, e: abs(a["rms_at_1_percent"] - e["rms_at_1_percent"] ** 2) < 0.1 * e["rms_at_1_percent"] ** 2,
                      "the difference falls like 1/s**2: solve for s**2, then take the square root"),

@@ -14,6 +14,13 @@ from torch import nn
 from . import Exercise
 
 
+def _unrotated_logit() -> float:
+    """6.1: the chapter's query and key (seed 0) multiplied without a rotation (a wrong answer's)."""
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 16), torch.randn(1, 16)
+    return float((q * k).sum())
+
+
 def _rotated_logits(adjacent: bool = False) -> dict:
     """6.1: the chapter's query and key (seed 0) at positions (3, 1) and (1, 3) (``adjacent``: with the pairs
     (2i, 2i + 1) of Su et al.'s layout instead of ``rotate``'s (i, i + d/2), a wrong answer a hint aims at)."""
@@ -210,7 +217,10 @@ EXERCISES = [
              order="these are the right numbers in the other order: hand in (logit_3_1, logit_1_3), or, if that "
                    "is their order, your rotation runs backwards (R_{m-n} for R_{n-m}) or q and k sit at each "
                    "other's positions",
-             hints=[(lambda a, e: abs(a["logit_3_1"] - a["logit_1_3"]) < 1e-3,
+             hints=[(lambda a, e: all(abs(v - _unrotated_logit()) < 1e-3 for v in a.values()),
+                     "both are q . k unrotated: rotate q and k to their positions first, "
+                     "rotate(q, torch.tensor([m])) and rotate(k, torch.tensor([n]))"),
+                    (lambda a, e: abs(a["logit_3_1"] - a["logit_1_3"]) < 1e-3,
                      "your two logits are equal: put q at position 3 and k at 1, then q at 1 and k at 3"),
                     (lambda a, e: all(abs(a[k] + e[k]) < 1e-3 * abs(e[k]) + 1e-4 for k in e),
                      "both signs are flipped: q or k entered with its sign flipped; check the rotation's formula, "
@@ -337,6 +347,9 @@ EXERCISES = [
                      "the derivative of tanh(u) is 1 - tanh(u)^2 = 1 / cosh(u)^2: the cosh is squared"),
                     (lambda got, want: torch.allclose((1 - got).square(), 1 - want, atol=1e-5),
                      "the derivative of tanh(u) is 1 - tanh(u)^2: the tanh is squared"),
+                    (lambda got, want: torch.allclose((1 - got) * 50, 1 - want, atol=1e-5),
+                     "check the brackets: only tanh(z / c)^2 is subtracted from 1, and nothing is divided by c "
+                     "(the inner 1/c cancels the c in front)"),
                     (lambda got, _: bool((got > 1 + 1e-6).any()), "the derivative of tanh is at most 1"),
                     (lambda got, _: bool((got < -1e-6).any()), "the derivative of a rising function is never negative"),
                     (lambda got, _: abs(float(got[0]) - 1) > 1e-3,
@@ -353,5 +366,6 @@ EXERCISES = [
                     lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c),
                     lambda: (lambda z, c: 1 / torch.cosh(z) ** 2),
                     lambda: (lambda z, c: (z.abs() < c).float()),
-                    lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c)]),
+                    lambda: (lambda z, c: (1 - torch.tanh(z / c) ** 2) / c),
+                    lambda: (lambda z, c: 1 - torch.tanh(z / c) ** 2 / c)]),
 ]
