@@ -32,11 +32,13 @@ class _WindowGQA(nn.Module):
     """``MyGQA`` of the chapter with a cache of the last ``window + keep_extra`` tokens (the wrong
     answers of 8.1: ``keep_extra=None`` keeps every token, ``-1`` one too few; ``short_cache``:
     attends to ``window`` tokens but returns the last ``window - 1`` as the cache; ``trim_late``: trims
-    the cache after the scores, which then read ``window + 1`` keys)."""
+    the cache after the scores, which then read ``window + 1`` keys; ``stale_mask``: masks with ``past``
+    counted before the trim, a mask wider than the kept keys)."""
 
     keep_extra: int | None = 0
     short_cache = False
     trim_late = False
+    stale_mask = False
 
     def __init__(self, num_hiddens, num_heads, num_kv_heads, window):
         super().__init__()
@@ -53,12 +55,16 @@ class _WindowGQA(nn.Module):
         v = self.W_v(X).view(b, n, self.g, self.d_h).transpose(1, 2)
         if cache is not None:
             k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
+        past = k.shape[2] - n  # before any trim
         if self.keep_extra is not None and not self.trim_late:
             keep = self.w + self.keep_extra
             k, v = k[:, :, -keep:], v[:, :, -keep:]
         group = self.h // self.g
         K, V = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        weights = torch.softmax(q @ K.transpose(-1, -2) / self.d_h ** 0.5, dim=-1)
+        scores = q @ K.transpose(-1, -2) / self.d_h ** 0.5
+        if self.stale_mask:  # (n, past + n) against the kept keys: a shape error once the window is full
+            scores = scores.masked_fill(~torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past), float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
         if self.trim_late:
             k, v = k[:, :, -self.w:], v[:, :, -self.w:]
         if self.short_cache:
@@ -83,25 +89,7 @@ class _TrimmedLate(_WindowGQA):
 
 
 class _TrimmedAfterPast(_WindowGQA):
-    """Trims the cache after counting ``past`` from the untrimmed one (a wrong answer): the mask is too wide."""
-
-    keep_extra = None
-
-    def forward(self, X, cache=None):
-        b, n, _ = X.shape
-        q = self.W_q(X).view(b, n, self.h, self.d_h).transpose(1, 2)
-        k = self.W_k(X).view(b, n, self.g, self.d_h).transpose(1, 2)
-        v = self.W_v(X).view(b, n, self.g, self.d_h).transpose(1, 2)
-        if cache is not None:
-            k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
-        past = k.shape[2] - n
-        k, v = k[:, :, -self.w:], v[:, :, -self.w:]
-        group = self.h // self.g
-        K, V = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = q @ K.transpose(-1, -2) / self.d_h ** 0.5
-        mask = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past)
-        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-        return self.W_o((weights @ V).transpose(1, 2).reshape(b, n, -1)), (k, v)
+    stale_mask = True
 
 
 def _decode(layer, X):
