@@ -101,6 +101,8 @@ def test_rope_settings_table():
     yarn = attn26.rope_wavelengths(attn26.ROPE_SETTINGS["gpt-oss, YaRN x32"])
     plain = attn26.rope_wavelengths(attn26.ROPE_SETTINGS["gpt-oss, unscaled"])
     assert yarn[0] == pytest.approx(plain[0]) and yarn[-1] == pytest.approx(32 * plain[-1])
+    with pytest.raises(ValueError, match="'scaling'"):  # a scaling under another name is not ignored
+        attn26.rope_wavelengths({**attn26.ROPE_SETTINGS["Llama 3"], "rope_scaling": {"factor": 8.0}})
 
 
 def test_layer_patterns_read_from_transformers():

@@ -298,6 +298,17 @@ AIMED = [
     ("10.3", lambda e: exercises.ch10._final_norms(depth=0), "||P_1||"),
     ("10.4", lambda e: exercises.ch10._scaled_stack(connections=("hc2",)), "not one of them"),
     ("11.2", lambda e: exercises.ch11._sink_shares(seed=1), "another draw"),
+    ("2.5", lambda e: {**e, "w_q": 2e-4}, "exactly one step"),
+    ("2.3", lambda e: {**e, "with": exercises.ch02._scaled(1 / 128)["64"]}, "twice squares it"),
+    ("2.2", lambda e: {**e, "fall": exercises.ch02._post_ln_gradient_gap()}, "not their difference"),
+    ("1.5", lambda e: {**e, "shared": e["shared"] / 5}, "one block's tensors"),
+    ("1.2", lambda e: {k: 100 * v for k, v in e.items()}, "these are percentages"),
+    ("5.4", lambda e: exercises.ch05._gain_orders(no_upcast=True), "both orders normalize in float32"),
+    ("5.6", lambda e: {k: 1.01 * v for k, v in e.items()}, "close, but not the run's"),
+    ("6.1", lambda e: {k: v + 0.5 for k, v in e.items()}, "right after torch.manual_seed(0)"),
+    ("6.6", lambda: (lambda z, c: c * torch.tanh(z / c)), "like the cap"),
+    ("11.3", lambda e: {**e, "kept": 64, "divided": 0, "ramp": 0}, "never reached the frequencies"),
+    ("9.2", lambda e: {**e, "spread": 2 * e["spread"]}, "not of both rows' six"),
 ]
 
 

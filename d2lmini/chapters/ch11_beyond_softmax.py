@@ -371,8 +371,20 @@ def rope_settings_table(settings: dict, context: int) -> list[dict]:
 
 
 def rope_wavelengths(setting: dict) -> torch.Tensor:
-    """The wavelength (positions per turn) of every rotated pair of one :data:`ROPE_SETTINGS` entry, float64."""
-    inv_freq, _ = rope_frequencies(setting["rotary_dim"] or setting["head_dim"], setting["theta"],
+    """The wavelength (positions per turn) of every rotated pair of one :data:`ROPE_SETTINGS` entry, float64.
+
+    ``setting`` holds ``theta`` and ``head_dim``, and optionally ``rotary_dim`` (``None``: the whole
+    head) and ``scaling`` (a ``rope_parameters`` dict that :func:`~d2lmini.attention.rope_frequencies`
+    accepts). Raises ``ValueError`` on a missing or unknown key, so that a scaling under another
+    name is not silently ignored."""
+    if not isinstance(setting, dict):
+        raise TypeError(f"setting must be a dict like ROPE_SETTINGS' entries, got {type(setting).__name__}")
+    allowed, required = ("theta", "head_dim", "rotary_dim", "scaling"), ("theta", "head_dim")
+    unknown, missing = sorted(set(setting) - set(allowed)), [k for k in required if k not in setting]
+    if unknown or missing:
+        raise ValueError(f"setting: unknown keys {unknown}, missing keys {missing}; a setting has the keys "
+                         f"{', '.join(allowed)} (the scaling dict goes under 'scaling')")
+    inv_freq, _ = rope_frequencies(setting.get("rotary_dim") or setting["head_dim"], setting["theta"],
                                    setting.get("scaling"))
     return 2 * math.pi / inv_freq.double()
 

@@ -284,6 +284,8 @@ EXERCISES = [
                     (lambda a, e: not a["n3"] < a["n48"] < a["n192"] and abs(a["n48"] - e["n48"]) > 0.02 * e["n48"],
                      "n48: the ratio grows with n, so the one at 48 tokens lies between those at 3 and 192: "
                      "run num_steps=48"),
+                    (lambda a, e: all(abs(a[k] - 100 * e[k]) < 2 * e[k] for k in e),
+                     "these are percentages: hand in the ratios themselves, |Δ| / |row in the sequence|"),
                     (lambda a, e: all(abs(a[k] - 1 / e[k]) < 0.05 / e[k] for k in e),
                      "you inverted the ratio: |Δ| / |row in the sequence|"),
                     (lambda a, e: all(0.5 < a[k] / e[k] < 2 for k in e),
@@ -366,7 +368,10 @@ EXERCISES = [
                     (lambda a, e: a["shared"] in (5 * e["parameters"], 6 * e["parameters"]),
                      "shared_parameters counts parameter tensors, not numbers: how many tensors of blocks 2 to 6 "
                      "belong to block 1?"),
-                    (lambda a, e: a["shared"] in (1, 5, 6, e["shared"] / 5),
+                    (lambda a, e: a["shared"] == e["shared"] / 5,
+                     "shared: that is one block's tensors; count them in each of blocks 2 to 6, which all hold "
+                     "block 1's tensors"),
+                    (lambda a, e: a["shared"] in (1, 5, 6),
                      "shared counts parameter tensors, not blocks: each of blocks 2 to 6 holds all of block 1's "
                      "tensors")],
              wrong=[lambda e: {**e, "parameters": 6 * e["parameters"]}, lambda e: {**e, "shared": 0},

@@ -68,6 +68,12 @@ def _post_ln_without_skips() -> dict:
     return {"k": collapse_block(probe), "fall": _gradient_fall(probe)}
 
 
+def _post_ln_gradient_gap() -> float:
+    """2.2's wrong answer: depth 8's block-1 gradient minus depth 64's (a difference, not a factor)."""
+    probe = _post_ln_sweep().get("post", False)
+    return probe.first_block_grad(8) - probe.first_block_grad(64)
+
+
 def _post_ln_input_fall() -> float:
     return _gradient_fall(_post_ln_sweep().get("post", False), of="input")
 
@@ -192,6 +198,8 @@ EXERCISES = [
                      < 0.02 * a["fall"],
                      "fall: that is the last block's gradient (block_grad[L][-1]); block 1's is "
                      "probe.first_block_grad(L)"),
+                    (lambda a, e: abs(a["fall"] - _post_ln_gradient_gap()) < 0.02 * abs(a["fall"]),
+                     "fall: a factor, depth 8's gradient divided by depth 64's, not their difference"),
                     (lambda a, e: abs(a["fall"] * e["fall"] - 1) < 0.05,
                      "fall: depth 8's gradient divided by depth 64's, not the other way round"),
                     (lambda a, e: abs(a["fall"] - (1 - 1 / e["fall"])) < 0.02,
@@ -233,7 +241,8 @@ EXERCISES = [
                     (lambda a, e: abs(a["with"] - _scaled(1 / 8)["64"]) < 3e-3 * a["with"],
                      "with: 2L, since a block has two sublayers: L = 64 blocks add 128 branches"),
                     (lambda a, e: abs(a["with"] - _scaled(1 / 128)["64"]) < 3e-3 * a["with"],
-                     "with: scale by the square root of 1/(2L)"),
+                     "with: scale by the square root of 1/(2L) (running the in-place scaling twice squares it: "
+                     "rebuild the stack first)"),
                     (lambda a, e: abs(a["with"] - _scaled(1 / 16)["64"]) < 3e-3 * a["with"],
                      "with: L is the number of blocks, 64, so the factor is 1/sqrt(2 * 64): the 2 already "
                      "counts the two sublayers of a block"),
@@ -276,8 +285,9 @@ EXERCISES = [
                      "the order is (w_o, w_q)"),
                     (lambda a, e: a["w_q"] > 1,
                      "w_q: that is the size of a weight, not of its gradient: hand in .weight.grad.norm()"),
-                    (lambda a, e: a["w_q"] > 1e-6, "w_q: did you zero the output projections before the step? "
-                                                  "Then ask what W_q's output can change while W_o is zero"),
+                    (lambda a, e: a["w_q"] > 1e-6, "w_q: zero the output projections of a freshly built model "
+                                                  "and take exactly one step (after a step W_o is no longer zero); "
+                                                  "then ask what W_q's output can change while W_o is zero"),
                     (lambda a, e: a["w_o"] < 1e-6, "w_o: its gradient multiplies the gradient at the sublayer's "
                                                    "output by W_o's input; is either of them zero?"),
                     (lambda a, e: abs(a["w_o"] - e["w_o"] ** 2) < 1e-3 * e["w_o"] ** 2,

@@ -82,10 +82,12 @@ def _sequential_bfloat16(tree: bool = False, every_token: bool = False, swapped:
     return {"error": error, "sum_of_squares": float(sums.float().mean() if every_token else sums[0])}
 
 
-def _gain_orders(gain_first: bool = False, one_plus: bool = False, product_in_float32: bool = False) -> float:
+def _gain_orders(gain_first: bool = False, one_plus: bool = False, product_in_float32: bool = False,
+                 no_upcast: bool = False) -> float:
     """5.4: how often Llama's order (round, then gain) and Gemma 3's (gain, then round) differ in bfloat16
     (``gain_first``: with g drawn before X; ``one_plus``: with Gemma's 1 + g in both orders;
-    ``product_in_float32``: Llama's product left unrounded; mistakes)."""
+    ``product_in_float32``: Llama's product left unrounded; ``no_upcast``: Llama's token normalized in
+    bfloat16 throughout; mistakes)."""
     from ..chapters.ch05_rmsnorm import EPS
 
     torch.manual_seed(0)
@@ -102,6 +104,8 @@ def _gain_orders(gain_first: bool = False, one_plus: bool = False, product_in_fl
         llama, gemma = normalized.bfloat16() * g, (normalized * g.float()).bfloat16()
     if product_in_float32:
         llama = normalized.bfloat16().float() * g.float()
+    if no_upcast:
+        llama = X * torch.rsqrt(X.pow(2).mean(dim=-1, keepdim=True) + EPS) * g
     return float((llama != gemma).float().mean())
 
 
@@ -291,9 +295,13 @@ EXERCISES = [
                      "draw X first, right after torch.manual_seed(0), then g"),
                     (lambda a, e: abs(a - _gain_orders(product_in_float32=True)) < 0.01,
                      "Llama's product of two bfloat16 tensors is itself bfloat16, rounded: compare the two "
-                     "outputs in bfloat16, not Llama's product in float32")],
+                     "outputs in bfloat16, not Llama's product in float32"),
+                    (lambda a, e: abs(a - _gain_orders(no_upcast=True)) < 0.01,
+                     "both orders normalize in float32 (the upcast, as MyRMSNorm does); they differ only in "
+                     "where the product with g is rounded")],
              wrong=[lambda e: 0.0, lambda e: 1 - e, lambda e: 100 * e, lambda e: _gain_orders(gain_first=True),
-                    lambda e: _gain_orders(one_plus=True), lambda e: _gain_orders(product_in_float32=True)]),
+                    lambda e: _gain_orders(one_plus=True), lambda e: _gain_orders(product_in_float32=True),
+                    lambda e: _gain_orders(no_upcast=True)]),
     Exercise("5.5", "(layer, rms): the two norms' mean validation losses, nats per character",
              kind="numbers", expected=_lower_rate, names=("layer", "rms"), rel=0, abs=2e-3, slow=True,
              hints=[(lambda a, e: abs(a["layer"] * math.log(2) - e["layer"]) < 0.02,
@@ -341,7 +349,10 @@ EXERCISES = [
                      "the distance is ||y_p - y|| / ||y||, not the ratio ||y_p|| / ||y||"),
                     (lambda a, e: abs(a["large_first"] - _partial_rms("mismatched")["large_first"]) < 0.02,
                      "large_first: compare y and y_p of the same tokens, both computed after scaling their "
-                     "first 32 features")],
+                     "first 32 features"),
+                    (lambda a, e: all(0.8 < a[k] / v < 1.25 for k, v in e.items()),
+                     "close, but not the run's: read exactly the first 32 features, X[..., :32], scale exactly "
+                     "those by 10, and draw X right after torch.manual_seed(0)")],
              wrong=[lambda e: {**e, "large_first": 1 / (1 - e["large_first"]) - 1},
                     lambda e: {**e, "large_first": e["random"]}, lambda e: {"random": 3.068, "large_first": 0.076},
                     lambda e: _partial_rms("whole"), lambda e: _partial_rms("ratio"), lambda e: _partial_rms("undivided"),

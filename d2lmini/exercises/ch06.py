@@ -234,7 +234,10 @@ EXERCISES = [
                      "division by sqrt(d_h) = 4"),
                     (lambda a, e: all(abs(a[k] - v) < 1e-3 * abs(v) + 1e-4 for k, v in _rotated_logits(True).items()),
                      "those pair adjacent features (2i, 2i + 1); the chapter's rotate pairs feature i with "
-                     "i + d_h/2: use rotate")],
+                     "i + d_h/2: use rotate"),
+                    (lambda a, e: True,
+                     "take q and k as rotate's check draws them, right after torch.manual_seed(0): "
+                     "q = torch.randn(1, 16), then k = torch.randn(1, 16)")],
              wrong=[lambda e: {k: v / 4 for k, v in e.items()}, lambda e: {**e, "logit_1_3": e["logit_3_1"]},
                     lambda e: {**e, "logit_1_3": -e["logit_3_1"]},
                     lambda e: {k: round(v, 2) for k, v in e.items()},
@@ -350,6 +353,9 @@ EXERCISES = [
                     (lambda got, want: torch.allclose((1 - got) * 50, 1 - want, atol=1e-5),
                      "check the brackets: only tanh(z / c)^2 is subtracted from 1, and nothing is divided by c "
                      "(the inner 1/c cancels the c in front)"),
+                    (lambda got, _: abs(float(got[0])) < 1e-6 and bool((got < -1e-6).any()),
+                     "your function is 0 at z = 0 and negative for z < 0, like the cap c * tanh(z / c) itself: "
+                     "hand in its derivative, the slope"),
                     (lambda got, _: bool((got > 1 + 1e-6).any()), "the derivative of tanh is at most 1"),
                     (lambda got, _: bool((got < -1e-6).any()), "the derivative of a rising function is never negative"),
                     (lambda got, _: abs(float(got[0]) - 1) > 1e-3,

@@ -276,7 +276,9 @@ EXERCISES = [
                (lambda a, e: 0 < a["spread"] < 0.75 * e["spread"],
                 "the spread is the largest value minus the smallest of one row's three losses, for the row where "
                 "it is larger"),
-],
+               (lambda a, e: a["spread"] > 1.25 * e["spread"],
+                "spread: max - min of one row's three losses (the row where it is larger), not of both rows' six "
+                "losses together")],
         hint="train both rows with ch09.train_walk_step(corpus, name, kwargs, seeds=(0, 1, 2))",
         wrong=[lambda e: {**e, "change": -e["change"]}, lambda e: {**e, "spread": e["spread"] / 2}]),
     Exercise(

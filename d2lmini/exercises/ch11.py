@@ -183,6 +183,9 @@ EXERCISES = [
                (lambda a, e: a["attention_factor"] != e["attention_factor"],
                 "d2lmini.attention.rope_frequencies returns the attention factor beside the frequencies: hand in the one it returns "
                 "for Llama 3.1's scaling, not YaRN's."),
+               (lambda a, e: a["kept"] == 64,
+                "Every pair kept: the scaling never reached the frequencies. Put its dict under the setting's "
+                "\"scaling\" key, as ROPE_SETTINGS[\"gpt-oss, YaRN x32\"] does."),
                (lambda a, e: a == _llama3_1_pairs(turn=1.0),
                 "A wavelength is the tokens of one full turn, 2 pi / omega: without the 2 pi every wavelength "
                 "comes out 6.28 times too short."),
