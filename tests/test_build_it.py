@@ -46,6 +46,9 @@ CASES = {
                                     [("T.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)",
                                       "T.reshape(T.shape[0], self.num_heads, T.shape[1], -1)")],
                                     "then transpose(1, 2) to (b, num_heads, n, d_h)"),
+    "01 one head": ("01_anatomy", "class MiniBlock", "check_build",
+                    [("T.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)", "T.unsqueeze(1)")],
+                    "not one head over all"),
     "02 keys and values from the stream": ("02_residual", "class MiniBlock", "check_build",
                                            [("self.attention(H, H, H)", "self.attention(H, X, X)")],
                                            "all come from norm1(X)"),
@@ -225,6 +228,8 @@ CASES = {
     "08 scores not scaled": ("08_attention_generation", "class MyGQA", "check_build",
                              [("scores = q @ K.transpose(-1, -2) / self.d_h ** 0.5",
                                "scores = q @ K.transpose(-1, -2)")], "sqrt(d_h)"),
+    "08 math not imported": ("08_attention_generation", "class MyGQA", "check_build",
+                             [("/ self.d_h ** 0.5", "/ math.sqrt(self.d_h)")], "Import that name"),
     "08 cache of tokens before heads": ("08_attention_generation", "class MyGQA", "check_build",
                                         [("k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)",
                                           "k, v = torch.cat((cache[0], k.transpose(1, 2)), dim=1).transpose(1, 2), "

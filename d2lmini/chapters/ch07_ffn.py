@@ -26,6 +26,7 @@ import time
 from dataclasses import KW_ONLY, dataclass, field
 
 import torch
+from matplotlib.lines import Line2D
 from torch.nn import functional as F
 
 from .._checks import check_seeds as _check_seeds
@@ -849,7 +850,8 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", others=No
     of ``others``, ``baseline``'s validation loss minus its own (above zero: the other is
     ahead; the models of a seed read the same batches), the mean over the seeds as a line,
     a band of twice the seed spread (sample standard deviation) around it, and each seed's
-    gap as a marker. The legends sit below the panels, off the data.
+    gap as a marker (one shape per seed, named in the legend). The legends sit below the panels,
+    off the data.
 
     Args:
         result: an :class:`FFNComparison` (at most four seeds).
@@ -899,8 +901,11 @@ def plot_ffn_comparison(result: FFNComparison, baseline: str = "gelu", others=No
         ax_gap.axhline(0.0, color="0.6", linewidth=1.0)
         ax_gap.set(xlabel="training step", ylabel="difference (nats / char)",
                    title=f"{base} minus each other FFN (> 0: the other is ahead)")
-        ax_gap.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(others), fontsize=9,
-                      frameon=False)
+        handles, _ = ax_gap.get_legend_handles_labels()  # the means, then a grey marker per seed
+        handles += [Line2D([], [], color="0.35", linestyle="none", marker=_SEED_MARKERS[i], markersize=3.5,
+                           label=f"seed {seed}") for i, seed in enumerate(result.seeds)]
+        ax_gap.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25),
+                      ncol=max(len(others), len(result.seeds)), fontsize=9, frameon=False)
     return fig
 
 

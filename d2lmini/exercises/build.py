@@ -316,6 +316,8 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
                 return T.reshape(T.shape[0], heads, T.shape[1], d_h)
             if columns == "untransposed":  # (b, n, heads, d_h): each token's heads attend to one another
                 return T.unflatten(-1, (heads, d_h))
+            if columns == "one head":  # (b, 1, n, heads d_h): all columns attended to as a single head
+                return T.unsqueeze(1)
             return T.unflatten(-1, (heads, d_h)).transpose(1, 2)
         if plain:
             Q = split(project(attention.W_q, Y), h)
@@ -385,6 +387,11 @@ def _attention_slips(attention: nn.Module) -> list[tuple[str, object]]:
              lambda Y: attend(Y, columns="reshaped", merge="reshaped")),
         ] + [(f"call the layer, {W}(T): an nn.Linear computes T W^T (+ b), not T @ {W}.weight",
               lambda Y, W=W: attend(Y, raw=W)) for W in ("W_q", "W_k", "W_v", "W_o")]
+        if 1 < h == g:  # the heads never split: one softmax over all columns' logits
+            slips += [("attention runs as num_heads heads of d_h features each, not one head over all "
+                       "num_hiddens columns: split Q, K and V with T.unflatten(-1, (num_heads, d_h)).transpose(1, 2)",
+                       lambda Y, scale=scale: attend(Y, columns="one head", scale=scale))
+                      for scale in (d_h ** -0.5, (h * d_h) ** -0.5)]
     return slips
 
 
@@ -521,7 +528,8 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
             got = _output(mine(*inputs))
         except Exception as error:  # the reader's forward failed: say how, as a hint
             look = f". {built_in[0].upper()}{built_in[1:]}." if built_in and "dtype" in str(error) else \
-                f". Check in forward: {hint}." if hint else ""
+                ". Import that name (e.g. import math) or define it before your class." \
+                if isinstance(error, NameError) else f". Check in forward: {hint}." if hint else ""
             raise AssertionError(f"Hint: calling your module raised {type(error).__name__}: "
                                  f"{str(error).rstrip('.')}{look}") from error
         want = _output(ref(*ref_inputs))
