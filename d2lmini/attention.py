@@ -29,7 +29,8 @@ from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 #:   it is split into heads -- OLMo 2, and MiniMax-M2 as implemented in Hugging Face
 #:   ``transformers`` 5.24 (``tests/test_qknorm.py`` checks MiniMax-M2; the block zoo, OLMo 2).
 #: * ``'per_head_distinct'``: over each head's features, a distinct gain vector for every
-#:   head (a d2lmini option; we found no released model that uses it).
+#:   head; in ``transformers`` 5.24 this layout appears only with a LayerNorm (Cohere's
+#:   ``use_qk_norm``, StableLM's per-head norms, Chameleon), not with an RMSNorm.
 QK_NORMS = ("per_head", "projection", "per_head_distinct")
 
 # torch >= 2.5 lets SDPA share key/value heads itself (grouped-query attention).
