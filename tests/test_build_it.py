@@ -212,7 +212,12 @@ CASES = {
                      "SiLU (F.silu)"),
     "07 expert_bias in the weights": ("07_ffn", "class MyMoE", "expert_bias.normal_",
                                       [("w = p.gather(-1, chosen)", "w = (p + self.expert_bias).gather(-1, chosen)")],
-                                      "expert_bias is added to the probabilities"),
+                                      "expert_bias is added to p only to choose"),
+    "07 weights from topk's values": ("07_ffn", "class MyMoE", "expert_bias.normal_",
+                                      [("chosen = (p + self.expert_bias).topk(self.top_k, dim=-1).indices\n"
+                                        "        w = p.gather(-1, chosen)",
+                                        "w, chosen = (p + self.expert_bias).topk(self.top_k, dim=-1)")],
+                                      "topk's values carry it"),
     "08 cache of repeated heads": ("08_attention_generation", "class MyGQA", "check_build",
                                    [("        if cache is not None:  # the earlier",
                                      "        k = k.repeat_interleave(self.h // self.g, dim=1)\n"
