@@ -309,6 +309,9 @@ AIMED = [
     ("6.6", lambda: (lambda z, c: c * torch.tanh(z / c)), "like the cap"),
     ("11.3", lambda e: {**e, "kept": 64, "divided": 0, "ramp": 0}, "never reached the frequencies"),
     ("9.2", lambda e: {**e, "spread": 2 * e["spread"]}, "not of both rows' six"),
+    ("7.5", lambda e: exercises.ch07._balancing((0.005, 0.1)), "the chapter's gamma=0.005"),
+    ("11.1", lambda e: 4 * (e - 1) + 1, "hand in the window w itself"),
+    ("6.6", lambda: (lambda z, c: 1 - math.tanh(z / c) ** 2), "use the torch one"),
 ]
 
 

@@ -239,7 +239,10 @@ class Exercise:
             try:
                 got = fn(*args)
             except Exception as error:  # the reader's code failed: say how, as a hint
-                return Verdict(self.id, False, f"Hint: your function raised {type(error).__name__}: {error}")
+                scalar = "one element tensors can be converted" in str(error) or "must be real number" in str(error)
+                advice = (" (a math function takes one number: use the torch one, such as torch.tanh, which acts on "
+                          "every entry of a tensor)") if scalar else ""
+                return Verdict(self.id, False, f"Hint: your function raised {type(error).__name__}: {error}{advice}")
             if not isinstance(got, torch.Tensor):
                 return Verdict(self.id, False, f"Hint: your function must return a tensor, got {type(got).__name__}")
             if got.shape != want.shape:

@@ -195,6 +195,9 @@ EXERCISES = [
                     (lambda a, e: any(all(abs(x - y) < 0.002 for x, y in zip(a.values(), _balancing(gammas)))
                                       for gammas in ((0.01, 0.1), (0.001, 0.01), (0.01, 0.01))),
                      "one pair is router_loads' default gamma=0.01: pass gamma=0.001, then gamma=0.1"),
+                    (lambda a, e: any(all(abs(x - y) < 0.002 for x, y in zip(a.values(), _balancing(gammas)))
+                                      for gammas in ((0.005, 0.1), (0.001, 0.005), (0.005, 0.005))),
+                     "one pair is the chapter's gamma=0.005: pass gamma=0.001, then gamma=0.1"),
                     (lambda a, e: a["most_0.001"] > 3,
                      "read the loads after the 100 updates (the key 'with a shared component, balanced')"),
                     (lambda a, e: all(abs(8 * a[k] - v) < 0.05 for k, v in e.items()),

@@ -130,6 +130,8 @@ EXERCISES = [
                (lambda a, e: a == e - 1,
                 "A window of w tokens is the token itself and the w - 1 before it: L layers reach L(w - 1) + 1 "
                 "positions. Does the first token reach the last with this window?"),
+               (lambda a, e: a >= 64,
+                "That counts positions reached (L(w - 1) + 1 with L = 4 blocks); hand in the window w itself."),
                (lambda a, e: a > e, "A smaller window already lets the last token see the first.")],
         hint="Call receptive_field_by_depth with four local blocks on 64 tokens and look for the smallest window "
              "whose field after four blocks is all 64 positions.",
