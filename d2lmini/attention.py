@@ -20,8 +20,8 @@ from .cache import LayerCache
 from .norms import DEFAULT_EPS, HeadwiseRMSNorm, RMSNorm
 
 #: QK-norm variants with gains accepted by ``MultiHeadAttention(qk_norm=...)`` (the chapter
-#: "QK-norm" compares them); all are RMSNorms applied to queries and keys right before the
-#: dot product, and before RoPE.
+#: "QK-norm" compares them); all are RMSNorms applied to queries and keys after their
+#: projections and before RoPE.
 #:
 #: * ``'per_head'``: over each head's ``head_dim`` features, one gain vector shared by
 #:   all heads (separate for q and k) -- Qwen3, Gemma 3.
@@ -463,7 +463,7 @@ class MultiHeadAttention(nn.Module):
             first ``int(p * head_dim + 1e-9)`` features of each head (``transformers``: no ``1e-9``, rarely one less).
         sinks: ``True``: a learned logit per query head (``self.sinks``, initially 0) joins every query's
             softmax as one more key without a value, so the weights on the real keys sum to less than 1
-            (Xiao et al., 2023; gpt-oss).
+            (gpt-oss; cf. Xiao et al., 2023, whose learnable sink is a token with a key and a value).
 
     Hooks: each step of :meth:`forward` is a method a subclass may override (:meth:`queries_and_keys`,
     :meth:`value_heads`, :meth:`mask`, :meth:`attend`), and ``scale``, the logit scale (``None``:

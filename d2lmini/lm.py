@@ -67,8 +67,8 @@ class LanguageModel(nn.Module):
         context_len: the longest sequence the model takes (learned and sinusoidal positions
             cover ``0 .. context_len - 1``; RoPE could go further, but the model is held to it).
         positions: one of :data:`POSITIONS`: ``'rope'`` (the blocks get ``rope_theta``, 10,000
-            unless given), ``'learned'`` (a trained vector per position, GPT-2; initialized
-            N(0, 0.02^2)) or ``'sinusoidal'`` (the 2017 encoding, fixed).
+            unless given), ``'learned'`` (a trained vector per position, as GPT-2;
+            initialized N(0, 0.02^2) as in ``transformers``' GPT-2, where the released code draws 0.01) or ``'sinusoidal'`` (the 2017 encoding, fixed).
         **block_kwargs: :class:`~d2lmini.block.TransformerBlock`'s arguments, ``num_hiddens`` and
             ``num_heads`` included (both required); ``causal`` is always True (an ``attn_factory``
             must return a causal module).
