@@ -312,6 +312,12 @@ AIMED = [
     ("7.5", lambda e: exercises.ch07._balancing((0.005, 0.1)), "the chapter's gamma=0.005"),
     ("11.1", lambda e: 4 * (e - 1) + 1, "hand in the window w itself"),
     ("6.6", lambda: (lambda z, c: 1 - math.tanh(z / c) ** 2), "use the torch one"),
+    ("9.5", lambda e: {**e, "active": e["active"] / 1e6, "dense": e["dense"] / 1e6}, "not in thousands or millions"),
+    ("9.5", lambda e: {**e, "k": 1, "active": exercises.ch09._moe_total(1)}, "the mixture's whole count"),
+    ("1.5", lambda e: {**e, "parameters": e["parameters"] / 1e3}, "not in thousands or millions"),
+    ("3.2", lambda: exercises.ch03._shrinking_features()[1:], "is the comparison flipped?"),
+    ("6.1", lambda e: {**e, "logit_1_3": exercises.ch06._rotated_logits(second=(3, 2))["logit_1_3"]},
+     "one of the other printed logits"),
 ]
 
 

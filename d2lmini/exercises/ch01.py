@@ -368,6 +368,9 @@ EXERCISES = [
                     (lambda a, e: a["shared"] in (5 * e["parameters"], 6 * e["parameters"]),
                      "shared_parameters counts parameter tensors, not numbers: how many tensors of blocks 2 to 6 "
                      "belong to block 1?"),
+                    (lambda a, e: any(abs(a["parameters"] * unit - e["parameters"]) < 0.01 * e["parameters"]
+                                      for unit in (1e3, 1e6)),
+                     "parameters: the count itself, not in thousands or millions"),
                     (lambda a, e: a["shared"] == e["shared"] / 5,
                      "shared: that is one block's tensors; count them in each of blocks 2 to 6, which all hold "
                      "block 1's tensors"),

@@ -128,6 +128,9 @@ def _judge_growing(answer) -> str | None:
                 "(1 - p) of p(1 - p) on m_j^2")
     if got == _indices(var_all < var_real):
         return "these are the features whose variance padding shrinks; the exercise asks for those it increases"
+    if not got & want and len(got) > len(_indices(var_all < var_real)) / 2:  # most of the shrinking ones
+        return ("padding increases none of these features' variance: is the comparison flipped? Keep the "
+                "features whose variance over all positions is larger than over the real tokens (valid_lens)")
     if got > want:
         return ("some of these features' variance shrinks: compare the variance over all positions with "
                 "the variance over the real tokens (valid_lens), feature by feature; if a condition chose "

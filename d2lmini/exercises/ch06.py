@@ -21,9 +21,10 @@ def _unrotated_logit() -> float:
     return float((q * k).sum())
 
 
-def _rotated_logits(adjacent: bool = False) -> dict:
+def _rotated_logits(adjacent: bool = False, second=(1, 3)) -> dict:
     """6.1: the chapter's query and key (seed 0) at positions (3, 1) and (1, 3) (``adjacent``: with the pairs
-    (2i, 2i + 1) of Su et al.'s layout instead of ``rotate``'s (i, i + d/2), a wrong answer a hint aims at)."""
+    (2i, 2i + 1) of Su et al.'s layout instead of ``rotate``'s (i, i + d/2); ``second``: another pair of
+    positions in place of (1, 3), such as the printed (3, 2); wrong answers hints aim at)."""
     from ..attention import apply_rotary, rotary_cos_sin
 
     torch.manual_seed(0)
@@ -42,7 +43,7 @@ def _rotated_logits(adjacent: bool = False) -> dict:
         rotated_k = apply_rotary(k[None, None], cos[n:n + 1], sin[n:n + 1])
         return float((rotated_q * rotated_k).sum())
 
-    return {"logit_3_1": logit(3, 1), "logit_1_3": logit(1, 3)}
+    return {"logit_3_1": logit(3, 1), "logit_1_3": logit(*second)}
 
 
 def _per_head_entropy() -> float:
@@ -235,6 +236,10 @@ EXERCISES = [
                     (lambda a, e: all(abs(a[k] - v) < 1e-3 * abs(v) + 1e-4 for k, v in _rotated_logits(True).items()),
                      "those pair adjacent features (2i, 2i + 1); the chapter's rotate pairs feature i with "
                      "i + d_h/2: use rotate"),
+                    (lambda a, e: any(abs(a["logit_1_3"] - _rotated_logits(second=pair)["logit_1_3"]) < 1e-3
+                                      for pair in ((3, 2), (8, 6))),
+                     "logit_1_3: that is one of the other printed logits, (3, 2) or (8, 6); compute logit(1, 3), "
+                     "q at position 1 and k at position 3"),
                     (lambda a, e: True,
                      "take q and k as rotate's check draws them, right after torch.manual_seed(0): "
                      "q = torch.randn(1, 16), then k = torch.randn(1, 16)")],

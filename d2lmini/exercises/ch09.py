@@ -317,7 +317,13 @@ EXERCISES = [
     Exercise(
         "9.5", "(k, the mixture's num_active_parameters() at that k, the dense SwiGLU FFN's parameters)",
         kind="numbers", names=("k", "active", "dense"), expected=_closest_top_k, rel=0, abs=0.5,
-        hints=[(lambda a, e: a["dense"] == _whole_block(),
+        hints=[(lambda a, e: any(all(abs(a[n] * unit - e[n]) < 0.01 * e[n] for n in ("active", "dense"))
+                                 for unit in (1e3, 1e6)),
+                "active and dense: the counts themselves, not in thousands or millions"),
+               (lambda a, e: a["k"] in range(1, 17) and a["active"] == _moe_total(int(a["k"])),
+                "active: that is the mixture's whole count; a token uses only its top-k experts, the shared expert "
+                "and the router: num_active_parameters()"),
+               (lambda a, e: a["dense"] == _whole_block(),
                 "dense: that counts the whole block; the dense FFN is TransformerBlock(512, 8).ffn, and k is "
                 "chosen against its count"),
                (lambda a, e: a["dense"] != e["dense"] and a["k"] != e["k"],
