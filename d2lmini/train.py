@@ -434,9 +434,10 @@ def flops_per_token(model: nn.Module, seq_len: int) -> float:
     """Training FLOPs per token of ``model`` on windows of ``seq_len`` tokens: ``6 N + 12 L n d``.
 
     ``6 N`` is the forward and backward pass's FLOPs (3 multiply-adds of 2 FLOPs each per weight)
-    over the ``N`` weights that multiply (Kaplan et al. 2020, Table 1): every parameter but the tables a token or a position only looks
-    up (``embedding``, unless the head shares it, and learned ``pos_embedding``); the output head
-    is counted. ``12 L n d`` is attention's ``Q K^T`` and ``A V`` in ``L`` blocks of width ``d``,
+    over the ``N`` weights that multiply (Kaplan et al. 2020, Section 2.1; their Table 1 gives the
+    forward pass's ``2 N``): every parameter but the tables a token or a position only looks up
+    (``embedding``, unless the head shares it, and learned ``pos_embedding``); the output head is
+    counted. ``12 L n d`` is attention's ``Q K^T`` and ``A V`` in ``L`` blocks of width ``d``,
     forward and backward, counted in full although the mask is causal (Chowdhery et al. 2022,
     appendix B). A model without ``blocks`` and ``embedding`` attributes is counted by ``6 N``
     over all its parameters.
