@@ -448,8 +448,10 @@ def _block_slips(ref: nn.Module, X: torch.Tensor, *rest) -> list[tuple[str, torc
         step = "F(norm(X))" if pre else "norm(F(X))"
         slips += [(f"residual=False: no skips, each step returns {step} with no X added",
                    block(skip1=True, skip2=True)),
-                  ("residual=False: attention's step still adds its input X", block(skip1=True)),
-                  ("residual=False: the FFN's step still adds its input X'", block(skip2=True))]
+                  (f"residual=False: yours still adds X to attention's output; without skips that step "
+                   f"returns {step} alone", block(skip1=True)),
+                  (f"residual=False: yours still adds X' to the FFN's output; without skips that step "
+                   f"returns {step} alone", block(skip2=True))]
     if pre:
         slips += [("the queries, keys and values all come from norm1(X), not only the queries",
                    block(attend=lambda Y: _output(ref.attention(Y, X, X, *rest)))),
@@ -529,7 +531,10 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         except Exception as error:  # the reader's forward failed: say how, as a hint
             look = f". {built_in[0].upper()}{built_in[1:]}." if built_in and "dtype" in str(error) else \
                 ". Import that name (e.g. import math) or define it before your class." \
-                if isinstance(error, NameError) else f". Check in forward: {hint}." if hint else ""
+                if isinstance(error, NameError) else \
+                (". A statistic of each token, such as X.mean(dim=-1), needs keepdim=True (shape (b, n, 1)) to "
+                 "broadcast against X") if _is_norm(ref) and "must match the size of tensor" in str(error) else \
+                f". Check in forward: {hint}." if hint else ""
             raise AssertionError(f"Hint: calling your module raised {type(error).__name__}: "
                                  f"{str(error).rstrip('.')}{look}") from error
         want = _output(ref(*ref_inputs))
