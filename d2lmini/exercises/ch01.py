@@ -342,6 +342,8 @@ EXERCISES = [
                      "per block)"),
                     (lambda a, e: abs(a["output_rms"] - _residual_sums("sandwich").input_rms) < 1e-3,
                      "output_rms: that is the input's RMS, X_0's; hand in the output's, X_2L's"),
+                    (lambda a, e: a["output_rms"] in (12, 13),
+                     "output_rms: that counts the terms; hand in the measured RMS of their sum, X_2L"),
                     (lambda a, e: abs(a["output_rms"] - 1) < 0.01,
                      "output_rms: that is the size of each contribution; hand in the size of the output X_2L, "
                      "which sums 13 terms"),

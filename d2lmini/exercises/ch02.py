@@ -206,8 +206,8 @@ EXERCISES = [
                      "fall: the ratio itself, depth 8's gradient divided by depth 64's, not the fraction of "
                      "the gradient lost"),
                     (lambda a, e: a["k"] != e["k"],
-                     "k: look at probe.token_spread[k] for k = 1, 2, 3, ...; from which block on "
-                     "is every value below 1e-14?")],
+                     "k: look at probe.token_spread[k] for k = 1, 2, 3, ... (token_spread[0] is the input X_0); "
+                     "from which block on is every value below 1e-14?")],
              wrong=[lambda e: {**e, "fall": 1 / e["fall"]},
                     lambda e: {**e, "k": e["k"] - 1},
                     lambda e: {**e, "fall": _pre_ln_gradient_fall()},
@@ -243,6 +243,9 @@ EXERCISES = [
                     (lambda a, e: abs(a["with"] - _scaled(1 / 128)["64"]) < 3e-3 * a["with"],
                      "with: scale by the square root of 1/(2L) (running the in-place scaling twice squares it: "
                      "rebuild the stack first)"),
+                    (lambda a, e: abs(a["with"] - e["without"] / math.sqrt(128)) < 3e-3 * a["with"],
+                     "with: scale the weights attention.W_o and ffn.W_2 before running the blocks, not the "
+                     "stream afterwards"),
                     (lambda a, e: abs(a["with"] - _scaled(1 / 16)["64"]) < 3e-3 * a["with"],
                      "with: L is the number of blocks, 64, so the factor is 1/sqrt(2 * 64): the 2 already "
                      "counts the two sublayers of a block"),

@@ -264,6 +264,9 @@ EXERCISES = [
                     (lambda a, e: any(abs(a["mha_gib"] * unit - e["mha_gib"]) < 1e-3 * e["mha_gib"]
                                       for unit in (1024, 1e12 / 2 ** 30)),
                      "in GiB (2^30 bytes), not TiB or TB"),
+                    (lambda a, e: any(abs(a["mha_gib"] * 2 ** k - e["mha_gib"]) < 1e-3 * e["mha_gib"]
+                                      for k in range(1, 8)),
+                     "the cache of a full context, 131,072 tokens (context=131072), for all 80 layers"),
                     (lambda a, e: a["mha_gib"] < e["mha_gib"] / 10, "every one of the 80 layers has its own cache"),
                     (lambda a, e: abs(a["mha_gib"] / e["mha_gib"] - 2 ** 30 / 1e9) < 1e-3,
                      "a GiB is 2^30 bytes, not 10^9"),
