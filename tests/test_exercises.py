@@ -319,6 +319,8 @@ AIMED = [
     ("6.1", lambda e: {**e, "logit_1_3": exercises.ch06._rotated_logits(second=(3, 2))["logit_1_3"]},
      "one of the other printed logits"),
     ("1.4", lambda e: {**e, "output_rms": 13}, "that counts the terms"),
+    ("1.4", lambda e: {**e, "output_rms": 13 ** 0.5 * exercises.ch01._residual_sums("sandwich").input_rms},
+     "sqrt(13) is the size of 13 orthogonal terms"),
     ("8.2", lambda e: {**e, "mha_gib": e["mha_gib"] / 16, "gqa_gib": e["gqa_gib"] / 16}, "131,072 tokens"),
     ("2.3", lambda e: {**e, "with": e["without"] / math.sqrt(128)}, "not the stream afterwards"),
     ("2.2", lambda e: {**e, "k": e["k"] + 1}, "token_spread[0] is the input X_0"),
