@@ -99,6 +99,19 @@ def _is_norm(module: nn.Module) -> bool:
     return "norm" in type(module).__name__.lower()
 
 
+def _forward_advice(error: Exception, ref: nn.Module, hint: str | None, built_in: str | None) -> str:
+    """What to add to the message of an error the reader's forward raised: the dtype to build in, a name to
+    import, the keepdim a norm's statistic needs to broadcast, or else the check's own ``hint``."""
+    if built_in and "dtype" in str(error):
+        return f". {built_in[0].upper()}{built_in[1:]}."
+    if isinstance(error, NameError):
+        return ". Import that name (e.g. import math) or define it before your class."
+    if _is_norm(ref) and "must match the size of tensor" in str(error):
+        return (". A statistic of each token, such as X.mean(dim=-1), needs keepdim=True (shape (b, n, 1)) to "
+                "broadcast against X")
+    return f". Check in forward: {hint}." if hint else ""
+
+
 def _part_hint(name: str, source: str, module: nn.Module, gap: float, called: str | None = None,
                small: bool = False) -> str:
     """The hint for a part that differs alone; ``module``: d2lmini's part (what kind of part it is, whatever the
@@ -529,14 +542,8 @@ def check_build(mine: nn.Module, ref: nn.Module, *inputs, ref_inputs: tuple | No
         try:
             got = _output(mine(*inputs))
         except Exception as error:  # the reader's forward failed: say how, as a hint
-            look = f". {built_in[0].upper()}{built_in[1:]}." if built_in and "dtype" in str(error) else \
-                ". Import that name (e.g. import math) or define it before your class." \
-                if isinstance(error, NameError) else \
-                (". A statistic of each token, such as X.mean(dim=-1), needs keepdim=True (shape (b, n, 1)) to "
-                 "broadcast against X") if _is_norm(ref) and "must match the size of tensor" in str(error) else \
-                f". Check in forward: {hint}." if hint else ""
             raise AssertionError(f"Hint: calling your module raised {type(error).__name__}: "
-                                 f"{str(error).rstrip('.')}{look}") from error
+                                 f"{str(error).rstrip('.')}{_forward_advice(error, ref, hint, built_in)}") from error
         want = _output(ref(*ref_inputs))
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype != want.dtype:
             raise AssertionError(f"Hint: your module returns {got.dtype}, d2lmini's {want.dtype}: " + (

@@ -110,6 +110,7 @@ def _judge_growing(answer) -> str | None:
     got, want = _as_indices(answer, batch.X.shape[-1]), _indices(var_all > var_real)
     if got == want:
         return None
+    shrinking = _indices(var_all < var_real)
     if got == {i + 1 for i in want}:
         return "every index is one too high: feature indices start at 0, as tensor indices do"
     m, s = batch.feature_mean, batch.feature_scale
@@ -126,9 +127,9 @@ def _judge_growing(answer) -> str | None:
     if got in (_indices(p * m.pow(2) > s.pow(2)), _indices(m.pow(2) > p * s.pow(2))):
         return ("the factor is not p: subtract s_j^2 from both sides, then divide by p, which leaves the "
                 "(1 - p) of p(1 - p) on m_j^2")
-    if got == _indices(var_all < var_real):
+    if got == shrinking:
         return "these are the features whose variance padding shrinks; the exercise asks for those it increases"
-    if not got & want and len(got) > len(_indices(var_all < var_real)) / 2:  # most of the shrinking ones
+    if not got & want and len(got) > len(shrinking) / 2:  # most of the shrinking ones
         return ("padding increases none of these features' variance: is the comparison flipped? Keep the "
                 "features whose variance over all positions is larger than over the real tokens (valid_lens)")
     if got > want:

@@ -14,13 +14,6 @@ from torch import nn
 from . import Exercise
 
 
-def _unrotated_logit() -> float:
-    """6.1: the chapter's query and key (seed 0) multiplied without a rotation (a wrong answer's)."""
-    torch.manual_seed(0)
-    q, k = torch.randn(1, 16), torch.randn(1, 16)
-    return float((q * k).sum())
-
-
 def _rotated_logits(adjacent: bool = False, second=(1, 3)) -> dict:
     """6.1: the chapter's query and key (seed 0) at positions (3, 1) and (1, 3) (``adjacent``: with the pairs
     (2i, 2i + 1) of Su et al.'s layout instead of ``rotate``'s (i, i + d/2); ``second``: another pair of
@@ -44,6 +37,12 @@ def _rotated_logits(adjacent: bool = False, second=(1, 3)) -> dict:
         return float((rotated_q * rotated_k).sum())
 
     return {"logit_3_1": logit(3, 1), "logit_1_3": logit(*second)}
+
+
+def _unrotated_logit() -> float:
+    """6.1: the chapter's query and key (seed 0) multiplied without a rotation, both at position 0 (a wrong
+    answer's)."""
+    return _rotated_logits(second=(0, 0))["logit_1_3"]
 
 
 def _per_head_entropy() -> float:
